@@ -1,0 +1,85 @@
+# torchyard: two commands on a fresh machine.
+#   make demo   set up, then train the birds example for real in local mode (2 nodes x 2 processes, CPU)
+#   make test   set up, then lint, type-check, layer-check and run every test tier
+#
+# Dependencies (pinned in requirements.lock; torch is large) go into a virtual environment
+# OUTSIDE the clone, keyed by the lock file's hash, so a second clone or a CI run reuses it;
+# the clone's own .venv is tiny: it links that environment and installs torchyard editable.
+# The control-plane binaries (kube-apiserver, etcd, KWOK, ...) are built from Go modules once
+# per version into the same cache folder (see tests/cluster/binaries.py).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+export TORCHYARD_CACHE ?= $(HOME)/.cache/torchyard
+LOCK_HASH := $(shell sha256sum requirements.lock | cut -c1-12)
+PYVER := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+DEPS := $(TORCHYARD_CACHE)/venv-py$(PYVER)-$(LOCK_HASH)
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: all venv tools crds lint typecheck layers unit integration e2e test demo clean help
+
+help:
+	@echo "make demo   - set up and run the birds example (real training, local mode)"
+	@echo "make test   - set up and run lint, types, layers, unit, integration and e2e tests"
+	@echo "make tools  - build (once per version) the test control plane's Go binaries"
+	@echo "make crds   - regenerate crds/ from the API models"
+
+all: test
+
+$(DEPS)/.complete:
+	@echo "[setup] dependencies -> $(DEPS)"
+	@rm -rf "$(DEPS)"
+	@$(PYTHON) -m venv "$(DEPS)"
+	@"$(DEPS)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r requirements.lock
+	@touch "$@"
+
+$(VENV)/.ok: $(DEPS)/.complete pyproject.toml
+	@echo "[setup] $(VENV) (links $(DEPS))"
+	@rm -rf $(VENV)
+	@$(PYTHON) -m venv $(VENV)
+	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  deps=$$("$(DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  echo "import site; site.addsitedir('$$deps')" > "$$site/torchyard-deps.pth"
+	@$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+venv: $(VENV)/.ok
+
+tools: venv
+	@$(PY) tests/cluster/binaries.py
+
+crds: venv
+	@$(PY) -m torchyard.api.crds crds/
+
+lint: venv
+	@echo "[lint] ruff"
+	@"$(DEPS)/bin/ruff" check operator tests benchmarks examples
+	@"$(DEPS)/bin/ruff" format --check operator tests benchmarks examples
+
+typecheck: venv
+	@echo "[types] mypy --strict operator/"
+	@$(PY) -m mypy
+
+layers: venv
+	@echo "[layers] import-linter"
+	@PYTHONPATH=operator $(PY) -c 'import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())'
+
+unit: venv
+	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+integration: venv tools
+	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+e2e: venv
+	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+
+test: venv tools lint typecheck layers
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: venv
+	@$(VENV)/bin/torchyard run examples/birds/trainingrun.yaml --local
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,81 @@
+"""Shared pieces of the torchyard API: the group, the model base, conditions, patterns.
+
+Every spec model derives from :class:`Model`: camelCase on the wire (as Kubernetes
+writes it), snake_case in Python, unknown fields refused. Imported by the resource
+modules of this package; no I/O here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "torchyard.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "torchyard"
+
+# Kubernetes' own patterns, so that a value the API models accept is one the
+# apiserver accepts too (and the other way round).
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+ENV_VAR_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+class Model(BaseModel):
+    """Base of every torchyard API object: camelCase aliases, unknown fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def nested(model: type[Model], description: str) -> Any:
+    """A sub-object field that defaults to the model's defaults (also in the CRD)."""
+    return Field(
+        default_factory=model,
+        description=description,
+        json_schema_extra={"default": {}},
+    )
+
+
+class Condition(Model):
+    """A Kubernetes-style condition (metav1.Condition)."""
+
+    type: str = Field(description="Type of the condition, in CamelCase, e.g. Ready or Succeeded.")
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="Status of the condition: True, False or Unknown."
+    )
+    reason: str = Field(
+        default="",
+        description="A CamelCase word saying why the condition is in this state.",
+    )
+    message: str = Field(default="", description="A human-readable explanation.")
+    last_transition_time: datetime | None = Field(
+        default=None, description="When the condition last changed status."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation the condition was computed from."
+    )
+
+
+CONDITIONS_FIELD_EXTRA: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}

@@ -1,0 +1,492 @@
+"""The TrainingRun resource: a distributed PyTorch run (~ Azure ML ScriptRunConfig + submit).
+
+Typed spec and status, with the field descriptions that ``kubectl explain`` shows and the
+CEL rules the apiserver enforces (the CRD in ``crds/`` is generated from these models by
+``torchyard.api.crds``). Parsed once per event by the controller, by local mode and by
+the SDK; no I/O here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from torchyard.api._base import (
+    CONDITIONS_FIELD_EXTRA,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    ENV_VAR_NAME,
+    QUANTITY,
+    Condition,
+    Model,
+    nested,
+)
+
+DEFAULT_MASTER_PORT = 6105  # as Azure ML
+
+# The variables of the rank contract: torchyard sets them, a user may not.
+RANK_CONTRACT_VARIABLES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "TORCHYARD_OUTPUTS",
+    "TORCHYARD_LOGS",
+)
+
+
+class Phase(str, Enum):
+    """The run lifecycle, as in Azure ML."""
+
+    PENDING = "Pending"
+    PREPARING = "Preparing"
+    QUEUED = "Queued"
+    RUNNING = "Running"
+    FINALIZING = "Finalizing"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class GitSource(Model):
+    """Code cloned from a Git repository by an init container."""
+
+    url: str = Field(min_length=1, description="URL of the repository to clone.")
+    revision: str = Field(
+        default="HEAD", min_length=1, description="Branch, tag or commit to check out."
+    )
+    path: str = Field(
+        default="",
+        description="Sub-folder of the repository to run the command in ('' = the root).",
+    )
+
+
+class Source(Model):
+    """Where the training code comes from: exactly one of configMap, git or image."""
+
+    model_config = Model.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.configMap), has(self.git), has(self.image)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "exactly one of source.configMap, source.git or source.image "
+                    "must be set",
+                },
+                {
+                    "rule": "!has(self.image) || self.image",
+                    "message": "source.image must be true when set (the code is in the image)",
+                    "fieldPath": ".image",
+                },
+            ]
+        }
+    }
+
+    config_map: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="Name of a ConfigMap in the run's namespace holding the code "
+        "(`torchyard submit --source DIR` makes one); mounted as the working directory.",
+    )
+    git: GitSource | None = Field(default=None, description="A Git repository to clone.")
+    image: bool | None = Field(
+        default=None,
+        description="true: the code is already in the Environment's image; the command "
+        "runs in the image's working directory.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        chosen = [self.config_map is not None, self.git is not None, self.image is not None]
+        if sum(chosen) != 1:
+            raise ValueError("exactly one of source.configMap, source.git or source.image must be set")
+        if self.image is False:
+            raise ValueError("source.image must be true when set (the code is in the image)")
+        return self
+
+
+class Distribution(Model):
+    """How the run is spread over nodes and processes (~ PyTorchConfiguration)."""
+
+    model_config = Model.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.type != 'none' || (self.nodeCount == 1 && "
+                    "self.processCountPerNode == 1)",
+                    "message": "distribution.type 'none' runs one process: nodeCount and "
+                    "processCountPerNode must be 1",
+                },
+            ]
+        }
+    }
+
+    type: Literal["pytorch", "none"] = Field(
+        default="pytorch",
+        description="pytorch: torch.distributed with the rank contract (MASTER_ADDR, "
+        "WORLD_SIZE, RANK, ...); none: one process, no rendezvous.",
+    )
+    node_count: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Number of nodes (one Pod each), ~ PyTorchConfiguration(node_count).",
+    )
+    process_count_per_node: int = Field(
+        default=1,
+        ge=1,
+        le=128,
+        description="Processes per node; with GPUs usually one per GPU. The world size is "
+        "nodeCount x processCountPerNode (~ PyTorchConfiguration(process_count)).",
+    )
+    launch: Literal["process", "node"] = Field(
+        default="process",
+        description="process: torchyard starts every rank with RANK and LOCAL_RANK set; "
+        "node: the command runs once per node (e.g. `torchrun script.py`) with NODE_RANK "
+        "and the PET_* variables set.",
+    )
+    master_port: int = Field(
+        default=6105,
+        ge=1024,
+        le=65535,
+        description="Port of the rendezvous on node 0 (MASTER_PORT), 1024-65535.",
+    )
+
+    @model_validator(mode="after")
+    def _single_process_for_none(self) -> Distribution:
+        if self.type == "none" and (self.node_count != 1 or self.process_count_per_node != 1):
+            raise ValueError(
+                "distribution.type 'none' runs one process: nodeCount and "
+                "processCountPerNode must be 1"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.node_count * self.process_count_per_node
+
+
+class Resources(Model):
+    """What each node Pod asks for."""
+
+    gpus_per_node: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="nvidia.com/gpu per node Pod (0 = a CPU run).",
+    )
+    cpu: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description="CPU per node Pod, as a Kubernetes quantity (e.g. \"8\" or \"500m\").",
+    )
+    memory: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description="Memory per node Pod, as a Kubernetes quantity (e.g. 64Gi).",
+    )
+    shm_size: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description="Size of /dev/shm (a memory emptyDir); the container default of 64 MB "
+        "breaks DataLoader workers and NCCL. Default: half of memory, else 1Gi.",
+    )
+
+
+class Toleration(Model):
+    """A toleration of node taints (core/v1 Toleration)."""
+
+    key: str | None = Field(default=None, description="Taint key; empty with Exists matches all.")
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal", description="Exists or Equal."
+    )
+    value: str | None = Field(default=None, description="Taint value for operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="For NoExecute: how long the Pod stays bound after the taint."
+    )
+
+
+class Compute(Model):
+    """Which nodes run the run (~ an Azure ML compute target)."""
+
+    pool: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=DNS1123_LABEL,
+        description="Node pool: selects nodes labelled torchyard.dev/pool=<pool>.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels the node Pods require."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Extra tolerations; GPU runs tolerate nvidia.com/gpu taints already.",
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="PriorityClass of the node Pods.",
+    )
+
+
+class Policy(Model):
+    """Restarts and lifetimes."""
+
+    backoff_limit: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="How often a run whose code failed is restarted, as a whole gang. "
+        "Platform failures (node lost, eviction, preemption) do not count.",
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description="Fail the run when it has been running longer than this.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description="Delete the Pods and Service this long after the run finished "
+        "(the run and its archived logs stay).",
+    )
+
+
+class Register(Model):
+    """Register the run's outputs as a model version (~ run.register_model)."""
+
+    model: str = Field(
+        max_length=63,
+        pattern=DNS1123_LABEL,
+        description="Model name; each successful run adds version N+1.",
+    )
+    path: str = Field(
+        default="outputs",
+        min_length=1,
+        description="File or folder, relative to the working directory, that makes up "
+        "the model (inside ./outputs).",
+    )
+    export_onnx: bool = Field(
+        default=False,
+        description="Also export the trained model to outputs/model.onnx and check it runs.",
+    )
+
+
+class Outputs(Model):
+    """What happens to ./outputs and ./logs after the run."""
+
+    register_: Register | None = Field(
+        default=None,
+        alias="register",
+        description="Register the outputs as a new model version.",
+    )
+
+
+class EnvVar(Model):
+    """An extra environment variable for every process."""
+
+    model_config = Model.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(self.name in " + str(list(RANK_CONTRACT_VARIABLES)) + ")",
+                    "message": "this variable belongs to the rank contract and is set by "
+                    "torchyard",
+                    "fieldPath": ".name",
+                }
+            ]
+        }
+    }
+
+    name: str = Field(min_length=1, max_length=256, pattern=ENV_VAR_NAME, description="Name.")
+    value: str = Field(default="", description="Value.")
+
+    @model_validator(mode="after")
+    def _not_rank_contract(self) -> EnvVar:
+        if self.name in RANK_CONTRACT_VARIABLES:
+            raise ValueError(f"env {self.name} belongs to the rank contract and is set by torchyard")
+        return self
+
+
+class Scheduling(Model):
+    """Admission of the gang."""
+
+    queue_name: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=DNS1123_LABEL,
+        description="Hand admission to Kueue's LocalQueue of this name instead of "
+        "torchyard's own gang admission.",
+    )
+
+
+_SPEC_RULES: list[dict[str, Any]] = [
+    {
+        "rule": "self.resources.gpusPerNode == 0 || "
+        "self.distribution.processCountPerNode <= self.resources.gpusPerNode",
+        "messageExpression": "'processCountPerNode (' + "
+        "string(self.distribution.processCountPerNode) + ') must not exceed gpusPerNode (' "
+        "+ string(self.resources.gpusPerNode) + ')'",
+        "fieldPath": ".distribution.processCountPerNode",
+        "reason": "FieldValueInvalid",
+    },
+]
+
+
+class TrainingRunSpec(Model):
+    """Desired state of a TrainingRun."""
+
+    model_config = Model.model_config | {
+        "json_schema_extra": {"x-kubernetes-validations": _SPEC_RULES}
+    }
+
+    environment: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="Name of the Environment (in the same namespace) whose image runs the code.",
+    )
+    source: Source = Field(
+        default_factory=lambda: Source(image=True),
+        description="Where the code comes from: a ConfigMap, a Git repository, or the image.",
+        json_schema_extra={"default": {"image": True}},
+    )
+    command: list[str] = Field(
+        min_length=1,
+        description="Command run in the working directory, e.g. "
+        "[python, train.py, --num_epochs, '30'] (~ ScriptRunConfig script + arguments).",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra environment variables for every process.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    distribution: Distribution = Field(
+        default_factory=Distribution,
+        description="Nodes, processes per node and launch mode; immutable once created.",
+        json_schema_extra={
+            "default": {},
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "distribution is immutable"}
+            ],
+        },
+    )
+    resources: Resources = nested(Resources, "GPUs, CPU, memory and /dev/shm per node Pod.")
+    compute: Compute = nested(Compute, "Node pool, node selector and tolerations.")
+    policy: Policy = nested(Policy, "Restarts and lifetimes of the run.")
+    outputs: Outputs = nested(Outputs, "Archiving of ./outputs and ./logs, model registration.")
+    scheduling: Scheduling = nested(Scheduling, "Gang admission settings.")
+
+    @model_validator(mode="after")
+    def _processes_fit_gpus(self) -> TrainingRunSpec:
+        gpus = self.resources.gpus_per_node
+        procs = self.distribution.process_count_per_node
+        if gpus and procs > gpus:
+            raise ValueError(f"processCountPerNode ({procs}) must not exceed gpusPerNode ({gpus})")
+        return self
+
+
+class NodeCounts(Model):
+    """How many node Pods are in which state."""
+
+    total: int = Field(default=0, description="Node Pods the run needs (nodeCount).")
+    scheduled: int = Field(default=0, description="Node Pods bound to a node.")
+    running: int = Field(default=0, description="Node Pods running.")
+    succeeded: int = Field(default=0, description="Node Pods that finished successfully.")
+    failed: int = Field(default=0, description="Node Pods that failed.")
+    ready: str = Field(default="0/0", description="running/total, for display.")
+
+
+class Failure(Model):
+    """Which rank failed first, and why."""
+
+    rank: int | None = Field(default=None, description="Global rank of the failing process.")
+    node: int | None = Field(default=None, description="Node rank (index of the node Pod).")
+    pod: str | None = Field(default=None, description="Name of the failing Pod.")
+    exit_code: int | None = Field(default=None, description="Exit code of the failing process.")
+    signal: int | None = Field(default=None, description="Signal that ended it, if any.")
+    reason: str | None = Field(
+        default=None,
+        description="Error, OOMKilled, Evicted, DeadlineExceeded, NodeLost, "
+        "ImagePullBackOff, EnvironmentFailed, ...",
+    )
+    message: str | None = Field(
+        default=None, description="The tail of the failing rank's traceback."
+    )
+
+
+class ModelRef(Model):
+    """The model version a successful run registered."""
+
+    name: str = Field(description="Model name.")
+    version: int = Field(description="Version number.")
+
+
+class TrainingRunStatus(Model):
+    """Observed state of a TrainingRun, written by the operator."""
+
+    phase: Phase | None = Field(
+        default=None,
+        description="Pending, Preparing, Queued, Running, Finalizing, Succeeded or Failed.",
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation this status describes."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Accepted, EnvironmentReady, Admitted, Running, Succeeded, Failed.",
+        json_schema_extra=CONDITIONS_FIELD_EXTRA,
+    )
+    world_size: int | None = Field(
+        default=None, description="Total processes: nodeCount x processCountPerNode."
+    )
+    nodes: NodeCounts | None = Field(default=None, description="Node Pods by state.")
+    restarts: int | None = Field(default=None, description="Times the gang was restarted.")
+    start_time: datetime | None = Field(default=None, description="When the run started.")
+    completion_time: datetime | None = Field(default=None, description="When the run finished.")
+    failure: Failure | None = Field(default=None, description="Why the run failed.")
+    model: ModelRef | None = Field(default=None, description="The registered model version.")
+
+
+class TrainingRun(Model):
+    """A TrainingRun as the API holds it (metadata kept as a plain mapping)."""
+
+    api_version: str = Field(default="torchyard.dev/v1alpha1", description="APIVersion.")
+    kind: Literal["TrainingRun"] = Field(default="TrainingRun", description="Kind.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard metadata.")
+    spec: TrainingRunSpec = Field(description="Desired state.")
+    status: TrainingRunStatus = Field(
+        default_factory=TrainingRunStatus, description="Observed state."
+    )
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "default")
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.metadata.get("generation")
+        return int(gen) if gen is not None else None
+

@@ -1,0 +1,296 @@
+"""The only code that talks to the Kubernetes API.
+
+A thin, typed layer over the official ``kubernetes`` client's REST transport: get, list,
+server-side apply (one field manager, forced, so the operator owns what it sets and
+nothing else), status apply, delete. Paths come from a small table of the resources
+torchyard uses, so no discovery round-trips are made. Errors surface as
+:class:`ApiError` with the HTTP status, which the controller maps to Kopf's retry
+vocabulary.
+
+Called by the controller, the SDK and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+FIELD_MANAGER = "torchyard"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind of object lives in the REST API."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+TRAININGRUNS = Resource("torchyard.dev", "v1alpha1", "trainingruns")
+ENVIRONMENTS = Resource("torchyard.dev", "v1alpha1", "environments")
+MODELVERSIONS = Resource("torchyard.dev", "v1alpha1", "modelversions")
+PODS = Resource("", "v1", "pods")
+SERVICES = Resource("", "v1", "services")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+EVENTS = Resource("", "v1", "events")
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
+NODES = Resource("", "v1", "nodes", namespaced=False)
+JOBS = Resource("batch", "v1", "jobs")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+
+_BY_KIND: dict[tuple[str, str], Resource] = {
+    ("torchyard.dev/v1alpha1", "TrainingRun"): TRAININGRUNS,
+    ("torchyard.dev/v1alpha1", "Environment"): ENVIRONMENTS,
+    ("torchyard.dev/v1alpha1", "ModelVersion"): MODELVERSIONS,
+    ("v1", "Pod"): PODS,
+    ("v1", "Service"): SERVICES,
+    ("v1", "ConfigMap"): CONFIGMAPS,
+    ("v1", "Event"): EVENTS,
+    ("v1", "Namespace"): NAMESPACES,
+    ("v1", "Node"): NODES,
+    ("batch/v1", "Job"): JOBS,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
+}
+
+
+def resource_of(manifest: dict[str, Any]) -> Resource:
+    key = (manifest.get("apiVersion", ""), manifest.get("kind", ""))
+    try:
+        return _BY_KIND[key]
+    except KeyError:
+        raise ValueError(f"torchyard does not manage {key[1]} ({key[0]})") from None
+
+
+class ApiError(Exception):
+    """An error answer of the apiserver: ``status`` is the HTTP code."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def invalid(self) -> bool:
+        return self.status == 422
+
+
+def _error(exc: ApiException) -> ApiError:
+    reason, message = str(exc.reason or ""), str(exc.body or "")
+    try:
+        body = json.loads(exc.body or "{}")
+        reason = body.get("reason", reason)
+        message = body.get("message", message)
+    except (ValueError, AttributeError):
+        pass
+    return ApiError(int(exc.status or 0), reason, message)
+
+
+_lock = threading.Lock()
+_client: client.ApiClient | None = None
+
+
+def load(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """Configure the client once: in-cluster when running in a Pod, else the kubeconfig."""
+    global _client
+    with _lock:
+        if _client is not None and kubeconfig is None and context is None:
+            return _client
+        cfg = client.Configuration()
+        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(
+                config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+                context=context,
+                client_configuration=cfg,
+            )
+        _client = client.ApiClient(configuration=cfg)
+        return _client
+
+
+def reset() -> None:
+    """Forget the configured client (tests point it at another cluster)."""
+    global _client
+    with _lock:
+        _client = None
+
+
+def _call(
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, Any]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> Any:
+    api = load()
+    try:
+        data = api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+            response_type="object",
+            _return_http_data_only=True,
+            _preload_content=True,
+            _request_timeout=30,
+        )
+    except ApiException as exc:
+        raise _error(exc) from None
+    return data
+
+
+def get(res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = _call("GET", res.path(namespace, name))
+    return result
+
+
+def get_or_none(res: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+    try:
+        return get(res, namespace, name)
+    except ApiError as err:
+        if err.not_found:
+            return None
+        raise
+
+
+def list_(
+    res: Resource,
+    namespace: str | None = None,
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+) -> list[dict[str, Any]]:
+    query: list[tuple[str, Any]] = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    data = _call("GET", res.path(namespace), query=query)
+    items: list[dict[str, Any]] = data.get("items", [])
+    return items
+
+
+def create(manifest: dict[str, Any]) -> dict[str, Any]:
+    res = resource_of(manifest)
+    namespace = manifest.get("metadata", {}).get("namespace")
+    result: dict[str, Any] = _call("POST", res.path(namespace), body=manifest)
+    return result
+
+
+def apply(
+    manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, subresource: str = ""
+) -> dict[str, Any]:
+    """Server-side apply ``manifest``, forcing ownership of the fields it sets."""
+    res = resource_of(manifest)
+    meta = manifest["metadata"]
+    result: dict[str, Any] = _call(
+        "PATCH",
+        res.path(meta.get("namespace"), meta["name"], subresource),
+        query=[("fieldManager", field_manager), ("force", "true")],
+        body=manifest,
+        content_type="application/apply-patch+yaml",
+    )
+    return result
+
+
+def apply_status(manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+    """Server-side apply of the ``status`` subresource (``manifest`` holds only status)."""
+    return apply(manifest, field_manager=field_manager, subresource="status")
+
+
+def delete(
+    res: Resource,
+    namespace: str | None,
+    name: str,
+    *,
+    propagation: str = "Background",
+    grace_period_seconds: int | None = None,
+) -> bool:
+    """Delete an object; False when it was already gone."""
+    body: dict[str, Any] = {"propagationPolicy": propagation}
+    if grace_period_seconds is not None:
+        body["gracePeriodSeconds"] = grace_period_seconds
+    try:
+        _call("DELETE", res.path(namespace, name), body=body)
+    except ApiError as err:
+        if err.not_found:
+            return False
+        raise
+    return True
+
+
+def ready(timeout: float = 5.0) -> bool:
+    """Whether the apiserver answers /readyz."""
+    api = load()
+    try:
+        api.call_api(
+            "/readyz", "GET", auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=timeout,
+        )
+    except Exception:
+        return False
+    return True
+
+
+__all__ = [
+    "CONFIGMAPS",
+    "CRDS",
+    "ENVIRONMENTS",
+    "EVENTS",
+    "FIELD_MANAGER",
+    "JOBS",
+    "MODELVERSIONS",
+    "NAMESPACES",
+    "NODES",
+    "PODS",
+    "SERVICES",
+    "TRAININGRUNS",
+    "ApiError",
+    "Resource",
+    "apply",
+    "apply_status",
+    "create",
+    "delete",
+    "get",
+    "get_or_none",
+    "list_",
+    "load",
+    "ready",
+    "reset",
+    "resource_of",
+]

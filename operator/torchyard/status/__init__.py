@@ -1,0 +1,22 @@
+"""Status as pure functions of a resource and what was observed of its children.
+
+Nothing here reads a clock or the API: the controller passes ``now`` and the observed
+objects, and patches the result only when it differs from what the resource shows.
+"""
+
+from __future__ import annotations
+
+from torchyard.status.conditions import condition, find, merge, timestamp
+from torchyard.status.environments import environment_status, invalid_environment_status
+from torchyard.status.trainingruns import invalid_trainingrun_status, trainingrun_status
+
+__all__ = [
+    "condition",
+    "environment_status",
+    "find",
+    "invalid_environment_status",
+    "invalid_trainingrun_status",
+    "merge",
+    "timestamp",
+    "trainingrun_status",
+]

@@ -1,0 +1,168 @@
+"""Build the control-plane binaries the integration tests run, once per version.
+
+The Go wrapper modules under ``tests/cluster/go/`` pin each upstream release (their
+``go.sum`` files make the build reproducible); this module builds their commands
+through the Go module proxy into a cache folder **outside the clone**:
+
+    ${TORCHYARD_CACHE:-~/.cache/torchyard}/<tool>-<version>/<binary>
+
+A finished folder is never rebuilt, so a second ``make test`` (or CI in a fresh
+clone on the same machine) builds nothing. A build goes to a temporary folder that
+is renamed into place, so an interrupted build leaves no half-filled cache entry.
+
+Called by ``make tools`` (``python tests/cluster/binaries.py``) and by the pytest
+harness in ``tests/cluster/harness.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+
+KUBERNETES_VERSION = "v1.37.2"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One pinned upstream release and the commands built from it."""
+
+    name: str
+    version: str
+    module_dir: str
+    # binary name -> Go package path
+    commands: dict[str, str]
+    ldflags: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def cache_dir(self) -> Path:
+        return cache_root() / f"{self.name}-{self.version}"
+
+    def path(self, binary: str) -> Path:
+        return self.cache_dir / binary
+
+    def is_built(self) -> bool:
+        return all(self.path(b).is_file() for b in self.commands)
+
+
+def _k8s_version_ldflags(version: str) -> tuple[str, ...]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return tuple(flags)
+
+
+TOOLS: dict[str, Tool] = {
+    "etcd": Tool(
+        name="etcd",
+        version=ETCD_VERSION,
+        module_dir="etcd",
+        commands={"etcd": "go.etcd.io/etcd/server/v3"},
+    ),
+    "kwok": Tool(
+        name="kwok",
+        version=KWOK_VERSION,
+        module_dir="kwok",
+        commands={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+        ldflags=(f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION}",),
+    ),
+    "kubernetes": Tool(
+        name="kubernetes",
+        version=KUBERNETES_VERSION,
+        module_dir="kubernetes",
+        commands={
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+            "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        },
+        ldflags=_k8s_version_ldflags(KUBERNETES_VERSION),
+    ),
+}
+
+
+def cache_root() -> Path:
+    root = os.environ.get("TORCHYARD_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "torchyard"
+
+
+def build(tool: Tool, *, log: bool = True) -> Path:
+    """Build ``tool`` into its cache folder unless it is there already."""
+    if tool.is_built():
+        if log:
+            print(f"[tools] {tool.name} {tool.version}: cached in {tool.cache_dir}", flush=True)
+        return tool.cache_dir
+    go = shutil.which("go")
+    if go is None:
+        raise SystemExit(
+            "error: the Go toolchain is needed once to build the test control plane "
+            f"({tool.name} {tool.version}); install Go >= 1.26 or point TORCHYARD_CACHE "
+            "at a folder that already holds the binaries"
+        )
+    tool.cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{tool.name}-", dir=tool.cache_dir.parent))
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-buildvcs=false -mod=readonly")
+    try:
+        for binary, package in tool.commands.items():
+            started = time.monotonic()
+            if log:
+                print(f"[tools] building {binary} ({tool.name} {tool.version}) ...", flush=True)
+            ldflags = " ".join(("-s", "-w", *tool.ldflags))
+            subprocess.run(
+                [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp / binary), package],
+                cwd=GO_DIR / tool.module_dir,
+                env=env,
+                check=True,
+            )
+            if log:
+                print(f"[tools] built {binary} in {time.monotonic() - started:.0f}s", flush=True)
+        if tool.cache_dir.exists():  # a partial folder from an older layout
+            shutil.rmtree(tool.cache_dir)
+        tmp.rename(tool.cache_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tool.cache_dir
+
+
+def build_all(names: list[str] | None = None) -> dict[str, Path]:
+    return {name: build(TOOLS[name]) for name in (names or list(TOOLS))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tools", nargs="*", help=f"any of {', '.join(TOOLS)} (default: all)")
+    parser.add_argument("--print-dir", action="store_true", help="print each tool's folder")
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.tools if t not in TOOLS]
+    if unknown:
+        parser.error(f"unknown tool(s) {', '.join(unknown)}; choose from {', '.join(TOOLS)}")
+    try:
+        dirs = build_all(args.tools or None)
+    except subprocess.CalledProcessError as err:
+        print(f"error: go build failed ({err})", file=sys.stderr)
+        return 1
+    if args.print_dir:
+        for name, path in dirs.items():
+            print(f"{name}={path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
