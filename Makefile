@@ -55,8 +55,8 @@ crds: venv
 
 lint: venv
 	@echo "[lint] ruff"
-	@"$(DEPS)/bin/ruff" check operator tests benchmarks examples
-	@"$(DEPS)/bin/ruff" format --check operator tests benchmarks examples
+	@"$(DEPS)/bin/ruff" check operator tests $(wildcard benchmarks examples)
+	@"$(DEPS)/bin/ruff" format --check operator tests $(wildcard benchmarks examples)
 
 typecheck: venv
 	@echo "[types] mypy --strict operator/"

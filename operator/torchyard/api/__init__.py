@@ -42,7 +42,11 @@ from torchyard.api.trainingruns import (
     TrainingRunStatus,
 )
 
-PLURALS = {"TrainingRun": "trainingruns", "Environment": "environments", "ModelVersion": "modelversions"}
+PLURALS = {
+    "TrainingRun": "trainingruns",
+    "Environment": "environments",
+    "ModelVersion": "modelversions",
+}
 
 
 class InvalidSpec(ValueError):
@@ -50,7 +54,7 @@ class InvalidSpec(ValueError):
 
 
 def describe(err: ValidationError) -> str:
-    """One line per problem, with the camelCase path a user wrote (``spec.distribution.nodeCount``)."""
+    """One line per problem, with the camelCase path a user wrote (``spec.nodeCount``)."""
     lines = []
     for problem in err.errors():
         path = ".".join(str(p) for p in problem["loc"])

@@ -28,18 +28,25 @@ QUANTITY = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 ENV_VAR_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-LABEL_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+BASE_CONFIG = ConfigDict(
+    alias_generator=to_camel,
+    populate_by_name=True,
+    extra="forbid",
+    frozen=True,
+)
+
+
+def with_rules(*rules: dict[str, Any]) -> ConfigDict:
+    """The base config plus CEL rules (``x-kubernetes-validations``) for the CRD."""
+    return ConfigDict(**BASE_CONFIG, json_schema_extra={"x-kubernetes-validations": list(rules)})
 
 
 class Model(BaseModel):
     """Base of every torchyard API object: camelCase aliases, unknown fields refused."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-    )
+    model_config = BASE_CONFIG
 
     def to_dict(self) -> dict[str, Any]:
         """The wire form: camelCase keys, unset optional fields left out."""
@@ -51,7 +58,9 @@ def nested(model: type[Model], description: str) -> Any:
     return Field(
         default_factory=model,
         description=description,
-        json_schema_extra={"default": {}},
+        # The whole default object: the apiserver validates a default without
+        # defaulting inside it first.
+        json_schema_extra={"default": model().to_dict()},
     )
 
 

@@ -70,12 +70,15 @@ KINDS: tuple[Kind, ...] = (
                 "jsonPath": ".status.worldSize",
                 "description": "World size: nodeCount x processCountPerNode",
             },
-            {"name": "Environment", "type": "string", "jsonPath": ".spec.environment",
-             "priority": 1},
+            {
+                "name": "Environment",
+                "type": "string",
+                "jsonPath": ".spec.environment",
+                "priority": 1,
+            },
             {"name": "Model", "type": "string", "jsonPath": ".status.model.name"},
             {"name": "Version", "type": "integer", "jsonPath": ".status.model.version"},
-            {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts",
-             "priority": 1},
+            {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
             _age(),
         ),
         root_rules=(
@@ -87,7 +90,6 @@ KINDS: tuple[Kind, ...] = (
                 "message": "a TrainingRun name must be a DNS-1035 label (lower-case letters, "
                 "digits and '-', starting with a letter) of at most 52 characters, so that "
                 "its Pods and Service can be named after it",
-                "fieldPath": ".metadata.name",
             },
         ),
     ),

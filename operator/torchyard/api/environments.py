@@ -18,6 +18,7 @@ from torchyard.api._base import (
     ENV_VAR_NAME,
     Condition,
     Model,
+    with_rules,
 )
 
 
@@ -50,28 +51,22 @@ class Registry(Model):
 class EnvironmentSpec(Model):
     """Desired state of an Environment: a curated image, or a build recipe."""
 
-    model_config = Model.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "has(self.image) != has(self.baseImage)",
-                    "message": "set exactly one of image (a prebuilt image) or baseImage "
-                    "(build one)",
-                },
-                {
-                    "rule": "!has(self.image) || ((!has(self.pip) || size(self.pip) == 0) "
-                    "&& !has(self.conda) && (!has(self.env) || size(self.env) == 0))",
-                    "message": "pip, conda and env need baseImage: a prebuilt image is used "
-                    "as it is",
-                },
-                {
-                    "rule": "!has(self.baseImage) || has(self.registry)",
-                    "message": "a build (baseImage) needs registry.repository to push to",
-                    "fieldPath": ".registry",
-                },
-            ]
-        }
-    }
+    model_config = with_rules(
+        {
+            "rule": "has(self.image) != has(self.baseImage)",
+            "message": "set exactly one of image (a prebuilt image) or baseImage (build one)",
+        },
+        {
+            "rule": "!has(self.image) || ((!has(self.pip) || size(self.pip) == 0) "
+            "&& !has(self.conda) && (!has(self.env) || size(self.env) == 0))",
+            "message": "pip, conda and env need baseImage: a prebuilt image is used as it is",
+        },
+        {
+            "rule": "!has(self.baseImage) || has(self.registry)",
+            "message": "a build (baseImage) needs registry.repository to push to",
+            "fieldPath": ".registry",
+        },
+    )
 
     image: str | None = Field(
         default=None,
@@ -104,9 +99,7 @@ class EnvironmentSpec(Model):
             ]
         },
     )
-    registry: Registry | None = Field(
-        default=None, description="Where a built image is pushed."
-    )
+    registry: Registry | None = Field(default=None, description="Where a built image is pushed.")
     python: str = Field(
         default="python3",
         description="The Python interpreter of the image (used by the launcher and builds).",
@@ -139,9 +132,7 @@ class EnvironmentStatus(Model):
         default=None, description="Content hash of the build inputs (sha256:...)."
     )
     build_job: str | None = Field(default=None, description="Name of the build Job.")
-    message: str | None = Field(
-        default=None, description="On failure: the tail of the build log."
-    )
+    message: str | None = Field(default=None, description="On failure: the tail of the build log.")
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Accepted, Ready.",

@@ -23,6 +23,7 @@ from torchyard.api._base import (
     Condition,
     Model,
     nested,
+    with_rules,
 )
 
 DEFAULT_MASTER_PORT = 6105  # as Azure ML
@@ -75,23 +76,18 @@ class GitSource(Model):
 class Source(Model):
     """Where the training code comes from: exactly one of configMap, git or image."""
 
-    model_config = Model.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "[has(self.configMap), has(self.git), has(self.image)]"
-                    ".filter(x, x).size() == 1",
-                    "message": "exactly one of source.configMap, source.git or source.image "
-                    "must be set",
-                },
-                {
-                    "rule": "!has(self.image) || self.image",
-                    "message": "source.image must be true when set (the code is in the image)",
-                    "fieldPath": ".image",
-                },
-            ]
-        }
-    }
+    model_config = with_rules(
+        {
+            "rule": "[has(self.configMap), has(self.git), has(self.image)]"
+            ".filter(x, x).size() == 1",
+            "message": "exactly one of source.configMap, source.git or source.image must be set",
+        },
+        {
+            "rule": "!has(self.image) || self.image",
+            "message": "source.image must be true when set (the code is in the image)",
+            "fieldPath": ".image",
+        },
+    )
 
     config_map: str | None = Field(
         default=None,
@@ -111,7 +107,9 @@ class Source(Model):
     def _exactly_one(self) -> Source:
         chosen = [self.config_map is not None, self.git is not None, self.image is not None]
         if sum(chosen) != 1:
-            raise ValueError("exactly one of source.configMap, source.git or source.image must be set")
+            raise ValueError(
+                "exactly one of source.configMap, source.git or source.image must be set"
+            )
         if self.image is False:
             raise ValueError("source.image must be true when set (the code is in the image)")
         return self
@@ -120,18 +118,13 @@ class Source(Model):
 class Distribution(Model):
     """How the run is spread over nodes and processes (~ PyTorchConfiguration)."""
 
-    model_config = Model.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.type != 'none' || (self.nodeCount == 1 && "
-                    "self.processCountPerNode == 1)",
-                    "message": "distribution.type 'none' runs one process: nodeCount and "
-                    "processCountPerNode must be 1",
-                },
-            ]
+    model_config = with_rules(
+        {
+            "rule": "self.type != 'none' || (self.nodeCount == 1 && self.processCountPerNode == 1)",
+            "message": "distribution.type 'none' runs one process: nodeCount and "
+            "processCountPerNode must be 1",
         }
-    }
+    )
 
     type: Literal["pytorch", "none"] = Field(
         default="pytorch",
@@ -190,7 +183,7 @@ class Resources(Model):
     cpu: str | None = Field(
         default=None,
         pattern=QUANTITY,
-        description="CPU per node Pod, as a Kubernetes quantity (e.g. \"8\" or \"500m\").",
+        description='CPU per node Pod, as a Kubernetes quantity (e.g. "8" or "500m").',
     )
     memory: str | None = Field(
         default=None,
@@ -209,9 +202,7 @@ class Toleration(Model):
     """A toleration of node taints (core/v1 Toleration)."""
 
     key: str | None = Field(default=None, description="Taint key; empty with Exists matches all.")
-    operator: Literal["Exists", "Equal"] = Field(
-        default="Equal", description="Exists or Equal."
-    )
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists or Equal.")
     value: str | None = Field(default=None, description="Taint value for operator Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
@@ -302,18 +293,13 @@ class Outputs(Model):
 class EnvVar(Model):
     """An extra environment variable for every process."""
 
-    model_config = Model.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!(self.name in " + str(list(RANK_CONTRACT_VARIABLES)) + ")",
-                    "message": "this variable belongs to the rank contract and is set by "
-                    "torchyard",
-                    "fieldPath": ".name",
-                }
-            ]
+    model_config = with_rules(
+        {
+            "rule": "!(self.name in " + str(list(RANK_CONTRACT_VARIABLES)) + ")",
+            "message": "this variable belongs to the rank contract and is set by torchyard",
+            "fieldPath": ".name",
         }
-    }
+    )
 
     name: str = Field(min_length=1, max_length=256, pattern=ENV_VAR_NAME, description="Name.")
     value: str = Field(default="", description="Value.")
@@ -321,7 +307,9 @@ class EnvVar(Model):
     @model_validator(mode="after")
     def _not_rank_contract(self) -> EnvVar:
         if self.name in RANK_CONTRACT_VARIABLES:
-            raise ValueError(f"env {self.name} belongs to the rank contract and is set by torchyard")
+            raise ValueError(
+                f"env {self.name} belongs to the rank contract and is set by torchyard"
+            )
         return self
 
 
@@ -341,9 +329,8 @@ _SPEC_RULES: list[dict[str, Any]] = [
     {
         "rule": "self.resources.gpusPerNode == 0 || "
         "self.distribution.processCountPerNode <= self.resources.gpusPerNode",
-        "messageExpression": "'processCountPerNode (' + "
-        "string(self.distribution.processCountPerNode) + ') must not exceed gpusPerNode (' "
-        "+ string(self.resources.gpusPerNode) + ')'",
+        "message": "distribution.processCountPerNode must not exceed resources.gpusPerNode "
+        "(one process per GPU at most)",
         "fieldPath": ".distribution.processCountPerNode",
         "reason": "FieldValueInvalid",
     },
@@ -353,9 +340,7 @@ _SPEC_RULES: list[dict[str, Any]] = [
 class TrainingRunSpec(Model):
     """Desired state of a TrainingRun."""
 
-    model_config = Model.model_config | {
-        "json_schema_extra": {"x-kubernetes-validations": _SPEC_RULES}
-    }
+    model_config = with_rules(*_SPEC_RULES)
 
     environment: str = Field(
         min_length=1,
@@ -383,7 +368,7 @@ class TrainingRunSpec(Model):
         default_factory=Distribution,
         description="Nodes, processes per node and launch mode; immutable once created.",
         json_schema_extra={
-            "default": {},
+            "default": Distribution().to_dict(),
             "x-kubernetes-validations": [
                 {"rule": "self == oldSelf", "message": "distribution is immutable"}
             ],
@@ -489,4 +474,3 @@ class TrainingRun(Model):
     def generation(self) -> int | None:
         gen = self.metadata.get("generation")
         return int(gen) if gen is not None else None
-

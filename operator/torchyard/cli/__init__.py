@@ -25,12 +25,7 @@ def _load_documents(path: str) -> list[dict[str, Any]]:
 def cmd_operator(args: argparse.Namespace) -> int:
     from torchyard import controller
 
-    return controller.main(
-        args.namespace or (),
-        verbose=args.verbose,
-        standalone=not args.peering,
-        liveness_endpoint=args.liveness,
-    )
+    return controller.main_from_args(args)
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
@@ -71,13 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("operator", help="run the operator (Kopf) against the current cluster")
-    p.add_argument("-n", "--namespace", action="append",
-                   help="watch only this namespace (repeatable; default: all namespaces)")
-    p.add_argument("--peering", action="store_true",
-                   help="use Kopf peering so that only one replica acts")
-    p.add_argument("--liveness", metavar="URL", default=None,
-                   help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    from torchyard import controller
+
+    controller.add_arguments(p)
     p.set_defaults(func=cmd_operator)
 
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (kubectl apply -f -)")

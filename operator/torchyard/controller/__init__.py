@@ -7,6 +7,7 @@ kopf; ``torchyard.k8s`` is the only code that talks to the API.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import threading
@@ -51,4 +52,33 @@ def main(
     return 0
 
 
-__all__ = ["handlers", "main", "run"]
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The operator's options (shared by ``torchyard operator`` and ``-m torchyard.controller``)."""
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    parser.add_argument(
+        "--peering", action="store_true", help="use Kopf peering so that only one replica acts"
+    )
+    parser.add_argument(
+        "--liveness",
+        metavar="URL",
+        default=None,
+        help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def main_from_args(args: argparse.Namespace) -> int:
+    return main(
+        args.namespace or (),
+        verbose=args.verbose,
+        standalone=not args.peering,
+        liveness_endpoint=args.liveness,
+    )
+
+
+__all__ = ["add_arguments", "handlers", "main", "main_from_args", "run"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from torchyard.cli import main
+from torchyard import controller
 
 if __name__ == "__main__":
-    sys.exit(main(["operator", *sys.argv[1:]]))
+    parser = argparse.ArgumentParser(prog="python -m torchyard.controller")
+    controller.add_arguments(parser)
+    sys.exit(controller.main_from_args(parser.parse_args()))

@@ -25,7 +25,7 @@ from torchyard.controller import reconcile
 RESYNC_SECONDS = 60.0
 RETRY_MIN, RETRY_MAX = 1.0, 60.0
 
-Reconciler = Callable[[Mapping[str, Any], logging.Logger], bool]
+Reconciler = Callable[[Mapping[str, Any], reconcile.Log], bool]
 
 
 class Requeue:
@@ -76,7 +76,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def run_reconcile(kind: str, body: Mapping[str, Any], logger: logging.Logger) -> None:
+def run_reconcile(kind: str, body: Mapping[str, Any], logger: reconcile.Log) -> None:
     """Reconcile one object, one reconcile per object at a time; never raises."""
     body = _plain(body)
     meta = body["metadata"]
@@ -94,13 +94,14 @@ def run_reconcile(kind: str, body: Mapping[str, Any], logger: logging.Logger) ->
             return
         except Exception:  # a bug: say it loudly, but keep the operator alive
             delay = REQUEUE.failed(key)
-            logger.exception("%s %s/%s: reconcile failed; retrying in %.0fs", kind, key[1],
-                             key[2], delay)
+            logger.exception(
+                "%s %s/%s: reconcile failed; retrying in %.0fs", kind, key[1], key[2], delay
+            )
             return
     REQUEUE.succeeded(key)
 
 
-def _reconcile_fresh(kind: str, namespace: str, name: str, logger: logging.Logger) -> None:
+def _reconcile_fresh(kind: str, namespace: str, name: str, logger: reconcile.Log) -> None:
     res, _ = _RECONCILERS[kind]
     try:
         body = k8s.get(res, namespace, name)
@@ -112,6 +113,22 @@ def _reconcile_fresh(kind: str, namespace: str, name: str, logger: logging.Logge
         logger.warning("%s %s/%s: %s", kind, namespace, name, err)
         return
     run_reconcile(kind, body, logger)
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """Kopf uses the same credentials as torchyard.k8s (kubeconfig or in-cluster)."""
+    cfg = k8s.load().configuration
+    auth = str((cfg.api_key or {}).get("authorization", ""))
+    token = auth.removeprefix("Bearer ").strip() or None
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        token=token,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
 
 
 @kopf.on.startup()
@@ -149,7 +166,7 @@ async def _resync_loop() -> None:
             await loop.run_in_executor(None, _resync_all, logger)
 
 
-def _resync_all(logger: logging.Logger) -> None:
+def _resync_all(logger: reconcile.Log) -> None:
     for kind, (res, _) in _RECONCILERS.items():
         try:
             items = k8s.list_(res)
@@ -163,16 +180,14 @@ def _resync_all(logger: logging.Logger) -> None:
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
-def trainingrun_event(type: str | None, body: kopf.Body, logger: logging.Logger,
-                      **_: Any) -> None:
+def trainingrun_event(type: str, body: kopf.Body, logger: reconcile.Log, **_: Any) -> None:
     if type == "DELETED":
         return
     run_reconcile("TrainingRun", body, logger)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "environments")
-def environment_event(type: str | None, body: kopf.Body, logger: logging.Logger,
-                      **_: Any) -> None:
+def environment_event(type: str, body: kopf.Body, logger: reconcile.Log, **_: Any) -> None:
     if type == "DELETED":
         return
     run_reconcile("Environment", body, logger)

@@ -15,6 +15,7 @@ from typing import Any
 from torchyard import api, k8s, status
 
 Clock = Callable[[], datetime]
+Log = logging.Logger | logging.LoggerAdapter[Any]
 
 
 def utcnow() -> datetime:
@@ -32,7 +33,7 @@ def _status_manifest(body: Mapping[str, Any], new_status: dict[str, Any]) -> dic
 
 
 def _patch_status_if_changed(
-    body: Mapping[str, Any], new_status: dict[str, Any], logger: logging.Logger
+    body: Mapping[str, Any], new_status: dict[str, Any], logger: Log
 ) -> bool:
     """Apply ``new_status`` unless the object already shows it; True when written."""
     current = dict(body.get("status") or {})
@@ -43,7 +44,7 @@ def _patch_status_if_changed(
     return True
 
 
-def trainingrun(body: Mapping[str, Any], logger: logging.Logger, now: Clock = utcnow) -> bool:
+def trainingrun(body: Mapping[str, Any], logger: Log, now: Clock = utcnow) -> bool:
     """Reconcile one TrainingRun; returns whether its status was written."""
     previous = body.get("status") or {}
     generation = body["metadata"].get("generation")
@@ -57,7 +58,7 @@ def trainingrun(body: Mapping[str, Any], logger: logging.Logger, now: Clock = ut
     return _patch_status_if_changed(body, new, logger)
 
 
-def environment(body: Mapping[str, Any], logger: logging.Logger, now: Clock = utcnow) -> bool:
+def environment(body: Mapping[str, Any], logger: Log, now: Clock = utcnow) -> bool:
     """Reconcile one Environment; returns whether its status was written."""
     previous = body.get("status") or {}
     generation = body["metadata"].get("generation")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 FIELD_MANAGER = "torchyard"
 
@@ -154,24 +154,32 @@ def _call(
     query: list[tuple[str, Any]] | None = None,
     body: Any = None,
     content_type: str = "application/json",
+    timeout: float = 30,
 ) -> Any:
     api = load()
     try:
-        data = api.call_api(
-            path,
-            method,
+        method, url, headers, _, _ = api.param_serialize(
+            method=method,
+            resource_path=path,
             query_params=query or [],
             header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body,
             auth_settings=["BearerToken"],
-            response_type="object",
-            _return_http_data_only=True,
-            _preload_content=True,
-            _request_timeout=30,
         )
+        response = api.call_api(
+            method, url, header_params=headers, body=body, _request_timeout=timeout
+        )
+        raw = response.read()
     except ApiException as exc:
         raise _error(exc) from None
-    return data
+    if not 200 <= response.status < 300:
+        raise _error(
+            ApiException(
+                status=response.status,
+                reason=response.reason,
+                body=raw.decode(errors="replace") if raw else "",
+            )
+        )
+    return json.loads(raw) if raw else {}
 
 
 def get(res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
@@ -256,13 +264,9 @@ def delete(
 
 def ready(timeout: float = 5.0) -> bool:
     """Whether the apiserver answers /readyz."""
-    api = load()
     try:
-        api.call_api(
-            "/readyz", "GET", auth_settings=["BearerToken"], _preload_content=False,
-            _request_timeout=timeout,
-        )
-    except Exception:
+        _call("GET", "/readyz", timeout=timeout)
+    except (ApiError, ValueError, OSError):
         return False
     return True
 

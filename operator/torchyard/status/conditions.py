@@ -42,7 +42,11 @@ def merge(
     out = []
     for cond in desired:
         old = before.get(cond["type"])
-        if old is not None and old.get("status") == cond["status"] and old.get("lastTransitionTime"):
+        if (
+            old is not None
+            and old.get("status") == cond["status"]
+            and old.get("lastTransitionTime")
+        ):
             when = old["lastTransitionTime"]
         else:
             when = timestamp(now)

@@ -24,8 +24,9 @@ def environment_status(
         status["phase"] = EnvironmentPhase.READY.value
         status["image"] = env.spec.image
         desired.append(
-            condition("Ready", True, "Curated", "prebuilt image, used as it is",
-                      observed_generation=gen)
+            condition(
+                "Ready", True, "Curated", "prebuilt image, used as it is", observed_generation=gen
+            )
         )
     else:
         status["phase"] = EnvironmentPhase.PENDING.value

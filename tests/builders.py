@@ -1,0 +1,97 @@
+"""Fixture builders for torchyard resources, in the JobSet style:
+
+    run = TrainingRunBuilder("bert", "ns").nodes(2).procs(2).gpus(2).pool("a100").obj()
+
+Each returns a plain wire-form dict, exactly what a user would ``kubectl apply``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+class TrainingRunBuilder:
+    def __init__(self, name: str, namespace: str = "default") -> None:
+        self._obj: dict[str, Any] = {
+            "apiVersion": "torchyard.dev/v1alpha1",
+            "kind": "TrainingRun",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "environment": "pytorch",
+                "source": {"image": True},
+                "command": ["python", "train.py"],
+            },
+        }
+
+    def _set(self, path: str, value: Any) -> TrainingRunBuilder:
+        node = self._obj
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+        return self
+
+    def environment(self, name: str) -> TrainingRunBuilder:
+        return self._set("spec.environment", name)
+
+    def command(self, *argv: str) -> TrainingRunBuilder:
+        return self._set("spec.command", list(argv))
+
+    def nodes(self, n: int) -> TrainingRunBuilder:
+        return self._set("spec.distribution.nodeCount", n)
+
+    def procs(self, n: int) -> TrainingRunBuilder:
+        return self._set("spec.distribution.processCountPerNode", n)
+
+    def launch(self, mode: str) -> TrainingRunBuilder:
+        return self._set("spec.distribution.launch", mode)
+
+    def master_port(self, port: int) -> TrainingRunBuilder:
+        return self._set("spec.distribution.masterPort", port)
+
+    def gpus(self, n: int) -> TrainingRunBuilder:
+        return self._set("spec.resources.gpusPerNode", n)
+
+    def pool(self, name: str) -> TrainingRunBuilder:
+        return self._set("spec.compute.pool", name)
+
+    def source(self, **source: Any) -> TrainingRunBuilder:
+        return self._set("spec.source", source)
+
+    def env(self, **variables: str) -> TrainingRunBuilder:
+        return self._set("spec.env", [{"name": k, "value": v} for k, v in variables.items()])
+
+    def register(self, model: str, **extra: Any) -> TrainingRunBuilder:
+        return self._set("spec.outputs.register", {"model": model, **extra})
+
+    def with_(self, path: str, value: Any) -> TrainingRunBuilder:
+        return self._set(path, value)
+
+    def obj(self) -> dict[str, Any]:
+        return copy.deepcopy(self._obj)
+
+
+def environment(name: str, namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "Environment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec or {"image": "python:3.11-slim"},
+    }
+
+
+def model_version(name: str, namespace: str, model: str, version: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "ModelVersion",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": model,
+            "version": version,
+            "run": {"name": "some-run"},
+            "files": [{"path": "model.pt", "size": 3, "sha256": "a" * 64}],
+            "totalBytes": 3,
+            "size": "3 B",
+        },
+    }

@@ -1,0 +1,498 @@
+"""A real Kubernetes control plane on loopback, for integration tests and benchmarks.
+
+``Cluster.start()`` runs etcd, kube-apiserver (RBAC on, service-account signing keys,
+client-certificate auth, loopback only), kube-controller-manager (garbage collection,
+service-account tokens, ...) and kube-scheduler from the binaries that
+``tests/cluster/binaries.py`` builds, waits for ``/readyz`` and the ``default``
+namespace, applies ``crds/`` and waits for ``Established``, then starts KWOK with fake
+nodes: a GPU pool (4 nodes x 8 ``nvidia.com/gpu``, ``torchyard.dev/pool=a100``, tainted
+``nvidia.com/gpu=present:NoSchedule``) and a CPU pool. ``Cluster.stop()`` ends every
+process it started (each in its own process group) and removes the working folder.
+
+Used by ``tests/conftest.py`` (one cluster per pytest session) and ``benchmarks/``;
+``python -m tests.cluster.harness`` keeps one up for manual use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster import binaries
+
+REPO = Path(__file__).resolve().parents[2]
+STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A pool of fake nodes KWOK keeps Ready."""
+
+    name: str
+    nodes: int
+    gpus: int
+    cpu: str
+    memory: str
+    taints: tuple[dict[str, str], ...] = ()
+
+
+DEFAULT_POOLS = (
+    Pool("a100", nodes=4, gpus=8, cpu="96", memory="1Ti", taints=(GPU_TAINT,)),
+    Pool("cpu", nodes=2, gpus=0, cpu="32", memory="128Gi"),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def node_manifest(pool: Pool, index: int) -> dict[str, Any]:
+    """A fake node of ``pool`` (KWOK keeps the capacity given here)."""
+    capacity = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110"}
+    labels = {
+        "type": "kwok",
+        "torchyard.dev/pool": pool.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": f"{pool.name}-{index}",
+    }
+    if pool.gpus:
+        capacity["nvidia.com/gpu"] = str(pool.gpus)
+        labels["nvidia.com/gpu.present"] = "true"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"{pool.name}-{index}",
+            "labels": labels,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"taints": [dict(t) for t in pool.taints]},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+@dataclass
+class Cluster:
+    """One control plane; ``kubeconfig`` is an admin (system:masters) kubeconfig."""
+
+    pools: tuple[Pool, ...] = DEFAULT_POOLS
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="torchyard-k8s-")))
+    verbose: bool = False
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        t0 = time.monotonic()
+        try:
+            for tool in ("etcd", "kwok", "kubernetes"):
+                binaries.build(binaries.TOOLS[tool])
+            self.timings["binaries"] = time.monotonic() - t0
+            t1 = time.monotonic()
+            self._pki()
+            self._start_etcd()
+            self._start_apiserver()
+            self._wait_ready()
+            self.timings["apiserver"] = time.monotonic() - t1
+            self._start("kube-controller-manager", self._controller_manager_args())
+            self._start("kube-scheduler", self._scheduler_args())
+            self._apply_crds()
+            self._start_kwok()
+            self._create_nodes()
+            self._wait_for_default_serviceaccount("default")
+            self.timings["total"] = time.monotonic() - t0
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            proc = self.processes[name]
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.processes.clear()
+        if not os.environ.get("TORCHYARD_KEEP_CLUSTER_DIR"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- pieces ------------------------------------------------------------------
+
+    def _bin(self, name: str) -> str:
+        tool = {"etcd": "etcd", "kwok": "kwok"}.get(name, "kubernetes")
+        return str(binaries.TOOLS[tool].path(name))
+
+    def _start(self, name: str, args: list[str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
+        self.processes[name] = subprocess.Popen(
+            [self._bin(name), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stop() ends it and its children
+        )
+
+    def _openssl(self, *args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=self.workdir, check=True, capture_output=True)
+
+    def _pki(self) -> None:
+        """A CA, the apiserver's serving certificate, an admin client certificate, SA keys."""
+        w = self.workdir
+        (w / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        self._openssl(
+            "req",
+            "-x509",
+            *ec,
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=torchyard-test-ca",
+        )
+        for name, subj, ext in (
+            ("apiserver", "/CN=kube-apiserver", ["-extfile", "san.cnf"]),
+            ("admin", "/O=system:masters/CN=torchyard-admin", []),
+        ):
+            self._openssl(
+                "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subj
+            )
+            self._openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                f"{name}.crt",
+                "-days",
+                "2",
+                *ext,
+            )
+        self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "sa.key")
+        self._openssl("ec", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+        self.apiserver_port = free_port()
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "torchyard-test",
+                            "cluster": {
+                                "server": self.server,
+                                "certificate-authority": str(w / "ca.crt"),
+                            },
+                        }
+                    ],
+                    "users": [
+                        {
+                            "name": "admin",
+                            "user": {
+                                "client-certificate": str(w / "admin.crt"),
+                                "client-key": str(w / "admin.key"),
+                            },
+                        }
+                    ],
+                    "contexts": [
+                        {
+                            "name": "torchyard-test",
+                            "context": {"cluster": "torchyard-test", "user": "admin"},
+                        }
+                    ],
+                    "current-context": "torchyard-test",
+                }
+            )
+        )
+
+    def _start_etcd(self) -> None:
+        self.etcd_port, peer = free_port(), free_port()
+        self._start(
+            "etcd",
+            [
+                "--name=default",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{self.etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{self.etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+
+    def _start_apiserver(self) -> None:
+        w = self.workdir
+        self._start(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # loopback may not be published as the kubernetes Service endpoint
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={w / 'apiserver.crt'}",
+                f"--tls-private-key-file={w / 'apiserver.key'}",
+                f"--client-ca-file={w / 'ca.crt'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-key-file={w / 'sa.pub'}",
+                f"--service-account-signing-key-file={w / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--api-audiences=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--max-requests-inflight=800",
+                "--max-mutating-requests-inflight=400",
+                "--v=1",
+            ],
+        )
+
+    def _controller_manager_args(self) -> list[str]:
+        w = self.workdir
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            f"--service-account-private-key-file={w / 'sa.key'}",
+            f"--root-ca-file={w / 'ca.crt'}",
+            "--controllers=*",
+            "--concurrent-gc-syncs=20",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--v=1",
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--v=1",
+        ]
+
+    def _start_kwok(self) -> None:
+        self._start(
+            "kwok",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={STAGES}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.0.0.1/16",
+                "--node-ip=10.0.0.1",
+            ],
+        )
+
+    # -- talking to it -------------------------------------------------------------
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.workdir / "ca.crt"))
+        ctx.load_cert_chain(str(self.workdir / "admin.crt"), str(self.workdir / "admin.key"))
+        return ctx
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """A raw admin request (for the harness itself; tests use torchyard.k8s)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, context=self._ssl(), timeout=10) as resp:
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode()
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            return err.code, json.loads(raw) if raw[:1] == b"{" else raw.decode()
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [
+                self._bin("kubectl"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--cache-dir={self.workdir / 'kubectl-cache'}",
+                *args,
+            ],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
+        return result.stdout if check else result.stdout + result.stderr
+
+    def _check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
+
+    def wait_for(self, what: str, check: Any, timeout: float = 60.0, interval: float = 0.1) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            with contextlib.suppress(OSError, urllib.error.URLError, ssl.SSLError):
+                result = check()
+                if result:
+                    return result
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(interval)
+
+    def _wait_ready(self) -> None:
+        self.wait_for("kube-apiserver /readyz", lambda: self.request("GET", "/readyz")[0] == 200)
+        self.wait_for(
+            "the default namespace",
+            lambda: self.request("GET", "/api/v1/namespaces/default")[0] == 200,
+        )
+
+    def _apply_crds(self) -> None:
+        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+        self.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "-l",
+            "app.kubernetes.io/part-of=torchyard",
+        )
+
+        def published() -> bool:
+            # kubectl explain reads the OpenAPI v3 document, published a moment later.
+            code, body = self.request("GET", "/openapi/v3/apis/torchyard.dev/v1alpha1")
+            schemas = body.get("components", {}).get("schemas", {}) if code == 200 else {}
+            return all(
+                f"dev.torchyard.v1alpha1.{k}" in schemas
+                for k in ("TrainingRun", "Environment", "ModelVersion")
+            )
+
+        self.wait_for("the CRDs' OpenAPI schemas", published, timeout=60)
+
+    def _create_nodes(self) -> None:
+        for pool in self.pools:
+            for i in range(pool.nodes):
+                code, body = self.request("POST", "/api/v1/nodes", node_manifest(pool, i))
+                if code not in (201, 409):
+                    raise RuntimeError(f"creating node {pool.name}-{i}: {code} {body}")
+
+        def all_ready() -> bool:
+            code, body = self.request("GET", "/api/v1/nodes")
+            ready = [
+                n
+                for n in body.get("items", [])
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in n.get("status", {}).get("conditions", [])
+                )
+            ]
+            return code == 200 and len(ready) == sum(p.nodes for p in self.pools)
+
+        self.wait_for("KWOK nodes Ready", all_ready, timeout=60)
+
+    def _wait_for_default_serviceaccount(self, namespace: str) -> None:
+        self.wait_for(
+            f"serviceaccount default in {namespace}",
+            lambda: (
+                self.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")[0]
+                == 200
+            ),
+            timeout=60,
+        )
+
+    def create_namespace(self, name: str) -> str:
+        code, body = self.request(
+            "POST",
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        )
+        if code not in (201, 409):
+            raise RuntimeError(f"creating namespace {name}: {code} {body}")
+        self._wait_for_default_serviceaccount(name)
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        self.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def main() -> int:
+    """Keep a cluster up until Ctrl-C, printing how to reach it."""
+    cluster = Cluster()
+    cluster.start()
+    print(
+        textwrap.dedent(
+            f"""\
+            control plane up in {cluster.timings["total"]:.1f}s
+              export KUBECONFIG={cluster.kubeconfig}
+              kubectl get nodes      # KWOK fake nodes
+            logs in {cluster.workdir}; Ctrl-C to stop"""
+        ),
+        flush=True,
+    )
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

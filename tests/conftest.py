@@ -1,0 +1,72 @@
+"""Shared fixtures: tiers are marked by folder; integration tests share one real cluster.
+
+- ``tests/unit/``: marked ``unit``; pure layers.
+- ``tests/integration/``: marked ``integration``; the session-wide ``cluster`` fixture
+  starts a real control plane (``tests/cluster/harness.py``), ``operator`` runs the
+  torchyard operator in-process against it, ``namespace`` gives each test its own.
+- ``tests/e2e/``: marked ``e2e``; real PyTorch training.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for tier in TIERS:
+            if tier in parts:
+                item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[object]:
+    from tests.cluster.harness import Cluster
+    from torchyard import k8s
+
+    with Cluster() as c:
+        os.environ["KUBECONFIG"] = str(c.kubeconfig)
+        k8s.reset()
+        print(f"\n[cluster] control plane up in {c.timings['total']:.1f}s ({c.workdir})")
+        yield c
+    os.environ.pop("KUBECONFIG", None)
+    k8s.reset()
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: object) -> Iterator[threading.Thread]:
+    """The torchyard operator, running in-process (its own thread and event loop)."""
+    from torchyard import controller
+
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=controller.run,
+        kwargs={"stop_flag": stop, "ready_flag": ready},
+        name="torchyard-operator",
+        daemon=True,
+    )
+    thread.start()
+    assert ready.wait(60), "the operator did not start within 60s"
+    yield thread
+    stop.set()
+    thread.join(30)
+
+
+@pytest.fixture
+def namespace(cluster: object, request: pytest.FixtureRequest) -> Iterator[str]:
+    from tests.cluster.harness import Cluster
+
+    assert isinstance(cluster, Cluster)
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = cluster.create_namespace(f"t-{base}-{os.urandom(2).hex()}")
+    yield name
+    cluster.delete_namespace(name)
