@@ -56,6 +56,66 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _pick(docs: list[dict[str, Any]], kind: str, name: str | None) -> dict[str, Any] | None:
+    found = [d for d in docs if d.get("kind") == kind]
+    if name is not None:
+        found = [d for d in found if (d.get("metadata") or {}).get("name") == name]
+    if len(found) > 1:
+        names = ", ".join((d.get("metadata") or {}).get("name", "?") for d in found)
+        raise SystemExit(f"torchyard: error: several {kind}s ({names}): pick one with --name")
+    return found[0] if found else None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a TrainingRun; today on this machine (--local)."""
+    if not args.local:
+        print(
+            "torchyard: error: `torchyard run` needs --local (run on this machine); to run on "
+            "a cluster, `kubectl apply -f` the file with the operator installed",
+            file=sys.stderr,
+        )
+        return 2
+    from torchyard import local
+
+    docs = _load_documents(args.file)
+    body = _pick(docs, "TrainingRun", args.name)
+    if body is None:
+        print(f"torchyard: error: no TrainingRun in {args.file}", file=sys.stderr)
+        return 2
+    try:
+        run = api.parse_trainingrun(body)
+        env_body = _pick(docs, "Environment", run.spec.environment)
+        environment = api.parse_environment(env_body) if env_body else None
+    except api.InvalidSpec as err:
+        print(f"torchyard: error: invalid resource: {err}", file=sys.stderr)
+        return 2
+    source = Path(args.source) if args.source else Path(args.file).resolve().parent
+    result = local.run_local(
+        run,
+        source,
+        registry=Path(args.registry).expanduser() if args.registry else None,
+        workroot=Path(args.workdir).expanduser() if args.workdir else None,
+        environment=environment,
+    )
+    if result.failure is not None:
+        print(
+            f"\nTrainingRun {run.name} failed after {result.seconds:.1f}s: "
+            f"{local.describe_failure(result.failure)}",
+            file=sys.stderr,
+        )
+        return result.exit_code or 1
+    print(f"\nTrainingRun {run.name} succeeded in {result.seconds:.1f}s")
+    if result.archive is not None:
+        print(f"  outputs and logs: {result.archive}")
+    if result.model is not None:
+        print(
+            f"  model: {result.model.model} version {result.model.version} "
+            f"({result.model.manifest['size']}, {len(result.model.manifest['files'])} files) "
+            f"at {result.model.path}"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchyard",
@@ -70,6 +130,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     controller.add_arguments(p)
     p.set_defaults(func=cmd_operator)
+
+    p = sub.add_parser(
+        "run",
+        help="run a TrainingRun (--local: on this machine, same rank contract as the cluster)",
+        description="Run the TrainingRun in FILE. With --local it trains on this machine: "
+        "one launcher per node, MASTER_ADDR 127.0.0.1, outputs archived to a local registry.",
+    )
+    p.add_argument("file", help="YAML with a TrainingRun (and optionally its Environment)")
+    p.add_argument("--local", action="store_true", help="run on this machine, no cluster")
+    p.add_argument(
+        "--source",
+        metavar="DIR",
+        help="folder with the training code (default: the YAML file's folder)",
+    )
+    p.add_argument(
+        "--registry",
+        metavar="DIR",
+        help="local registry folder (default: ~/.torchyard/registry or $TORCHYARD_REGISTRY)",
+    )
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="where node working folders go (default: ~/.torchyard/runs)",
+    )
+    p.add_argument("--name", help="which TrainingRun, when FILE holds several")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (kubectl apply -f -)")
     p.set_defaults(func=cmd_crds)

@@ -1,0 +1,241 @@
+"""Transfer learning on birds: the training script of Azure ML's "Train PyTorch models at
+scale" guide, made to run offline and distributed.
+
+The guide fine-tunes an ImageNet-pretrained ResNet on chicken/turkey photos it downloads.
+Nothing can be downloaded here, so the script (1) pre-trains a small convolutional
+backbone on a related task, classifying procedurally drawn shapes, (2) freezes it and
+(3) fine-tunes a new head on procedurally drawn chicken and turkey silhouettes
+(``birds_data.py``). Same arguments as the guide: ``--num_epochs``, ``--output_dir``,
+``--learning_rate``, ``--momentum``.
+
+Distributed with DistributedDataParallel when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU),
+from the rank contract torchyard sets (MASTER_ADDR, RANK, LOCAL_RANK, ...), exactly as
+under ``torchrun``. Rank 0 writes ``model.pt``, ``metrics.json``, ``history.json`` and,
+when TORCHYARD_EXPORT_ONNX=1 (``outputs.register.exportOnnx``), ``model.onnx``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import birds_data
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+class Backbone(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x - 0.5)
+
+
+class Classifier(nn.Module):
+    def __init__(self, backbone: Backbone, classes: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(64, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))
+
+
+def setup() -> tuple[int, int, torch.device]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if world > 1:
+        dist.init_process_group(backend=backend, init_method="env://")
+    return rank, world, device
+
+
+def mean_across_ranks(value: float, device: torch.device) -> float:
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
+def train(
+    model: nn.Module,
+    data: TensorDataset,
+    epochs: int,
+    lr: float,
+    momentum: float,
+    device: torch.device,
+    rank: int,
+    world: int,
+    label: str,
+    history: list[dict[str, float]] | None = None,
+    evaluate: callable | None = None,
+) -> None:
+    params = [p for p in model.parameters() if p.requires_grad]
+    # Adam (betas[0] = the guide's momentum) converges in few steps on this small data.
+    opt = torch.optim.Adam(params, lr=lr, betas=(momentum, 0.999))
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        model.train()
+        total, count = 0.0, 0
+        for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
+            opt.zero_grad()
+            loss = loss_fn(model(images), labels)
+            loss.backward()
+            opt.step()
+            total += float(loss.item()) * len(labels)
+            count += len(labels)
+        loss = mean_across_ranks(total / max(count, 1), device)
+        extra = evaluate() if evaluate else {}
+        if history is not None:
+            history.append({"epoch": epoch + 1, "loss": loss, **extra})
+        if rank == 0:
+            shown = " ".join(f"{k} {v:.3f}" for k, v in extra.items())
+            print(f"{label} epoch {epoch + 1}/{epochs} loss {loss:.4f} {shown}", flush=True)
+
+
+@torch.no_grad()
+def accuracy(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, device: torch.device
+) -> float:
+    model.eval()
+    predictions = model(images.to(device)).argmax(dim=1).cpu()
+    return float((predictions == labels).float().mean())
+
+
+def checksum(model: nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num_epochs", type=int, default=10, help="fine-tuning epochs")
+    parser.add_argument("--output_dir", type=str, default="./outputs")
+    parser.add_argument("--learning_rate", type=float, default=0.003)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--pretrain_epochs", type=int, default=8)
+    parser.add_argument("--images", type=int, default=400, help="bird images (80%% train)")
+    args = parser.parse_args()
+
+    started = time.time()
+    rank, world, device = setup()
+    torch.manual_seed(0)  # every rank starts from the same weights
+
+    # 1. Pre-train a backbone on the related task (shapes).
+    shape_x, shape_y = birds_data.shapes(1600, seed=0)
+    backbone = Backbone()
+    pretrain = Classifier(backbone, len(birds_data.SHAPES)).to(device)
+    if world > 1:
+        pretrain = DistributedDataParallel(pretrain)
+    print(f"rank {rank}: first training step at {time.time():.3f}", flush=True)
+    train(
+        pretrain,
+        TensorDataset(torch.from_numpy(shape_x), torch.from_numpy(shape_y)),
+        args.pretrain_epochs,
+        0.003,
+        0.9,
+        device,
+        rank,
+        world,
+        "pretrain",
+    )
+
+    # 2. Freeze it; 3. fine-tune a new head on the birds.
+    for p in backbone.parameters():
+        p.requires_grad = False
+    bird_x, bird_y = birds_data.birds(args.images, seed=1)
+    split = int(0.8 * len(bird_y))
+    train_set = TensorDataset(torch.from_numpy(bird_x[:split]), torch.from_numpy(bird_y[:split]))
+    val_x, val_y = torch.from_numpy(bird_x[split:]), torch.from_numpy(bird_y[split:])
+    model = Classifier(backbone, len(birds_data.BIRDS)).to(device)
+    wrapped: nn.Module = DistributedDataParallel(model) if world > 1 else model
+    history: list[dict[str, float]] = []
+    train(
+        wrapped,
+        train_set,
+        args.num_epochs,
+        args.learning_rate,
+        args.momentum,
+        device,
+        rank,
+        world,
+        "finetune",
+        history,
+        evaluate=lambda: {"val_accuracy": accuracy(model, val_x, val_y, device)},
+    )
+
+    print(f"param-checksum rank {rank} {checksum(model)}", flush=True)
+    if rank == 0:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model.cpu()
+        torch.save(
+            {
+                "state_dict": model.state_dict(),
+                "classes": list(birds_data.BIRDS),
+                "input_shape": [3, birds_data.SIZE, birds_data.SIZE],
+            },
+            out / "model.pt",
+        )
+        metrics = {
+            "loss_first": history[0]["loss"],
+            "loss_final": history[-1]["loss"],
+            "val_accuracy": history[-1]["val_accuracy"],
+            "world_size": world,
+            "seconds": time.time() - started,
+        }
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        (out / "history.json").write_text(json.dumps(history, indent=2))
+        if os.environ.get("TORCHYARD_EXPORT_ONNX") == "1":
+            model.eval()
+            torch.onnx.export(
+                model,
+                (torch.zeros(1, 3, birds_data.SIZE, birds_data.SIZE),),
+                str(out / "model.onnx"),
+                input_names=["image"],
+                output_names=["logits"],
+                dynamo=False,
+            )
+            print("exported outputs/model.onnx", flush=True)
+        print(f"val accuracy {metrics['val_accuracy']:.3f}; saved {out / 'model.pt'}", flush=True)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

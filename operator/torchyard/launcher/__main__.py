@@ -1,0 +1,7 @@
+"""``python -m torchyard.launcher -- <command...>``."""
+
+import sys
+
+from torchyard.launcher import main
+
+sys.exit(main())

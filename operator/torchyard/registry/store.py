@@ -1,0 +1,231 @@
+"""The model registry's store: a folder tree with atomic, immutable, verified versions.
+
+Layout under the root (a PVC in the cluster, ``~/.torchyard/registry`` in local mode):
+
+    <namespace>/runs/<run>/outputs/...          what node 0 wrote to ./outputs
+    <namespace>/runs/<run>/logs/node-<i>/...    every node's ./logs
+    <namespace>/models/<model>/<version>/       files + manifest.json (sizes, sha256, ...)
+
+Everything is written to a ``.tmp-*`` folder beside its destination, fsynced, and renamed
+into place, so a crash never leaves a partial version visible; ``Store()`` removes stale
+temporaries. Versions are numbered 1, 2, 3 ... per model; two concurrent promotions get
+distinct numbers because a rename onto an existing version fails and the next number is
+tried. Used by local mode and (later) the registry service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+TMP_PREFIX = ".tmp-"
+CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_into(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True, symlinks=False)
+    elif src.is_file():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+
+
+@dataclass(frozen=True)
+class Version:
+    model: str
+    version: int
+    path: Path
+    manifest: dict[str, Any]
+
+
+class Store:
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).expanduser()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.remove_stale_temporaries()
+
+    # -- paths ----------------------------------------------------------------------
+
+    def run_dir(self, namespace: str, run: str) -> Path:
+        return self.root / namespace / "runs" / run
+
+    def model_dir(self, namespace: str, model: str) -> Path:
+        return self.root / namespace / "models" / model
+
+    def remove_stale_temporaries(self) -> None:
+        for tmp in self.root.glob(f"*/*/*/{TMP_PREFIX}*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        for tmp in self.root.glob(f"*/*/{TMP_PREFIX}*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _tmp_beside(self, dest: Path) -> Path:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+        tmp.mkdir()
+        return tmp
+
+    # -- runs -----------------------------------------------------------------------
+
+    def archive_run(
+        self,
+        namespace: str,
+        run: str,
+        *,
+        outputs: Path | None,
+        logs: Mapping[int, Path],
+    ) -> Path:
+        """Archive a run's outputs (node 0) and every node's logs, replacing an older archive."""
+        dest = self.run_dir(namespace, run)
+        tmp = self._tmp_beside(dest)
+        try:
+            (tmp / "outputs").mkdir()
+            (tmp / "logs").mkdir()
+            if outputs is not None and outputs.exists():
+                _copy_into(outputs, tmp / "outputs")
+            for node, folder in sorted(logs.items()):
+                if folder.exists():
+                    _copy_into(folder, tmp / "logs" / f"node-{node}")
+            _fsync_tree(tmp)
+            if dest.exists():
+                old = dest.parent / f"{TMP_PREFIX}old-{uuid.uuid4().hex}"
+                dest.rename(old)
+                tmp.rename(dest)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return dest
+
+    # -- models ---------------------------------------------------------------------
+
+    def versions(self, namespace: str, model: str) -> list[int]:
+        folder = self.model_dir(namespace, model)
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+    def get(self, namespace: str, model: str, version: int | None = None) -> Version:
+        numbers = self.versions(namespace, model)
+        if not numbers:
+            raise KeyError(f"model {namespace}/{model} has no versions")
+        number = numbers[-1] if version is None else version
+        path = self.model_dir(namespace, model) / str(number)
+        if not path.is_dir():
+            raise KeyError(f"model {namespace}/{model} has no version {number}")
+        return Version(model, number, path, json.loads((path / MANIFEST).read_text()))
+
+    def publish(
+        self,
+        namespace: str,
+        model: str,
+        source: Path,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Version:
+        """Copy ``source`` (a file or folder) in as version N+1, atomically; immutable after."""
+        if not source.exists():
+            raise FileNotFoundError(f"nothing to register: {source} does not exist")
+        folder = self.model_dir(namespace, model)
+        tmp = self._tmp_beside(folder / "0")
+        try:
+            if source.is_dir():
+                _copy_into(source, tmp)
+            else:
+                shutil.copy2(source, tmp / source.name)
+            files: list[dict[str, Any]] = [
+                {
+                    "path": p.relative_to(tmp).as_posix(),
+                    "size": p.stat().st_size,
+                    "sha256": sha256_file(p),
+                }
+                for p in sorted(tmp.rglob("*"))
+                if p.is_file()
+            ]
+            total = sum(int(f["size"]) for f in files)
+            manifest: dict[str, Any] = {
+                "model": model,
+                "namespace": namespace,
+                "files": files,
+                "totalBytes": total,
+                "size": human_size(total),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                **(metadata or {}),
+            }
+            for attempt in range(1000):
+                number = (self.versions(namespace, model) or [0])[-1] + 1 + attempt
+                manifest["version"] = number
+                (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+                _fsync_tree(tmp)
+                try:
+                    os.rename(tmp, folder / str(number))  # fails if that version exists
+                except OSError:
+                    continue
+                with contextlib.suppress(OSError):
+                    _fsync_dir(folder)
+                return Version(model, number, folder / str(number), manifest)
+            raise RuntimeError(f"could not allocate a version of {model}")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def verify(self, version: Version) -> list[str]:
+        """Files whose size or sha256 no longer match the manifest (empty: intact)."""
+        bad = []
+        for entry in version.manifest["files"]:
+            path = version.path / entry["path"]
+            intact = (
+                path.is_file()
+                and path.stat().st_size == entry["size"]
+                and sha256_file(path) == entry["sha256"]
+            )
+            if not intact:
+                bad.append(entry["path"])
+        return bad
