@@ -43,6 +43,8 @@ $(VENV)/.ok: $(DEPS)/.complete pyproject.toml
 	  deps=$$("$(DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
 	  echo "import site; site.addsitedir('$$deps')" > "$$site/torchyard-deps.pth"
 	@$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@# the dependencies' commands (torchrun, pytest, ...) beside python, as in a single venv
+	@for f in "$(DEPS)"/bin/*; do n=$$(basename "$$f"); case "$$n" in python*|pip*|activate*|Activate*) ;; *) [ -e "$(VENV)/bin/$$n" ] || ln -s "$$f" "$(VENV)/bin/$$n";; esac; done
 	@touch $@
 
 venv: $(VENV)/.ok

@@ -116,14 +116,16 @@ def traceback_tail(lines: Sequence[str]) -> str:
 def termination_message(info: Mapping[str, Any], limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
     """``info`` as JSON of at most ``limit`` bytes, cutting the message from the front."""
     info = dict(info)
-    text = json.dumps(info, sort_keys=True)
-    message = info.get("message") or ""
-    while len(text.encode("utf-8")) > limit and message:
-        excess = len(text.encode("utf-8")) - limit
-        message = message[max(excess, len(message) // 10) :]
-        info["message"] = "..." + message
+    message = str(info.get("message") or "")
+    while True:
         text = json.dumps(info, sort_keys=True)
-    return text
+        size = len(text.encode("utf-8"))
+        if size <= limit or not message:
+            return text
+        # Cut in proportion to the escaped size (newlines and quotes count double).
+        escaped = len(json.dumps(message).encode("utf-8"))
+        message = message[len(message) * (size - limit) // max(escaped, 1) + 4 :]
+        info["message"] = "..." + message
 
 
 class Rank:
@@ -148,14 +150,18 @@ class Rank:
         name = f"rank-{rank}.txt" if rank is not None else label.replace(" ", "-") + ".txt"
         self.log = open(os.path.join(log_dir, name), "ab")  # noqa: SIM115
         self._lock = lock
-        self.proc = subprocess.Popen(
-            command,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: its DataLoader workers too
-        )
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: its DataLoader workers too
+            )
+        except OSError as err:
+            self.log.close()
+            raise LaunchError(f"cannot start {command[0]!r}: {err.strerror}") from None
         self.threads = [
             threading.Thread(target=self._pump, args=(self.proc.stdout, out, False), daemon=True),
             threading.Thread(target=self._pump, args=(self.proc.stderr, err, True), daemon=True),
@@ -256,37 +262,44 @@ class Launcher:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         started = time.monotonic()
-        if launch == "process":
-            for local in range(nproc):
-                env = process_env(self.env, local)
-                number = int(env["RANK"])
+        try:
+            if launch == "process":
+                for local in range(nproc):
+                    env = process_env(self.env, local)
+                    number = int(env["RANK"])
+                    self.ranks.append(
+                        Rank(
+                            number,
+                            local,
+                            f"rank {number}",
+                            self.command,
+                            env,
+                            logs,
+                            self.out,
+                            self.err,
+                            self._lock,
+                        )
+                    )
+            else:
                 self.ranks.append(
                     Rank(
-                        number,
-                        local,
-                        f"rank {number}",
+                        None,
+                        None,
+                        f"node {node_rank}",
                         self.command,
-                        env,
+                        dict(self.env),
                         logs,
                         self.out,
                         self.err,
                         self._lock,
                     )
                 )
-        else:
-            self.ranks.append(
-                Rank(
-                    None,
-                    None,
-                    f"node {node_rank}",
-                    self.command,
-                    dict(self.env),
-                    logs,
-                    self.out,
-                    self.err,
-                    self._lock,
-                )
-            )
+        except LaunchError:
+            for started_rank in self.ranks:
+                started_rank.signal(signal.SIGKILL)
+                started_rank.proc.wait()
+                started_rank.finish()
+            raise
         failed = self._wait(grace)
         for rank in self.ranks:
             rank.finish()
@@ -337,9 +350,10 @@ class Launcher:
                 path,
                 termination_message({"nodeRank": node_rank, "exitCode": 0, "reason": "Completed"}),
             )
-            self.say(
-                f"all {len(self.ranks)} rank(s) of node {node_rank} succeeded in {elapsed:.1f}s"
+            what = (
+                f"all {len(self.ranks)} ranks" if self.ranks[0].rank is not None else "the command"
             )
+            self.say(f"{what} of node {node_rank} succeeded in {elapsed:.1f}s")
             return 0
         code = failed.proc.returncode
         message = traceback_tail(failed.tail)

@@ -8,7 +8,8 @@ Layout under the root (a PVC in the cluster, ``~/.torchyard/registry`` in local 
 
 Everything is written to a ``.tmp-*`` folder beside its destination, fsynced, and renamed
 into place, so a crash never leaves a partial version visible; ``Store()`` removes stale
-temporaries. Versions are numbered 1, 2, 3 ... per model; two concurrent promotions get
+temporaries (older than an hour: younger ones may belong to a concurrent writer).
+Versions are numbered 1, 2, 3 ... per model; two concurrent promotions get
 distinct numbers because a rename onto an existing version fails and the next number is
 tried. Used by local mode and (later) the registry service.
 """
@@ -30,6 +31,7 @@ from typing import Any
 MANIFEST = "manifest.json"
 TMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
+STALE_SECONDS = 3600.0
 
 
 def sha256_file(path: Path) -> str:
@@ -98,11 +100,14 @@ class Store:
     def model_dir(self, namespace: str, model: str) -> Path:
         return self.root / namespace / "models" / model
 
-    def remove_stale_temporaries(self) -> None:
-        for tmp in self.root.glob(f"*/*/*/{TMP_PREFIX}*"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        for tmp in self.root.glob(f"*/*/{TMP_PREFIX}*"):
-            shutil.rmtree(tmp, ignore_errors=True)
+    def remove_stale_temporaries(self, older_than: float = STALE_SECONDS) -> None:
+        """Remove what crashed writers left; younger temporaries may be in use."""
+        cutoff = time.time() - older_than
+        for pattern in (f"*/*/*/{TMP_PREFIX}*", f"*/*/{TMP_PREFIX}*"):
+            for tmp in self.root.glob(pattern):
+                with contextlib.suppress(OSError):
+                    if tmp.stat().st_mtime < cutoff:
+                        shutil.rmtree(tmp, ignore_errors=True)
 
     def _tmp_beside(self, dest: Path) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -199,8 +204,8 @@ class Store:
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 **(metadata or {}),
             }
-            for attempt in range(1000):
-                number = (self.versions(namespace, model) or [0])[-1] + 1 + attempt
+            for _attempt in range(1000):
+                number = (self.versions(namespace, model) or [0])[-1] + 1
                 manifest["version"] = number
                 (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
                 _fsync_tree(tmp)

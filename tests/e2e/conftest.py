@@ -1,0 +1,73 @@
+"""E2E helpers: run ``torchyard run --local`` as a user would, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+class Local:
+    def __init__(self, tmp: Path) -> None:
+        self.registry = tmp / "registry"
+        self.workdir = tmp / "runs"
+        self.tmp = tmp
+
+    def run(self, yaml_file: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torchyard",
+                "run",
+                str(yaml_file),
+                "--local",
+                "--registry",
+                str(self.registry),
+                "--workdir",
+                str(self.workdir),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=self.tmp,
+        )
+
+    def write_run(self, base: Path, **spec_changes: Any) -> Path:
+        """A copy of an example's TrainingRun with some spec fields changed."""
+        docs = list(yaml.safe_load_all(base.read_text()))
+        run = next(d for d in docs if d["kind"] == "TrainingRun")
+        run["spec"].update(spec_changes)
+        path = self.tmp / "run.yaml"
+        path.write_text(yaml.safe_dump_all(docs))
+        return path
+
+    def archived_logs(self, run: str, namespace: str = "default") -> dict[int, str]:
+        """Every rank's log from the run archive, by global rank."""
+        logs = {}
+        for path in (self.registry / namespace / "runs" / run / "logs").rglob("rank-*.txt"):
+            logs[int(re.findall(r"rank-(\d+)", path.name)[0])] = path.read_text()
+        return logs
+
+    def contracts(self, run: str) -> list[dict[str, str]]:
+        found = []
+        for path in (self.registry / "default" / "runs" / run / "logs").rglob("*.txt"):
+            for line in path.read_text().splitlines():
+                if line.startswith("rank-contract "):
+                    found.append(json.loads(line.removeprefix("rank-contract ")))
+        return found
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Local:
+    return Local(tmp_path)

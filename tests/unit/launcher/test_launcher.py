@@ -1,0 +1,195 @@
+"""The launcher, run as a real process over small Python children: rank variables,
+log teeing, fail-fast with the failing rank's traceback, signal forwarding, bounded
+termination messages, and a standard-library-only single file."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from torchyard import launcher
+
+LAUNCHER = Path(launcher.__file__)
+
+
+def launch(
+    tmp_path: Path,
+    script: str,
+    nproc: int = 2,
+    node_rank: int = 0,
+    extra: dict[str, str] | None = None,
+    wait: bool = True,
+) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+    (tmp_path / "child.py").write_text(script)
+    env = {
+        "PATH": os.environ["PATH"],
+        "TORCHYARD_NPROC_PER_NODE": str(nproc),
+        "NODE_RANK": str(node_rank),
+        "WORLD_SIZE": str(nproc * 2),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29999",
+        "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination.json"),
+        "TORCHYARD_GRACE_PERIOD": "2",
+        **(extra or {}),
+    }
+    argv = [sys.executable, str(LAUNCHER), "--", sys.executable, "child.py"]
+    if not wait:
+        return subprocess.Popen(
+            argv, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    return subprocess.run(argv, cwd=tmp_path, env=env, text=True, capture_output=True, timeout=60)
+
+
+def termination(tmp_path: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((tmp_path / "termination.json").read_text())
+    return data
+
+
+def test_process_env_adds_global_and_local_rank() -> None:
+    node = {"TORCHYARD_NPROC_PER_NODE": "4", "NODE_RANK": "2", "WORLD_SIZE": "12"}
+    env = launcher.process_env(node, 3)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("11", "3", "12")
+
+
+def test_ranks_run_with_their_variables_and_logs_are_teed(tmp_path: Path) -> None:
+    done = launch(
+        tmp_path,
+        "import os; print('hello', os.environ['RANK'], "
+        "os.environ['LOCAL_RANK'], os.environ['OMP_NUM_THREADS'])",
+        node_rank=1,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[rank 2] hello 2 0 1" in done.stdout
+    assert "[rank 3] hello 3 1 1" in done.stdout
+    assert (tmp_path / "logs" / "rank-2.txt").read_text() == "hello 2 0 1\n"
+    assert (tmp_path / "outputs").is_dir()
+    assert termination(tmp_path)["exitCode"] == 0
+
+
+def test_first_failing_rank_stops_the_others_and_is_reported(tmp_path: Path) -> None:
+    script = (
+        "import os, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    time.sleep(0.2)\n"
+        "    raise KeyError('missing batch')\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    done = launch(tmp_path, script)
+    assert time.monotonic() - started < 20, "the surviving rank was not stopped"
+    assert done.returncode == 1
+    info = termination(tmp_path)
+    assert info["rank"] == 1 and info["localRank"] == 1 and info["nodeRank"] == 0
+    assert info["exitCode"] == 1 and info["reason"] == "Error"
+    message = str(info["message"])
+    assert message.startswith("Traceback (most recent call last)")
+    assert message.endswith("KeyError: 'missing batch'")
+    assert "rank 1 exited with exit code 1: stopping the other ranks" in done.stderr
+
+
+def test_a_rank_killed_by_a_signal_is_reported_with_the_signal(tmp_path: Path) -> None:
+    done = launch(
+        tmp_path,
+        "import os, signal\nif os.environ['RANK'] == '0':\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n",
+        nproc=1,
+    )
+    info = termination(tmp_path)
+    assert done.returncode == 128 + signal.SIGKILL
+    assert info["signal"] == signal.SIGKILL and info["rank"] == 0
+
+
+def test_sigterm_is_forwarded_to_the_ranks(tmp_path: Path) -> None:
+    proc = launch(
+        tmp_path, "import time, os\nprint('up', flush=True)\ntime.sleep(60)\n", wait=False
+    )
+    assert isinstance(proc, subprocess.Popen)
+    assert proc.stdout is not None
+    for _ in range(2):
+        assert "up" in proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    assert termination(tmp_path)["reason"] == "Terminated"
+
+
+def test_missing_command_is_a_clear_error(tmp_path: Path) -> None:
+    env = dict(os.environ, TORCHYARD_TERMINATION_LOG=str(tmp_path / "t.json"))
+    done = subprocess.run(
+        [sys.executable, str(LAUNCHER), "--", "no-such-trainer"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "cannot start 'no-such-trainer'" in done.stderr
+    assert json.loads((tmp_path / "t.json").read_text())["reason"] == "LaunchError"
+
+
+def test_unresolvable_master_addr_times_out_with_a_clear_error(tmp_path: Path) -> None:
+    done = launch(
+        tmp_path,
+        "print('never')",
+        extra={"MASTER_ADDR": "no-such-host.torchyard.invalid", "TORCHYARD_DNS_TIMEOUT": "1"},
+    )
+    assert done.returncode == 2
+    assert "MASTER_ADDR no-such-host.torchyard.invalid did not resolve within 1s" in done.stderr
+    assert "never" not in done.stdout
+
+
+def test_termination_message_fits_4kib_and_keeps_the_end() -> None:
+    huge = "Traceback (most recent call last):\n" + "  frame\n" * 5000 + "ValueError: the end"
+    text = launcher.termination_message({"rank": 3, "message": huge})
+    assert len(text.encode()) <= 4096
+    assert json.loads(text)["message"].endswith("ValueError: the end")
+
+
+def test_traceback_tail_picks_the_last_traceback() -> None:
+    lines = [
+        "noise",
+        "Traceback (most recent call last):",
+        "  old",
+        "OldError",
+        "more",
+        "Traceback (most recent call last):",
+        '  File "x"',
+        "NewError: boom",
+    ]
+    assert launcher.traceback_tail(lines) == (
+        'Traceback (most recent call last):\n  File "x"\nNewError: boom'
+    )
+
+
+def test_launcher_is_one_stdlib_only_file_for_python_3_8() -> None:
+    tree = ast.parse(LAUNCHER.read_text(), feature_version=(3, 8))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.level == 0, "relative imports would break the copied single file"
+            imported.add(node.module.split(".")[0])
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("mode", ["process", "node"])
+def test_launch_modes(tmp_path: Path, mode: str) -> None:
+    done = launch(
+        tmp_path,
+        "import os; print('rank', os.environ.get('RANK'))",
+        extra={"TORCHYARD_LAUNCH": mode},
+    )
+    assert done.returncode == 0
+    if mode == "process":
+        assert "[rank 0] rank 0" in done.stdout and "[rank 1] rank 1" in done.stdout
+    else:  # once per node, RANK left to torchrun
+        assert done.stdout.strip() == "[node 0] rank None"

@@ -1,0 +1,91 @@
+"""The registry store: numbered, immutable, verified versions published atomically."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from torchyard.registry import Store, sha256_file
+
+
+def model_folder(tmp_path: Path, content: bytes = b"weights") -> Path:
+    src = tmp_path / "outputs"
+    (src / "sub").mkdir(parents=True)
+    (src / "model.pt").write_bytes(content)
+    (src / "sub" / "notes.txt").write_text("hi")
+    return src
+
+
+def test_versions_count_up_with_a_manifest(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    src = model_folder(tmp_path)
+    v1 = store.publish("ns", "birds", src, metadata={"run": {"name": "r1"}})
+    v2 = store.publish("ns", "birds", src / "model.pt")
+    assert (v1.version, v2.version) == (1, 2)
+    assert v1.path == tmp_path / "reg" / "ns" / "models" / "birds" / "1"
+    files = {f["path"]: f for f in v1.manifest["files"]}
+    assert set(files) == {"model.pt", "sub/notes.txt"}
+    assert files["model.pt"]["sha256"] == sha256_file(src / "model.pt")
+    assert files["model.pt"]["size"] == 7
+    assert v1.manifest["run"] == {"name": "r1"}
+    assert store.get("ns", "birds").version == 2
+    assert store.verify(store.get("ns", "birds", 1)) == []
+
+
+def test_verify_finds_tampered_files(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    version = store.publish("ns", "m", model_folder(tmp_path))
+    (version.path / "model.pt").write_bytes(b"evil!!!")
+    assert store.verify(version) == ["model.pt"]
+
+
+def test_concurrent_promotions_get_distinct_numbers(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    src = model_folder(tmp_path)
+    numbers: list[int] = []
+    lock = threading.Lock()
+
+    def publish() -> None:
+        v = Store(tmp_path / "reg").publish("ns", "m", src)
+        with lock:
+            numbers.append(v.version)
+
+    threads = [threading.Thread(target=publish) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(numbers) == list(range(1, 9))
+    assert store.versions("ns", "m") == list(range(1, 9))
+
+
+def test_stale_temporaries_are_removed_at_start(tmp_path: Path) -> None:
+    stale = tmp_path / "reg" / "ns" / "models" / "m" / ".tmp-deadbeef"
+    stale.mkdir(parents=True)
+    (stale / "half-written").write_text("x")
+    fresh = stale.parent / ".tmp-inuse"
+    fresh.mkdir()
+    two_hours_ago = time.time() - 7200
+    os.utime(stale, (two_hours_ago, two_hours_ago))
+    Store(tmp_path / "reg")
+    assert not stale.exists()
+    assert fresh.exists(), "a young temporary may belong to a writer at work"
+
+
+def test_run_archive_holds_outputs_and_every_nodes_logs(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    outputs = model_folder(tmp_path)
+    logs = {}
+    for node in (0, 1):
+        folder = tmp_path / f"logs{node}"
+        folder.mkdir()
+        (folder / f"rank-{node}.txt").write_text(f"node {node}\n")
+        logs[node] = folder
+    dest = store.archive_run("ns", "run", outputs=outputs, logs=logs)
+    assert (dest / "outputs" / "model.pt").read_bytes() == b"weights"
+    assert (dest / "logs" / "node-1" / "rank-1.txt").read_text() == "node 1\n"
+    # A second archive of the same run name replaces the first.
+    dest = store.archive_run("ns", "run", outputs=None, logs={})
+    assert not (dest / "outputs" / "model.pt").exists()
