@@ -61,7 +61,7 @@ def test_single_process_type_has_no_rendezvous() -> None:
 
 
 def test_node_rank_out_of_range_is_an_error() -> None:
-    with pytest.raises(ValueError, match="outside 0..1"):
+    with pytest.raises(ValueError, match=r"outside 0\.\.1"):
         planning.node_env(run_2x2(), 2)
 
 
