@@ -45,11 +45,11 @@ def cluster() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def operator(cluster: object) -> Iterator[threading.Thread]:
     """The torchyard operator, running in-process (its own thread and event loop)."""
-    from torchyard import controller
+    from torchyard.controller import operators
 
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(
-        target=controller.run,
+        target=operators.run,
         kwargs={"stop_flag": stop, "ready_flag": ready},
         name="torchyard-operator",
         daemon=True,

@@ -15,6 +15,7 @@ import yaml
 
 import torchyard
 from torchyard import api
+from torchyard.controller import options
 
 
 def _load_documents(path: str) -> list[dict[str, Any]]:
@@ -23,9 +24,9 @@ def _load_documents(path: str) -> list[dict[str, Any]]:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    from torchyard import controller
+    from torchyard.controller import operators
 
-    return controller.main_from_args(args)
+    return operators.main_from_args(args)
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
@@ -126,9 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("operator", help="run the operator (Kopf) against the current cluster")
-    from torchyard import controller
-
-    controller.add_arguments(p)
+    options.add_arguments(p)
     p.set_defaults(func=cmd_operator)
 
     p = sub.add_parser(

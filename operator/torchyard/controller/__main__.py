@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from torchyard import controller
+from torchyard.controller import operators, options
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m torchyard.controller")
-    controller.add_arguments(parser)
-    sys.exit(controller.main_from_args(parser.parse_args()))
+    options.add_arguments(parser)
+    sys.exit(operators.main_from_args(parser.parse_args()))
