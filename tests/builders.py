@@ -95,3 +95,58 @@ def model_version(name: str, namespace: str, model: str, version: int) -> dict[s
             "size": "3 B",
         },
     }
+
+
+def pod(
+    run: str,
+    node: int,
+    *,
+    phase: str = "Pending",
+    node_name: str | None = None,
+    gated: bool = False,
+    exit_code: int | None = None,
+    message: str = "",
+    reason: str | None = None,
+    pod_reason: str | None = None,
+    finished_at: str = "2026-01-01T12:00:00Z",
+    waiting: str | None = None,
+    attempt: int = 0,
+) -> dict[str, Any]:
+    """An observed node Pod of ``run`` in the given state (for status tables)."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{run}-{node}",
+            "namespace": "default",
+            "labels": {
+                "torchyard.dev/run": run,
+                "torchyard.dev/node-rank": str(node),
+                "torchyard.dev/attempt": str(attempt),
+            },
+        },
+        "spec": {"containers": [{"name": "trainer"}]},
+        "status": {"phase": phase},
+    }
+    if gated:
+        obj["spec"]["schedulingGates"] = [{"name": "torchyard.dev/gang"}]
+    if node_name:
+        obj["spec"]["nodeName"] = node_name
+    if pod_reason:
+        obj["status"]["reason"] = pod_reason
+    state: dict[str, Any] = {}
+    if exit_code is not None:
+        state = {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": reason or "Error",
+                "message": message,
+                "finishedAt": finished_at,
+            }
+        }
+    elif waiting:
+        state = {"waiting": {"reason": waiting, "message": message}}
+    elif phase == "Running":
+        state = {"running": {}}
+    obj["status"]["containerStatuses"] = [{"name": "trainer", "state": state}]
+    return obj

@@ -42,23 +42,40 @@ def cluster() -> Iterator[object]:
     k8s.reset()
 
 
-@pytest.fixture(scope="session")
-def operator(cluster: object) -> Iterator[threading.Thread]:
-    """The torchyard operator, running in-process (its own thread and event loop)."""
-    from torchyard.controller import operators
+class InProcessOperator:
+    """The torchyard operator in this process (its own thread and event loop)."""
 
-    stop, ready = threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=operators.run,
-        kwargs={"stop_flag": stop, "ready_flag": ready},
-        name="torchyard-operator",
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(60), "the operator did not start within 60s"
-    yield thread
-    stop.set()
-    thread.join(30)
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.stop_flag = threading.Event()
+
+    def start(self) -> None:
+        from torchyard.controller import operators
+
+        self.stop_flag = threading.Event()
+        ready = threading.Event()
+        self.thread = threading.Thread(
+            target=operators.run,
+            kwargs={"stop_flag": self.stop_flag, "ready_flag": ready},
+            name="torchyard-operator",
+            daemon=True,
+        )
+        self.thread.start()
+        assert ready.wait(60), "the operator did not start within 60s"
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        if self.thread is not None:
+            self.thread.join(30)
+            assert not self.thread.is_alive(), "the operator did not stop within 30s"
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: object) -> Iterator[InProcessOperator]:
+    op = InProcessOperator()
+    op.start()
+    yield op
+    op.stop()
 
 
 @pytest.fixture

@@ -1,31 +1,14 @@
-"""The operator, in-process, against the real apiserver: it records observedGeneration
-and the Accepted condition, and patches status only when something changed."""
+"""The operator, in-process, against the real apiserver: observedGeneration, the
+Accepted condition, status patched only when something changed, curated Environments."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from tests.builders import TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
+from tests.integration.helpers import conditions, wait_status
 from torchyard import k8s
-
-
-def wait_status(
-    res: k8s.Resource, namespace: str, name: str, check: Any, timeout: float = 30
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        obj = k8s.get(res, namespace, name)
-        if check(obj.get("status") or {}):
-            return obj
-        if time.monotonic() > deadline:
-            raise AssertionError(f"status of {name} never matched: {obj.get('status')}")
-        time.sleep(0.1)
-
-
-def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
 
 
 def test_trainingrun_gets_accepted_status(
@@ -36,18 +19,20 @@ def test_trainingrun_gets_accepted_status(
         k8s.TRAININGRUNS, namespace, "birds", lambda s: s.get("observedGeneration") == 1
     )
     accepted = conditions(obj)["Accepted"]
-    assert accepted["status"] == "True"
-    assert accepted["reason"] == "Valid"
+    assert (accepted["status"], accepted["reason"]) == ("True", "Valid")
     assert accepted["observedGeneration"] == 1
     assert obj["status"]["worldSize"] == 4
     assert obj["status"]["nodes"]["ready"] == "0/2"
-    assert obj["status"]["phase"] == "Pending"
-    # kubectl wait works on the condition.
+    # No Environment "pytorch" yet: the run waits in Preparing and says why.
+    assert obj["status"]["phase"] == "Preparing"
+    env_cond = conditions(obj)["EnvironmentReady"]
+    assert env_cond["reason"] == "EnvironmentNotFound"
+    assert "Environment pytorch does not exist" in env_cond["message"]
     cluster.kubectl(
         "wait", "--for=condition=Accepted", "tr/birds", "-n", namespace, "--timeout=10s"
     )
     row = cluster.kubectl("get", "tr", "birds", "-n", namespace, "--no-headers").split()
-    assert row[1:4] == ["Pending", "0/2", "4"]
+    assert row[1:4] == ["Preparing", "0/2", "4"]
 
 
 def test_spec_change_bumps_observed_generation(

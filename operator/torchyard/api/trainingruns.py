@@ -444,7 +444,13 @@ class TrainingRunStatus(Model):
         default=None, description="Total processes: nodeCount x processCountPerNode."
     )
     nodes: NodeCounts | None = Field(default=None, description="Node Pods by state.")
-    restarts: int | None = Field(default=None, description="Times the gang was restarted.")
+    restarts: int | None = Field(
+        default=None, description="Times the gang was restarted (for any reason)."
+    )
+    failed_attempts: int | None = Field(
+        default=None,
+        description="Restarts caused by the user's code, counted against policy.backoffLimit.",
+    )
     start_time: datetime | None = Field(default=None, description="When the run started.")
     completion_time: datetime | None = Field(default=None, description="When the run finished.")
     failure: Failure | None = Field(default=None, description="Why the run failed.")

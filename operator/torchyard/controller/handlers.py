@@ -1,18 +1,23 @@
-"""The Kopf handlers: short, each one hands a body to a reconciler.
+"""The Kopf handlers: they only put keys on a work queue.
 
-Kopf watches TrainingRuns and Environments and calls the event handlers below; a
-reconcile that fails for a passing reason (apiserver busy, conflict, network) is queued
-again with backoff by :class:`Requeue`, and every unfinished object is resynced
-periodically, so the operator is level-triggered and needs no finalizers or annotations
-of its own on user objects. This is the only module (with ``controller.__init__``)
-that imports kopf.
+Kopf watches TrainingRuns, Environments and the Pods torchyard made, and each event puts
+the key of the object to reconcile on :class:`WorkQueue` (a Pod's event the key of its
+run). Workers take keys one at a time per key, fetch the object fresh and call a
+reconciler from ``reconcile.py`` in a thread: many events for one run while it is being
+reconciled collapse into one more reconcile. A reconcile that fails for a passing reason
+(apiserver busy, conflict, network) is queued again with exponential backoff; one that
+asks for it (TTL, deadlines, waiting for old Pods to go) is queued again after that
+delay; every object is resynced every RESYNC_SECONDS. So the operator is level-triggered
+and keeps no state of its own on user objects (no finalizers, no annotations).
+With ``controller.operators`` the only module that imports kopf.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import threading
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,98 +26,123 @@ import kopf
 
 from torchyard import api, k8s
 from torchyard.controller import reconcile
+from torchyard.planning import names, pods
 
 RESYNC_SECONDS = 60.0
-RETRY_MIN, RETRY_MAX = 1.0, 60.0
+RETRY_MIN, RETRY_MAX = 0.5, 60.0
+WORKERS = 8
 
-Reconciler = Callable[[Mapping[str, Any], reconcile.Log], bool]
-
-
-class Requeue:
-    """Objects whose reconcile failed for a passing reason, with exponential backoff."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._due: dict[tuple[str, str, str], tuple[float, float]] = {}
-
-    def failed(self, key: tuple[str, str, str]) -> float:
-        with self._lock:
-            _, delay = self._due.get(key, (0.0, RETRY_MIN / 2))
-            delay = min(delay * 2, RETRY_MAX)
-            self._due[key] = (time.monotonic() + delay, delay)
-            return delay
-
-    def succeeded(self, key: tuple[str, str, str]) -> None:
-        with self._lock:
-            self._due.pop(key, None)
-
-    def due(self) -> list[tuple[str, str, str]]:
-        now = time.monotonic()
-        with self._lock:
-            return [k for k, (at, _) in self._due.items() if at <= now]
-
-
-REQUEUE = Requeue()
-_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
+Key = tuple[str, str, str]  # (kind, namespace, name)
+Reconciler = Callable[[Mapping[str, Any], reconcile.Log, reconcile.Context], reconcile.Result]
 
 _RECONCILERS: dict[str, tuple[k8s.Resource, Reconciler]] = {
     "TrainingRun": (k8s.TRAININGRUNS, reconcile.trainingrun),
     "Environment": (k8s.ENVIRONMENTS, reconcile.environment),
 }
+logger = logging.getLogger("torchyard.controller")
 
 
-def _lock_for(key: tuple[str, str, str]) -> threading.Lock:
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(key, threading.Lock())
+class WorkQueue:
+    """Keys to reconcile, each at most once at a time, with per-key due times."""
+
+    def __init__(self) -> None:
+        self._due: dict[Key, float] = {}
+        self._active: set[Key] = set()
+        self._failures: dict[Key, int] = {}
+        self._wake = asyncio.Event()
+
+    def add(self, key: Key, delay: float = 0.0) -> None:
+        at = time.monotonic() + delay
+        if key not in self._due or self._due[key] > at:
+            self._due[key] = at
+        self._wake.set()
+
+    def backoff(self, key: Key) -> float:
+        n = self._failures.get(key, 0) + 1
+        self._failures[key] = n
+        delay: float = min(RETRY_MIN * (2.0 ** (n - 1)), RETRY_MAX)
+        self.add(key, delay)
+        return delay
+
+    def forget(self, key: Key) -> None:
+        self._failures.pop(key, None)
+
+    async def take(self) -> Key:
+        while True:
+            now = time.monotonic()
+            ready = [k for k, at in self._due.items() if at <= now and k not in self._active]
+            if ready:
+                key = min(ready, key=lambda k: self._due[k])
+                del self._due[key]
+                self._active.add(key)
+                return key
+            waits = [at - now for k, at in self._due.items() if k not in self._active]
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(waits, default=1.0))
+
+    def done(self, key: Key) -> None:
+        self._active.discard(key)
+        self._wake.set()
 
 
-def _plain(value: Any) -> Any:
-    """Kopf hands read-only mapping views; reconcilers get plain dicts and lists."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+def _settings() -> pods.Settings:
+    return pods.Settings(
+        init_image=os.environ.get("TORCHYARD_INIT_IMAGE", pods.Settings.init_image),
+        git_image=os.environ.get("TORCHYARD_GIT_IMAGE", pods.Settings.git_image),
+    )
 
 
-def run_reconcile(kind: str, body: Mapping[str, Any], logger: reconcile.Log) -> None:
-    """Reconcile one object, one reconcile per object at a time; never raises."""
-    body = _plain(body)
-    meta = body["metadata"]
-    key = (kind, meta["namespace"], meta["name"])
-    _, reconciler = _RECONCILERS[kind]
-    with _lock_for(key):
-        try:
-            reconciler(body, logger)
-        except k8s.ApiError as err:
-            if err.not_found:  # deleted meanwhile: nothing left to do
-                REQUEUE.succeeded(key)
-                return
-            delay = REQUEUE.failed(key)
-            logger.warning("%s %s/%s: %s; retrying in %.0fs", kind, key[1], key[2], err, delay)
-            return
-        except Exception:  # a bug: say it loudly, but keep the operator alive
-            delay = REQUEUE.failed(key)
-            logger.exception(
-                "%s %s/%s: reconcile failed; retrying in %.0fs", kind, key[1], key[2], delay
-            )
-            return
-    REQUEUE.succeeded(key)
-
-
-def _reconcile_fresh(kind: str, namespace: str, name: str, logger: reconcile.Log) -> None:
-    res, _ = _RECONCILERS[kind]
+def reconcile_key(queue: WorkQueue, key: Key, ctx: reconcile.Context) -> None:
+    """Fetch the object fresh and reconcile it; never raises (runs in a thread)."""
+    kind, namespace, name = key
+    res, reconciler = _RECONCILERS[kind]
+    log = logging.getLogger(f"torchyard.{kind.lower()}")
     try:
         body = k8s.get(res, namespace, name)
+        body.setdefault("apiVersion", res.api_version)
+        body.setdefault("kind", kind)
+        result = reconciler(body, log, ctx)
     except k8s.ApiError as err:
-        if err.not_found:
-            REQUEUE.succeeded((kind, namespace, name))
+        if err.not_found:  # deleted meanwhile: owner references clean up the children
+            queue.forget(key)
             return
-        REQUEUE.failed((kind, namespace, name))
-        logger.warning("%s %s/%s: %s", kind, namespace, name, err)
+        delay = queue.backoff(key)
+        log.warning("%s %s/%s: %s; retrying in %.1fs", kind, namespace, name, err, delay)
         return
-    run_reconcile(kind, body, logger)
+    except Exception:  # a bug: say it loudly, but keep the operator alive
+        delay = queue.backoff(key)
+        log.exception("%s %s/%s: reconcile failed; retrying in %.1fs", kind, namespace, name, delay)
+        return
+    queue.forget(key)
+    if result.requeue_after is not None:
+        queue.add(key, result.requeue_after)
+    for other in result.also:
+        queue.add(other)
+
+
+async def _worker(queue: WorkQueue, ctx: reconcile.Context) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        key = await queue.take()
+        try:
+            await loop.run_in_executor(None, reconcile_key, queue, key, ctx)
+        finally:
+            queue.done(key)
+
+
+async def _resync(queue: WorkQueue) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(RESYNC_SECONDS)
+        for kind, (res, _) in _RECONCILERS.items():
+            try:
+                items = await loop.run_in_executor(None, k8s.list_, res)
+            except k8s.ApiError as err:
+                logger.warning("resync of %s failed: %s", res.plural, err)
+                continue
+            for obj in items:
+                queue.add((kind, obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
 
 @kopf.on.login()
@@ -141,53 +171,42 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.execution.max_workers = 16
-    memo.resync_task = asyncio.create_task(_resync_loop())
+    settings.execution.max_workers = WORKERS + 4
+    queue = WorkQueue()
+    ctx = reconcile.Context(settings=_settings())
+    memo.queue = queue
+    memo.tasks = [asyncio.create_task(_worker(queue, ctx)) for _ in range(WORKERS)]
+    memo.tasks.append(asyncio.create_task(_resync(queue)))
 
 
 @kopf.on.cleanup()
-async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
-    task = memo.get("resync_task")
-    if task is not None:
+async def stop_workers(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo.get("tasks", []):
         task.cancel()
 
 
-async def _resync_loop() -> None:
-    """Retry failed reconciles when due; resync every object every RESYNC_SECONDS."""
-    logger = logging.getLogger("torchyard.resync")
-    loop = asyncio.get_running_loop()
-    last_full = time.monotonic()
-    while True:
-        await asyncio.sleep(1.0)
-        for kind, namespace, name in REQUEUE.due():
-            await loop.run_in_executor(None, _reconcile_fresh, kind, namespace, name, logger)
-        if time.monotonic() - last_full >= RESYNC_SECONDS:
-            last_full = time.monotonic()
-            await loop.run_in_executor(None, _resync_all, logger)
-
-
-def _resync_all(logger: reconcile.Log) -> None:
-    for kind, (res, _) in _RECONCILERS.items():
-        try:
-            items = k8s.list_(res)
-        except k8s.ApiError as err:
-            logger.warning("resync of %s failed: %s", res.plural, err)
-            continue
-        for body in items:
-            body.setdefault("apiVersion", res.api_version)
-            body.setdefault("kind", kind)
-            run_reconcile(kind, body, logger)
+def _enqueue(memo: Any, kind: str, namespace: str | None, name: str) -> None:
+    queue = memo.get("queue")
+    if queue is not None and namespace:
+        queue.add((kind, namespace, name))
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
-def trainingrun_event(type: str, body: kopf.Body, logger: reconcile.Log, **_: Any) -> None:
-    if type == "DELETED":
-        return
-    run_reconcile("TrainingRun", body, logger)
+async def trainingrun_event(
+    type: str, name: str, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    if type != "DELETED":
+        _enqueue(memo, "TrainingRun", namespace, name)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "environments")
-def environment_event(type: str, body: kopf.Body, logger: reconcile.Log, **_: Any) -> None:
-    if type == "DELETED":
-        return
-    run_reconcile("Environment", body, logger)
+async def environment_event(
+    type: str, name: str, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    if type != "DELETED":
+        _enqueue(memo, "Environment", namespace, name)
+
+
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_RUN: kopf.PRESENT})
+async def pod_event(labels: Mapping[str, str], namespace: str | None, memo: Any, **_: Any) -> None:
+    _enqueue(memo, "TrainingRun", namespace, labels[names.LABEL_RUN])

@@ -1,25 +1,51 @@
-"""Reconcilers: parse -> plan -> apply -> compute status -> patch if changed.
+"""Reconcilers: fetch children -> failure policy -> create children -> admit -> status.
 
-Plain functions over a resource body, called by the Kopf handlers in ``handlers.py``
-(and by the resync loop). Only ``torchyard.k8s`` is used to talk to the API; a spec the
-apiserver let through but torchyard cannot run is reported in status once, not retried.
+Plain functions over a resource body (JobSet's ``reconcile()`` as a story), called by the
+work queue in ``handlers.py``. Children come from the pure builders in
+``torchyard.planning``, are server-side applied with one field manager, and only when
+missing (the observed state already says whether they exist); status comes from
+``torchyard.status`` and is patched only when it changed. A spec the apiserver let
+through but torchyard cannot run is reported in status once, not retried.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from torchyard import api, k8s, status
+from torchyard.planning import admission, names, pods
+from torchyard.status.trainingruns import TERMINAL, Observed, first_failure
 
 Clock = Callable[[], datetime]
 Log = logging.Logger | logging.LoggerAdapter[Any]
+MAX_PLATFORM_RESTARTS = 20
+_ADMISSION_LOCK = threading.Lock()
+_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="torchyard-apply")
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+@dataclass
+class Result:
+    """What the work queue should do next with this object."""
+
+    requeue_after: float | None = None
+    also: list[tuple[str, str, str]] = field(default_factory=list)  # other keys to reconcile
+
+
+@dataclass(frozen=True)
+class Context:
+    settings: pods.Settings = field(default_factory=pods.Settings)
+    clock: Clock = utcnow
 
 
 def _status_manifest(body: Mapping[str, Any], new_status: dict[str, Any]) -> dict[str, Any]:
@@ -32,41 +58,324 @@ def _status_manifest(body: Mapping[str, Any], new_status: dict[str, Any]) -> dic
     }
 
 
-def _patch_status_if_changed(
-    body: Mapping[str, Any], new_status: dict[str, Any], logger: Log
-) -> bool:
-    """Apply ``new_status`` unless the object already shows it; True when written."""
-    current = dict(body.get("status") or {})
-    if all(current.get(k) == v for k, v in new_status.items()) and set(current) <= set(new_status):
+def _patch_status_if_changed(body: Mapping[str, Any], new_status: dict[str, Any]) -> bool:
+    """Apply ``new_status`` unless the object already shows exactly that; True when written."""
+    if dict(body.get("status") or {}) == new_status:
         return False
     k8s.apply_status(_status_manifest(body, new_status))
-    logger.debug("status of %s/%s updated", body["metadata"]["namespace"], body["metadata"]["name"])
     return True
 
 
-def trainingrun(body: Mapping[str, Any], logger: Log, now: Clock = utcnow) -> bool:
-    """Reconcile one TrainingRun; returns whether its status was written."""
-    previous = body.get("status") or {}
-    generation = body["metadata"].get("generation")
-    try:
-        run = api.parse_trainingrun(dict(body))
-    except api.InvalidSpec as err:
-        logger.warning("TrainingRun %s is invalid: %s", body["metadata"]["name"], err)
-        new = status.invalid_trainingrun_status(generation, str(err), previous, now())
-        return _patch_status_if_changed(body, new, logger)
-    new = status.trainingrun_status(run, previous, now())
-    return _patch_status_if_changed(body, new, logger)
+def _parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> None:
+    for future in [_POOL.submit(fn, item) for item in items]:
+        future.result()
 
 
-def environment(body: Mapping[str, Any], logger: Log, now: Clock = utcnow) -> bool:
-    """Reconcile one Environment; returns whether its status was written."""
+def _ts(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+def _attempt(pod: Mapping[str, Any]) -> int:
+    return int(pod["metadata"].get("labels", {}).get(pods.ATTEMPT_LABEL, "0"))
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _delete_pods(namespace: str, victims: Iterable[Mapping[str, Any]]) -> None:
+    _parallel(
+        lambda p: k8s.delete(k8s.PODS, namespace, p["metadata"]["name"], grace_period_seconds=5),
+        [p for p in victims if not p["metadata"].get("deletionTimestamp")],
+    )
+
+
+# -- Environments -----------------------------------------------------------------------
+
+
+def environment(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
+    """Reconcile one Environment; the runs waiting on it are reconciled next."""
     previous = body.get("status") or {}
     generation = body["metadata"].get("generation")
     try:
         env = api.parse_environment(dict(body))
     except api.InvalidSpec as err:
         logger.warning("Environment %s is invalid: %s", body["metadata"]["name"], err)
-        new = status.invalid_environment_status(generation, str(err), previous, now())
-        return _patch_status_if_changed(body, new, logger)
-    new = status.environment_status(env, previous, now())
-    return _patch_status_if_changed(body, new, logger)
+        new = status.invalid_environment_status(generation, str(err), previous, ctx.clock())
+    else:
+        new = status.environment_status(env, previous, ctx.clock())
+    changed = _patch_status_if_changed(body, new)
+    result = Result()
+    if changed and new.get("phase") in ("Ready", "Failed"):
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        for run in k8s.list_(k8s.TRAININGRUNS, ns):
+            if run.get("spec", {}).get("environment") == name:
+                result.also.append(("TrainingRun", ns, run["metadata"]["name"]))
+    return result
+
+
+# -- TrainingRuns -----------------------------------------------------------------------
+
+
+def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
+    """Reconcile one TrainingRun (see the module docstring)."""
+    meta = body["metadata"]
+    ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
+    previous = dict(body.get("status") or {})
+    now = ctx.clock()
+    try:
+        run = api.parse_trainingrun(dict(body))
+    except api.InvalidSpec as err:
+        logger.warning("TrainingRun %s is invalid: %s", name, err)
+        new = status.invalid_trainingrun_status(meta.get("generation"), str(err), previous, now)
+        _patch_status_if_changed(body, new)
+        return Result()
+
+    # 1. Fetch the children: this run's Pods (not a namesake's that was deleted).
+    children = [
+        p
+        for p in k8s.list_(k8s.PODS, ns, label_selector=f"{names.LABEL_RUN}={name}")
+        if any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences", []))
+    ]
+
+    # 2. Finished: clean up, then nothing else to do.
+    if previous.get("phase") in TERMINAL:
+        return _finished(run, body, children, previous, now)
+
+    attempt = int(previous.get("restarts") or 0)
+    current = [p for p in children if _attempt(p) == attempt]
+    stale = [p for p in children if _attempt(p) != attempt]
+    observed = Observed(
+        environment=k8s.get_or_none(k8s.ENVIRONMENTS, ns, run.spec.environment),
+        pods=current,
+        restarts=attempt,
+        failed_attempts=int(previous.get("failedAttempts") or 0),
+    )
+    env_phase = (observed.environment or {}).get("status", {}).get("phase")
+    result = Result()
+
+    # 3. Deadline and failure policy.
+    start = _ts(previous.get("startTime"))
+    deadline = run.spec.policy.active_deadline_seconds
+    if deadline and start is not None:
+        left = (start + timedelta(seconds=deadline) - now).total_seconds()
+        if left <= 0:
+            observed = _replace(observed, deadline_exceeded=True)
+        else:
+            result.requeue_after = left
+    failure = first_failure(current)
+    lost = [p for p in current if p["metadata"].get("deletionTimestamp")]
+    if (
+        failure is None
+        and previous.get("phase") == api.Phase.RUNNING.value
+        and (len(current) - len(lost) < run.spec.distribution.node_count)
+    ):
+        failure = {
+            "reason": "PodLost",
+            "platform": True,
+            "message": "a node Pod of the running gang disappeared (node lost?)",
+        }
+    if failure is not None and not observed.deadline_exceeded:
+        restart = _restart_decision(run, failure, previous)
+        if restart is not None:
+            return _restart(run, body, current, previous, failure, restart, logger, now)
+
+    # 4. Create what is missing (Service + Pods), gated; never while an old attempt lingers.
+    if env_phase == "Ready" and failure is None and not observed.deadline_exceeded:
+        if stale:
+            _delete_pods(ns, stale)
+            result.requeue_after = 1.0
+        else:
+            env_status = (observed.environment or {}).get("status", {})
+            env_spec = (observed.environment or {}).get("spec", {})
+            image = str(env_status.get("image") or env_spec.get("image") or "")
+            python = str(env_spec.get("python") or "python3")
+            wanted = pods.pods(
+                run, image=image, python=python, attempt=attempt, settings=ctx.settings
+            )
+            have = {p["metadata"]["name"] for p in current}
+            missing = [p for p in wanted if p["metadata"]["name"] not in have]
+            if missing:
+                k8s.apply(pods.service(run))
+                _parallel(k8s.apply, missing)
+                current = current + missing
+            # 5. Gang admission.
+            gated = [p for p in current if admission.is_gated(p)]
+            if gated and len(current) == run.spec.distribution.node_count:
+                decision, others = _admit(run, ns, name)
+                result.also.extend(others)
+                if decision is not None and decision.admit:
+                    by_name = {p["metadata"]["name"]: p for p in wanted}
+                    _parallel(
+                        lambda p: k8s.apply(pods.ungate(by_name[p["metadata"]["name"]])), gated
+                    )
+                    logger.info("TrainingRun %s/%s admitted: %s", ns, name, decision.message)
+                elif decision is not None:
+                    observed = _replace(observed, queued_message=decision.message)
+            observed = _replace(observed, pods=current)
+
+    # 6. Status, and what a failure means for the surviving ranks.
+    new = status.trainingrun_status(run, observed, previous, now)
+    if new.get("phase") == api.Phase.FAILED.value and previous.get("phase") != new["phase"]:
+        _delete_pods(ns, [p for p in current if _live(p)])
+        failure_status = new.get("failure", {})
+        k8s.record_event(
+            dict(body),
+            "Warning",
+            str(failure_status.get("reason", "Failed")),
+            _event_message(new),
+            now=status.timestamp(now),
+        )
+        logger.warning("TrainingRun %s/%s failed: %s", ns, name, _event_message(new))
+    elif new.get("phase") == api.Phase.SUCCEEDED.value and previous.get("phase") != new["phase"]:
+        k8s.record_event(
+            dict(body), "Normal", "Succeeded", "all nodes succeeded", now=status.timestamp(now)
+        )
+    _patch_status_if_changed(body, new)
+    if new.get("phase") in TERMINAL and run.spec.policy.ttl_seconds_after_finished is not None:
+        result.requeue_after = float(run.spec.policy.ttl_seconds_after_finished) + 0.5
+    if new.get("phase") in TERMINAL:
+        result.also.extend(_waiting_runs())
+    return result
+
+
+def _replace(observed: Observed, **changes: Any) -> Observed:
+    from dataclasses import replace
+
+    return replace(observed, **changes)
+
+
+def _event_message(new_status: Mapping[str, Any]) -> str:
+    for cond in new_status.get("conditions", []):
+        if cond["type"] == "Failed":
+            return str(cond.get("message", ""))
+    return ""
+
+
+def _restart_decision(
+    run: api.TrainingRun, failure: Mapping[str, Any], previous: Mapping[str, Any]
+) -> str | None:
+    """'platform' or 'user' when the gang should be restarted, None when the run fails."""
+    restarts = int(previous.get("restarts") or 0)
+    used = int(previous.get("failedAttempts") or 0)
+    if failure.get("platform"):
+        return "platform" if restarts - used < MAX_PLATFORM_RESTARTS else None
+    if failure.get("reason") in status.trainingruns.STUCK_REASONS:
+        return None
+    return "user" if used < run.spec.policy.backoff_limit else None
+
+
+def _restart(
+    run: api.TrainingRun,
+    body: Mapping[str, Any],
+    current: list[dict[str, Any]],
+    previous: dict[str, Any],
+    failure: Mapping[str, Any],
+    kind: str,
+    logger: Log,
+    now: datetime,
+) -> Result:
+    """Restart the whole gang: delete this attempt's Pods, count, create the next one."""
+    ns = run.namespace
+    _delete_pods(ns, current)
+    restarts = int(previous.get("restarts") or 0) + 1
+    used = int(previous.get("failedAttempts") or 0) + (1 if kind == "user" else 0)
+    why = status.trainingruns.failure_message(failure)
+    if kind == "platform":
+        counted = "a platform failure, not counted against backoffLimit"
+    else:
+        counted = f"{used}/{run.spec.policy.backoff_limit} of backoffLimit used"
+    message = f"restarting the gang (restart {restarts}, {counted}): {why}"
+    new = {
+        **previous,
+        "phase": api.Phase.PENDING.value,
+        "restarts": restarts,
+        "observedGeneration": run.generation,
+    }
+    if used:
+        new["failedAttempts"] = used
+    new["conditions"] = status.merge(
+        previous.get("conditions"),
+        [c for c in previous.get("conditions", []) if c["type"] not in ("Running", "Admitted")]
+        + [
+            status.condition(
+                "Running", False, "Restarting", message, observed_generation=run.generation
+            )
+        ],
+        now,
+    )
+    k8s.record_event(dict(body), "Warning", "Restarting", message, now=status.timestamp(now))
+    logger.warning("TrainingRun %s/%s: %s", ns, run.name, message)
+    _patch_status_if_changed(body, new)
+    return Result(requeue_after=0.5)
+
+
+def _finished(
+    run: api.TrainingRun,
+    body: Mapping[str, Any],
+    children: list[dict[str, Any]],
+    previous: Mapping[str, Any],
+    now: datetime,
+) -> Result:
+    ns = run.namespace
+    _delete_pods(ns, [p for p in children if _live(p)])  # no surviving rank burns a GPU
+    ttl = run.spec.policy.ttl_seconds_after_finished
+    done = _ts(previous.get("completionTime"))
+    if ttl is None or done is None:
+        return Result()
+    left = (done + timedelta(seconds=ttl) - now).total_seconds()
+    if left > 0:
+        return Result(requeue_after=left + 0.5)
+    _delete_pods(ns, children)
+    k8s.delete(k8s.SERVICES, ns, names.service(run.name))
+    return Result()
+
+
+def _gangs(all_pods: list[dict[str, Any]]) -> list[admission.Gang]:
+    """The runs whose Pods all still carry the gang gate, from a cluster-wide Pod list."""
+    by_run: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for p in all_pods:
+        run = p["metadata"].get("labels", {}).get(names.LABEL_RUN)
+        if run and admission.is_gated(p) and not p["metadata"].get("deletionTimestamp"):
+            by_run[(p["metadata"]["namespace"], run)].append(p)
+    gangs = []
+    for key, members in by_run.items():
+        first = min(members, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        spec = first["spec"]
+        gangs.append(
+            admission.Gang(
+                key=key,
+                created=first["metadata"].get("creationTimestamp", ""),
+                size=len(members),
+                request=admission.pod_requests(first),
+                selector=spec.get("nodeSelector", {}),
+                tolerations=spec.get("tolerations", []),
+                pool=spec.get("nodeSelector", {}).get(pods.POOL_LABEL, ""),
+            )
+        )
+    return gangs
+
+
+def _cluster_pods() -> list[dict[str, Any]]:
+    return k8s.list_(k8s.PODS, None, field_selector="status.phase!=Succeeded,status.phase!=Failed")
+
+
+def _admit(
+    run: api.TrainingRun, ns: str, name: str
+) -> tuple[admission.Decision | None, list[tuple[str, str, str]]]:
+    """Decide every waiting gang, oldest first; this run's decision and others admitted."""
+    with _ADMISSION_LOCK:
+        all_pods = _cluster_pods()
+        gangs = _gangs(all_pods)
+        decisions = admission.decide(gangs, k8s.list_(k8s.NODES), all_pods)
+    others = [
+        ("TrainingRun", k[0], k[1]) for k, d in decisions.items() if d.admit and k != (ns, name)
+    ]
+    return decisions.get((ns, name)), others
+
+
+def _waiting_runs() -> list[tuple[str, str, str]]:
+    """Runs waiting for admission: reconcile them when capacity frees up."""
+    return [("TrainingRun", g.key[0], g.key[1]) for g in _gangs(_cluster_pods())]

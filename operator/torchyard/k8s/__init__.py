@@ -136,6 +136,8 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> client.Ap
                 context=context,
                 client_configuration=cfg,
             )
+        # Fan-out of many Pods in parallel needs more than the default 4 connections.
+        cfg.connection_pool_maxsize = 32
         _client = client.ApiClient(configuration=cfg)
         return _client
 
@@ -262,6 +264,38 @@ def delete(
     return True
 
 
+def record_event(
+    obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
+) -> dict[str, Any] | None:
+    """A core/v1 Event about ``obj`` (best effort: an Event that fails is not an error)."""
+    meta = obj["metadata"]
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": FIELD_MANAGER},
+        "reportingComponent": FIELD_MANAGER,
+        "reportingInstance": os.environ.get("HOSTNAME", FIELD_MANAGER),
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        return create(event)
+    except ApiError:
+        return None
+
+
 def ready(timeout: float = 5.0) -> bool:
     """Whether the apiserver answers /readyz."""
     try:
@@ -295,6 +329,7 @@ __all__ = [
     "list_",
     "load",
     "ready",
+    "record_event",
     "reset",
     "resource_of",
 ]

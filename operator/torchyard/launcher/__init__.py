@@ -392,11 +392,46 @@ def _write(path: str, text: str) -> None:
         sys.stderr.write(f"[torchyard] cannot write the termination message to {path}: {err}\n")
 
 
+def install(args: Sequence[str]) -> int:
+    """``--install DEST [--copy SRC DIR]``: what the Pod's init container runs.
+
+    Copies this very file to DEST (a volume the training container mounts), and with
+    ``--copy`` the code of a ConfigMap volume SRC into the writable working folder DIR.
+    """
+    import shutil
+
+    if not args:
+        sys.stderr.write("[torchyard] error: --install needs a destination path\n")
+        return 2
+    dest = args[0]
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    shutil.copyfile(os.path.abspath(__file__), dest)
+    rest = list(args[1:])
+    if rest[:1] == ["--copy"] and len(rest) == 3:
+        src, workdir = rest[1], rest[2]
+        os.makedirs(workdir, exist_ok=True)
+        for entry in os.listdir(src):
+            if entry.startswith(".."):  # a ConfigMap volume's own bookkeeping links
+                continue
+            path = os.path.join(src, entry)
+            target = os.path.join(workdir, entry)
+            if os.path.isdir(path):
+                shutil.copytree(path, target, dirs_exist_ok=True)
+            else:
+                shutil.copyfile(path, target)
+    elif rest:
+        sys.stderr.write(f"[torchyard] error: unexpected arguments {rest}\n")
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):
         sys.stdout.write(__doc__ or "")
         return 0
+    if args and args[0] == "--install":
+        return install(args[1:])
     if args and args[0] == "--":
         args = args[1:]
     try:

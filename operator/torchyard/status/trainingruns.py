@@ -1,43 +1,338 @@
-"""TrainingRun status: phase, conditions and node counts from the run and its Pods.
+"""TrainingRun status: phase, conditions, node counts and the failure, as pure functions.
 
-Called by the controller after every reconcile; tested as a table in
-``tests/unit/status/``.
+``observe_failure`` reads one Pod (the launcher's JSON termination message, the Pod's
+and the container's reasons); ``trainingrun_status`` folds the run, its Environment, its
+Pods and the admission decision into the status the controller patches when it changed.
+Tested as tables in ``tests/unit/status/``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
-from torchyard.status.conditions import condition, merge
+from torchyard.status.conditions import condition, merge, timestamp
+
+NODE_RANK_LABEL = "torchyard.dev/node-rank"
+TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
+# Failures of the platform, not of the user's code: retried without using backoffLimit.
+PLATFORM_REASONS = frozenset(
+    {
+        "Evicted",
+        "NodeLost",
+        "PodLost",
+        "Preempting",
+        "Preempted",
+        "Shutdown",
+        "NodeShutdown",
+        "Terminated",
+        "UnexpectedAdmissionError",
+        "NodeAffinity",
+        "OutOfcpu",
+        "OutOfmemory",
+    }
+)
+# Waiting reasons that never resolve by themselves with restartPolicy Never.
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the controller saw of a run's world this time."""
+
+    environment: Mapping[str, Any] | None = None  # the Environment object, None if missing
+    pods: Sequence[Mapping[str, Any]] = ()  # Pods of the current attempt
+    queued_message: str | None = None  # why the gang is not admitted yet
+    lost_pods: Sequence[str] = ()  # Pods of a running gang that vanished
+    restarts: int = 0
+    failed_attempts: int = 0
+    deadline_exceeded: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _trainer(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+        if cs.get("name") == "trainer":
+            return dict(cs)
+    return {}
+
+
+def _termination(message: str) -> dict[str, Any]:
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return {"message": message.strip()} if message.strip() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def observe_failure(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The failure of one Pod, or None while it has not failed."""
+    status = pod.get("status", {})
+    meta = pod.get("metadata", {})
+    node = meta.get("labels", {}).get(NODE_RANK_LABEL)
+    base: dict[str, Any] = {
+        "pod": meta.get("name"),
+        "node": int(node) if node is not None else None,
+    }
+    trainer = _trainer(pod)
+    waiting = trainer.get("state", {}).get("waiting") or {}
+    if waiting.get("reason") in STUCK_REASONS:
+        return {
+            **base,
+            "reason": waiting["reason"],
+            "message": waiting.get("message", ""),
+            "platform": False,
+            "finishedAt": "",
+        }
+    if status.get("phase") != "Failed":
+        return None
+    term = trainer.get("state", {}).get("terminated") or {}
+    info = _termination(term.get("message") or "")
+    reason = status.get("reason") or term.get("reason") or info.get("reason") or "Error"
+    conditions = status.get("conditions", []) or []
+    disrupted = any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions
+    )
+    failure = {
+        **base,
+        "rank": info.get("rank"),
+        "exitCode": term.get("exitCode", info.get("exitCode")),
+        "signal": term.get("signal", info.get("signal")),
+        "reason": reason,
+        "message": info.get("message") or status.get("message") or term.get("message") or "",
+        "platform": reason in PLATFORM_REASONS or disrupted,
+        "finishedAt": term.get("finishedAt") or "",
+    }
+    if failure["node"] is None and info.get("nodeRank") is not None:
+        failure["node"] = info["nodeRank"]
+    return failure
+
+
+def first_failure(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The failure that came first: the earliest finish, node rank breaking ties."""
+    failures = [f for f in (observe_failure(p) for p in pods) if f is not None]
+    if not failures:
+        return None
+    return min(failures, key=lambda f: (f["finishedAt"] or "~", f["node"] or 0))
+
+
+def public_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``status.failure`` (drops the bookkeeping keys)."""
+    keep = ("rank", "node", "pod", "exitCode", "signal", "reason", "message")
+    return {k: failure[k] for k in keep if failure.get(k) not in (None, "")}
+
+
+def _counts(total: int, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    phases = [p.get("status", {}).get("phase") for p in pods]
+    running = phases.count("Running")
+    return {
+        "total": total,
+        "scheduled": sum(1 for p in pods if p.get("spec", {}).get("nodeName")),
+        "running": running,
+        "succeeded": phases.count("Succeeded"),
+        "failed": phases.count("Failed"),
+        "ready": f"{running}/{total}",
+    }
+
+
+def _env_phase(env: Mapping[str, Any] | None) -> tuple[str, str]:
+    if env is None:
+        return "NotFound", ""
+    st = env.get("status", {}) or {}
+    return str(st.get("phase") or "Pending"), str(st.get("message") or "")
 
 
 def trainingrun_status(
-    run: TrainingRun, previous: Mapping[str, Any] | None, now: datetime
+    run: TrainingRun,
+    observed: Observed,
+    previous: Mapping[str, Any] | None,
+    now: datetime,
 ) -> dict[str, Any]:
-    """The status of an accepted run that has no Pods yet."""
-    prev = previous or {}
+    """The whole status of a valid run (see the module docstring)."""
+    prev = dict(previous or {})
     gen = run.generation
     total = run.spec.distribution.node_count
-    desired = [
-        condition("Accepted", True, "Valid", "the spec is valid", observed_generation=gen),
-    ]
-    return {
-        "phase": prev.get("phase") or Phase.PENDING.value,
+    if prev.get("phase") in TERMINAL:
+        # A finished run stays finished (its Pods may be cleaned up afterwards).
+        return {**prev, "observedGeneration": gen}
+
+    pods = list(observed.pods)
+    conds = [condition("Accepted", True, "Valid", "the spec is valid", observed_generation=gen)]
+    status: dict[str, Any] = {
         "observedGeneration": gen,
         "worldSize": run.spec.distribution.world_size,
-        "nodes": {
-            "total": total,
-            "scheduled": 0,
-            "running": 0,
-            "succeeded": 0,
-            "failed": 0,
-            "ready": f"0/{total}",
-        },
-        "conditions": merge(prev.get("conditions"), desired, now),
+        "nodes": _counts(total, pods),
+        "restarts": observed.restarts,
     }
+    if observed.failed_attempts:
+        status["failedAttempts"] = observed.failed_attempts
+    for key in ("startTime",):
+        if prev.get(key):
+            status[key] = prev[key]
+
+    def finish(phase: Phase, failure: dict[str, Any] | None = None) -> dict[str, Any]:
+        status["phase"] = phase.value
+        status["completionTime"] = timestamp(now)
+        status.setdefault("startTime", timestamp(now))
+        if failure is not None:
+            status["failure"] = public_failure(failure)
+            msg = failure_message(failure)
+            conds.append(
+                condition("Running", False, str(failure["reason"]), msg, observed_generation=gen)
+            )
+            conds.append(
+                condition("Failed", True, str(failure["reason"]), msg, observed_generation=gen)
+            )
+        else:
+            conds.append(
+                condition(
+                    "Running", False, "Completed", "all nodes finished", observed_generation=gen
+                )
+            )
+            conds.append(
+                condition(
+                    "Succeeded",
+                    True,
+                    "Completed",
+                    f"all {total} node(s) succeeded",
+                    observed_generation=gen,
+                )
+            )
+        status["conditions"] = merge(prev.get("conditions"), conds, now)
+        return status
+
+    env_phase, env_message = _env_phase(observed.environment)
+    if env_phase == "Failed":
+        conds.append(
+            condition(
+                "EnvironmentReady", False, "EnvironmentFailed", env_message, observed_generation=gen
+            )
+        )
+        return finish(
+            Phase.FAILED,
+            {
+                "reason": "EnvironmentFailed",
+                "message": f"Environment {run.spec.environment} failed: {env_message}",
+            },
+        )
+    if env_phase != "Ready":
+        reason = "EnvironmentNotFound" if env_phase == "NotFound" else "EnvironmentNotReady"
+        message = (
+            f"Environment {run.spec.environment} does not exist in namespace {run.namespace}"
+            if env_phase == "NotFound"
+            else f"Environment {run.spec.environment} is {env_phase}"
+        )
+        conds.append(condition("EnvironmentReady", False, reason, message, observed_generation=gen))
+        status["phase"] = Phase.PREPARING.value
+        status["conditions"] = merge(prev.get("conditions"), conds, now)
+        return status
+    conds.append(
+        condition(
+            "EnvironmentReady",
+            True,
+            "Ready",
+            f"Environment {run.spec.environment} is Ready",
+            observed_generation=gen,
+        )
+    )
+
+    if observed.deadline_exceeded:
+        return finish(
+            Phase.FAILED,
+            {
+                "reason": "DeadlineExceeded",
+                "message": f"the run exceeded activeDeadlineSeconds "
+                f"({run.spec.policy.active_deadline_seconds}s)",
+            },
+        )
+    failure = first_failure(pods)
+    if failure is not None:
+        return finish(Phase.FAILED, failure)
+    counts = status["nodes"]
+    if total and counts["succeeded"] == total:
+        return finish(Phase.SUCCEEDED)
+
+    if observed.queued_message is not None or len(pods) < total:
+        message = observed.queued_message or f"creating node Pods ({len(pods)}/{total})"
+        conds.append(
+            condition(
+                "Admitted",
+                False,
+                "Queued" if observed.queued_message else "Creating",
+                message,
+                observed_generation=gen,
+            )
+        )
+        status["phase"] = Phase.QUEUED.value if observed.queued_message else Phase.PENDING.value
+        status["conditions"] = merge(prev.get("conditions"), conds, now)
+        return status
+
+    conds.append(
+        condition(
+            "Admitted",
+            True,
+            "GangAdmitted",
+            f"all {total} node Pod(s) admitted together",
+            observed_generation=gen,
+        )
+    )
+    if counts["running"] + counts["succeeded"] == total:
+        status["phase"] = Phase.RUNNING.value
+        status.setdefault("startTime", timestamp(now))
+        conds.append(
+            condition(
+                "Running",
+                True,
+                "AllNodesRunning",
+                f"{counts['running']}/{total} node(s) running",
+                observed_generation=gen,
+            )
+        )
+    else:
+        status["phase"] = Phase.QUEUED.value if counts["scheduled"] < total else Phase.RUNNING.value
+        if status["phase"] == Phase.RUNNING.value:
+            status.setdefault("startTime", timestamp(now))
+        conds.append(
+            condition(
+                "Running",
+                False,
+                "Starting",
+                f"{counts['scheduled']}/{total} scheduled, {counts['running']}/{total} running",
+                observed_generation=gen,
+            )
+        )
+    status["conditions"] = merge(prev.get("conditions"), conds, now)
+    return status
+
+
+def failure_message(failure: Mapping[str, Any]) -> str:
+    who = (
+        f"rank {failure['rank']} (node {failure.get('node')})"
+        if failure.get("rank") is not None
+        else f"node {failure['node']}"
+        if failure.get("node") is not None
+        else "the run"
+    )
+    how = []
+    if failure.get("exitCode") is not None:
+        how.append(f"exit code {failure['exitCode']}")
+    if failure.get("signal"):
+        how.append(f"signal {failure['signal']}")
+    head = f"{who} failed ({failure.get('reason')}{', ' + ', '.join(how) if how else ''})"
+    tail = str(failure.get("message") or "").strip().splitlines()
+    return f"{head}: {tail[-1]}" if tail else head
 
 
 def invalid_trainingrun_status(

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from tests.builders import TrainingRunBuilder
-from torchyard import api, status
+from torchyard import status
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -24,26 +23,6 @@ def test_transition_time_moves_when_status_flips() -> None:
         first, [status.condition("Ready", False, "Down")], T0 + timedelta(minutes=5)
     )
     assert flipped[0]["lastTransitionTime"] == "2026-01-01T12:05:00Z"
-
-
-def test_trainingrun_status_is_a_pure_function() -> None:
-    body = TrainingRunBuilder("r").nodes(2).procs(3).obj()
-    body["metadata"]["generation"] = 4
-    run = api.parse_trainingrun(body)
-    one = status.trainingrun_status(run, None, T0)
-    two = status.trainingrun_status(run, one, T0 + timedelta(hours=1))
-    assert one == two
-    assert one["observedGeneration"] == 4
-    assert one["worldSize"] == 6
-    assert one["nodes"]["ready"] == "0/2"
-    assert status.find(one["conditions"], "Accepted") == {
-        "type": "Accepted",
-        "status": "True",
-        "reason": "Valid",
-        "message": "the spec is valid",
-        "observedGeneration": 4,
-        "lastTransitionTime": "2026-01-01T12:00:00Z",
-    }
 
 
 def test_invalid_run_fails_with_the_message() -> None:

@@ -1,0 +1,334 @@
+"""TrainingRuns on the real control plane with KWOK GPU nodes: Pods and Service as
+specified, gang admission, exact failure reporting, restarts, platform failures and an
+operator restart in the middle of a 64-node fan-out."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.builders import TrainingRunBuilder, environment
+from tests.cluster.harness import Cluster, Pool, node_manifest
+from tests.conftest import InProcessOperator
+from tests.integration.helpers import (
+    conditions,
+    finish_pod,
+    launcher_message,
+    run_pods,
+    wait_for,
+    wait_status,
+)
+from torchyard import k8s
+
+
+@pytest.fixture
+def env(namespace: str, operator: InProcessOperator) -> str:
+    k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
+    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
+    return namespace
+
+
+@pytest.fixture
+def extra_pool(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Pool]:
+    """A pool of fake nodes of this test's own (so shared pools stay predictable)."""
+    nodes, gpus = request.param
+    pool = Pool(f"p{time.monotonic_ns() % 10**8}", nodes=nodes, gpus=gpus, cpu="16", memory="64Gi")
+    for i in range(nodes):
+        k8s.create(node_manifest(pool, i))
+    wait_for(
+        "extra pool Ready",
+        lambda: (
+            len(
+                [
+                    n
+                    for n in k8s.list_(k8s.NODES, label_selector=f"torchyard.dev/pool={pool.name}")
+                    if any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in n.get("status", {}).get("conditions", [])
+                    )
+                ]
+            )
+            == nodes
+        ),
+    )
+    yield pool
+    for i in range(nodes):
+        k8s.delete(k8s.NODES, None, f"{pool.name}-{i}")
+
+
+def running(namespace: str, name: str, timeout: float = 30) -> dict[str, Any]:
+    return wait_status(
+        k8s.TRAININGRUNS, namespace, name, lambda s: s.get("phase") == "Running", timeout
+    )
+
+
+def test_two_by_two_run_gets_its_pods_and_service_on_the_gpu_pool(
+    cluster: Cluster, env: str
+) -> None:
+    ns = env
+    k8s.create(
+        TrainingRunBuilder("bert", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .procs(2)
+        .gpus(2)
+        .pool("a100")
+        .with_("spec.resources.memory", "32Gi")
+        .obj()
+    )
+    run = running(ns, "bert")
+    assert run["status"]["nodes"]["ready"] == "2/2"
+    pods = run_pods(ns, "bert")
+    assert [p["metadata"]["name"] for p in pods] == ["bert-0", "bert-1"]
+    services = k8s.list_(k8s.SERVICES, ns)
+    assert [s["metadata"]["name"] for s in services] == ["bert"]
+    assert services[0]["spec"]["clusterIP"] == "None"
+    for node, p in enumerate(pods):
+        assert p["spec"]["nodeName"].startswith("a100-")
+        assert "schedulingGates" not in p["spec"]
+        trainer = p["spec"]["containers"][0]
+        assert trainer["image"] == "ghcr.io/acme/pytorch:2.15-cuda12"
+        assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        env_vars = {e["name"]: e["value"] for e in trainer["env"]}
+        assert env_vars["MASTER_ADDR"] == f"bert-0.bert.{ns}.svc"
+        assert env_vars["MASTER_PORT"] == "6105"
+        assert env_vars["WORLD_SIZE"] == "4"
+        assert env_vars["NODE_RANK"] == env_vars["PET_NODE_RANK"] == str(node)
+        assert env_vars["LOCAL_WORLD_SIZE"] == "2"
+        assert p["spec"]["nodeSelector"] == {"torchyard.dev/pool": "a100"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in p["spec"][
+            "tolerations"
+        ]
+    for p in pods:
+        finish_pod(cluster, ns, p["metadata"]["name"], 0)
+    cluster.kubectl("wait", "--for=condition=Succeeded", "tr/bert", "-n", ns, "--timeout=30s")
+
+
+@pytest.mark.parametrize("extra_pool", [(2, 8)], indirect=True)
+def test_run_stays_queued_with_the_reason_until_capacity_frees(
+    cluster: Cluster, env: str, extra_pool: Pool
+) -> None:
+    ns, pool = env, extra_pool.name
+    k8s.create(
+        TrainingRunBuilder("first", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .procs(8)
+        .gpus(8)
+        .pool(pool)
+        .obj()
+    )
+    running(ns, "first")
+    k8s.create(
+        TrainingRunBuilder("second", ns)
+        .environment("pytorch")
+        .nodes(1)
+        .procs(4)
+        .gpus(4)
+        .pool(pool)
+        .obj()
+    )
+    queued = wait_status(k8s.TRAININGRUNS, ns, "second", lambda s: s.get("phase") == "Queued")
+    admitted = conditions(queued)["Admitted"]
+    assert admitted["reason"] == "Queued"
+    assert admitted["message"] == f"needs 1 node(s) with 4 nvidia.com/gpu in pool {pool}; 0 fit now"
+    assert all("schedulingGates" in p["spec"] for p in run_pods(ns, "second"))
+    for p in run_pods(ns, "first"):
+        finish_pod(cluster, ns, p["metadata"]["name"], 0)
+    running(ns, "second")
+
+
+@pytest.mark.parametrize("extra_pool", [(4, 8)], indirect=True)
+def test_two_runs_that_fit_alone_never_end_up_half_scheduled(
+    cluster: Cluster, env: str, extra_pool: Pool
+) -> None:
+    ns, pool = env, extra_pool.name
+    half_admitted: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for run in ("left", "right"):
+                gated = [("schedulingGates" in p["spec"]) for p in run_pods(ns, run)]
+                if len(set(gated)) > 1:
+                    half_admitted.append(f"{run}: {gated}")
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for name in ("left", "right"):
+            k8s.create(
+                TrainingRunBuilder(name, ns)
+                .environment("pytorch")
+                .nodes(3)
+                .procs(8)
+                .gpus(8)
+                .pool(pool)
+                .obj()
+            )
+        wait_for(
+            "one run Running, the other Queued",
+            lambda: (
+                sorted(
+                    k8s.get(k8s.TRAININGRUNS, ns, n).get("status", {}).get("phase", "")
+                    for n in ("left", "right")
+                )
+                == ["Queued", "Running"]
+            ),
+        )
+        time.sleep(1)
+    finally:
+        stop.set()
+        watcher.join()
+    assert half_admitted == []
+    # The one that was first got the pool.
+    assert k8s.get(k8s.TRAININGRUNS, ns, "left")["status"]["phase"] == "Running"
+
+
+def test_failing_rank_fails_the_run_with_rank_exit_code_and_traceback(
+    cluster: Cluster, env: str
+) -> None:
+    ns = env
+    k8s.create(
+        TrainingRunBuilder("gpt", ns)
+        .environment("pytorch")
+        .nodes(3)
+        .procs(2)
+        .gpus(2)
+        .pool("a100")
+        .obj()
+    )
+    running(ns, "gpt")
+    finish_pod(cluster, ns, "gpt-1", 1, launcher_message(3, 1, "ValueError: loss is NaN"))
+    failed = wait_status(k8s.TRAININGRUNS, ns, "gpt", lambda s: s.get("phase") == "Failed")
+    assert failed["status"]["failure"] == {
+        "rank": 3,
+        "node": 1,
+        "pod": "gpt-1",
+        "exitCode": 1,
+        "reason": "Error",
+        "message": 'Traceback (most recent call last):\n  File "train.py", line 9\n'
+        "ValueError: loss is NaN",
+    }
+    assert (
+        conditions(failed)["Failed"]["message"]
+        == "rank 3 (node 1) failed (Error, exit code 1): ValueError: loss is NaN"
+    )
+    # The surviving ranks do not burn GPUs: their Pods are gone within seconds.
+    wait_for(
+        "siblings deleted",
+        lambda: [p["metadata"]["name"] for p in run_pods(ns, "gpt")] == ["gpt-1"],
+        timeout=10,
+    )
+    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=gpt")
+    assert any(e["reason"] == "Error" and "rank 3" in e["message"] for e in events)
+
+
+def test_backoff_limit_restarts_the_whole_gang_once(cluster: Cluster, env: str) -> None:
+    ns = env
+    k8s.create(
+        TrainingRunBuilder("retry", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .gpus(1)
+        .pool("a100")
+        .with_("spec.policy.backoffLimit", 1)
+        .obj()
+    )
+    running(ns, "retry")
+    first_uids = {p["metadata"]["uid"] for p in run_pods(ns, "retry")}
+    finish_pod(cluster, ns, "retry-0", 2, launcher_message(0, 0, "OSError: disk full"))
+    wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "retry",
+        lambda s: s.get("restarts") == 1 and s.get("phase") == "Running",
+    )
+    pods = run_pods(ns, "retry")
+    assert len(pods) == 2 and not first_uids & {p["metadata"]["uid"] for p in pods}
+    assert {p["metadata"]["labels"]["torchyard.dev/attempt"] for p in pods} == {"1"}
+    finish_pod(cluster, ns, "retry-1", 3, launcher_message(1, 1, "OSError: disk full"))
+    failed = wait_status(k8s.TRAININGRUNS, ns, "retry", lambda s: s.get("phase") == "Failed")
+    assert failed["status"]["restarts"] == 1
+    assert failed["status"]["failedAttempts"] == 1
+    assert failed["status"]["failure"]["exitCode"] == 3
+
+
+@pytest.mark.parametrize("extra_pool", [(1, 8)], indirect=True)
+def test_a_lost_node_is_a_platform_failure_that_does_not_use_backoff(
+    cluster: Cluster, env: str, extra_pool: Pool
+) -> None:
+    ns, pool = env, extra_pool.name
+    k8s.create(
+        TrainingRunBuilder("lost", ns).environment("pytorch").nodes(1).gpus(8).pool(pool).obj()
+    )
+    running(ns, "lost")
+    k8s.delete(k8s.NODES, None, f"{pool}-0")
+    # The Pod goes with its node (PodGC); the gang is restarted without counting against
+    # backoffLimit (0 here), and waits for capacity again.
+    queued = wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "lost",
+        lambda s: s.get("restarts") == 1 and s.get("phase") == "Queued",
+        timeout=120,
+    )
+    assert "failedAttempts" not in queued["status"]
+    k8s.create(node_manifest(extra_pool, 0))
+    running(ns, "lost", timeout=60)
+
+
+def test_specs_the_apiserver_cannot_refuse_are_reported_as_conditions(
+    cluster: Cluster, env: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns = env
+    caplog.set_level(logging.INFO)
+    k8s.create(TrainingRunBuilder("no-env", ns).environment("missing").obj())
+    k8s.create(TrainingRunBuilder("no-pool", ns).environment("pytorch").pool("h100").obj())
+    no_env = wait_status(k8s.TRAININGRUNS, ns, "no-env", lambda s: s.get("phase") == "Preparing")
+    assert conditions(no_env)["EnvironmentReady"]["reason"] == "EnvironmentNotFound"
+    no_pool = wait_status(k8s.TRAININGRUNS, ns, "no-pool", lambda s: s.get("phase") == "Queued")
+    assert "no Ready node matches" in conditions(no_pool)["Admitted"]["message"]
+    # Nothing crashed, nothing loops: the status stays put.
+    rv = k8s.get(k8s.TRAININGRUNS, ns, "no-pool")["metadata"]["resourceVersion"]
+    time.sleep(2)
+    assert k8s.get(k8s.TRAININGRUNS, ns, "no-pool")["metadata"]["resourceVersion"] == rv
+    assert not [
+        r for r in caplog.records if r.name.startswith("torchyard") and r.levelno >= logging.ERROR
+    ]
+
+
+@pytest.mark.parametrize("extra_pool", [(64, 0)], indirect=True)
+def test_operator_killed_mid_fanout_ends_with_exactly_64_pods(
+    cluster: Cluster, env: str, extra_pool: Pool, operator: InProcessOperator
+) -> None:
+    ns = env
+    operator.stop()
+    try:
+        k8s.create(
+            TrainingRunBuilder("wide", ns)
+            .environment("pytorch")
+            .nodes(64)
+            .pool(extra_pool.name)
+            .with_("spec.resources.cpu", "1")
+            .obj()
+        )
+        operator.start()
+        wait_for("some Pods created", lambda: len(run_pods(ns, "wide")) >= 1, timeout=30)
+        operator.stop()
+        partial = len(run_pods(ns, "wide"))
+    finally:
+        operator.start()
+    run = running(ns, "wide", timeout=90)
+    pods = run_pods(ns, "wide")
+    assert len(pods) == 64, f"{len(pods)} Pods (had {partial} when the operator was killed)"
+    assert sorted(int(p["metadata"]["labels"]["torchyard.dev/node-rank"]) for p in pods) == list(
+        range(64)
+    )
+    assert run["status"]["nodes"]["ready"] == "64/64"

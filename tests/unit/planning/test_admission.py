@@ -1,0 +1,114 @@
+"""Gang admission: whole gangs only, first come first served per pool."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from tests.cluster.harness import DEFAULT_POOLS, node_manifest
+from torchyard.planning import admission
+
+NODES = [node_manifest(pool, i) for pool in DEFAULT_POOLS for i in range(pool.nodes)]
+for n in NODES:
+    n["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+GPU_TOL = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def gang(
+    name: str, size: int, gpus: int, created: str = "2026-01-01T00:00:00Z", pool: str = "a100"
+) -> admission.Gang:
+    return admission.Gang(
+        key=("ns", name),
+        created=created,
+        size=size,
+        request={"nvidia.com/gpu": Decimal(gpus), "pods": Decimal(1)},
+        selector={"torchyard.dev/pool": pool},
+        tolerations=GPU_TOL,
+        pool=pool,
+    )
+
+
+def busy_pod(node: str, gpus: int) -> dict[str, object]:
+    return {
+        "metadata": {"name": f"busy-{node}"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("500m", Decimal("0.5")),
+        ("64Gi", Decimal(64 * 2**30)),
+        ("8", Decimal(8)),
+        ("1e3", Decimal(1000)),
+        ("1k", Decimal(1000)),
+    ],
+)
+def test_quantities(text: str, value: Decimal) -> None:
+    assert admission.quantity(text) == value
+
+
+def test_a_gang_that_fits_is_admitted_whole() -> None:
+    d = admission.decide([gang("a", 4, 8)], NODES, [])
+    assert d[("ns", "a")].admit and d[("ns", "a")].fit_now == 4
+
+
+def test_a_gang_that_does_not_fit_waits_with_numbers() -> None:
+    pods = [busy_pod("a100-0", 8), busy_pod("a100-1", 8)]
+    d = admission.decide([gang("a", 4, 8)], NODES, pods)[("ns", "a")]
+    assert not d.admit
+    assert d.message == "needs 4 node(s) with 8 nvidia.com/gpu in pool a100; 2 fit now"
+
+
+def test_first_come_first_served_blocks_younger_runs_of_the_pool() -> None:
+    pods = [busy_pod("a100-0", 8)]
+    d = admission.decide(
+        [gang("big", 4, 8, "2026-01-01T00:00:00Z"), gang("small", 1, 8, "2026-01-01T00:00:05Z")],
+        NODES,
+        pods,
+    )
+    assert not d[("ns", "big")].admit
+    assert not d[("ns", "small")].admit
+    assert "waiting behind ns/big" in d[("ns", "small")].message
+
+
+def test_two_gangs_that_fit_alone_but_not_together() -> None:
+    d = admission.decide(
+        [gang("one", 3, 8, "2026-01-01T00:00:00Z"), gang("two", 3, 8, "2026-01-01T00:00:01Z")],
+        NODES,
+        [],
+    )
+    assert d[("ns", "one")].admit and not d[("ns", "two")].admit
+
+
+def test_unknown_pool_and_impossible_gangs_do_not_block_others() -> None:
+    d = admission.decide(
+        [
+            gang("nowhere", 1, 1, "2026-01-01T00:00:00Z", pool="h100"),
+            gang("huge", 1, 16, "2026-01-01T00:00:01Z"),
+            gang("ok", 2, 4, "2026-01-01T00:00:02Z"),
+        ],
+        NODES,
+        [],
+    )
+    assert "no Ready node matches" in d[("ns", "nowhere")].message
+    assert "cannot hold it even when idle" in d[("ns", "huge")].message
+    assert d[("ns", "ok")].admit
+
+
+def test_gpu_pool_is_tainted_for_pods_without_toleration() -> None:
+    g = admission.Gang(
+        key=("ns", "cpu-job"),
+        created="",
+        size=1,
+        request={"pods": Decimal(1)},
+        selector={"torchyard.dev/pool": "a100"},
+        tolerations=(),
+    )
+    assert not admission.decide([g], NODES, [])[("ns", "cpu-job")].admit

@@ -1,0 +1,112 @@
+"""The node Pods and the headless Service, built purely from the spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.builders import TrainingRunBuilder
+from torchyard import api
+from torchyard.planning import pods
+
+
+def run_on_a100() -> api.TrainingRun:
+    body = (
+        TrainingRunBuilder("bert", "vision")
+        .nodes(2)
+        .procs(2)
+        .gpus(2)
+        .pool("a100")
+        .with_("spec.resources.cpu", "8")
+        .with_("spec.resources.memory", "64Gi")
+        .with_("spec.resources.shmSize", "16Gi")
+        .source(configMap="bert-src")
+        .obj()
+    )
+    body["metadata"]["uid"] = "uid-1"
+    return api.parse_trainingrun(body)
+
+
+def env_of(manifest: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in manifest["spec"]["containers"][0]["env"]}
+
+
+def test_service_is_headless_and_publishes_not_ready_addresses() -> None:
+    svc = pods.service(run_on_a100())
+    assert svc["metadata"]["name"] == "bert"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {"torchyard.dev/run": "bert"}
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_pod_names_dns_and_ownership() -> None:
+    p = pods.pod(run_on_a100(), 1, image="img")
+    assert p["metadata"]["name"] == "bert-1"
+    assert (p["spec"]["hostname"], p["spec"]["subdomain"]) == ("bert-1", "bert")
+    assert p["metadata"]["labels"]["torchyard.dev/node-rank"] == "1"
+    owner = p["metadata"]["ownerReferences"][0]
+    assert owner["controller"] is True and owner["kind"] == "TrainingRun"
+    assert p["spec"]["restartPolicy"] == "Never"
+    assert p["spec"]["enableServiceLinks"] is False
+
+
+def test_pod_resources_pool_and_gpu_toleration() -> None:
+    p = pods.pod(run_on_a100(), 0, image="img")
+    trainer = p["spec"]["containers"][0]
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert trainer["resources"]["requests"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "2"}
+    assert p["spec"]["nodeSelector"] == {"torchyard.dev/pool": "a100"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in p["spec"][
+        "tolerations"
+    ]
+    shm = next(v for v in p["spec"]["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert trainer["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_pod_runs_the_launcher_with_the_rank_contract() -> None:
+    p = pods.pod(run_on_a100(), 1, image="img", python="python3.11")
+    trainer = p["spec"]["containers"][0]
+    assert trainer["command"] == [
+        "python3.11",
+        "/torchyard/launcher.py",
+        "--",
+        "python",
+        "train.py",
+    ]
+    env = env_of(p)
+    assert env["MASTER_ADDR"] == "bert-0.bert.vision.svc"
+    assert env["NODE_RANK"] == "1" and env["WORLD_SIZE"] == "4"
+    assert env["TORCHYARD_OUTPUTS"] == "/workspace/outputs"
+    init = p["spec"]["initContainers"][0]
+    assert init["command"][-5:] == [
+        "--install",
+        "/torchyard/launcher.py",
+        "--copy",
+        "/torchyard/source",
+        "/workspace",
+    ]
+    assert trainer["workingDir"] == "/workspace"
+
+
+def test_pods_are_gated_until_admitted_and_ungate_removes_only_the_gate() -> None:
+    p = pods.pod(run_on_a100(), 0, image="img")
+    assert p["spec"]["schedulingGates"] == [{"name": "torchyard.dev/gang"}]
+    open_ = pods.ungate(p)
+    assert "schedulingGates" not in open_["spec"]
+    assert {k: v for k, v in open_["spec"].items()} == {
+        k: v for k, v in p["spec"].items() if k != "schedulingGates"
+    }
+
+
+def test_kueue_queue_replaces_gating() -> None:
+    body = TrainingRunBuilder("r").nodes(3).with_("spec.scheduling.queueName", "team-a").obj()
+    p = pods.pod(api.parse_trainingrun(body), 0, image="img")
+    assert "schedulingGates" not in p["spec"]
+    assert p["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "r-0"
+    assert p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "3"
+
+
+def test_builders_are_deterministic() -> None:
+    assert pods.pods(run_on_a100(), image="img") == pods.pods(run_on_a100(), image="img")

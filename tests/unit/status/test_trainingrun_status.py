@@ -1,0 +1,246 @@
+"""TrainingRun status as a pure function of the run, its Environment and its Pods,
+tested as a table (the azimuth-capi-operator habit)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from tests.builders import TrainingRunBuilder, pod
+from torchyard import api, status
+from torchyard.status.trainingruns import Observed, observe_failure
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+READY_ENV = {"status": {"phase": "Ready", "image": "img"}}
+
+
+def run_2x2() -> api.TrainingRun:
+    body = TrainingRunBuilder("r").nodes(2).procs(2).obj()
+    body["metadata"]["generation"] = 3
+    return api.parse_trainingrun(body)
+
+
+def compute(
+    pods: list[dict[str, Any]],
+    env: dict[str, Any] | None = READY_ENV,
+    previous: dict[str, Any] | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    return status.trainingrun_status(
+        run_2x2(), Observed(environment=env, pods=pods, **kw), previous, T0
+    )
+
+
+def conds(st: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
+
+
+TERMINATION = json.dumps(
+    {
+        "rank": 3,
+        "localRank": 1,
+        "nodeRank": 1,
+        "exitCode": 1,
+        "reason": "Error",
+        "message": "Traceback (most recent call last):\nValueError: bad",
+    }
+)
+
+TABLE: list[tuple[str, dict[str, Any], str, dict[str, tuple[str, str]]]] = [
+    (
+        "environment missing",
+        {"pods": [], "env": None},
+        "Preparing",
+        {"EnvironmentReady": ("False", "EnvironmentNotFound")},
+    ),
+    (
+        "environment building",
+        {"pods": [], "env": {"status": {"phase": "Building"}}},
+        "Preparing",
+        {"EnvironmentReady": ("False", "EnvironmentNotReady")},
+    ),
+    (
+        "environment failed",
+        {"pods": [], "env": {"status": {"phase": "Failed", "message": "pip failed"}}},
+        "Failed",
+        {"Failed": ("True", "EnvironmentFailed")},
+    ),
+    (
+        "pods being created",
+        {"pods": [pod("r", 0, gated=True)]},
+        "Pending",
+        {"Admitted": ("False", "Creating")},
+    ),
+    (
+        "gang waiting for capacity",
+        {
+            "pods": [pod("r", 0, gated=True), pod("r", 1, gated=True)],
+            "queued_message": "needs 2 node(s) with 8 nvidia.com/gpu in pool a100; 1 fit now",
+        },
+        "Queued",
+        {"Admitted": ("False", "Queued")},
+    ),
+    (
+        "admitted, not yet bound",
+        {"pods": [pod("r", 0), pod("r", 1)]},
+        "Queued",
+        {"Admitted": ("True", "GangAdmitted"), "Running": ("False", "Starting")},
+    ),
+    (
+        "all running",
+        {
+            "pods": [
+                pod("r", 0, phase="Running", node_name="n0"),
+                pod("r", 1, phase="Running", node_name="n1"),
+            ]
+        },
+        "Running",
+        {"Running": ("True", "AllNodesRunning")},
+    ),
+    (
+        "all succeeded",
+        {
+            "pods": [
+                pod("r", 0, phase="Succeeded", node_name="n", exit_code=0),
+                pod("r", 1, phase="Succeeded", node_name="n", exit_code=0),
+            ]
+        },
+        "Succeeded",
+        {"Succeeded": ("True", "Completed")},
+    ),
+    (
+        "one rank failed",
+        {
+            "pods": [
+                pod("r", 0, phase="Running", node_name="n"),
+                pod("r", 1, phase="Failed", node_name="n", exit_code=1, message=TERMINATION),
+            ]
+        },
+        "Failed",
+        {"Failed": ("True", "Error")},
+    ),
+    (
+        "image cannot be pulled",
+        {"pods": [pod("r", 0, waiting="ImagePullBackOff", message="not found"), pod("r", 1)]},
+        "Failed",
+        {"Failed": ("True", "ImagePullBackOff")},
+    ),
+    (
+        "deadline exceeded",
+        {
+            "pods": [
+                pod("r", 0, phase="Running", node_name="n"),
+                pod("r", 1, phase="Running", node_name="n"),
+            ],
+            "deadline_exceeded": True,
+        },
+        "Failed",
+        {"Failed": ("True", "DeadlineExceeded")},
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "kw", "phase", "expected"), TABLE, ids=[t[0] for t in TABLE])
+def test_phase_and_conditions(
+    case: str, kw: dict[str, Any], phase: str, expected: dict[str, tuple[str, str]]
+) -> None:
+    st = compute(**kw)
+    assert st["phase"] == phase
+    found = conds(st)
+    for type_, value in expected.items():
+        assert found[type_] == value, (type_, found)
+    assert found["Accepted"] == ("True", "Valid")
+    assert all(c["observedGeneration"] == 3 for c in st["conditions"])
+
+
+def test_failure_names_rank_node_exit_code_and_traceback() -> None:
+    st = compute(
+        [
+            pod("r", 0, phase="Running", node_name="n"),
+            pod("r", 1, phase="Failed", node_name="n", exit_code=1, message=TERMINATION),
+        ]
+    )
+    assert st["failure"] == {
+        "rank": 3,
+        "node": 1,
+        "pod": "r-1",
+        "exitCode": 1,
+        "reason": "Error",
+        "message": "Traceback (most recent call last):\nValueError: bad",
+    }
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert failed["message"] == "rank 3 (node 1) failed (Error, exit code 1): ValueError: bad"
+
+
+def test_the_first_failure_decides() -> None:
+    early = pod("r", 1, phase="Failed", exit_code=7, finished_at="2026-01-01T12:00:01Z")
+    late = pod(
+        "r",
+        0,
+        phase="Failed",
+        exit_code=137,
+        reason="OOMKilled",
+        finished_at="2026-01-01T12:00:05Z",
+    )
+    assert compute([late, early])["failure"]["exitCode"] == 7
+
+
+@pytest.mark.parametrize(
+    ("pod_reason", "container_reason", "platform"),
+    [
+        ("Evicted", None, True),
+        (None, "OOMKilled", False),
+        ("DeadlineExceeded", None, False),
+        (None, "Error", False),
+        ("NodeLost", None, True),
+    ],
+)
+def test_platform_failures_are_told_apart(
+    pod_reason: str | None, container_reason: str | None, platform: bool
+) -> None:
+    failure = observe_failure(
+        pod("r", 0, phase="Failed", exit_code=137, reason=container_reason, pod_reason=pod_reason)
+    )
+    assert failure is not None
+    assert failure["reason"] == (pod_reason or container_reason)
+    assert failure["platform"] is platform
+
+
+def test_plain_text_termination_message_is_kept() -> None:
+    failure = observe_failure(
+        pod("r", 0, phase="Failed", exit_code=1, message="Segmentation fault (core dumped)")
+    )
+    assert failure is not None and failure["message"] == "Segmentation fault (core dumped)"
+
+
+def test_finished_runs_stay_finished() -> None:
+    done = compute(
+        [pod("r", 0, phase="Succeeded", exit_code=0), pod("r", 1, phase="Succeeded", exit_code=0)]
+    )
+    later = status.trainingrun_status(
+        run_2x2(), Observed(environment=READY_ENV, pods=[]), done, T0 + timedelta(hours=1)
+    )
+    assert later == done
+
+
+def test_recomputing_gives_the_same_status() -> None:
+    pods = [
+        pod("r", 0, phase="Running", node_name="n"),
+        pod("r", 1, phase="Running", node_name="n"),
+    ]
+    first = compute(pods)
+    again = status.trainingrun_status(
+        run_2x2(), Observed(environment=READY_ENV, pods=pods), first, T0 + timedelta(minutes=3)
+    )
+    assert again == first
+    assert first["nodes"] == {
+        "total": 2,
+        "scheduled": 2,
+        "running": 2,
+        "succeeded": 0,
+        "failed": 0,
+        "ready": "2/2",
+    }
