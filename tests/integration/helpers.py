@@ -85,6 +85,7 @@ def launcher_message(rank: int, node: int, exception: str) -> str:
             "nodeRank": node,
             "exitCode": 1,
             "reason": "Error",
-            "message": f'Traceback (most recent call last):\n  File "train.py", line 9\n{exception}',
+            "message": "Traceback (most recent call last):\n"
+            f'  File "train.py", line 9\n{exception}',
         }
     )
