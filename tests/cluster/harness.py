@@ -426,6 +426,15 @@ class Cluster:
             )
 
         self.wait_for("the CRDs' OpenAPI schemas", published, timeout=60)
+        # kubectl caches discovery (fetched above, before the CRDs existed): refresh it.
+        self.wait_for(
+            "the CRDs in kubectl's discovery",
+            lambda: (
+                "trainingruns.torchyard.dev"
+                in self.kubectl("api-resources", "--api-group=torchyard.dev", "-o", "name")
+            ),
+            timeout=60,
+        )
 
     def _create_nodes(self) -> None:
         for pool in self.pools:

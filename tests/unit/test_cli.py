@@ -47,3 +47,27 @@ def test_crds_command_prints_all_three(capsys: pytest.CaptureFixture[str]) -> No
         "Environment",
         "ModelVersion",
     ]
+
+
+def test_submit_dry_run_prints_what_the_operator_would_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = TrainingRunBuilder("bert").nodes(2).gpus(1).pool("a100").obj()
+    env = {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "Environment",
+        "metadata": {"name": "pytorch"},
+        "spec": {"image": "img:1"},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump_all([env, run]))
+    assert cli.main(["submit", str(path), "--dry-run", "-n", "team"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("TrainingRun", "bert"),
+        ("Service", "bert"),
+        ("Pod", "bert-0"),
+        ("Pod", "bert-1"),
+    ]
+    assert {d["metadata"]["namespace"] for d in docs} == {"team"}
+    assert docs[2]["spec"]["containers"][0]["image"] == "img:1"

@@ -20,7 +20,7 @@ import yaml
 from torchyard.api._base import CATEGORY, DNS1035_LABEL, GROUP, VERSION, Model
 from torchyard.api.environments import Environment
 from torchyard.api.modelversions import ModelVersion
-from torchyard.api.trainingruns import TrainingRun
+from torchyard.api.trainingruns import RUN_NAME_MAX, RUN_NAME_RULE, TrainingRun
 
 _DROP = {"title"}
 
@@ -83,13 +83,9 @@ KINDS: tuple[Kind, ...] = (
         ),
         root_rules=(
             {
-                # Pods are named <run>-<node>, the headless Service <run>: both must be
-                # DNS-1035 labels of at most 63 characters.
-                "rule": "size(self.metadata.name) <= 52 && "
+                "rule": f"size(self.metadata.name) <= {RUN_NAME_MAX} && "
                 f"self.metadata.name.matches('{DNS1035_LABEL}')",
-                "message": "a TrainingRun name must be a DNS-1035 label (lower-case letters, "
-                "digits and '-', starting with a letter) of at most 52 characters, so that "
-                "its Pods and Service can be named after it",
+                "message": RUN_NAME_RULE,
             },
         ),
     ),

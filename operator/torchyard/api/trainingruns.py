@@ -8,6 +8,7 @@ the SDK; no I/O here.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
@@ -16,6 +17,7 @@ from pydantic import Field, model_validator
 
 from torchyard.api._base import (
     CONDITIONS_FIELD_EXTRA,
+    DNS1035_LABEL,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     ENV_VAR_NAME,
@@ -27,6 +29,13 @@ from torchyard.api._base import (
 )
 
 DEFAULT_MASTER_PORT = 6105  # as Azure ML
+# Pods are named <run>-<node>, the headless Service <run>: DNS-1035 labels of <= 63 chars.
+RUN_NAME_MAX = 52
+RUN_NAME_RULE = (
+    "a TrainingRun name must be a DNS-1035 label (lower-case letters, digits and '-', "
+    f"starting with a letter) of at most {RUN_NAME_MAX} characters, so that its Pods and "
+    "Service can be named after it"
+)
 
 # The variables of the rank contract: torchyard sets them, a user may not.
 RANK_CONTRACT_VARIABLES = (
@@ -467,6 +476,15 @@ class TrainingRun(Model):
     status: TrainingRunStatus = Field(
         default_factory=TrainingRunStatus, description="Observed state."
     )
+
+    @model_validator(mode="after")
+    def _name_fits_pods_and_service(self) -> TrainingRun:
+        name = self.metadata.get("name")
+        if name is not None and not (
+            len(str(name)) <= RUN_NAME_MAX and re.fullmatch(DNS1035_LABEL, str(name))
+        ):
+            raise ValueError(f"metadata.name: {RUN_NAME_RULE}")
+        return self
 
     @property
     def name(self) -> str:

@@ -117,6 +117,57 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Apply the file's Environments and TrainingRuns; --dry-run prints what the operator
+    would create for each run (its Service and node Pods), from the operator's planner."""
+    from torchyard.planning import pods
+
+    docs = _load_documents(args.file)
+    runs = [d for d in docs if d.get("kind") == "TrainingRun"]
+    if not runs:
+        print(f"torchyard: error: no TrainingRun in {args.file}", file=sys.stderr)
+        return 2
+    envs = {
+        (d.get("metadata") or {}).get("name"): d for d in docs if d.get("kind") == "Environment"
+    }
+    try:
+        for body in runs + list(envs.values()):
+            body.setdefault("metadata", {})
+            if args.namespace:
+                body["metadata"]["namespace"] = args.namespace
+            body["metadata"].setdefault("namespace", "default")
+            (api.parse_trainingrun if body["kind"] == "TrainingRun" else api.parse_environment)(
+                body
+            )
+    except api.InvalidSpec as err:
+        print(f"torchyard: error: invalid resource: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        out: list[dict[str, Any]] = []
+        for body in runs:
+            run = api.parse_trainingrun(body)
+            env = envs.get(run.spec.environment, {}).get("spec", {})
+            image = env.get("image") or f"<image of Environment {run.spec.environment}>"
+            out += [body, pods.service(run)]
+            out += pods.pods(run, image=image, python=env.get("python", "python3"))
+        print(yaml.safe_dump_all(out, sort_keys=False), end="")
+        return 0
+    from torchyard import k8s
+
+    try:
+        for body in list(envs.values()) + runs:
+            k8s.apply(body, field_manager="torchyard-cli")
+            meta = body["metadata"]
+            print(
+                f"{body['kind'].lower()}.torchyard.dev/{meta['name']} applied "
+                f"(namespace {meta['namespace']})"
+            )
+    except k8s.ApiError as err:
+        print(f"torchyard: error: {err.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchyard",
@@ -155,6 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name", help="which TrainingRun, when FILE holds several")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "submit",
+        help="apply a TrainingRun (and its Environment) to the cluster, or print what the "
+        "operator would create (--dry-run)",
+    )
+    p.add_argument("file", help="YAML with TrainingRuns and Environments ('-' for stdin)")
+    p.add_argument("-n", "--namespace", help="namespace (default: the file's, else default)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the run, its headless Service and node Pods; change nothing",
+    )
+    p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (kubectl apply -f -)")
     p.set_defaults(func=cmd_crds)

@@ -210,3 +210,33 @@ async def environment_event(
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_RUN: kopf.PRESENT})
 async def pod_event(labels: Mapping[str, str], namespace: str | None, memo: Any, **_: Any) -> None:
     _enqueue(memo, "TrainingRun", namespace, labels[names.LABEL_RUN])
+
+
+def _release_pods_of_lost_node(node: str) -> list[tuple[str, str]]:
+    """Delete torchyard's Pods bound to a deleted node at once (PodGC would take a while)."""
+    lost = k8s.list_(
+        k8s.PODS, None, label_selector=names.LABEL_RUN, field_selector=f"spec.nodeName={node}"
+    )
+    runs = []
+    for pod in lost:
+        meta = pod["metadata"]
+        k8s.delete(k8s.PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
+        runs.append((meta["namespace"], meta["labels"][names.LABEL_RUN]))
+    return runs
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_event(type: str, name: str, memo: Any, **_: Any) -> None:
+    if type != "DELETED":
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        runs = await loop.run_in_executor(None, _release_pods_of_lost_node, name)
+    except k8s.ApiError as err:
+        logger.warning("node %s deleted, but its Pods could not be released: %s", name, err)
+        return
+    for namespace, run in runs:
+        logger.warning(
+            "node %s is gone: its Pod of TrainingRun %s/%s is lost", name, namespace, run
+        )
+        _enqueue(memo, "TrainingRun", namespace, run)

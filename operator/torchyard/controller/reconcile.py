@@ -133,6 +133,9 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         _patch_status_if_changed(body, new)
         return Result()
 
+    if meta.get("deletionTimestamp"):
+        return Result()  # being deleted: owner references take the children away
+
     # 1. Fetch the children: this run's Pods (not a namesake's that was deleted).
     children = [
         p
@@ -175,7 +178,8 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         failure = {
             "reason": "PodLost",
             "platform": True,
-            "message": "a node Pod of the running gang disappeared (node lost?)",
+            "message": "a node Pod of the running gang disappeared (its node was lost, or "
+            "it was deleted)",
         }
     if failure is not None and not observed.deadline_exceeded:
         restart = _restart_decision(run, failure, previous)
@@ -195,25 +199,12 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
             wanted = pods.pods(
                 run, image=image, python=python, attempt=attempt, settings=ctx.settings
             )
-            have = {p["metadata"]["name"] for p in current}
-            missing = [p for p in wanted if p["metadata"]["name"] not in have]
-            if missing:
-                k8s.apply(pods.service(run))
-                _parallel(k8s.apply, missing)
-                current = current + missing
-            # 5. Gang admission.
-            gated = [p for p in current if admission.is_gated(p)]
-            if gated and len(current) == run.spec.distribution.node_count:
-                decision, others = _admit(run, ns, name)
-                result.also.extend(others)
-                if decision is not None and decision.admit:
-                    by_name = {p["metadata"]["name"]: p for p in wanted}
-                    _parallel(
-                        lambda p: k8s.apply(pods.ungate(by_name[p["metadata"]["name"]])), gated
-                    )
-                    logger.info("TrainingRun %s/%s admitted: %s", ns, name, decision.message)
-                elif decision is not None:
-                    observed = _replace(observed, queued_message=decision.message)
+            current, decision, others = _create_and_admit(run, wanted, current)
+            result.also.extend(others)
+            if decision is not None and decision.admit:
+                logger.info("TrainingRun %s/%s admitted: %s", ns, name, decision.message)
+            elif decision is not None:
+                observed = _replace(observed, queued_message=decision.message)
             observed = _replace(observed, pods=current)
 
     # 6. Status, and what a failure means for the surviving ranks.
@@ -347,7 +338,9 @@ def _gangs(all_pods: list[dict[str, Any]]) -> list[admission.Gang]:
         gangs.append(
             admission.Gang(
                 key=key,
-                created=first["metadata"].get("creationTimestamp", ""),
+                created=first["metadata"]
+                .get("annotations", {})
+                .get(pods.QUEUED_AT_ANNOTATION, first["metadata"].get("creationTimestamp", "")),
                 size=len(members),
                 request=admission.pod_requests(first),
                 selector=spec.get("nodeSelector", {}),
@@ -362,18 +355,63 @@ def _cluster_pods() -> list[dict[str, Any]]:
     return k8s.list_(k8s.PODS, None, field_selector="status.phase!=Succeeded,status.phase!=Failed")
 
 
-def _admit(
-    run: api.TrainingRun, ns: str, name: str
-) -> tuple[admission.Decision | None, list[tuple[str, str, str]]]:
-    """Decide every waiting gang, oldest first; this run's decision and others admitted."""
+def _create_and_admit(
+    run: api.TrainingRun, wanted: list[dict[str, Any]], current: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], admission.Decision | None, list[tuple[str, str, str]]]:
+    """Create the missing node Pods and admit the gang when it fits, under one lock.
+
+    A fresh gang that fits is created without gates (one write per Pod); one that does not
+    is created gated and admitted later by lifting every gate together. Holding the lock
+    while creating means the next decision sees these Pods' claim on the pool.
+    """
+    ns = run.namespace
+    key = (ns, run.name)
+    have = {p["metadata"]["name"] for p in current}
+    missing = [p for p in wanted if p["metadata"]["name"] not in have]
+    gated = [p for p in current if admission.is_gated(p)]
+    queue = run.spec.scheduling.queue_name
+    if not missing and not gated:
+        return current, None, []  # created and admitted: nothing to decide
+    if missing:
+        k8s.apply(pods.service(run))
+    if queue:  # Kueue admits plain Pod groups itself
+        _parallel(k8s.apply, missing)
+        return current + missing, None, []
+    if missing and current and len(gated) < len(current):
+        # An admitted gang that lost some Pods before they were all created (operator
+        # restart): finish it ungated.
+        _parallel(k8s.apply, [pods.ungate(p) for p in missing])
+        return current + missing, None, []
     with _ADMISSION_LOCK:
         all_pods = _cluster_pods()
-        gangs = _gangs(all_pods)
+        gangs = [g for g in _gangs(all_pods) if g.key != key]
+        gangs.append(_gang_of(run, wanted))
         decisions = admission.decide(gangs, k8s.list_(k8s.NODES), all_pods)
-    others = [
-        ("TrainingRun", k[0], k[1]) for k, d in decisions.items() if d.admit and k != (ns, name)
-    ]
-    return decisions.get((ns, name)), others
+        decision = decisions[key]
+        if decision.admit:
+            by_name = {p["metadata"]["name"]: p for p in wanted}
+            _parallel(
+                k8s.apply,
+                [pods.ungate(p) for p in missing]
+                + [pods.ungate(by_name[p["metadata"]["name"]]) for p in gated],
+            )
+        else:
+            _parallel(k8s.apply, missing)
+    others = [("TrainingRun", k[0], k[1]) for k, d in decisions.items() if d.admit and k != key]
+    return current + missing, decision, others
+
+
+def _gang_of(run: api.TrainingRun, wanted: list[dict[str, Any]]) -> admission.Gang:
+    spec = wanted[0]["spec"]
+    return admission.Gang(
+        key=(run.namespace, run.name),
+        created=str(run.metadata.get("creationTimestamp", "")),
+        size=len(wanted),
+        request=admission.pod_requests(wanted[0]),
+        selector=spec.get("nodeSelector", {}),
+        tolerations=spec.get("tolerations", []),
+        pool=spec.get("nodeSelector", {}).get(pods.POOL_LABEL, ""),
+    )
 
 
 def _waiting_runs() -> list[tuple[str, str, str]]:

@@ -12,6 +12,7 @@ Called by the controller, the SDK and the CLI.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import threading
@@ -22,6 +23,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 FIELD_MANAGER = "torchyard"
+# Requests made through this module, by HTTP method (for benchmarks and metrics).
+REQUESTS: collections.Counter[str] = collections.Counter()
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ def _call(
     timeout: float = 30,
 ) -> Any:
     api = load()
+    REQUESTS[method] += 1
     try:
         method, url, headers, _, _ = api.param_serialize(
             method=method,
@@ -218,7 +222,9 @@ def list_(
 def create(manifest: dict[str, Any]) -> dict[str, Any]:
     res = resource_of(manifest)
     namespace = manifest.get("metadata", {}).get("namespace")
-    result: dict[str, Any] = _call("POST", res.path(namespace), body=manifest)
+    result: dict[str, Any] = _call(
+        "POST", res.path(namespace), body=manifest, query=[("fieldValidation", "Strict")]
+    )
     return result
 
 
@@ -231,7 +237,7 @@ def apply(
     result: dict[str, Any] = _call(
         "PATCH",
         res.path(meta.get("namespace"), meta["name"], subresource),
-        query=[("fieldManager", field_manager), ("force", "true")],
+        query=[("fieldManager", field_manager), ("force", "true"), ("fieldValidation", "Strict")],
         body=manifest,
         content_type="application/apply-patch+yaml",
     )
@@ -316,6 +322,7 @@ __all__ = [
     "NAMESPACES",
     "NODES",
     "PODS",
+    "REQUESTS",
     "SERVICES",
     "TRAININGRUNS",
     "ApiError",

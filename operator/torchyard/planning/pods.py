@@ -20,6 +20,8 @@ GANG_GATE = "torchyard.dev/gang"
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_LABEL = "torchyard.dev/pool"
 ATTEMPT_LABEL = "torchyard.dev/attempt"
+# When the run was created: gangs are admitted first come, first served by it.
+QUEUED_AT_ANNOTATION = "torchyard.dev/queued-at"
 WORKDIR = "/workspace"
 TOOLS_DIR = "/torchyard"
 LAUNCHER_PATH = f"{TOOLS_DIR}/launcher.py"
@@ -208,6 +210,8 @@ def pod(
         ATTEMPT_LABEL: str(attempt),
     }
     annotations: dict[str, str] = {}
+    if run.metadata.get("creationTimestamp"):
+        annotations[QUEUED_AT_ANNOTATION] = str(run.metadata["creationTimestamp"])
     queue = run.spec.scheduling.queue_name
     if queue:
         pod_labels[KUEUE_QUEUE_LABEL] = queue

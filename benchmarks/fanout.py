@@ -1,0 +1,154 @@
+"""Fan-out: how fast the operator turns a TrainingRun into N Running Pods.
+
+Against the test control plane (tests/cluster/harness.py) with a pool of 256 KWOK nodes,
+for N = 8, 64 and 256 it measures, in the same run:
+  - torchyard: from creating a TrainingRun with nodeCount N until all N node Pods are
+    Running (created gated, gang-admitted, ungated, scheduled, started by KWOK);
+  - ceiling: the same N Pods (same builder, no gate) created directly by a client with 16
+    concurrent requests, until all are Running;
+and prints both, their ratio (target <= 1.5 at N = 256) and the API write requests
+(POST/PATCH/PUT/DELETE) the operator made for the run.
+
+    .venv/bin/python benchmarks/fanout.py [--sizes 8,64,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [
+    str(Path(__file__).resolve().parents[1]),
+    str(Path(__file__).resolve().parents[1] / "operator"),
+]
+
+from tests.cluster.harness import Cluster, Pool  # noqa: E402
+from tests.conftest import InProcessOperator  # noqa: E402
+
+from torchyard import api, k8s  # noqa: E402
+from torchyard.planning import pods  # noqa: E402
+
+NS = "fanout"
+POOL = Pool("fan", nodes=256, gpus=0, cpu="8", memory="32Gi")
+WRITES = ("POST", "PATCH", "PUT", "DELETE")
+
+
+def run_body(name: str, n: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "environment": "pytorch",
+            "command": ["python", "train.py"],
+            "distribution": {"nodeCount": n},
+            "resources": {"cpu": "4"},
+            "compute": {"pool": POOL.name},
+        },
+    }
+
+
+def running(label: str, n: int) -> bool:
+    items = k8s.list_(k8s.PODS, NS, label_selector=label)
+    return len(items) == n and all(p.get("status", {}).get("phase") == "Running" for p in items)
+
+
+def wait(what: str, check: Any, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def gone(label: str) -> bool:
+    return not k8s.list_(k8s.PODS, NS, label_selector=label)
+
+
+def ceiling(n: int) -> float:
+    """N Pods from the same builder, created directly by 16 concurrent requests."""
+    run = api.parse_trainingrun(run_body(f"direct-{n}", n))
+    manifests = []
+    for p in pods.pods(run, image="img"):
+        p = pods.ungate(p)
+        p["metadata"].pop("ownerReferences")
+        manifests.append(p)
+    label = f"torchyard.dev/run=direct-{n}"
+    started = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(k8s.create, manifests))
+    wait(f"{n} direct Pods Running", lambda: running(label, n))
+    elapsed = time.monotonic() - started
+    with ThreadPoolExecutor(16) as pool:
+        list(
+            pool.map(
+                lambda m: k8s.delete(k8s.PODS, NS, m["metadata"]["name"], grace_period_seconds=0),
+                manifests,
+            )
+        )
+    wait("direct Pods gone", lambda: gone(label))
+    return elapsed
+
+
+def operator_run(n: int) -> tuple[float, int]:
+    name = f"fan-{n}"
+    label = f"torchyard.dev/run={name}"
+    before = sum(k8s.REQUESTS[m] for m in WRITES)
+    started = time.monotonic()
+    k8s.create(run_body(name, n))
+    wait(f"{n} operator Pods Running", lambda: running(label, n))
+    elapsed = time.monotonic() - started
+    time.sleep(1)  # let the last status patch land before counting
+    writes = sum(k8s.REQUESTS[m] for m in WRITES) - before - 1  # minus our own create
+    k8s.delete(k8s.TRAININGRUNS, NS, name, propagation="Foreground")
+    wait("operator Pods gone", lambda: gone(label))
+    return elapsed, writes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="8,64,256")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with Cluster(pools=(POOL,)) as cluster:
+        import os
+
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        k8s.reset()
+        cluster.create_namespace(NS)
+        k8s.create(
+            {
+                "apiVersion": "torchyard.dev/v1alpha1",
+                "kind": "Environment",
+                "metadata": {"name": "pytorch", "namespace": NS},
+                "spec": {"image": "img"},
+            }
+        )
+        op = InProcessOperator()
+        op.start()
+        try:
+            rows = []
+            for n in sizes:
+                direct = ceiling(n)
+                mine, writes = operator_run(n)
+                rows.append((n, mine, direct, writes))
+                print(
+                    f"N={n:4d}  torchyard {mine:6.2f}s  ceiling {direct:6.2f}s  "
+                    f"ratio {mine / direct:5.2f}  operator writes {writes}",
+                    flush=True,
+                )
+        finally:
+            op.stop()
+    print("\n   N  torchyard  ceiling  ratio  writes/run")
+    for n, mine, direct, writes in rows:
+        print(f"{n:4d}  {mine:8.2f}s {direct:7.2f}s  {mine / direct:5.2f}  {writes:10d}")
+    print("target: ratio <= 1.5 at N = 256")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
