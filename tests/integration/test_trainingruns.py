@@ -190,9 +190,9 @@ def test_two_runs_that_fit_alone_never_end_up_half_scheduled(
         stop.set()
         watcher.join()
     assert both_placed == []
-    assert all("schedulingGates" in p["spec"] for p in run_pods(ns, "right"))
-    # The one that was first got the pool.
-    assert k8s.get(k8s.TRAININGRUNS, ns, "left")["status"]["phase"] == "Running"
+    phases = {n: k8s.get(k8s.TRAININGRUNS, ns, n)["status"]["phase"] for n in ("left", "right")}
+    waiting = next(n for n, phase in phases.items() if phase == "Queued")
+    assert all("schedulingGates" in p["spec"] for p in run_pods(ns, waiting))
 
 
 def test_failing_rank_fails_the_run_with_rank_exit_code_and_traceback(
