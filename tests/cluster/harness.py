@@ -4,7 +4,8 @@
 client-certificate auth, loopback only), kube-controller-manager (garbage collection,
 service-account tokens, ...) and kube-scheduler from the binaries that
 ``tests/cluster/binaries.py`` builds, waits for ``/readyz`` and the ``default``
-namespace, applies ``crds/`` and waits for ``Established``, then starts KWOK with fake
+namespace, applies ``crds/`` and waits for ``Established`` (before the controller
+manager starts, so its garbage collector knows them), then starts KWOK with fake
 nodes: a GPU pool (4 nodes x 8 ``nvidia.com/gpu``, ``torchyard.dev/pool=a100``, tainted
 ``nvidia.com/gpu=present:NoSchedule``) and a CPU pool. ``Cluster.stop()`` ends every
 process it started (each in its own process group) and removes the working folder.
@@ -125,9 +126,11 @@ class Cluster:
             self._start_apiserver()
             self._wait_ready()
             self.timings["apiserver"] = time.monotonic() - t1
+            # CRDs first: the garbage collector of the controller manager then knows them
+            # from its first discovery (it would otherwise notice them up to 30s later).
+            self._apply_crds()
             self._start("kube-controller-manager", self._controller_manager_args())
             self._start("kube-scheduler", self._scheduler_args())
-            self._apply_crds()
             self._start_kwok()
             self._create_nodes()
             self._wait_for_default_serviceaccount("default")

@@ -342,3 +342,55 @@ def test_operator_killed_mid_fanout_ends_with_exactly_64_pods(
         range(64)
     )
     assert run["status"]["nodes"]["ready"] == "64/64"
+
+
+def test_active_deadline_fails_a_run_that_runs_too_long(cluster: Cluster, env: str) -> None:
+    ns = env
+    k8s.create(
+        TrainingRunBuilder("slow", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .pool("cpu")
+        .with_("spec.policy.activeDeadlineSeconds", 2)
+        .obj()
+    )
+    running(ns, "slow")
+    failed = wait_status(
+        k8s.TRAININGRUNS, ns, "slow", lambda s: s.get("phase") == "Failed", timeout=20
+    )
+    assert failed["status"]["failure"]["reason"] == "DeadlineExceeded"
+    wait_for("the ranks stopped", lambda: run_pods(ns, "slow") == [], timeout=10)
+
+
+def test_ttl_cleans_up_pods_and_service_but_keeps_the_run(cluster: Cluster, env: str) -> None:
+    ns = env
+    k8s.create(
+        TrainingRunBuilder("brief", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .pool("cpu")
+        .with_("spec.policy.ttlSecondsAfterFinished", 1)
+        .obj()
+    )
+    running(ns, "brief")
+    for p in run_pods(ns, "brief"):
+        finish_pod(cluster, ns, p["metadata"]["name"], 0)
+    wait_status(k8s.TRAININGRUNS, ns, "brief", lambda s: s.get("phase") == "Succeeded")
+    wait_for(
+        "Pods and Service cleaned up",
+        lambda: not run_pods(ns, "brief") and not k8s.list_(k8s.SERVICES, ns),
+        timeout=15,
+    )
+    assert k8s.get(k8s.TRAININGRUNS, ns, "brief")["status"]["phase"] == "Succeeded"
+
+
+def test_deleting_a_run_removes_its_children(cluster: Cluster, env: str) -> None:
+    ns = env
+    k8s.create(TrainingRunBuilder("doomed", ns).environment("pytorch").nodes(2).pool("cpu").obj())
+    running(ns, "doomed")
+    k8s.delete(k8s.TRAININGRUNS, ns, "doomed")
+    wait_for(
+        "children garbage-collected",
+        lambda: not run_pods(ns, "doomed") and not k8s.list_(k8s.SERVICES, ns),
+        timeout=30,
+    )
