@@ -56,7 +56,7 @@ def test_failing_rank_fails_the_run_naming_rank_and_exception(local: Local) -> N
     done = local.run(path, "--source", str(EXAMPLES / "ddp"))
     assert done.returncode != 0
     assert "TrainingRun ddp failed" in done.stderr
-    assert "rank 3 (node 1) failed with exit code 1 (Error)" in done.stderr
+    assert "rank 3 (node 1) failed (Error, exit code 1):" in done.stderr
     assert "RuntimeError: rank 3 failed on purpose: loss became NaN at step 10" in done.stderr
     # Logs of failed runs are archived too.
     assert "failed on purpose" in local.archived_logs("ddp")[3]

@@ -34,6 +34,7 @@ import torchyard.launcher
 from torchyard.api import Environment, TrainingRun
 from torchyard.planning import node_env
 from torchyard.registry import Store, Version
+from torchyard.status.trainingruns import failure_message
 
 LAUNCHER_FILE = Path(torchyard.launcher.__file__)
 COPY_IGNORE = shutil.ignore_patterns(
@@ -243,7 +244,7 @@ class LocalRun:
         real = [n for n in failed if n.termination.get("reason") != "Terminated"] or failed
         first = min(real, key=lambda n: n.seconds)
         info = dict(first.termination)
-        info.setdefault("nodeRank", first.node)
+        info["node"] = info.pop("nodeRank", first.node)
         info.setdefault("exitCode", first.exit_code)
         return info
 
@@ -339,35 +340,13 @@ class LocalRun:
 
 
 def describe_failure(failure: dict[str, Any]) -> str:
-    """'rank 3 (node 1) failed with exit code 1:' followed by the traceback."""
-    who = (
-        f"rank {failure['rank']} (node {failure.get('nodeRank')})"
-        if failure.get("rank") is not None
-        else f"node {failure.get('nodeRank')}"
-    )
-    how = (
-        f"signal {failure['signal']}"
-        if failure.get("signal")
-        else f"exit code {failure.get('exitCode')}"
-    )
-    head = f"{who} failed with {how} ({failure.get('reason', 'Error')})"
-    message = failure.get("message")
-    return f"{head}:\n{message}" if message else head
+    """'rank 3 (node 1) failed (Error, exit code 1):' followed by the whole traceback."""
+    return failure_message(failure, full=True)
 
 
-def run_local(
-    run: TrainingRun,
-    source: Path,
-    *,
-    registry: Path | None = None,
-    workroot: Path | None = None,
-    environment: Environment | None = None,
-    out: IO[str] | None = None,
-) -> LocalResult:
-    """Run ``run`` on this machine (see :class:`LocalRun`)."""
-    return LocalRun(
-        run, source, registry=registry, workroot=workroot, environment=environment, out=out
-    ).execute()
+def run_local(run: TrainingRun, source: Path, **options: Any) -> LocalResult:
+    """Run ``run`` on this machine (see :class:`LocalRun` for the options)."""
+    return LocalRun(run, source, **options).execute()
 
 
 __all__ = ["LocalResult", "LocalRun", "NodeResult", "describe_failure", "run_local"]

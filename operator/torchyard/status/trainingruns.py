@@ -317,22 +317,27 @@ def trainingrun_status(
     return status
 
 
-def failure_message(failure: Mapping[str, Any]) -> str:
-    who = (
-        f"rank {failure['rank']} (node {failure.get('node')})"
-        if failure.get("rank") is not None
-        else f"node {failure['node']}"
-        if failure.get("node") is not None
-        else "the run"
-    )
+def failure_message(failure: Mapping[str, Any], *, full: bool = False) -> str:
+    """'rank 3 (node 1) failed (Error, exit code 1): ValueError: bad' (``full``: the whole
+    traceback on the following lines). Used by the conditions, Events and local mode."""
+    if failure.get("rank") is not None:
+        who = f"rank {failure['rank']} (node {failure.get('node')})"
+    elif failure.get("node") is not None:
+        who = f"node {failure['node']}"
+    else:
+        who = "the run"
     how = []
     if failure.get("exitCode") is not None:
         how.append(f"exit code {failure['exitCode']}")
     if failure.get("signal"):
         how.append(f"signal {failure['signal']}")
-    head = f"{who} failed ({failure.get('reason')}{', ' + ', '.join(how) if how else ''})"
-    tail = str(failure.get("message") or "").strip().splitlines()
-    return f"{head}: {tail[-1]}" if tail else head
+    head = (
+        f"{who} failed ({failure.get('reason') or 'Error'}{', ' + ', '.join(how) if how else ''})"
+    )
+    text = str(failure.get("message") or "").strip()
+    if not text:
+        return head
+    return f"{head}:\n{text}" if full else f"{head}: {text.splitlines()[-1]}"
 
 
 def invalid_trainingrun_status(
