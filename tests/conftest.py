@@ -78,6 +78,16 @@ def operator(cluster: object) -> Iterator[InProcessOperator]:
     op.stop()
 
 
+@pytest.fixture(scope="session")
+def oci_registry() -> Iterator[object]:
+    """A real OCI registry (CNCF distribution) on loopback."""
+    from tests.cluster.registry import OciRegistry
+
+    reg = OciRegistry().start()
+    yield reg
+    reg.stop()
+
+
 @pytest.fixture
 def namespace(cluster: object, request: pytest.FixtureRequest) -> Iterator[str]:
     from tests.cluster.harness import Cluster

@@ -31,6 +31,7 @@ GO_DIR = Path(__file__).resolve().parent / "go"
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+REGISTRY_VERSION = "v3.1.2"
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,13 @@ TOOLS: dict[str, Tool] = {
         module_dir="kwok",
         commands={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
         ldflags=(f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION}",),
+    ),
+    "registry": Tool(
+        name="registry",
+        version=REGISTRY_VERSION,
+        module_dir="registry",
+        commands={"registry": "github.com/distribution/distribution/v3/cmd/registry"},
+        ldflags=(f"-X github.com/distribution/distribution/v3/version.version={REGISTRY_VERSION}",),
     ),
     "kubernetes": Tool(
         name="kubernetes",

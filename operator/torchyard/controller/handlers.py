@@ -240,3 +240,17 @@ async def node_event(type: str, name: str, memo: Any, **_: Any) -> None:
             "node %s is gone: its Pod of TrainingRun %s/%s is lost", name, namespace, run
         )
         _enqueue(memo, "TrainingRun", namespace, run)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/component": "environment-build"})
+async def build_job_event(namespace: str | None, memo: Any, **_: Any) -> None:
+    """A build Job changed: reconcile the Environments of its namespace (few, cheap)."""
+    if not namespace:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        envs = await loop.run_in_executor(None, k8s.list_, k8s.ENVIRONMENTS, namespace)
+    except k8s.ApiError:
+        return
+    for env in envs:
+        _enqueue(memo, "Environment", namespace, env["metadata"]["name"])

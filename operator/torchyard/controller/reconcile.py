@@ -10,6 +10,8 @@ through but torchyard cannot run is reported in status once, not retried.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import threading
 from collections import defaultdict
@@ -19,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from torchyard import api, k8s, status
-from torchyard.planning import admission, names, pods
+from torchyard import api, envbuild, k8s, status
+from torchyard.planning import admission, environments, names, pods
 from torchyard.status.trainingruns import TERMINAL, Observed, first_failure
 
 Clock = Callable[[], datetime]
@@ -99,21 +101,98 @@ def environment(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     """Reconcile one Environment; the runs waiting on it are reconciled next."""
     previous = body.get("status") or {}
     generation = body["metadata"].get("generation")
+    ns = body["metadata"]["namespace"]
     try:
         env = api.parse_environment(dict(body))
     except api.InvalidSpec as err:
         logger.warning("Environment %s is invalid: %s", body["metadata"]["name"], err)
         new = status.invalid_environment_status(generation, str(err), previous, ctx.clock())
     else:
-        new = status.environment_status(env, previous, ctx.clock())
+        build = None if env.spec.image is not None else _build(env, ns, logger, ctx)
+        new = status.environment_status(env, previous, ctx.clock(), build)
     changed = _patch_status_if_changed(body, new)
     result = Result()
     if changed and new.get("phase") in ("Ready", "Failed"):
-        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        name = body["metadata"]["name"]
         for run in k8s.list_(k8s.TRAININGRUNS, ns):
             if run.get("spec", {}).get("environment") == name:
                 result.also.append(("TrainingRun", ns, run["metadata"]["name"]))
+    if new.get("phase") == "Building":
+        result.requeue_after = 30.0  # Job events wake us sooner
     return result
+
+
+def _registry_auth(env: api.Environment, ns: str) -> dict[str, Any]:
+    secret_name = env.spec.registry.push_secret if env.spec.registry else None
+    if not secret_name:
+        return {}
+    secret = k8s.get_or_none(k8s.SECRETS, ns, secret_name) or {}
+    raw = secret.get("data", {}).get(".dockerconfigjson")
+    if not raw:
+        return {}
+    try:
+        data: dict[str, Any] = json.loads(base64.b64decode(raw))
+    except ValueError:
+        return {}
+    return data
+
+
+def _build(env: api.Environment, ns: str, logger: Log, ctx: Context) -> status.BuildObserved:
+    """Is the image there? Else make sure its one build Job exists, and read its state."""
+    assert env.spec.registry is not None
+    hash_ = environments.content_hash(env)
+    target = environments.target(env, hash_)
+    host, repo, tag = envbuild.parse_reference(target)
+    registry_error = ""
+    image = None
+    try:
+        client = envbuild.Registry(
+            host, _registry_auth(env, ns), insecure=env.spec.registry.insecure or None, timeout=10
+        )
+        digest = client.manifest_digest(repo, tag)
+        if digest:
+            image = f"{env.spec.registry.repository.rstrip('/')}@{digest}"
+    except envbuild.BuildError as err:
+        registry_error = str(err)
+    name = environments.job_name(env, hash_)
+    job = k8s.get_or_none(k8s.JOBS, ns, name)
+    if image is not None:
+        state = _job_state(job) if job else ""
+        return status.BuildObserved(hash_, image=image, job=name if job else None, job_state=state)
+    if job is None:
+        recipe = environments.recipe_configmap(env, hash_)
+        if recipe is not None:
+            k8s.apply(recipe)
+        job = k8s.apply(environments.build_job(env, hash_, ctx.settings))
+        logger.info(
+            "Environment %s/%s: building %s in Job %s", ns, env.metadata.get("name"), target, name
+        )
+    state = _job_state(job)
+    message = _job_failure(ns, name) if state == "Failed" else ""
+    return status.BuildObserved(
+        hash_, job=name, job_state=state, job_message=message, registry_error=registry_error
+    )
+
+
+def _job_state(job: Mapping[str, Any] | None) -> str:
+    for cond in (job or {}).get("status", {}).get("conditions", []) or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            return str(cond["type"])
+    return "Running"
+
+
+def _job_failure(ns: str, job: str) -> str:
+    """The builder's error (its JSON termination message) or the tail of its log."""
+    for pod in k8s.list_(k8s.PODS, ns, label_selector=f"job-name={job}"):
+        for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+            message = ((cs.get("state") or {}).get("terminated") or {}).get("message") or ""
+            if not message:
+                continue
+            try:
+                return str(json.loads(message).get("error") or message)
+            except (ValueError, AttributeError):
+                return str(message)
+    return "the build Job failed without a message (see its Pod's log)"
 
 
 # -- TrainingRuns -----------------------------------------------------------------------

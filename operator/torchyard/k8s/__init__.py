@@ -62,6 +62,7 @@ EVENTS = Resource("", "v1", "events")
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 JOBS = Resource("batch", "v1", "jobs")
+SECRETS = Resource("", "v1", "secrets")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 
 _BY_KIND: dict[tuple[str, str], Resource] = {
@@ -75,6 +76,7 @@ _BY_KIND: dict[tuple[str, str], Resource] = {
     ("v1", "Namespace"): NAMESPACES,
     ("v1", "Node"): NODES,
     ("batch/v1", "Job"): JOBS,
+    ("v1", "Secret"): SECRETS,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
 }
 
@@ -323,6 +325,7 @@ __all__ = [
     "NODES",
     "PODS",
     "REQUESTS",
+    "SECRETS",
     "SERVICES",
     "TRAININGRUNS",
     "ApiError",

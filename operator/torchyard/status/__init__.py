@@ -7,10 +7,15 @@ objects, and patches the result only when it differs from what the resource show
 from __future__ import annotations
 
 from torchyard.status.conditions import condition, find, merge, timestamp
-from torchyard.status.environments import environment_status, invalid_environment_status
+from torchyard.status.environments import (
+    BuildObserved,
+    environment_status,
+    invalid_environment_status,
+)
 from torchyard.status.trainingruns import invalid_trainingrun_status, trainingrun_status
 
 __all__ = [
+    "BuildObserved",
     "condition",
     "environment_status",
     "find",

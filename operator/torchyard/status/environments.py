@@ -6,6 +6,7 @@ Called by the controller; tested in ``tests/unit/status/``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,34 +14,72 @@ from torchyard.api import Environment, EnvironmentPhase
 from torchyard.status.conditions import condition, merge
 
 
+@dataclass(frozen=True)
+class BuildObserved:
+    """What the controller saw of an Environment build."""
+
+    hash: str
+    image: str | None = None  # repository@digest when the image is in the registry
+    job: str | None = None  # the build Job's name, when there is one
+    job_state: str = ""  # "", "Running", "Complete" or "Failed"
+    job_message: str = ""  # the builder's error (or its log tail) when the Job failed
+    registry_error: str = ""  # why asking the registry failed, if it did
+
+
 def environment_status(
-    env: Environment, previous: Mapping[str, Any] | None, now: datetime
+    env: Environment,
+    previous: Mapping[str, Any] | None,
+    now: datetime,
+    build: BuildObserved | None = None,
 ) -> dict[str, Any]:
     prev = previous or {}
     gen = env.metadata.get("generation")
     desired = [condition("Accepted", True, "Valid", "the spec is valid", observed_generation=gen)]
     status: dict[str, Any] = {"observedGeneration": gen}
+
+    def ready(reason: str, message: str, phase: EnvironmentPhase) -> dict[str, Any]:
+        status["phase"] = phase.value
+        desired.append(
+            condition(
+                "Ready", phase == EnvironmentPhase.READY, reason, message, observed_generation=gen
+            )
+        )
+        status["conditions"] = merge(prev.get("conditions"), desired, now)
+        return status
+
     if env.spec.image is not None:
-        status["phase"] = EnvironmentPhase.READY.value
         status["image"] = env.spec.image
-        desired.append(
-            condition(
-                "Ready", True, "Curated", "prebuilt image, used as it is", observed_generation=gen
-            )
+        return ready("Curated", "prebuilt image, used as it is", EnvironmentPhase.READY)
+    if build is None:
+        return ready("Pending", "waiting for the build to be planned", EnvironmentPhase.PENDING)
+    status["hash"] = build.hash
+    if build.job:
+        status["buildJob"] = build.job
+    if build.image:
+        status["image"] = build.image
+        how = (
+            f"built by Job {build.job}"
+            if build.job_state == "Complete"
+            else "found in the registry"
         )
-    else:
-        status["phase"] = EnvironmentPhase.PENDING.value
-        desired.append(
-            condition(
-                "Ready",
-                False,
-                "BuildUnsupported",
-                "this operator version cannot build images yet: use a prebuilt image",
-                observed_generation=gen,
-            )
+        return ready(
+            "Built" if build.job_state == "Complete" else "Cached",
+            f"image {how}",
+            EnvironmentPhase.READY,
         )
-    status["conditions"] = merge(prev.get("conditions"), desired, now)
-    return status
+    if build.job_state == "Failed":
+        status["message"] = build.job_message
+        last = build.job_message.strip().splitlines()[-1] if build.job_message.strip() else ""
+        return ready(
+            "BuildFailed", f"build Job {build.job} failed: {last}", EnvironmentPhase.FAILED
+        )
+    if build.job_state == "Complete":
+        status["message"] = "the build Job succeeded but the image is not in the registry"
+        return ready("ImageMissing", status["message"], EnvironmentPhase.FAILED)
+    message = f"build Job {build.job} is building the image"
+    if build.registry_error:
+        message += f" (asking the registry failed: {build.registry_error})"
+    return ready("Building", message, EnvironmentPhase.BUILDING)
 
 
 def invalid_environment_status(

@@ -1,0 +1,190 @@
+"""Environment builds: the content hash of the build inputs and the build Job.
+
+The hash covers what makes the image (base image, pip requirements, conda text, baked
+variables, the builder's format version), not the Environment's name, so two
+Environments with the same recipe share one image and one build Job (one per hash and
+repository). The Job runs the standard-library builder (``torchyard.envbuild``) **in
+the base image**, unprivileged. Pure builders; called by the controller and the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from torchyard.api import Environment
+from torchyard.envbuild import HASH_LABEL, PREFIX
+from torchyard.planning.pods import Settings
+
+BUILDER_FORMAT = "1"  # bump when the layer layout changes: every hash changes with it
+ENVBUILD_PATH = "/torchyard/envbuild.py"
+LABEL_HASH = "torchyard.dev/environment-hash"
+
+
+def content_hash(env: Environment) -> str:
+    """``sha256:<hex>`` of the normalised build inputs."""
+    spec = env.spec
+    inputs = {
+        "builder": BUILDER_FORMAT,
+        "baseImage": (spec.base_image or "").strip(),
+        "pip": [r.strip() for r in spec.pip if r.strip()],
+        "conda": "\n".join(line.rstrip() for line in (spec.conda or "").strip().splitlines()),
+        "env": dict(sorted(spec.env.items())),
+    }
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def image_tag(hash_: str) -> str:
+    return hash_.replace(":", "-")
+
+
+def target(env: Environment, hash_: str) -> str:
+    """Where the built image goes: ``<repository>:<sha256-hex>``."""
+    assert env.spec.registry is not None
+    return f"{env.spec.registry.repository.rstrip('/')}:{image_tag(hash_)}"
+
+
+def job_name(env: Environment, hash_: str) -> str:
+    """One Job per hash and repository (two Environments with one recipe share it)."""
+    assert env.spec.registry is not None
+    key = f"{hash_}|{env.spec.registry.repository}".encode()
+    return f"envbuild-{hashlib.sha256(key).hexdigest()[:16]}"
+
+
+def _restricted() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def build_job(env: Environment, hash_: str, settings: Settings | None = None) -> dict[str, Any]:
+    """The build Job: the builder runs in the base image as a non-root user."""
+    settings = settings or Settings()
+    spec = env.spec
+    assert spec.base_image is not None and spec.registry is not None
+    args = [
+        "--base",
+        spec.base_image,
+        "--target",
+        target(env, hash_),
+        "--label",
+        f"{HASH_LABEL}={hash_}",
+    ]
+    for req in spec.pip:
+        args += ["--pip", req]
+    for key, value in sorted(spec.env.items()):
+        args += ["--env", f"{key}={value}"]
+    env_vars: list[dict[str, Any]] = [
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "PIP_CACHE_DIR", "value": "/tmp/pip"},
+    ]
+    if spec.registry.insecure:
+        host = spec.registry.repository.split("/", 1)[0]
+        env_vars.append({"name": "TORCHYARD_INSECURE_REGISTRIES", "value": host})
+    mounts: list[dict[str, Any]] = [
+        {"name": "tools", "mountPath": "/torchyard"},
+        {"name": "prefix", "mountPath": PREFIX},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "tools", "emptyDir": {}},
+        {"name": "prefix", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if spec.conda is not None:
+        args += ["--conda-file", "/torchyard/recipe/environment.yml"]
+        volumes.append({"name": "recipe", "configMap": {"name": job_name(env, hash_)}})
+        mounts.append({"name": "recipe", "mountPath": "/torchyard/recipe", "readOnly": True})
+    if spec.registry.push_secret:
+        volumes.append(
+            {
+                "name": "auth",
+                "secret": {
+                    "secretName": spec.registry.push_secret,
+                    "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+                },
+            }
+        )
+        mounts.append({"name": "auth", "mountPath": "/torchyard/auth", "readOnly": True})
+        env_vars.append({"name": "TORCHYARD_REGISTRY_AUTH", "value": "/torchyard/auth/config.json"})
+    name = job_name(env, hash_)
+    labels = {
+        LABEL_HASH: hash_.removeprefix("sha256:")[:63],
+        "app.kubernetes.io/managed-by": "torchyard",
+        "app.kubernetes.io/component": "environment-build",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": env.metadata.get("namespace", "default"),
+            "labels": labels,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "initContainers": [
+                        {
+                            "name": "torchyard-init",
+                            "image": settings.init_image,
+                            "command": [
+                                "python3",
+                                "-m",
+                                "torchyard.envbuild",
+                                "--install",
+                                ENVBUILD_PATH,
+                            ],
+                            "volumeMounts": [{"name": "tools", "mountPath": "/torchyard"}],
+                            "securityContext": _restricted(),
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "build",
+                            "image": spec.base_image,
+                            "command": [spec.python, ENVBUILD_PATH, *args],
+                            "env": env_vars,
+                            "volumeMounts": mounts,
+                            "securityContext": _restricted(),
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def recipe_configmap(env: Environment, hash_: str) -> dict[str, Any] | None:
+    """The conda environment.yml the Job mounts (None without conda)."""
+    if env.spec.conda is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": job_name(env, hash_),
+            "namespace": env.metadata.get("namespace", "default"),
+        },
+        "data": {"environment.yml": env.spec.conda},
+    }
