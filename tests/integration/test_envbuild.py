@@ -49,7 +49,7 @@ def make_wheel(folder: Path) -> Path:
     return wheel
 
 
-def push_base_image(reg: OciRegistry) -> str:
+def push_base_image(reg: OciRegistry, repo: str = "base", tag: str = "1") -> str:
     """A small base image (one layer with /etc/os-release) pushed with our client."""
     client = Registry(reg.host)
     raw = io.BytesIO()
@@ -61,7 +61,7 @@ def push_base_image(reg: OciRegistry) -> str:
     tar_bytes = raw.getvalue()
     layer = gzip.compress(tar_bytes, mtime=0)
     layer_digest = "sha256:" + hashlib.sha256(layer).hexdigest()
-    client.upload("base", layer_digest, io.BytesIO(layer), len(layer))
+    client.upload(repo, layer_digest, io.BytesIO(layer), len(layer))
     config = json.dumps(
         {
             "architecture": "amd64",
@@ -74,7 +74,7 @@ def push_base_image(reg: OciRegistry) -> str:
         }
     ).encode()
     config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    client.upload("base", config_digest, io.BytesIO(config), len(config))
+    client.upload(repo, config_digest, io.BytesIO(config), len(config))
     manifest = json.dumps(
         {
             "schemaVersion": 2,
@@ -89,8 +89,8 @@ def push_base_image(reg: OciRegistry) -> str:
             ],
         }
     ).encode()
-    client.put_manifest("base", "1", manifest, envbuild.OCI_MANIFEST)
-    return f"{reg.host}/base:1"
+    client.put_manifest(repo, tag, manifest, envbuild.OCI_MANIFEST)
+    return f"{reg.host}/{repo}:{tag}"
 
 
 def run_builder(

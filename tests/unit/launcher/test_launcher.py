@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import launcher
+from torchyard import envbuild, launcher
 
 LAUNCHER = Path(launcher.__file__)
 
@@ -169,8 +169,9 @@ def test_traceback_tail_picks_the_last_traceback() -> None:
     )
 
 
-def test_launcher_is_one_stdlib_only_file_for_python_3_8() -> None:
-    tree = ast.parse(LAUNCHER.read_text(), feature_version=(3, 8))
+@pytest.mark.parametrize("path", [LAUNCHER, Path(envbuild.__file__)], ids=["launcher", "envbuild"])
+def test_runs_in_user_images_as_one_stdlib_only_file_for_python_3_8(path: Path) -> None:
+    tree = ast.parse(path.read_text(), feature_version=(3, 8))
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
