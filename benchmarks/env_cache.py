@@ -58,6 +58,8 @@ def main() -> int:
     with Cluster() as cluster:
         reg = OciRegistry().start()
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        # Reach no registry but the local one (never a public one for "img").
+        os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
         k8s.reset()
         cluster.create_namespace(NS)
         op = InProcessOperator()

@@ -118,6 +118,8 @@ def main() -> int:
         import os
 
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        # Reach no registry but the local one (never a public one for "img").
+        os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
         k8s.reset()
         cluster.create_namespace(NS)
         k8s.create(

@@ -33,6 +33,9 @@ def cluster() -> Iterator[object]:
     from tests.cluster.harness import Cluster
     from torchyard import k8s
 
+    # The tests reach no registry but their own on loopback: never resolve curated
+    # images such as python:3.11-slim against a public registry.
+    os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
     with Cluster() as c:
         os.environ["KUBECONFIG"] = str(c.kubeconfig)
         k8s.reset()

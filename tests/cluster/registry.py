@@ -7,7 +7,6 @@ Built from Go modules like the rest of the harness (``tests/cluster/go/registry`
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -23,7 +22,8 @@ from tests.cluster.harness import free_port
 
 
 class OciRegistry:
-    def __init__(self) -> None:
+    def __init__(self, htpasswd: tuple[str, str] | None = None) -> None:
+        self.htpasswd = htpasswd
         self.workdir = Path(tempfile.mkdtemp(prefix="torchyard-registry-"))
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
@@ -33,12 +33,21 @@ class OciRegistry:
         tool = binaries.TOOLS["registry"]
         binaries.build(tool)
         config = self.workdir / "config.yml"
-        config.write_text(
+        text = (
             "version: 0.1\n"
             "log: {level: warn}\n"
             f"storage: {{filesystem: {{rootdirectory: {self.workdir / 'data'}}}}}\n"
             f"http: {{addr: {self.host}}}\n"
         )
+        if self.htpasswd is not None:
+            import bcrypt
+
+            user, password = self.htpasswd
+            hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+            (self.workdir / "htpasswd").write_text(f"{user}:{hashed}\n")
+            path = self.workdir / "htpasswd"
+            text += f"auth: {{htpasswd: {{realm: torchyard-test, path: {path}}}}}\n"
+        config.write_text(text)
         log = open(self.workdir / "registry.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [str(tool.path("registry")), "serve", str(config)],
@@ -47,13 +56,7 @@ class OciRegistry:
             start_new_session=True,
         )
         deadline = time.monotonic() + 30
-        while True:
-            with (
-                contextlib.suppress(urllib.error.URLError, OSError),
-                urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2) as resp,
-            ):
-                if resp.status == 200:
-                    break
+        while not self._up():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
                     "the registry did not start:\n"
@@ -63,6 +66,15 @@ class OciRegistry:
         hosts = [h for h in os.environ.get("TORCHYARD_INSECURE_REGISTRIES", "").split(",") if h]
         os.environ["TORCHYARD_INSECURE_REGISTRIES"] = ",".join([*hosts, self.host])
         return self
+
+    def _up(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except urllib.error.HTTPError as err:
+            return err.code == 401  # up, and asking for credentials
+        except (urllib.error.URLError, OSError):
+            return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

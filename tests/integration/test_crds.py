@@ -140,7 +140,12 @@ ENV_REJECTED = [
     (
         "image and baseImage",
         {"image": "a", "baseImage": "b", "registry": {"repository": "r"}},
-        "set exactly one of image (a prebuilt image) or baseImage",
+        "set exactly one of image (a prebuilt image), baseImage (build on it) or dockerfile",
+    ),
+    (
+        "pip with a dockerfile",
+        {"dockerfile": "FROM x", "pip": ["torch"], "registry": {"repository": "r"}},
+        "pip, conda and env need baseImage",
     ),
     ("neither", {"pip": ["torch"]}, "set exactly one of image"),
     (

@@ -224,3 +224,20 @@ def test_bad_input_fails_with_a_message_a_user_can_act_on(
     assert done.returncode == 1
     error = json.loads((tmp_path / "t.json").read_text())["error"]
     assert message in error, error
+
+
+def test_credentials_from_a_push_secret_and_wrong_ones(tmp_path: Path) -> None:
+    reg = OciRegistry(htpasswd=("builder", "s3cret")).start()
+    try:
+        auth = {"auths": {reg.host: {"username": "builder", "password": "s3cret"}}}
+        client = Registry(reg.host, auth)
+        assert client.manifest_digest("base", "1") is None  # authenticated, nothing there
+        wrong = Registry(
+            reg.host, {"auths": {reg.host: {"username": "builder", "password": "nope"}}}
+        )
+        with pytest.raises(envbuild.BuildError, match="refused the credentials"):
+            wrong.manifest_digest("base", "1")
+        with pytest.raises(envbuild.BuildError, match="needs credentials"):
+            Registry(reg.host).manifest_digest("base", "1")
+    finally:
+        reg.stop()

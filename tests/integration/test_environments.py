@@ -99,3 +99,44 @@ def test_a_failed_build_fails_the_environment_and_its_waiting_runs(
     run = wait_status(k8s.TRAININGRUNS, namespace, "waiting", lambda s: s.get("phase") == "Failed")
     assert run["status"]["failure"]["reason"] == "EnvironmentFailed"
     assert "no-such-package" in run["status"]["failure"]["message"]
+
+
+def test_a_base_image_without_python_fails_with_advice(
+    cluster: Cluster, oci_registry: OciRegistry, operator: InProcessOperator, namespace: str
+) -> None:
+    spec = recipe(oci_registry, "torch")
+    spec["baseImage"] = "busybox:1.37"
+    k8s.create(environment("nopython", namespace, **spec))
+    job = wait_for("the build Job", lambda: build_jobs(namespace))[0]["metadata"]["name"]
+    pod = wait_for(
+        "the build Pod running",
+        lambda: [
+            p
+            for p in k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")
+            if p.get("status", {}).get("phase") == "Running"
+        ],
+    )[0]["metadata"]["name"]
+    finish_pod(
+        cluster,
+        namespace,
+        pod,
+        128,
+        'exec: "python3": executable file not found in $PATH',
+        reason="StartError",
+    )
+    env = wait_status(
+        k8s.ENVIRONMENTS, namespace, "nopython", lambda s: s.get("phase") == "Failed", timeout=60
+    )
+    assert env["status"]["message"].startswith(
+        "the base image has no python3: the builder runs in the base image"
+    )
+
+
+def test_a_curated_image_in_a_reachable_registry_is_pinned_to_its_digest(
+    oci_registry: OciRegistry, operator: InProcessOperator, namespace: str
+) -> None:
+    image = push_base_image(oci_registry, "curated", "2.15-cpu")
+    k8s.create(environment("pinned", namespace, image=image))
+    env = wait_status(k8s.ENVIRONMENTS, namespace, "pinned", lambda s: s.get("phase") == "Ready")
+    assert env["status"]["image"].startswith(f"{oci_registry.host}/curated@sha256:")
+    assert build_jobs(namespace) == []

@@ -53,17 +53,20 @@ class EnvironmentSpec(Model):
 
     model_config = with_rules(
         {
-            "rule": "has(self.image) != has(self.baseImage)",
-            "message": "set exactly one of image (a prebuilt image) or baseImage (build one)",
+            "rule": "[has(self.image), has(self.baseImage), has(self.dockerfile)]"
+            ".filter(x, x).size() == 1",
+            "message": "set exactly one of image (a prebuilt image), baseImage (build on it) "
+            "or dockerfile (build it with rootless BuildKit)",
         },
         {
-            "rule": "!has(self.image) || ((!has(self.pip) || size(self.pip) == 0) "
-            "&& !has(self.conda) && (!has(self.env) || size(self.env) == 0))",
-            "message": "pip, conda and env need baseImage: a prebuilt image is used as it is",
+            "rule": "!(has(self.image) || has(self.dockerfile)) || ((!has(self.pip) || "
+            "size(self.pip) == 0) && !has(self.conda) && (!has(self.env) || size(self.env) == 0))",
+            "message": "pip, conda and env need baseImage: a prebuilt image is used as it is, "
+            "a dockerfile says everything itself",
         },
         {
-            "rule": "!has(self.baseImage) || has(self.registry)",
-            "message": "a build (baseImage) needs registry.repository to push to",
+            "rule": "!(has(self.baseImage) || has(self.dockerfile)) || has(self.registry)",
+            "message": "a build (baseImage or dockerfile) needs registry.repository to push to",
             "fieldPath": ".registry",
         },
     )
@@ -78,6 +81,13 @@ class EnvironmentSpec(Model):
         default=None,
         min_length=1,
         description="Image to build on (it must contain Python); the build runs in it.",
+    )
+    dockerfile: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A Dockerfile, as text, built with rootless BuildKit (its namespace must "
+        "allow Unconfined seccomp and AppArmor); prefer baseImage + pip, which needs no "
+        "privileges at all.",
     )
     pip: list[str] = Field(
         default_factory=list,
@@ -107,12 +117,21 @@ class EnvironmentSpec(Model):
 
     @model_validator(mode="after")
     def _image_xor_build(self) -> EnvironmentSpec:
-        if (self.image is None) == (self.base_image is None):
-            raise ValueError("set exactly one of image (a prebuilt image) or baseImage (build one)")
-        if self.image is not None and (self.pip or self.conda is not None or self.env):
-            raise ValueError("pip, conda and env need baseImage: a prebuilt image is used as it is")
-        if self.base_image is not None and self.registry is None:
-            raise ValueError("a build (baseImage) needs registry.repository to push to")
+        kinds = [self.image, self.base_image, self.dockerfile]
+        if sum(k is not None for k in kinds) != 1:
+            raise ValueError(
+                "set exactly one of image (a prebuilt image), baseImage (build on it) or "
+                "dockerfile (build it with rootless BuildKit)"
+            )
+        if self.base_image is None and (self.pip or self.conda is not None or self.env):
+            raise ValueError(
+                "pip, conda and env need baseImage: a prebuilt image is used as it is, a "
+                "dockerfile says everything itself"
+            )
+        if self.image is None and self.registry is None:
+            raise ValueError(
+                "a build (baseImage or dockerfile) needs registry.repository to push to"
+            )
         return self
 
 

@@ -90,6 +90,7 @@ def _settings() -> pods.Settings:
     return pods.Settings(
         init_image=os.environ.get("TORCHYARD_INIT_IMAGE", pods.Settings.init_image),
         git_image=os.environ.get("TORCHYARD_GIT_IMAGE", pods.Settings.git_image),
+        resolve_curated=os.environ.get("TORCHYARD_RESOLVE_CURATED", "all"),
     )
 
 

@@ -108,7 +108,10 @@ def environment(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         logger.warning("Environment %s is invalid: %s", body["metadata"]["name"], err)
         new = status.invalid_environment_status(generation, str(err), previous, ctx.clock())
     else:
-        build = None if env.spec.image is not None else _build(env, ns, logger, ctx)
+        if env.spec.image is not None:
+            build = _resolve_curated(env.spec.image, ctx)
+        else:
+            build = _build(env, ns, logger, ctx)
         new = status.environment_status(env, previous, ctx.clock(), build)
     changed = _patch_status_if_changed(body, new)
     result = Result()
@@ -120,6 +123,23 @@ def environment(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if new.get("phase") == "Building":
         result.requeue_after = 30.0  # Job events wake us sooner
     return result
+
+
+def _resolve_curated(image: str, ctx: Context) -> status.BuildObserved | None:
+    """A curated image's digest when its registry answers (else the image as given)."""
+    if "@sha256:" in image:
+        return None
+    host, repo, tag = envbuild.parse_reference(image)
+    if not ctx.settings.resolves(host):
+        return None
+    try:
+        digest = envbuild.Registry(host, timeout=5).manifest_digest(repo, tag)
+    except envbuild.BuildError:
+        return None
+    if not digest:
+        return None
+    name = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+    return status.BuildObserved(hash="", image=f"{name}@{digest}")
 
 
 def _registry_auth(env: api.Environment, ns: str) -> dict[str, Any]:
@@ -168,7 +188,7 @@ def _build(env: api.Environment, ns: str, logger: Log, ctx: Context) -> status.B
             "Environment %s/%s: building %s in Job %s", ns, env.metadata.get("name"), target, name
         )
     state = _job_state(job)
-    message = _job_failure(ns, name) if state == "Failed" else ""
+    message = _explain(_job_failure(ns, name), env.spec.python) if state == "Failed" else ""
     return status.BuildObserved(
         hash_, job=name, job_state=state, job_message=message, registry_error=registry_error
     )
@@ -185,7 +205,10 @@ def _job_failure(ns: str, job: str) -> str:
     """The builder's error (its JSON termination message) or the tail of its log."""
     for pod in k8s.list_(k8s.PODS, ns, label_selector=f"job-name={job}"):
         for cs in pod.get("status", {}).get("containerStatuses", []) or []:
-            message = ((cs.get("state") or {}).get("terminated") or {}).get("message") or ""
+            term = (cs.get("state") or {}).get("terminated") or {}
+            message = term.get("message") or ""
+            if not message and term.get("reason") in ("StartError", "ContainerCannotRun"):
+                message = str(term.get("reason"))
             if not message:
                 continue
             try:
@@ -193,6 +216,17 @@ def _job_failure(ns: str, job: str) -> str:
             except (ValueError, AttributeError):
                 return str(message)
     return "the build Job failed without a message (see its Pod's log)"
+
+
+def _explain(message: str, python: str) -> str:
+    """Turn what the kubelet says about a builder that cannot start into advice."""
+    if "executable file not found" in message or "no such file or directory" in message:
+        return (
+            f"the base image has no {python}: the builder runs in the base image, so "
+            f"use a base image with Python, or set spec.python to its interpreter "
+            f"({message.strip()})"
+        )
+    return message
 
 
 # -- TrainingRuns -----------------------------------------------------------------------

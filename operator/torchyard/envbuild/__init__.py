@@ -410,12 +410,21 @@ def _add_dir(tar: tarfile.TarFile, name: str) -> None:
 # -- installing -----------------------------------------------------------------------------
 
 
-def install(prefix: str, pip: list[str], conda_file: str | None, pip_args: list[str]) -> None:
+def install(
+    prefix: str,
+    pip: list[str],
+    conda_file: str | None,
+    pip_args: list[str],
+    path: str | None = None,
+) -> None:
+    """Install into ``prefix``; ``path`` is where to look for conda tools (default PATH)."""
     os.makedirs(prefix, exist_ok=True)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.setdefault("HOME", tempfile.gettempdir())
     if conda_file:
-        tool = next((t for t in ("micromamba", "mamba", "conda") if shutil.which(t)), None)
+        tool = next(
+            (t for t in ("micromamba", "mamba", "conda") if shutil.which(t, path=path)), None
+        )
         if tool is None:
             raise BuildError(
                 "the Environment has a conda specification but the base image "

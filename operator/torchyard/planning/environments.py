@@ -17,6 +17,7 @@ from torchyard.api import Environment
 from torchyard.envbuild import HASH_LABEL, PREFIX
 from torchyard.planning.pods import Settings
 
+BUILDKIT_IMAGE = "moby/buildkit:v0.23.2-rootless"
 BUILDER_FORMAT = "1"  # bump when the layer layout changes: every hash changes with it
 ENVBUILD_PATH = "/torchyard/envbuild.py"
 LABEL_HASH = "torchyard.dev/environment-hash"
@@ -31,6 +32,7 @@ def content_hash(env: Environment) -> str:
         "pip": [r.strip() for r in spec.pip if r.strip()],
         "conda": "\n".join(line.rstrip() for line in (spec.conda or "").strip().splitlines()),
         "env": dict(sorted(spec.env.items())),
+        "dockerfile": (spec.dockerfile or "").strip(),
     }
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()
@@ -64,10 +66,12 @@ def _restricted() -> dict[str, Any]:
 
 def build_job(env: Environment, hash_: str, settings: Settings | None = None) -> dict[str, Any]:
     """The build Job: the builder runs in the base image as a non-root user."""
+    if env.spec.dockerfile is not None:
+        return buildkit_job(env, hash_)
     settings = settings or Settings()
     spec = env.spec
     assert spec.base_image is not None and spec.registry is not None
-    args = [
+    args: list[str] = [
         "--base",
         spec.base_image,
         "--target",
@@ -113,11 +117,7 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
         mounts.append({"name": "auth", "mountPath": "/torchyard/auth", "readOnly": True})
         env_vars.append({"name": "TORCHYARD_REGISTRY_AUTH", "value": "/torchyard/auth/config.json"})
     name = job_name(env, hash_)
-    labels = {
-        LABEL_HASH: hash_.removeprefix("sha256:")[:63],
-        "app.kubernetes.io/managed-by": "torchyard",
-        "app.kubernetes.io/component": "environment-build",
-    }
+    labels = _labels(hash_)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -175,10 +175,113 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
     }
 
 
+def _labels(hash_: str) -> dict[str, str]:
+    return {
+        LABEL_HASH: hash_.removeprefix("sha256:")[:63],
+        "app.kubernetes.io/managed-by": "torchyard",
+        "app.kubernetes.io/component": "environment-build",
+    }
+
+
+def buildkit_job(env: Environment, hash_: str) -> dict[str, Any]:
+    """A ``dockerfile:`` Environment: rootless BuildKit, daemonless, pushing by itself.
+
+    Rootless BuildKit needs Unconfined seccomp and AppArmor (it creates user namespaces),
+    so its namespace must allow the Pod Security "privileged" level, although the Pod
+    itself runs as user 1000 and is not privileged.
+    """
+    spec = env.spec
+    assert spec.registry is not None
+    output = f"type=image,name={target(env, hash_)},push=true"
+    if spec.registry.insecure:
+        output += ",registry.insecure=true"
+    mounts: list[dict[str, Any]] = [
+        {"name": "recipe", "mountPath": "/workspace", "readOnly": True},
+        {"name": "buildkitd", "mountPath": "/home/user/.local/share/buildkit"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "recipe", "configMap": {"name": job_name(env, hash_)}},
+        {"name": "buildkitd", "emptyDir": {}},
+    ]
+    if spec.registry.push_secret:
+        volumes.append(
+            {
+                "name": "auth",
+                "secret": {
+                    "secretName": spec.registry.push_secret,
+                    "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+                },
+            }
+        )
+        mounts.append({"name": "auth", "mountPath": "/home/user/.docker", "readOnly": True})
+    labels = _labels(hash_)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(env, hash_),
+            "namespace": env.metadata.get("namespace", "default"),
+            "labels": labels,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "build",
+                            "image": BUILDKIT_IMAGE,
+                            "command": ["buildctl-daemonless.sh"],
+                            "args": [
+                                "build",
+                                "--frontend",
+                                "dockerfile.v0",
+                                "--local",
+                                "context=/workspace",
+                                "--local",
+                                "dockerfile=/workspace",
+                                "--opt",
+                                f"label:{HASH_LABEL}={hash_}",
+                                "--output",
+                                output,
+                            ],
+                            "env": [
+                                {
+                                    "name": "BUILDKITD_FLAGS",
+                                    "value": "--oci-worker-no-process-sandbox",
+                                }
+                            ],
+                            "securityContext": {
+                                "runAsUser": 1000,
+                                "runAsGroup": 1000,
+                                "seccompProfile": {"type": "Unconfined"},
+                                "appArmorProfile": {"type": "Unconfined"},
+                            },
+                            "volumeMounts": mounts,
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
 def recipe_configmap(env: Environment, hash_: str) -> dict[str, Any] | None:
-    """The conda environment.yml the Job mounts (None without conda)."""
-    if env.spec.conda is None:
+    """The conda environment.yml or the Dockerfile the Job mounts (None without either)."""
+    if env.spec.conda is None and env.spec.dockerfile is None:
         return None
+    data = (
+        {"Dockerfile": env.spec.dockerfile}
+        if env.spec.dockerfile is not None
+        else {"environment.yml": env.spec.conda or ""}
+    )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -186,5 +289,5 @@ def recipe_configmap(env: Environment, hash_: str) -> dict[str, Any] | None:
             "name": job_name(env, hash_),
             "namespace": env.metadata.get("namespace", "default"),
         },
-        "data": {"environment.yml": env.spec.conda},
+        "data": data,
     }

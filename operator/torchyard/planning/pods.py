@@ -38,6 +38,14 @@ class Settings:
     init_image: str = f"ghcr.io/torchyard/torchyard:{__version__}"
     git_image: str = "alpine/git:2.47.2"
     dns_timeout_seconds: int = 300
+    # Registries whose curated images get their tag resolved to a digest: "all", "none",
+    # or host prefixes separated by commas.
+    resolve_curated: str = "all"
+
+    def resolves(self, host: str) -> bool:
+        if self.resolve_curated in ("all", "none"):
+            return self.resolve_curated == "all"
+        return any(host.startswith(p) for p in self.resolve_curated.split(",") if p)
 
 
 def owner_reference(run: TrainingRun) -> dict[str, Any]:

@@ -48,8 +48,13 @@ def environment_status(
         return status
 
     if env.spec.image is not None:
-        status["image"] = env.spec.image
-        return ready("Curated", "prebuilt image, used as it is", EnvironmentPhase.READY)
+        status["image"] = build.image if build is not None and build.image else env.spec.image
+        message = (
+            f"prebuilt image, resolved to {status['image']}"
+            if status["image"] != env.spec.image
+            else "prebuilt image, used as it is"
+        )
+        return ready("Curated", message, EnvironmentPhase.READY)
     if build is None:
         return ready("Pending", "waiting for the build to be planned", EnvironmentPhase.PENDING)
     status["hash"] = build.hash

@@ -66,3 +66,50 @@ def test_build_job_runs_unprivileged_in_the_base_image() -> None:
         "env"
     ]
     assert job["spec"]["backoffLimit"] == 0
+
+
+def test_a_dockerfile_is_built_by_rootless_buildkit() -> None:
+    e = api.parse_environment(
+        {
+            "kind": "Environment",
+            "metadata": {"name": "d", "namespace": "n"},
+            "spec": {
+                "dockerfile": "FROM python:3.11\nRUN pip install x\n",
+                "registry": {"repository": "reg:5000/envs", "insecure": True},
+            },
+        }
+    )
+    h = environments.content_hash(e)
+    job = environments.build_job(e, h)
+    build = job["spec"]["template"]["spec"]["containers"][0]
+    assert build["image"].startswith("moby/buildkit:") and build["image"].endswith("-rootless")
+    assert (
+        f"type=image,name=reg:5000/envs:{environments.image_tag(h)},push=true,"
+        "registry.insecure=true" in build["args"]
+    )
+    assert build["securityContext"]["runAsUser"] == 1000
+    recipe = environments.recipe_configmap(e, h)
+    assert recipe is not None and recipe["data"]["Dockerfile"].startswith("FROM python:3.11")
+    other = environments.content_hash(
+        api.parse_environment(
+            {
+                "kind": "Environment",
+                "metadata": {"name": "d"},
+                "spec": {"dockerfile": "FROM python:3.12", "registry": {"repository": "r"}},
+            }
+        )
+    )
+    assert other != h
+
+
+def test_conda_without_a_conda_tool_in_the_base_image_is_a_clear_error(tmp_path: Any) -> None:
+    import pytest
+
+    from torchyard import envbuild
+
+    recipe = tmp_path / "environment.yml"
+    recipe.write_text("dependencies: [python=3.11]\n")
+    with pytest.raises(envbuild.BuildError, match="has no conda, mamba or micromamba"):
+        envbuild.install(
+            str(tmp_path / "prefix"), [], str(recipe), [], path=str(tmp_path)
+        )  # a PATH with no conda tool on it
