@@ -241,3 +241,26 @@ def test_credentials_from_a_push_secret_and_wrong_ones(tmp_path: Path) -> None:
             Registry(reg.host).manifest_digest("base", "1")
     finally:
         reg.stop()
+
+
+def test_bearer_token_challenge_against_a_token_service(tmp_path: Path) -> None:
+    reg = OciRegistry(token=("builder", "s3cret")).start()
+    try:
+        auth = {"auths": {reg.host: {"username": "builder", "password": "s3cret"}}}
+        client = Registry(reg.host, auth)
+        # Push a base image and read it back, every request with a scoped bearer token.
+        layer = gzip.compress(b"layer", mtime=0)
+        digest = "sha256:" + hashlib.sha256(layer).hexdigest()
+        client.upload("team/base", digest, io.BytesIO(layer), len(layer))
+        assert client.has_blob("team/base", digest)
+        # A second repository mounts the blob from the first (a token for both scopes).
+        assert client.mount("team/envs", digest, "team/base")
+        assert client.has_blob("team/envs", digest)
+        assert reg.token_server is not None and reg.token_server.issued >= 2
+        wrong = Registry(
+            reg.host, {"auths": {reg.host: {"username": "builder", "password": "nope"}}}
+        )
+        with pytest.raises(envbuild.BuildError, match="token service refused the credentials"):
+            wrong.has_blob("team/base", digest)
+    finally:
+        reg.stop()
