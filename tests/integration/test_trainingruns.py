@@ -62,8 +62,16 @@ def extra_pool(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Poo
 
 
 def running(namespace: str, name: str, timeout: float = 30) -> dict[str, Any]:
+    """Wait until the run is Running with every node Pod running."""
     return wait_status(
-        k8s.TRAININGRUNS, namespace, name, lambda s: s.get("phase") == "Running", timeout
+        k8s.TRAININGRUNS,
+        namespace,
+        name,
+        lambda s: (
+            s.get("phase") == "Running"
+            and s.get("nodes", {}).get("running") == s.get("nodes", {}).get("total")
+        ),
+        timeout,
     )
 
 

@@ -108,6 +108,9 @@ def reconcile_key(queue: WorkQueue, key: Key, ctx: reconcile.Context) -> None:
         if err.not_found:  # deleted meanwhile: owner references clean up the children
             queue.forget(key)
             return
+        if err.status == 403 and "being terminated" in err.message:
+            queue.forget(key)  # its namespace is going away, and the object with it
+            return
         delay = queue.backoff(key)
         log.warning("%s %s/%s: %s; retrying in %.1fs", kind, namespace, name, err, delay)
         return
