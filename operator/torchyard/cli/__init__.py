@@ -168,6 +168,30 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+AUDIENCE = "torchyard-registry"
+
+
+class KubernetesAuthorizer:
+    """The registry service's Authorizer: TokenReview and SubjectAccessReview."""
+
+    def user(self, token: str) -> dict[str, Any] | None:
+        from torchyard import k8s
+
+        return k8s.review_token(token, [AUDIENCE])
+
+    def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
+        from torchyard import k8s
+
+        return k8s.allowed(user, verb, namespace, "modelversions")
+
+
+def cmd_registry_serve(args: argparse.Namespace) -> int:
+    from torchyard.registry import service
+
+    service.serve(Path(args.root), KubernetesAuthorizer(), host=args.host, port=args.port)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchyard",
@@ -220,6 +244,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the run, its headless Service and node Pods; change nothing",
     )
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("registry", help="the model registry service")
+    reg = p.add_subparsers(dest="registry_command", metavar="COMMAND")
+    p = reg.add_parser(
+        "serve",
+        help="serve the registry volume over HTTP (tokens checked "
+        "with TokenReview, requests with SubjectAccessReview)",
+    )
+    p.add_argument("--root", required=True, help="the registry volume")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8080)
+    p.set_defaults(func=cmd_registry_serve)
 
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (kubectl apply -f -)")
     p.set_defaults(func=cmd_crds)

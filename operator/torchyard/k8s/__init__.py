@@ -63,6 +63,13 @@ NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 JOBS = Resource("batch", "v1", "jobs")
 SECRETS = Resource("", "v1", "secrets")
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
+ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+TOKENREVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+SUBJECTACCESSREVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
+)
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 
 _BY_KIND: dict[tuple[str, str], Resource] = {
@@ -77,6 +84,11 @@ _BY_KIND: dict[tuple[str, str], Resource] = {
     ("v1", "Node"): NODES,
     ("batch/v1", "Job"): JOBS,
     ("v1", "Secret"): SECRETS,
+    ("v1", "ServiceAccount"): SERVICEACCOUNTS,
+    ("rbac.authorization.k8s.io/v1", "Role"): ROLES,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ROLEBINDINGS,
+    ("authentication.k8s.io/v1", "TokenReview"): TOKENREVIEWS,
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): SUBJECTACCESSREVIEWS,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
 }
 
@@ -304,6 +316,61 @@ def record_event(
         return None
 
 
+def review_token(token: str, audiences: list[str]) -> dict[str, Any] | None:
+    """TokenReview: the user a bearer token belongs to, or None when it is not valid."""
+    review = create(
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": audiences},
+        }
+    )
+    st = review.get("status", {})
+    if not st.get("authenticated"):
+        return None
+    user: dict[str, Any] = st.get("user", {})
+    return user
+
+
+def allowed(
+    user: dict[str, Any], verb: str, namespace: str, resource: str, group: str = "torchyard.dev"
+) -> bool:
+    """SubjectAccessReview: may ``user`` (from review_token) do ``verb`` on ``resource``?"""
+    review = create(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user.get("username", ""),
+                "uid": user.get("uid", ""),
+                "groups": user.get("groups", []),
+                "extra": user.get("extra", {}),
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                },
+            },
+        }
+    )
+    return bool(review.get("status", {}).get("allowed"))
+
+
+def request_token(
+    namespace: str, service_account: str, audiences: list[str], seconds: int = 600
+) -> str:
+    """A short-lived token of a ServiceAccount (TokenRequest)."""
+    path = SERVICEACCOUNTS.path(namespace, service_account, "token")
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"audiences": audiences, "expirationSeconds": seconds},
+    }
+    result = _call("POST", path, body=body)
+    return str(result["status"]["token"])
+
+
 def ready(timeout: float = 5.0) -> bool:
     """Whether the apiserver answers /readyz."""
     try:
@@ -330,6 +397,7 @@ __all__ = [
     "TRAININGRUNS",
     "ApiError",
     "Resource",
+    "allowed",
     "apply",
     "apply_status",
     "create",
@@ -340,6 +408,8 @@ __all__ = [
     "load",
     "ready",
     "record_event",
+    "request_token",
     "reset",
     "resource_of",
+    "review_token",
 ]

@@ -109,6 +109,13 @@ class Store:
                     if tmp.stat().st_mtime < cutoff:
                         shutil.rmtree(tmp, ignore_errors=True)
 
+    def remove_all_temporaries(self) -> None:
+        """At the start of the one process that owns the volume: every temporary is stale."""
+        self.remove_stale_temporaries(older_than=0)
+        for tmp in self.root.rglob(f"{TMP_PREFIX}upload-*"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
     def _tmp_beside(self, dest: Path) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"

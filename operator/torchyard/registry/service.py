@@ -1,0 +1,230 @@
+"""The model registry's HTTP service: it owns the registry volume, everything else asks it.
+
+Runs (and users) stream run outputs and logs in, promote a run's outputs to a new model
+version, list models and versions, read manifests and stream files back (HTTP Range).
+Uploads are written to a temporary file while their sha256 is computed, checked against
+``X-Content-SHA256`` when given, fsynced and renamed into place, so a killed service
+never leaves a partial file visible. Memory stays flat in the file size.
+
+Every request carries a Kubernetes bearer token; an :class:`Authorizer` (TokenReview +
+SubjectAccessReview, from ``torchyard.k8s``, wired by ``torchyard registry serve``)
+decides: no or bad token -> 401; not allowed in that namespace -> 403. Uploading and
+promoting need ``create`` on ``modelversions`` in the namespace, reading needs ``get``.
+Tokens are never logged.
+
+    PUT  /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}    upload a file
+    GET  /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}    download (Range)
+    POST /v1/namespaces/{ns}/models/{model}/versions             promote {"run", "path"}
+    GET  /v1/namespaces/{ns}/models                              models and versions
+    GET  /v1/namespaces/{ns}/models/{model}/versions/{v}         manifest
+    GET  /v1/namespaces/{ns}/models/{model}/versions/{v}/files/{path}   download (Range)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from torchyard.registry.store import TMP_PREFIX, Store
+
+CHUNK = 1 << 20
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+logger = logging.getLogger("torchyard.registry")
+
+
+class Authorizer(Protocol):
+    """Who is this token, and may they do this in that namespace?"""
+
+    def user(self, token: str) -> dict[str, Any] | None: ...
+
+    def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool: ...
+
+
+@dataclass
+class CachingAuthorizer:
+    """Caches answers for ``ttl`` seconds (keyed by the token's hash, never the token)."""
+
+    inner: Authorizer
+    ttl: float = 30.0
+    _users: dict[str, tuple[float, dict[str, Any] | None]] = field(default_factory=dict)
+    _decisions: dict[tuple[str, str, str], tuple[float, bool]] = field(default_factory=dict)
+
+    def user(self, token: str) -> dict[str, Any] | None:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        hit = self._users.get(key)
+        if hit and hit[0] > time.monotonic():
+            return hit[1]
+        user = self.inner.user(token)
+        self._users[key] = (time.monotonic() + self.ttl, user)
+        return user
+
+    def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
+        key = (str(user.get("uid") or user.get("username")), verb, namespace)
+        hit = self._decisions.get(key)
+        if hit and hit[0] > time.monotonic():
+            return hit[1]
+        answer = self.inner.allowed(user, verb, namespace)
+        self._decisions[key] = (time.monotonic() + self.ttl, answer)
+        return answer
+
+
+def _safe_path(base: Path, relative: str) -> Path:
+    """``base/relative``, refusing anything that would leave ``base``."""
+    target = (base / relative).resolve()
+    if not relative or relative.startswith("/") or base.resolve() not in target.parents:
+        raise web.HTTPBadRequest(text=f"bad path {relative!r}")
+    return target
+
+
+def _name(value: str, what: str) -> str:
+    if not NAME.match(value) or len(value) > 63:
+        raise web.HTTPBadRequest(text=f"bad {what} {value!r}")
+    return value
+
+
+def create_app(store: Store, authorizer: Authorizer) -> web.Application:
+    auth = authorizer
+
+    async def check(request: web.Request, verb: str) -> str:
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer ") or len(header) < 8:
+            raise web.HTTPUnauthorized(
+                text="a Kubernetes bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+        loop = asyncio.get_running_loop()
+        user = await loop.run_in_executor(None, auth.user, header[7:].strip())
+        if user is None:
+            raise web.HTTPUnauthorized(
+                text="the token is not valid for the registry",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        ns = _name(request.match_info["ns"], "namespace")
+        if not await loop.run_in_executor(None, auth.allowed, user, verb, ns):
+            raise web.HTTPForbidden(
+                text=f"{user.get('username')} may not {verb} modelversions in {ns}"
+            )
+        return ns
+
+    async def upload(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "create")
+        run = _name(request.match_info["run"], "run")
+        base = store.run_dir(ns, run) / request.match_info["kind"]
+        target = _safe_path(base, request.match_info["path"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f"{TMP_PREFIX}upload-{uuid.uuid4().hex}"
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with tmp.open("wb") as f:
+                async for chunk in request.content.iter_chunked(CHUNK):
+                    f.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            expected = request.headers.get("X-Content-SHA256")
+            if expected and expected != digest.hexdigest():
+                raise web.HTTPBadRequest(text=f"sha256 mismatch: got {digest.hexdigest()}")
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return web.json_response(
+            {"path": request.match_info["path"], "size": size, "sha256": digest.hexdigest()},
+            status=201,
+        )
+
+    async def download_run(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "get")
+        run = _name(request.match_info["run"], "run")
+        base = store.run_dir(ns, run) / request.match_info["kind"]
+        return _file(_safe_path(base, request.match_info["path"]))
+
+    async def promote(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "create")
+        model = _name(request.match_info["model"], "model")
+        try:
+            body = await request.json()
+            run = _name(str(body["run"]), "run")
+        except (ValueError, KeyError, TypeError):
+            raise web.HTTPBadRequest(text='body must be JSON {"run": ..., "path": ...}') from None
+        source = _safe_path(store.run_dir(ns, run), str(body.get("path") or "outputs"))
+        if not source.exists():
+            raise web.HTTPNotFound(text=f"run {run} has no {body.get('path', 'outputs')}")
+        loop = asyncio.get_running_loop()
+        version = await loop.run_in_executor(
+            None,
+            lambda: store.publish(ns, model, source, metadata=dict(body.get("metadata") or {})),
+        )
+        return web.json_response(version.manifest, status=201)
+
+    async def models(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "get")
+        root = store.root / ns / "models"
+        found = {}
+        if root.is_dir():
+            for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+                found[folder.name] = store.versions(ns, folder.name)
+        return web.json_response({"models": found})
+
+    async def manifest(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "get")
+        try:
+            version = store.get(ns, request.match_info["model"], int(request.match_info["v"]))
+        except (KeyError, ValueError):
+            raise web.HTTPNotFound(text="no such model version") from None
+        return web.json_response(version.manifest)
+
+    async def download_model(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "get")
+        try:
+            version = store.get(ns, request.match_info["model"], int(request.match_info["v"]))
+        except (KeyError, ValueError):
+            raise web.HTTPNotFound(text="no such model version") from None
+        return _file(_safe_path(version.path, request.match_info["path"]))
+
+    async def healthz(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=0)
+    prefix = "/v1/namespaces/{ns}"
+    runs = prefix + "/runs/{run}/{kind:outputs|logs}/{path:.+}"
+    app.router.add_put(runs, upload)
+    app.router.add_get(runs, download_run)
+    app.router.add_post(prefix + "/models/{model}/versions", promote)
+    app.router.add_get(prefix + "/models", models)
+    app.router.add_get(prefix + "/models/{model}/versions/{v}", manifest)
+    app.router.add_get(prefix + "/models/{model}/versions/{v}/files/{path:.+}", download_model)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+def _file(path: Path) -> web.StreamResponse:
+    if not path.is_file():
+        raise web.HTTPNotFound(text="no such file")
+    # FileResponse streams in chunks and answers Range requests (206) by itself.
+    return web.FileResponse(path, chunk_size=CHUNK)
+
+
+def serve(root: Path, authorizer: Authorizer, host: str = "0.0.0.0", port: int = 8080) -> None:
+    """Run the service until interrupted (``torchyard registry serve``)."""
+    store = Store(root)
+    store.remove_all_temporaries()  # the service owns the volume: nothing else writes there
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # no headers in logs
+    web.run_app(
+        create_app(store, CachingAuthorizer(authorizer)),
+        host=host,
+        port=port,
+        print=lambda text: logger.info("%s", text),
+        access_log=None,
+    )
