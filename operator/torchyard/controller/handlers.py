@@ -91,6 +91,8 @@ def _settings() -> pods.Settings:
         init_image=os.environ.get("TORCHYARD_INIT_IMAGE", pods.Settings.init_image),
         git_image=os.environ.get("TORCHYARD_GIT_IMAGE", pods.Settings.git_image),
         resolve_curated=os.environ.get("TORCHYARD_RESOLVE_CURATED", "all"),
+        registry_url=os.environ.get("TORCHYARD_REGISTRY_URL", ""),
+        registry_token_file=os.environ.get("TORCHYARD_REGISTRY_TOKEN_FILE", ""),
     )
 
 

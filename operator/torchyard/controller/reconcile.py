@@ -14,6 +14,8 @@ import base64
 import json
 import logging
 import threading
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -320,7 +322,24 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
                 observed = _replace(observed, queued_message=decision.message)
             observed = _replace(observed, pods=current)
 
-    # 6. Status, and what a failure means for the surviving ranks.
+    # 6. Finalizing: register the outputs once every node succeeded.
+    total = run.spec.distribution.node_count
+    if (
+        run.spec.outputs.register_ is not None
+        and len(current) == total
+        and all(p.get("status", {}).get("phase") == "Succeeded" for p in current)
+    ):
+        model, message = _register(run, observed.environment, ctx, logger)
+        observed = _replace(
+            observed,
+            finalized=model is not None or not message,
+            model=model,
+            finalizing_message=message,
+        )
+        if model is None and message:
+            result.requeue_after = 5.0
+
+    # 7. Status, and what a failure means for the surviving ranks.
     new = status.trainingrun_status(run, observed, previous, now)
     if new.get("phase") == api.Phase.FAILED.value and previous.get("phase") != new["phase"]:
         _delete_pods(ns, [p for p in current if _live(p)])
@@ -343,6 +362,90 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if new.get("phase") in TERMINAL:
         result.also.extend(_waiting_runs())
     return result
+
+
+def _register(
+    run: api.TrainingRun, environment: Mapping[str, Any] | None, ctx: Context, logger: Log
+) -> tuple[dict[str, Any] | None, str]:
+    """Promote the run's outputs in the registry service and record a ModelVersion.
+
+    Returns ({name, version}, "") when done, (None, why) while it cannot be done yet, and
+    (None, "") when no registry service is configured (nothing to wait for).
+    """
+    reg = run.spec.outputs.register_
+    assert reg is not None
+    url = ctx.settings.registry_url
+    if not url:
+        logger.warning(
+            "TrainingRun %s/%s: outputs.register is set but no registry service "
+            "is configured (TORCHYARD_REGISTRY_URL)",
+            run.namespace,
+            run.name,
+        )
+        return None, ""
+    dist = run.spec.distribution
+    image = str(((environment or {}).get("status") or {}).get("image") or "")
+    body = {
+        "run": run.name,
+        "path": reg.path,
+        "metadata": {
+            "run": {"name": run.name, "uid": str(run.metadata.get("uid", ""))},
+            "environmentImage": image,
+            "command": list(run.spec.command),
+            "nodeCount": dist.node_count,
+            "processCountPerNode": dist.process_count_per_node,
+        },
+    }
+    try:
+        with open(ctx.settings.registry_token_file) as f:
+            token = f.read().strip()
+        req = urllib.request.Request(
+            f"{url.rstrip('/')}/v1/namespaces/{run.namespace}/models/{reg.model}/versions",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            manifest = json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return None, f"the registry refused the promotion: {err.code} {err.read()[:300]!r}"
+    except (OSError, ValueError) as err:
+        return None, f"the registry service is not reachable: {err}"
+    files = manifest.get("files", [])
+    primary = next((f for f in files if f["path"].endswith(".pt")), files[0] if files else {})
+    k8s.apply(
+        {
+            "apiVersion": api.API_VERSION,
+            "kind": "ModelVersion",
+            "metadata": {
+                "name": names.model_version(reg.model, manifest["version"]),
+                "namespace": run.namespace,
+                "labels": {names.LABEL_MODEL: reg.model, names.LABEL_RUN: run.name},
+            },
+            "spec": {
+                "model": reg.model,
+                "version": manifest["version"],
+                "run": {"name": run.name, "uid": str(run.metadata.get("uid", ""))},
+                "files": files,
+                "totalBytes": manifest.get("totalBytes", 0),
+                "size": manifest.get("size", ""),
+                "command": list(run.spec.command),
+                "metrics": manifest.get("metrics", {}),
+                "storagePath": f"{run.namespace}/models/{reg.model}/{manifest['version']}",
+                **({"environmentImage": image} if image else {}),
+            },
+        }
+    )
+    logger.info(
+        "TrainingRun %s/%s registered %s version %s (%s sha256 %s)",
+        run.namespace,
+        run.name,
+        reg.model,
+        manifest["version"],
+        primary.get("path"),
+        primary.get("sha256"),
+    )
+    return {"name": reg.model, "version": manifest["version"]}, ""
 
 
 def _replace(observed: Observed, **changes: Any) -> Observed:

@@ -303,7 +303,46 @@ class Launcher:
         failed = self._wait(grace)
         for rank in self.ranks:
             rank.finish()
-        return self._report(failed, node_rank, time.monotonic() - started)
+        code = self._report(failed, node_rank, time.monotonic() - started)
+        if self.env.get("TORCHYARD_REGISTRY_URL"):
+            self.archive(node_rank, logs)
+        return code
+
+    def archive(self, node_rank: int, logs: str) -> None:
+        """Upload this node's logs (and node 0's outputs) to the registry service.
+
+        Runs whether the ranks succeeded or not; a failed upload is reported, and the
+        launcher still exits with the command's exit code.
+        """
+        url = self.env["TORCHYARD_REGISTRY_URL"].rstrip("/")
+        base = (
+            f"{url}/v1/namespaces/{self.env.get('TORCHYARD_NAMESPACE', 'default')}"
+            f"/runs/{self.env.get('TORCHYARD_RUN', 'run')}"
+        )
+        try:
+            with open(self.env.get("TORCHYARD_REGISTRY_TOKEN_FILE", "")) as f:
+                token = f.read().strip()
+        except OSError as err:
+            self.say(f"cannot archive: no registry token ({err})")
+            return
+        folders = [(logs, f"logs/node-{node_rank}")]
+        if node_rank == 0:
+            folders.append((self.env["TORCHYARD_OUTPUTS"], "outputs"))
+        sent, failed = 0, []
+        for folder, prefix in folders:
+            for dirpath, _, files in os.walk(folder):
+                for name in sorted(files):
+                    path = os.path.join(dirpath, name)
+                    rel = os.path.relpath(path, folder).replace(os.sep, "/")
+                    try:
+                        upload_file(f"{base}/{prefix}/{rel}", path, token)
+                        sent += 1
+                    except OSError as err:
+                        failed.append(f"{prefix}/{rel}: {err}")
+        self.say(
+            f"archived {sent} file(s) to the registry"
+            + (f"; {len(failed)} failed: {failed[0]}" if failed else "")
+        )
 
     def _wait(self, grace: int) -> Rank | None:
         """Wait for every rank; on the first failure stop the rest. Returns the failed Rank."""
@@ -373,6 +412,28 @@ class Launcher:
         }
         _write(path, termination_message({k: v for k, v in info.items() if v is not None}))
         return exit_code
+
+
+def upload_file(url: str, path: str, token: str) -> None:
+    """PUT one file, streamed, with its sha256 for the service to check."""
+    import hashlib
+    import urllib.error
+    import urllib.request
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        req = urllib.request.Request(url, data=f, method="PUT")
+        req.add_header("Authorization", f"Bearer {token}")
+        req.add_header("Content-Length", str(size))
+        req.add_header("X-Content-SHA256", digest.hexdigest())
+        try:
+            urllib.request.urlopen(req, timeout=300).close()
+        except urllib.error.HTTPError as err:
+            raise OSError(f"{err.code} {err.read()[:200].decode('utf-8', 'replace')}") from None
 
 
 def _describe(code: int) -> str:

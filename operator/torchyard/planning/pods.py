@@ -29,6 +29,8 @@ SOURCE_MOUNT = f"{TOOLS_DIR}/source"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+REGISTRY_AUDIENCE = "torchyard-registry"
+REGISTRY_TOKEN_DIR = "/var/run/secrets/torchyard/registry"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class Settings:
     # Registries whose curated images get their tag resolved to a digest: "all", "none",
     # or host prefixes separated by commas.
     resolve_curated: str = "all"
+    # The registry service the node Pods archive to ("" = none), and the token the
+    # operator itself shows it when promoting outputs.
+    registry_url: str = ""
+    registry_token_file: str = ""
 
     def resolves(self, host: str) -> bool:
         if self.resolve_curated in ("all", "none"):
@@ -210,6 +216,9 @@ def pod(
     workdir = WORKDIR if in_workspace else "."
     env = node_env(run, node_rank, workdir=workdir)
     env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
+    if settings.registry_url:
+        env["TORCHYARD_REGISTRY_URL"] = settings.registry_url
+        env["TORCHYARD_REGISTRY_TOKEN_FILE"] = f"{REGISTRY_TOKEN_DIR}/token"
     if run.spec.source.git is not None and run.spec.source.git.path:
         env["TORCHYARD_SOURCE_PATH"] = run.spec.source.git.path
     pod_labels = {
@@ -241,6 +250,10 @@ def pod(
     if in_workspace:
         container["workingDir"] = WORKDIR
         container["volumeMounts"].append({"name": "workspace", "mountPath": WORKDIR})
+    if settings.registry_url:
+        container["volumeMounts"].append(
+            {"name": "registry-token", "mountPath": REGISTRY_TOKEN_DIR, "readOnly": True}
+        )
     resources = resource_requirements(run)
     if resources:
         container["resources"] = resources
@@ -251,7 +264,27 @@ def pod(
         "enableServiceLinks": False,
         "initContainers": _source_init(run, settings, python),
         "containers": [container],
-        "volumes": _volumes(run),
+        "volumes": _volumes(run)
+        + (
+            [
+                {
+                    "name": "registry-token",
+                    "projected": {
+                        "sources": [
+                            {
+                                "serviceAccountToken": {
+                                    "audience": REGISTRY_AUDIENCE,
+                                    "expirationSeconds": 3600,
+                                    "path": "token",
+                                }
+                            }
+                        ]
+                    },
+                }
+            ]
+            if settings.registry_url
+            else []
+        ),
         "terminationGracePeriodSeconds": 30,
     }
     if not queue:

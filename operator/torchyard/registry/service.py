@@ -161,10 +161,17 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
         source = _safe_path(store.run_dir(ns, run), str(body.get("path") or "outputs"))
         if not source.exists():
             raise web.HTTPNotFound(text=f"run {run} has no {body.get('path', 'outputs')}")
+        metadata = dict(body.get("metadata") or {})
+        uid = (metadata.get("run") or {}).get("uid")
+        if uid:  # promoting the same run again returns the version it already made
+            for number in store.versions(ns, model):
+                earlier = store.get(ns, model, number).manifest
+                if (earlier.get("run") or {}).get("uid") == uid:
+                    return web.json_response(earlier, status=200)
         loop = asyncio.get_running_loop()
         version = await loop.run_in_executor(
             None,
-            lambda: store.publish(ns, model, source, metadata=dict(body.get("metadata") or {})),
+            lambda: store.publish(ns, model, source, metadata=metadata),
         )
         return web.json_response(version.manifest, status=201)
 

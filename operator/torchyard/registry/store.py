@@ -202,6 +202,13 @@ class Store:
                 if p.is_file()
             ]
             total = sum(int(f["size"]) for f in files)
+            extra = dict(metadata or {})
+            if "metrics" not in extra and (tmp / "metrics.json").is_file():
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    raw = json.loads((tmp / "metrics.json").read_text())
+                    extra["metrics"] = {
+                        k: float(v) for k, v in raw.items() if isinstance(v, (int, float))
+                    }
             manifest: dict[str, Any] = {
                 "model": model,
                 "namespace": namespace,
@@ -209,7 +216,7 @@ class Store:
                 "totalBytes": total,
                 "size": human_size(total),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                **(metadata or {}),
+                **extra,
             }
             for _attempt in range(1000):
                 number = (self.versions(namespace, model) or [0])[-1] + 1

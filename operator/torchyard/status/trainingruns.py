@@ -59,6 +59,9 @@ class Observed:
     restarts: int = 0
     failed_attempts: int = 0
     deadline_exceeded: bool = False
+    finalized: bool = True  # outputs archived and the model registered (or nothing to do)
+    model: Mapping[str, Any] | None = None  # {name, version} of the registered model
+    finalizing_message: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -262,6 +265,22 @@ def trainingrun_status(
         return finish(Phase.FAILED, failure)
     counts = status["nodes"]
     if total and counts["succeeded"] == total:
+        if not observed.finalized:
+            status["phase"] = Phase.FINALIZING.value
+            status.setdefault("startTime", timestamp(now))
+            conds.append(
+                condition(
+                    "Succeeded",
+                    False,
+                    "Finalizing",
+                    observed.finalizing_message or "archiving outputs and registering the model",
+                    observed_generation=gen,
+                )
+            )
+            status["conditions"] = merge(prev.get("conditions"), conds, now)
+            return status
+        if observed.model:
+            status["model"] = dict(observed.model)
         return finish(Phase.SUCCEEDED)
 
     if observed.queued_message is not None or len(pods) < total:

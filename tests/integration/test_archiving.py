@@ -1,0 +1,149 @@
+"""Archiving and registration on the real control plane: the launcher (run here as the
+node Pods' process, with the Pods' own variables) uploads to the registry service with a
+ServiceAccount token, KWOK ends the Pods, and the operator promotes the outputs to a
+ModelVersion; a failed run still has its logs archived."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.builders import TrainingRunBuilder, environment
+from tests.cluster.harness import Cluster
+from tests.conftest import InProcessOperator
+from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
+from tests.integration.test_registry_service import Service, trainer_token
+from torchyard import k8s, launcher
+from torchyard.cli import AUDIENCE
+
+
+@pytest.fixture
+def archiving_operator(
+    operator: InProcessOperator, tmp_path: Path, namespace: str, cluster: Cluster
+) -> Iterator[Service]:
+    """The registry service, and the operator restarted to archive to it."""
+    svc = Service(tmp_path / "registry")
+    token_file = tmp_path / "operator-token"
+    token_file.write_text(trainer_token(namespace))  # the operator's own token
+    operator.stop()
+    os.environ["TORCHYARD_REGISTRY_URL"] = svc.url
+    os.environ["TORCHYARD_REGISTRY_TOKEN_FILE"] = str(token_file)
+    operator.start()
+    try:
+        yield svc
+    finally:
+        operator.stop()
+        os.environ.pop("TORCHYARD_REGISTRY_URL")
+        os.environ.pop("TORCHYARD_REGISTRY_TOKEN_FILE")
+        operator.start()
+        svc.stop()
+
+
+def run_node(pod: dict[str, Any], tmp: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """The node Pod's launcher as a local process, with the Pod's own environment."""
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    node = env["NODE_RANK"]
+    work = tmp / f"node-{node}"
+    work.mkdir()
+    token = work / "token"
+    token.write_text(k8s.request_token(pod["metadata"]["namespace"], "default", [AUDIENCE]))
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        TORCHYARD_OUTPUTS=str(work / "outputs"),
+        TORCHYARD_LOGS=str(work / "logs"),
+        TORCHYARD_REGISTRY_TOKEN_FILE=str(token),
+        TORCHYARD_TERMINATION_LOG=str(work / "termination.json"),
+        PATH=os.environ["PATH"],
+    )
+    return subprocess.run(
+        [sys.executable, launcher.__file__, "--", sys.executable, "-c", script],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+TRAIN = (
+    "import os, pathlib\n"
+    "print('training rank', os.environ['RANK'])\n"
+    "if os.environ['RANK'] == '0':\n"
+    "    out = pathlib.Path(os.environ['TORCHYARD_OUTPUTS'])\n"
+    "    (out / 'model.pt').write_bytes(b'weights' * 1000)\n"
+    "    (out / 'metrics.json').write_text('{\"accuracy\": 0.9}')\n"
+)
+
+
+def allow_default_service_account(namespace: str) -> None:
+    k8s.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "default-models", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "models"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+        }
+    )
+
+
+def test_a_run_ends_with_a_model_version_and_a_failed_run_keeps_its_logs(
+    cluster: Cluster, namespace: str, archiving_operator: Service, tmp_path: Path
+) -> None:
+    ns = namespace
+    allow_default_service_account(ns)
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch@sha256:" + "a" * 64))
+    k8s.create(
+        TrainingRunBuilder("birds", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .procs(2)
+        .pool("cpu")
+        .register("birds", path="outputs")
+        .obj()
+    )
+    wait_status(k8s.TRAININGRUNS, ns, "birds", lambda s: s.get("nodes", {}).get("running") == 2)
+    pods = run_pods(ns, "birds")
+    assert all(
+        e["name"] != "TORCHYARD_REGISTRY_URL" or e["value"] == archiving_operator.url
+        for p in pods
+        for e in p["spec"]["containers"][0]["env"]
+    )
+    for pod in pods:
+        done = run_node(pod, tmp_path, TRAIN)
+        assert done.returncode == 0, done.stderr
+        assert "archived" in done.stderr
+    for pod in pods:
+        finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+    run = wait_status(k8s.TRAININGRUNS, ns, "birds", lambda s: s.get("phase") == "Succeeded")
+    assert run["status"]["model"] == {"name": "birds", "version": 1}
+    mv = k8s.get(k8s.MODELVERSIONS, ns, "birds-v1")
+    files = {f["path"]: f for f in mv["spec"]["files"]}
+    assert files["model.pt"]["sha256"] == hashlib.sha256(b"weights" * 1000).hexdigest()
+    assert mv["spec"]["run"]["name"] == "birds"
+    assert mv["spec"]["run"]["uid"] == run["metadata"]["uid"]
+    assert mv["spec"]["environmentImage"] == "ghcr.io/acme/pytorch@sha256:" + "a" * 64
+    assert mv["spec"]["metrics"] == {"accuracy": 0.9}
+    assert "ownerReferences" not in mv["metadata"], "a model outlives its run"
+    logs = archiving_operator.root / ns / "runs" / "birds" / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["node-0", "node-1"]
+
+    # A failing run: its logs are archived all the same.
+    k8s.create(TrainingRunBuilder("broken", ns).environment("pytorch").pool("cpu").obj())
+    wait_status(k8s.TRAININGRUNS, ns, "broken", lambda s: s.get("phase") == "Running")
+    pod = run_pods(ns, "broken")[0]
+    (tmp_path / "node-0").rename(tmp_path / "birds-node-0")
+    done = run_node(pod, tmp_path, "raise SystemExit('out of memory, sort of')")
+    assert done.returncode == 1
+    finish_pod(cluster, ns, pod["metadata"]["name"], 1)
+    wait_status(k8s.TRAININGRUNS, ns, "broken", lambda s: s.get("phase") == "Failed")
+    log = archiving_operator.root / ns / "runs" / "broken" / "logs" / "node-0" / "rank-0.txt"
+    wait_for("the failed run's log", log.exists)
+    assert "out of memory, sort of" in log.read_text()
