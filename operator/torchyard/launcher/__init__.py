@@ -415,25 +415,36 @@ class Launcher:
 
 
 def upload_file(url: str, path: str, token: str) -> None:
-    """PUT one file, streamed, with its sha256 for the service to check."""
+    """PUT one file, streamed in 1 MiB blocks, with its sha256 for the service to check."""
     import hashlib
-    import urllib.error
-    import urllib.request
+    import http.client
+    import urllib.parse
 
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        req = urllib.request.Request(url, data=f, method="PUT")
-        req.add_header("Authorization", f"Bearer {token}")
-        req.add_header("Content-Length", str(size))
-        req.add_header("X-Content-SHA256", digest.hexdigest())
-        try:
-            urllib.request.urlopen(req, timeout=300).close()
-        except urllib.error.HTTPError as err:
-            raise OSError(f"{err.code} {err.read()[:200].decode('utf-8', 'replace')}") from None
+    parts = urllib.parse.urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.netloc, timeout=300, blocksize=1 << 20)
+    try:
+        with open(path, "rb") as f:
+            conn.request(
+                "PUT",
+                parts.path + (f"?{parts.query}" if parts.query else ""),
+                body=f,
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Length": str(os.path.getsize(path)),
+                    "X-Content-SHA256": digest.hexdigest(),
+                },
+            )
+            resp = conn.getresponse()
+            detail = resp.read()[:200].decode("utf-8", "replace")
+        if resp.status >= 300:
+            raise OSError(f"{resp.status} {detail}")
+    finally:
+        conn.close()
 
 
 def _describe(code: int) -> str:

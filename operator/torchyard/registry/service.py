@@ -37,7 +37,7 @@ from aiohttp import web
 
 from torchyard.registry.store import TMP_PREFIX, Store
 
-CHUNK = 1 << 20
+CHUNK = 4 << 20
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 logger = logging.getLogger("torchyard.registry")
 
@@ -124,14 +124,23 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
         tmp = target.parent / f"{TMP_PREFIX}upload-{uuid.uuid4().hex}"
         digest = hashlib.sha256()
         size = 0
+        loop = asyncio.get_running_loop()
         try:
             with tmp.open("wb") as f:
-                async for chunk in request.content.iter_chunked(CHUNK):
+
+                def consume(chunk: bytes) -> None:
                     f.write(chunk)
-                    digest.update(chunk)
+                    digest.update(chunk)  # releases the GIL: overlaps the next read
+
+                pending: asyncio.Future[None] | None = None
+                async for chunk in request.content.iter_chunked(CHUNK):
+                    if pending is not None:
+                        await pending
+                    pending = loop.run_in_executor(None, consume, chunk)
                     size += len(chunk)
-                f.flush()
-                os.fsync(f.fileno())
+                if pending is not None:
+                    await pending
+                await loop.run_in_executor(None, os.fsync, f.fileno())
             expected = request.headers.get("X-Content-SHA256")
             if expected and expected != digest.hexdigest():
                 raise web.HTTPBadRequest(text=f"sha256 mismatch: got {digest.hexdigest()}")

@@ -244,3 +244,26 @@ def test_recomputing_gives_the_same_status() -> None:
         "failed": 0,
         "ready": "2/2",
     }
+
+
+def test_registering_outputs_is_finalizing_then_succeeded_with_the_model() -> None:
+    body = TrainingRunBuilder("r").nodes(2).register("birds").obj()
+    body["metadata"]["generation"] = 1
+    run = api.parse_trainingrun(body)
+    done = [
+        pod("r", 0, phase="Succeeded", exit_code=0),
+        pod("r", 1, phase="Succeeded", exit_code=0),
+    ]
+    pending = status.trainingrun_status(
+        run, Observed(environment=READY_ENV, pods=done, finalized=False), None, T0
+    )
+    assert pending["phase"] == "Finalizing"
+    assert conds(pending)["Succeeded"] == ("False", "Finalizing")
+    final = status.trainingrun_status(
+        run,
+        Observed(environment=READY_ENV, pods=done, model={"name": "birds", "version": 3}),
+        pending,
+        T0,
+    )
+    assert final["phase"] == "Succeeded"
+    assert final["model"] == {"name": "birds", "version": 3}

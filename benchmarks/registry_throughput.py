@@ -1,0 +1,135 @@
+"""Registry service throughput: a 1 GiB file up and down, beside a plain local copy.
+
+Runs the service (``torchyard.registry.service``) in a child process on loopback with an
+authorizer that allows every request (this measures streaming, not TokenReview), uploads
+a 1 GiB file with its sha256, downloads it back, and compares both speeds with a plain
+local file copy of the same file measured in the same run. Prints the service's peak
+memory (VmHWM), which must stay flat in the file size. Target: >= 0.7 of the copy speed.
+
+    .venv/bin/python benchmarks/registry_throughput.py [--mib 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+from torchyard.launcher import upload_file
+
+SERVER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from aiohttp import web
+    from torchyard.registry import Store, service
+
+    class AllowAll:
+        def user(self, token):
+            return {"username": "bench"}
+        def allowed(self, user, verb, namespace):
+            return True
+
+    web.run_app(service.create_app(Store(Path(sys.argv[1])), AllowAll()),
+                host="127.0.0.1", port=int(sys.argv[2]), print=None, access_log=None)
+    """
+)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mib", type=int, default=1024)
+    args = parser.parse_args()
+    size = args.mib << 20
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+        work = Path(tmp)
+        src = work / "model.bin"
+        block = os.urandom(1 << 20)
+        digest = hashlib.sha256()
+        with src.open("wb") as f:
+            for _ in range(args.mib):
+                f.write(block)
+                digest.update(block)
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-c", SERVER, str(work / "root"), str(port)])
+        try:
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            url = f"http://127.0.0.1:{port}/v1/namespaces/bench/runs/r/outputs/model.bin"
+
+            started = time.monotonic()
+            shutil.copyfile(src, work / "copy.bin")
+            with (work / "copy.bin").open("rb") as f:
+                os.fsync(f.fileno())
+            copy_s = time.monotonic() - started
+            (work / "copy.bin").unlink()
+
+            started = time.monotonic()
+            # The launcher's own upload: 1 MiB blocks, sha256 checked by the service.
+            upload_file(url, str(src), "x")
+            up_s = time.monotonic() - started
+
+            started = time.monotonic()
+            req = urllib.request.Request(url, headers={"Authorization": "Bearer x"})
+            with (
+                urllib.request.urlopen(req, timeout=600) as resp,
+                (work / "down.bin").open("wb") as out,
+            ):
+                shutil.copyfileobj(resp, out, 4 << 20)
+                out.flush()
+                os.fsync(out.fileno())
+            down_s = time.monotonic() - started
+            got = hashlib.sha256()
+            with (work / "down.bin").open("rb") as f:
+                for chunk in iter(lambda: f.read(4 << 20), b""):
+                    got.update(chunk)
+            assert got.hexdigest() == digest.hexdigest(), "downloaded bytes differ"
+            peak = peak_rss_mib(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    mb = size / 1e6
+    print(f"file: {args.mib} MiB")
+    print(f"plain copy (baseline): {mb / copy_s:8.1f} MB/s")
+    print(
+        f"upload:                {mb / up_s:8.1f} MB/s   ratio {copy_s / up_s:5.2f}"
+        "   (target >= 0.7)"
+    )
+    print(
+        f"download:              {mb / down_s:8.1f} MB/s   ratio {copy_s / down_s:5.2f}"
+        "   (target >= 0.7)"
+    )
+    print(f"service peak memory:   {peak:8.1f} MiB (flat in the file size)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
