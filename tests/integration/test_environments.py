@@ -29,6 +29,20 @@ def build_jobs(ns: str) -> list[dict[str, Any]]:
     return k8s.list_(k8s.JOBS, ns, label_selector="app.kubernetes.io/component=environment-build")
 
 
+def running_build_pod(namespace: str) -> str:
+    """The name of the (single) build Job's Pod, once KWOK runs it."""
+    job = wait_for("the build Job", lambda: build_jobs(namespace))[0]["metadata"]["name"]
+    pods = wait_for(
+        "the build Pod running",
+        lambda: [
+            p
+            for p in k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")
+            if p.get("status", {}).get("phase") == "Running"
+        ],
+    )
+    return str(pods[0]["metadata"]["name"])
+
+
 def test_an_image_already_in_the_registry_is_ready_without_a_job(
     oci_registry: OciRegistry, operator: InProcessOperator, namespace: str
 ) -> None:
@@ -77,15 +91,7 @@ def test_a_failed_build_fails_the_environment_and_its_waiting_runs(
     k8s.create(environment("broken", namespace, **recipe(oci_registry, "no-such-package")))
     k8s.create(TrainingRunBuilder("waiting", namespace).environment("broken").obj())
     wait_status(k8s.TRAININGRUNS, namespace, "waiting", lambda s: s.get("phase") == "Preparing")
-    job = wait_for("the build Job", lambda: build_jobs(namespace))[0]["metadata"]["name"]
-    pod = wait_for(
-        "the build Pod running",
-        lambda: [
-            p
-            for p in k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")
-            if p.get("status", {}).get("phase") == "Running"
-        ],
-    )[0]["metadata"]["name"]
+    pod = running_build_pod(namespace)
     error = (
         "pip install failed (exit code 1):\nERROR: Could not find a version that "
         "satisfies the requirement no-such-package"
@@ -107,15 +113,7 @@ def test_a_base_image_without_python_fails_with_advice(
     spec = recipe(oci_registry, "torch")
     spec["baseImage"] = "busybox:1.37"
     k8s.create(environment("nopython", namespace, **spec))
-    job = wait_for("the build Job", lambda: build_jobs(namespace))[0]["metadata"]["name"]
-    pod = wait_for(
-        "the build Pod running",
-        lambda: [
-            p
-            for p in k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")
-            if p.get("status", {}).get("phase") == "Running"
-        ],
-    )[0]["metadata"]["name"]
+    pod = running_build_pod(namespace)
     finish_pod(
         cluster,
         namespace,

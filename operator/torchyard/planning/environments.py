@@ -116,63 +116,40 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
         )
         mounts.append({"name": "auth", "mountPath": "/torchyard/auth", "readOnly": True})
         env_vars.append({"name": "TORCHYARD_REGISTRY_AUTH", "value": "/torchyard/auth/config.json"})
-    name = job_name(env, hash_)
-    labels = _labels(hash_)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": env.metadata.get("namespace", "default"),
-            "labels": labels,
-        },
-        "spec": {
-            "backoffLimit": 0,
-            "ttlSecondsAfterFinished": 86400,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "enableServiceLinks": False,
-                    "automountServiceAccountToken": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65532,
-                        "runAsGroup": 65532,
-                        "fsGroup": 65532,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "initContainers": [
-                        {
-                            "name": "torchyard-init",
-                            "image": settings.init_image,
-                            "command": [
-                                "python3",
-                                "-m",
-                                "torchyard.envbuild",
-                                "--install",
-                                ENVBUILD_PATH,
-                            ],
-                            "volumeMounts": [{"name": "tools", "mountPath": "/torchyard"}],
-                            "securityContext": _restricted(),
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "build",
-                            "image": spec.base_image,
-                            "command": [spec.python, ENVBUILD_PATH, *args],
-                            "env": env_vars,
-                            "volumeMounts": mounts,
-                            "securityContext": _restricted(),
-                            "terminationMessagePolicy": "FallbackToLogsOnError",
-                        }
-                    ],
-                    "volumes": volumes,
-                },
+    return _job(
+        env,
+        hash_,
+        {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "runAsGroup": 65532,
+                "fsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
             },
+            "initContainers": [
+                {
+                    "name": "torchyard-init",
+                    "image": settings.init_image,
+                    "command": ["python3", "-m", "torchyard.envbuild", "--install", ENVBUILD_PATH],
+                    "volumeMounts": [{"name": "tools", "mountPath": "/torchyard"}],
+                    "securityContext": _restricted(),
+                }
+            ],
+            "containers": [
+                {
+                    "name": "build",
+                    "image": spec.base_image,
+                    "command": [spec.python, ENVBUILD_PATH, *args],
+                    "env": env_vars,
+                    "volumeMounts": mounts,
+                    "securityContext": _restricted(),
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }
+            ],
+            "volumes": volumes,
         },
-    }
+    )
 
 
 def _labels(hash_: str) -> dict[str, str]:
@@ -214,6 +191,51 @@ def buildkit_job(env: Environment, hash_: str) -> dict[str, Any]:
             }
         )
         mounts.append({"name": "auth", "mountPath": "/home/user/.docker", "readOnly": True})
+    return _job(
+        env,
+        hash_,
+        {
+            "containers": [
+                {
+                    "name": "build",
+                    "image": BUILDKIT_IMAGE,
+                    "command": ["buildctl-daemonless.sh"],
+                    "args": [
+                        "build",
+                        "--frontend",
+                        "dockerfile.v0",
+                        "--local",
+                        "context=/workspace",
+                        "--local",
+                        "dockerfile=/workspace",
+                        "--opt",
+                        f"label:{HASH_LABEL}={hash_}",
+                        "--output",
+                        output,
+                    ],
+                    "env": [
+                        {
+                            "name": "BUILDKITD_FLAGS",
+                            "value": "--oci-worker-no-process-sandbox",
+                        }
+                    ],
+                    "securityContext": {
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "seccompProfile": {"type": "Unconfined"},
+                        "appArmorProfile": {"type": "Unconfined"},
+                    },
+                    "volumeMounts": mounts,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }
+            ],
+            "volumes": volumes,
+        },
+    )
+
+
+def _job(env: Environment, hash_: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """The Job around a build Pod: no retries, cleaned up a day after it finished."""
     labels = _labels(hash_)
     return {
         "apiVersion": "batch/v1",
@@ -232,41 +254,7 @@ def buildkit_job(env: Environment, hash_: str) -> dict[str, Any]:
                     "restartPolicy": "Never",
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
-                    "containers": [
-                        {
-                            "name": "build",
-                            "image": BUILDKIT_IMAGE,
-                            "command": ["buildctl-daemonless.sh"],
-                            "args": [
-                                "build",
-                                "--frontend",
-                                "dockerfile.v0",
-                                "--local",
-                                "context=/workspace",
-                                "--local",
-                                "dockerfile=/workspace",
-                                "--opt",
-                                f"label:{HASH_LABEL}={hash_}",
-                                "--output",
-                                output,
-                            ],
-                            "env": [
-                                {
-                                    "name": "BUILDKITD_FLAGS",
-                                    "value": "--oci-worker-no-process-sandbox",
-                                }
-                            ],
-                            "securityContext": {
-                                "runAsUser": 1000,
-                                "runAsGroup": 1000,
-                                "seccompProfile": {"type": "Unconfined"},
-                                "appArmorProfile": {"type": "Unconfined"},
-                            },
-                            "volumeMounts": mounts,
-                            "terminationMessagePolicy": "FallbackToLogsOnError",
-                        }
-                    ],
-                    "volumes": volumes,
+                    **pod_spec,
                 },
             },
         },
