@@ -192,6 +192,105 @@ def cmd_registry_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _registry(args: argparse.Namespace) -> Any:
+    from torchyard.sdk import RegistryClient
+
+    if args.service_account:
+        return RegistryClient.for_service_account(
+            args.registry_url, args.namespace, args.service_account
+        )
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    return RegistryClient(args.registry_url, token)
+
+
+def _model_ref(ref: str) -> tuple[str, int | None]:
+    name, _, version = ref.partition(":")
+    if version and not version.isdigit():
+        raise SystemExit(f"torchyard: error: {ref!r}: the version after ':' is a number")
+    return name, int(version) if version else None
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from torchyard.sdk import RegistryError
+
+    try:
+        client = _registry(args)
+        if args.models_command == "list":
+            models = client.models(args.namespace)
+            print(f"{'MODEL':30s} {'VERSIONS':>8s} {'LATEST':>6s}")
+            for name, versions in sorted(models.items()):
+                latest = str(versions[-1]) if versions else "-"
+                print(f"{name:30s} {len(versions):8d} {latest:>6s}")
+            return 0
+        name, version = _model_ref(args.model)
+        if args.models_command == "show":
+            m = client.manifest(args.namespace, name, version)
+            print(
+                f"{m['model']} version {m['version']}  ({m.get('size', '')}, created "
+                f"{m.get('created', '?')})"
+            )
+            run = m.get("run") or {}
+            print(f"  run:   {run.get('name', '?')} (uid {run.get('uid') or '?'})")
+            if m.get("environmentImage"):
+                print(f"  image: {m['environmentImage']}")
+            for key, value in sorted((m.get("metrics") or {}).items()):
+                print(f"  metric {key} = {value}")
+            for f in m["files"]:
+                print(f"  {f['sha256'][:16]}  {f['size']:>12d}  {f['path']}")
+            return 0
+        if args.models_command == "download":
+            dest = Path(args.output)
+            m = client.download(args.namespace, name, version, dest)
+            print(
+                f"downloaded {m['model']} version {m['version']}: {len(m['files'])} file(s), "
+                f"sha256 verified, into {dest}"
+            )
+            return 0
+        m, bad = client.verify(args.namespace, name, version)
+        if bad:
+            print(
+                f"{m['model']} version {m['version']}: {len(bad)} file(s) do not match "
+                f"the manifest: {', '.join(bad)}",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"{m['model']} version {m['version']}: all {len(m['files'])} file(s) match their sha256"
+        )
+        return 0
+    except RegistryError as err:
+        print(f"torchyard: error: {err}", file=sys.stderr)
+        return 1
+
+
+def cmd_runs_download(args: argparse.Namespace) -> int:
+    from torchyard.sdk import RegistryError
+
+    dest = Path(args.output or Path(args.path).name)
+    try:
+        _registry(args).download_run_file(args.namespace, args.run, args.path, dest)
+    except RegistryError as err:
+        print(f"torchyard: error: {err}", file=sys.stderr)
+        return 1
+    print(f"downloaded {args.run}/{args.path} to {dest}")
+    return 0
+
+
+def _registry_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
+    p.add_argument("--registry-url", help="the registry service (default: $TORCHYARD_REGISTRY_URL)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument(
+        "--token-file", help="a bearer token for the registry (default: $TORCHYARD_TOKEN)"
+    )
+    who.add_argument(
+        "--service-account",
+        metavar="NAME",
+        help="use a short-lived token of this ServiceAccount (TokenRequest; "
+        "needs create on serviceaccounts/token)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchyard",
@@ -256,6 +355,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
     p.set_defaults(func=cmd_registry_serve)
+
+    p = sub.add_parser("models", help="registered models: list, show, download, verify")
+    models = p.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
+    p = models.add_parser("list", help="models and their versions")
+    _registry_options(p)
+    p.set_defaults(func=cmd_models)
+    for name, text in (
+        ("show", "a version's files, sha256, run and metrics"),
+        ("verify", "check every file of a version against its sha256"),
+        ("download", "download a version, verifying sha256"),
+    ):
+        p = models.add_parser(name, help=text)
+        p.add_argument("model", metavar="NAME[:VERSION]", help="model (default: latest)")
+        if name == "download":
+            p.add_argument("-o", "--output", required=True, help="folder to download into")
+        _registry_options(p)
+        p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("runs", help="archived run files")
+    runs = p.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+    p = runs.add_parser("download", help="download an archived file (~ run.download_file)")
+    p.add_argument("run")
+    p.add_argument("path", help="outputs/... or logs/node-N/...")
+    p.add_argument("-o", "--output", help="where to write it (default: its file name)")
+    _registry_options(p)
+    p.set_defaults(func=cmd_runs_download)
 
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions (kubectl apply -f -)")
     p.set_defaults(func=cmd_crds)
