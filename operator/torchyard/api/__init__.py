@@ -42,12 +42,6 @@ from torchyard.api.trainingruns import (
     TrainingRunStatus,
 )
 
-PLURALS = {
-    "TrainingRun": "trainingruns",
-    "Environment": "environments",
-    "ModelVersion": "modelversions",
-}
-
 
 class InvalidSpec(ValueError):
     """A resource body that does not parse: the message names every bad field."""
@@ -89,7 +83,6 @@ __all__ = [
     "CATEGORY",
     "DEFAULT_MASTER_PORT",
     "GROUP",
-    "PLURALS",
     "RANK_CONTRACT_VARIABLES",
     "VERSION",
     "Compute",

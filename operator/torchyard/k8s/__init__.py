@@ -371,15 +371,6 @@ def request_token(
     return str(result["status"]["token"])
 
 
-def ready(timeout: float = 5.0) -> bool:
-    """Whether the apiserver answers /readyz."""
-    try:
-        _call("GET", "/readyz", timeout=timeout)
-    except (ApiError, ValueError, OSError):
-        return False
-    return True
-
-
 __all__ = [
     "CONFIGMAPS",
     "CRDS",
@@ -406,7 +397,6 @@ __all__ = [
     "get_or_none",
     "list_",
     "load",
-    "ready",
     "record_event",
     "request_token",
     "reset",
