@@ -105,15 +105,7 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
         volumes.append({"name": "recipe", "configMap": {"name": job_name(env, hash_)}})
         mounts.append({"name": "recipe", "mountPath": "/torchyard/recipe", "readOnly": True})
     if spec.registry.push_secret:
-        volumes.append(
-            {
-                "name": "auth",
-                "secret": {
-                    "secretName": spec.registry.push_secret,
-                    "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
-                },
-            }
-        )
+        volumes.append(_push_secret_volume(spec.registry.push_secret))
         mounts.append({"name": "auth", "mountPath": "/torchyard/auth", "readOnly": True})
         env_vars.append({"name": "TORCHYARD_REGISTRY_AUTH", "value": "/torchyard/auth/config.json"})
     return _job(
@@ -152,6 +144,17 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
     )
 
 
+def _push_secret_volume(secret: str) -> dict[str, Any]:
+    """The registry.pushSecret (a dockerconfigjson Secret) as a volume holding config.json."""
+    return {
+        "name": "auth",
+        "secret": {
+            "secretName": secret,
+            "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+        },
+    }
+
+
 def _labels(hash_: str) -> dict[str, str]:
     return {
         LABEL_HASH: hash_.removeprefix("sha256:")[:63],
@@ -181,15 +184,7 @@ def buildkit_job(env: Environment, hash_: str) -> dict[str, Any]:
         {"name": "buildkitd", "emptyDir": {}},
     ]
     if spec.registry.push_secret:
-        volumes.append(
-            {
-                "name": "auth",
-                "secret": {
-                    "secretName": spec.registry.push_secret,
-                    "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
-                },
-            }
-        )
+        volumes.append(_push_secret_volume(spec.registry.push_secret))
         mounts.append({"name": "auth", "mountPath": "/home/user/.docker", "readOnly": True})
     return _job(
         env,
