@@ -2,8 +2,10 @@
 
 Runs the service (``torchyard.registry.service``) in a child process on loopback with an
 authorizer that allows every request (this measures streaming, not TokenReview), uploads
-a 1 GiB file with its sha256, downloads it back, and compares both speeds with a plain
-local file copy of the same file measured in the same run. Prints the service's peak
+a 1 GiB file with the launcher (sha256 computed on both sides, confirmed before the file
+becomes visible), downloads it back with the SDK (sha256 verified, fsynced), and compares
+both speeds with a plain local file copy (``shutil.copyfile`` + fsync, in-kernel) of the
+same file measured in the same run. Prints the service's peak
 memory (VmHWM), which must stay flat in the file size. Target: >= 0.7 of the copy speed.
 
     .venv/bin/python benchmarks/registry_throughput.py [--mib 1024]
@@ -25,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 from torchyard.launcher import upload_file
+from torchyard.sdk import RegistryClient
 
 SERVER = textwrap.dedent(
     """
@@ -93,25 +96,18 @@ def main() -> int:
             (work / "copy.bin").unlink()
 
             started = time.monotonic()
-            # The launcher's own upload: 1 MiB blocks, sha256 checked by the service.
+            # The launcher's own upload: one pass, hashed while sent, the service's sha256
+            # confirmed before the file becomes visible.
             upload_file(url, str(src), "x")
             up_s = time.monotonic() - started
 
             started = time.monotonic()
-            req = urllib.request.Request(url, headers={"Authorization": "Bearer x"})
-            with (
-                urllib.request.urlopen(req, timeout=600) as resp,
-                (work / "down.bin").open("wb") as out,
-            ):
-                shutil.copyfileobj(resp, out, 4 << 20)
-                out.flush()
-                os.fsync(out.fileno())
+            # The SDK's download: streamed, sha256-checked, fsynced, renamed into place.
+            client = RegistryClient(f"http://127.0.0.1:{port}", "x")
+            client.download_run_file(
+                "bench", "r", "outputs/model.bin", work / "down.bin", digest.hexdigest()
+            )
             down_s = time.monotonic() - started
-            got = hashlib.sha256()
-            with (work / "down.bin").open("rb") as f:
-                for chunk in iter(lambda: f.read(4 << 20), b""):
-                    got.update(chunk)
-            assert got.hexdigest() == digest.hexdigest(), "downloaded bytes differ"
             peak = peak_rss_mib(proc.pid)
         finally:
             proc.terminate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import threading
 import urllib.error
 import urllib.request
@@ -19,14 +20,16 @@ from aiohttp import web
 from tests.cluster.harness import Cluster, free_port
 from torchyard import k8s
 from torchyard.cli import AUDIENCE, KubernetesAuthorizer
+from torchyard.launcher import upload_file
 from torchyard.registry import Store, service
 
 
 class Service:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = root
+        self.host = host
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -38,7 +41,7 @@ class Service:
         app = service.create_app(Store(self.root), KubernetesAuthorizer())
         self.runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self.runner.setup())
-        self._loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+        self._loop.run_until_complete(web.TCPSite(self.runner, self.host, self.port).start())
         self._ready.set()
         self._loop.run_forever()
 
@@ -275,3 +278,35 @@ def test_killing_the_service_mid_upload_leaves_nothing_partial(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
+
+
+def test_one_pass_upload_is_invisible_until_its_digest_is_confirmed(
+    registry: Service, namespace: str
+) -> None:
+    token = trainer_token(namespace)
+    path = f"/v1/namespaces/{namespace}/runs/r/outputs/model.pt"
+    data = b"x" * 300_000
+    code, body = registry.call("PUT", path + "?commit=later", token, data)
+    assert code == 202
+    sent = json.loads(body)
+    assert sent["sha256"] == hashlib.sha256(data).hexdigest() and sent["size"] == len(data)
+    assert registry.call("GET", path, token)[0] == 404  # not visible yet
+    # A wrong digest drops the upload; the right one can no longer commit it.
+    code, _ = registry.call(
+        "POST", f"{path}?upload={sent['upload']}", token, b"", {"X-Content-SHA256": "0" * 64}
+    )
+    assert code == 400
+    code, _ = registry.call(
+        "POST", f"{path}?upload={sent['upload']}", token, b"", {"X-Content-SHA256": sent["sha256"]}
+    )
+    assert code == 404
+    assert registry.call("GET", path, token)[0] == 404
+    assert not list((registry.root / namespace).rglob(".tmp-*"))
+    # The launcher's one-pass upload: visible once confirmed, byte for byte.
+    upload_file(registry.url + path, str(_write(registry.root.parent / "m.pt", data)), token)
+    assert registry.call("GET", path, token) == (200, data)
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

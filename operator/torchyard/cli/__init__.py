@@ -16,6 +16,7 @@ import yaml
 import torchyard
 from torchyard import api
 from torchyard.controller import options
+from torchyard.sdk.registry import DEFAULT_SERVICE
 
 
 def _load_documents(path: str) -> list[dict[str, Any]]:
@@ -175,9 +176,11 @@ class KubernetesAuthorizer:
     """The registry service's Authorizer: TokenReview and SubjectAccessReview."""
 
     def user(self, token: str) -> dict[str, Any] | None:
+        """Pod tokens are minted for the registry's audience; a user's own token (sent by
+        ``torchyard models ...`` through the service proxy) has the apiserver's."""
         from torchyard import k8s
 
-        return k8s.review_token(token, [AUDIENCE])
+        return k8s.review_token(token, [AUDIENCE]) or k8s.review_token(token, [])
 
     def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
         from torchyard import k8s
@@ -193,14 +196,22 @@ def cmd_registry_serve(args: argparse.Namespace) -> int:
 
 
 def _registry(args: argparse.Namespace) -> Any:
+    """Direct when a URL is given (in the cluster, or a port-forward); else through the
+    apiserver's service proxy with the kubeconfig's credentials."""
+    import os
+
     from torchyard.sdk import RegistryClient
 
-    if args.service_account:
-        return RegistryClient.for_service_account(
-            args.registry_url, args.namespace, args.service_account
+    url = args.registry_url or os.environ.get("TORCHYARD_REGISTRY_URL")
+    if not url:
+        _kubeconfig(args)
+        return RegistryClient.through_kubernetes(
+            args.namespace, args.service_account, args.registry_service
         )
+    if args.service_account:
+        return RegistryClient.for_service_account(url, args.namespace, args.service_account)
     token = Path(args.token_file).read_text().strip() if args.token_file else None
-    return RegistryClient(args.registry_url, token)
+    return RegistryClient(url, token)
 
 
 def _model_ref(ref: str) -> tuple[str, int | None]:
@@ -277,18 +288,45 @@ def cmd_runs_download(args: argparse.Namespace) -> int:
 
 
 def _registry_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
-    p.add_argument("--registry-url", help="the registry service (default: $TORCHYARD_REGISTRY_URL)")
+    _kube_options(p)
+    p.add_argument(
+        "--registry-service",
+        metavar="NS/NAME:PORT",
+        default=DEFAULT_SERVICE,
+        help="the registry Service, reached through the Kubernetes API's service proxy "
+        f"(needs get/create on services/proxy there; default: {DEFAULT_SERVICE})",
+    )
+    p.add_argument(
+        "--registry-url",
+        help="talk to the registry directly instead, e.g. from inside the cluster "
+        "(default: $TORCHYARD_REGISTRY_URL)",
+    )
     who = p.add_mutually_exclusive_group()
     who.add_argument(
-        "--token-file", help="a bearer token for the registry (default: $TORCHYARD_TOKEN)"
+        "--token-file",
+        help="with --registry-url: a bearer token for the registry (default: $TORCHYARD_TOKEN)",
     )
     who.add_argument(
         "--service-account",
         metavar="NAME",
-        help="use a short-lived token of this ServiceAccount (TokenRequest; "
-        "needs create on serviceaccounts/token)",
+        help="use a 10-minute token of this ServiceAccount (TokenRequest; needs create on "
+        "serviceaccounts/token). Default: the kubeconfig's own bearer token, or the "
+        "namespace's 'default' ServiceAccount when the kubeconfig uses a client certificate",
     )
+
+
+def _kube_options(p: argparse.ArgumentParser) -> None:
+    """kubectl's conventions."""
+    p.add_argument("-n", "--namespace", default=None, help="namespace (default: the context's)")
+    p.add_argument("--context", help="the kubeconfig context to use")
+    p.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG)")
+
+
+def _kubeconfig(args: argparse.Namespace) -> None:
+    from torchyard import k8s
+
+    if getattr(args, "kubeconfig", None) or getattr(args, "context", None):
+        k8s.load(args.kubeconfig, args.context)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -397,6 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if hasattr(args, "context") and getattr(args, "namespace", "") is None:
+        from torchyard import k8s
+
+        args.namespace = k8s.default_namespace(args.kubeconfig, args.context)
     try:
         result: int = args.func(args)
     except (OSError, yaml.YAMLError) as err:

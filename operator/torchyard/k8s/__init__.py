@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -157,6 +158,63 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> client.Ap
         cfg.connection_pool_maxsize = 32
         _client = client.ApiClient(configuration=cfg)
         return _client
+
+
+def default_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the context's, in a Pod its own, else default."""
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+                return f.read().strip() or "default"
+        except OSError:
+            return "default"
+    try:
+        contexts, current = config.list_kube_config_contexts(
+            config_file=kubeconfig or os.environ.get("KUBECONFIG")
+        )
+    except (config.ConfigException, OSError, TypeError):
+        return "default"
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach the apiserver without the client library (for streaming through
+    the service proxy): its URL, a TLS context with the kubeconfig's CA and client
+    certificate, and the ``Authorization`` header when the kubeconfig has a token."""
+
+    host: str
+    ssl_context: ssl.SSLContext | None
+    headers: dict[str, str]
+
+    @property
+    def bearer_token(self) -> str | None:
+        value = self.headers.get("Authorization", "")
+        return value[7:] if value.startswith("Bearer ") else None
+
+
+def connection() -> Connection:
+    cfg = load().configuration
+    context = None
+    if cfg.host.startswith("https"):
+        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+        if not cfg.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if cfg.cert_file:
+            context.load_cert_chain(cfg.cert_file, cfg.key_file)
+    if cfg.refresh_api_key_hook is not None:  # exec plugins and expiring tokens
+        cfg.refresh_api_key_hook(cfg)
+    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
+    headers = {"Authorization": token} if token else {}
+    return Connection(cfg.host.rstrip("/"), context, headers)
+
+
+def proxy_url(namespace: str, service: str, port: int) -> str:
+    """The apiserver's proxy to a Service's port over HTTP. RBAC: ``get``/``create`` on
+    ``services/proxy``, resourceName ``<service>:<port>``."""
+    return f"{SERVICES.path(namespace, f'{service}:{port}')}/proxy"
 
 
 def reset() -> None:
@@ -387,16 +445,20 @@ __all__ = [
     "SERVICES",
     "TRAININGRUNS",
     "ApiError",
+    "Connection",
     "Resource",
     "allowed",
     "apply",
     "apply_status",
+    "connection",
     "create",
+    "default_namespace",
     "delete",
     "get",
     "get_or_none",
     "list_",
     "load",
+    "proxy_url",
     "record_event",
     "request_token",
     "reset",

@@ -415,34 +415,48 @@ class Launcher:
 
 
 def upload_file(url: str, path: str, token: str) -> None:
-    """PUT one file, streamed in 1 MiB blocks, with its sha256 for the service to check."""
+    """PUT one file in one pass: read in 1 MiB blocks, hashed while they are sent. The
+    service answers with the sha256 it computed and keeps the file out of sight until a
+    second request confirms that digest (``?commit=later``), so nothing is read twice."""
     import hashlib
     import http.client
+    import json
     import urllib.parse
 
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
     parts = urllib.parse.urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.netloc, timeout=300, blocksize=1 << 20)
-    try:
-        with open(path, "rb") as f:
-            conn.request(
-                "PUT",
-                parts.path + (f"?{parts.query}" if parts.query else ""),
-                body=f,
-                headers={
-                    "Authorization": f"Bearer {token}",
-                    "Content-Length": str(os.path.getsize(path)),
-                    "X-Content-SHA256": digest.hexdigest(),
-                },
-            )
-            resp = conn.getresponse()
-            detail = resp.read()[:200].decode("utf-8", "replace")
+    conn = cls(parts.netloc, timeout=300)
+    auth = {"Authorization": "Bearer " + token}
+
+    def answer() -> dict[str, str]:
+        resp = conn.getresponse()
+        body = resp.read()
         if resp.status >= 300:
-            raise OSError(f"{resp.status} {detail}")
+            raise OSError(f"{resp.status} {body[:200].decode('utf-8', 'replace')}")
+        return dict(json.loads(body or b"{}"))
+
+    try:
+        digest = hashlib.sha256()
+        conn.putrequest("PUT", parts.path + "?commit=later")
+        conn.putheader("Content-Length", str(os.path.getsize(path)))
+        for key, value in auth.items():
+            conn.putheader(key, value)
+        conn.endheaders()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+                conn.send(block)
+        sent = answer()
+        if sent.get("sha256") != digest.hexdigest():
+            raise OSError(
+                f"sha256 mismatch: sent {digest.hexdigest()}, the service got {sent['sha256']}"
+            )
+        conn.request(
+            "POST",
+            parts.path + "?upload=" + urllib.parse.quote(sent["upload"]),
+            headers=dict(auth, **{"X-Content-SHA256": digest.hexdigest(), "Content-Length": "0"}),
+        )
+        answer()
     finally:
         conn.close()
 

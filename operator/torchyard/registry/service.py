@@ -6,13 +6,17 @@ Uploads are written to a temporary file while their sha256 is computed, checked 
 ``X-Content-SHA256`` when given, fsynced and renamed into place, so a killed service
 never leaves a partial file visible. Memory stays flat in the file size.
 
-Every request carries a Kubernetes bearer token; an :class:`Authorizer` (TokenReview +
+Every request carries a Kubernetes bearer token (``Authorization: Bearer``, or
+``X-Torchyard-Token`` through the apiserver's service proxy); an :class:`Authorizer` (TokenReview +
 SubjectAccessReview, from ``torchyard.k8s``, wired by ``torchyard registry serve``)
 decides: no or bad token -> 401; not allowed in that namespace -> 403. Uploading and
 promoting need ``create`` on ``modelversions`` in the namespace, reading needs ``get``.
 Tokens are never logged.
 
     PUT  /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}    upload a file
+         ?commit=later: 202 with the sha256 the service computed and an upload id;
+    POST /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}?upload=ID  with the
+         client's X-Content-SHA256: renames it into place (a one-pass client)
     GET  /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}    download (Range)
     POST /v1/namespaces/{ns}/models/{model}/versions             promote {"run", "path"}
     GET  /v1/namespaces/{ns}/models                              models and versions
@@ -38,6 +42,7 @@ from aiohttp import web
 from torchyard.registry.store import TMP_PREFIX, Store
 
 CHUNK = 4 << 20
+TOKEN_HEADER = "X-Torchyard-Token"
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 logger = logging.getLogger("torchyard.registry")
 
@@ -92,17 +97,27 @@ def _name(value: str, what: str) -> str:
     return value
 
 
+def _token(request: web.Request) -> str:
+    """``Authorization: Bearer``, or ``X-Torchyard-Token`` when the request came through
+    the apiserver's service proxy (which authenticates the caller itself and drops
+    ``Authorization`` before forwarding)."""
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        return header[7:].strip()
+    return request.headers.get(TOKEN_HEADER, "").strip()
+
+
 def create_app(store: Store, authorizer: Authorizer) -> web.Application:
     auth = authorizer
 
     async def check(request: web.Request, verb: str) -> str:
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer ") or len(header) < 8:
+        token = _token(request)
+        if not token:
             raise web.HTTPUnauthorized(
                 text="a Kubernetes bearer token is required", headers={"WWW-Authenticate": "Bearer"}
             )
         loop = asyncio.get_running_loop()
-        user = await loop.run_in_executor(None, auth.user, header[7:].strip())
+        user = await loop.run_in_executor(None, auth.user, token)
         if user is None:
             raise web.HTTPUnauthorized(
                 text="the token is not valid for the registry",
@@ -115,42 +130,91 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
             )
         return ns
 
+    # Uploads written and fsynced but not yet renamed into place: id -> (tmp, target,
+    # sha256, size, deadline). A client that streams without knowing the digest up front
+    # (``?commit=later``) confirms it in a second request; nothing is visible before.
+    pending: dict[str, tuple[Path, Path, str, int, float]] = {}
+
+    def expire_pending() -> None:
+        now = time.monotonic()
+        for key, (tmp, *_rest, deadline) in list(pending.items()):
+            if deadline < now:
+                pending.pop(key, None)
+                tmp.unlink(missing_ok=True)
+
     async def upload(request: web.Request) -> web.StreamResponse:
         ns = await check(request, "create")
         run = _name(request.match_info["run"], "run")
         base = store.run_dir(ns, run) / request.match_info["kind"]
         target = _safe_path(base, request.match_info["path"])
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f"{TMP_PREFIX}upload-{uuid.uuid4().hex}"
+        upload_id = uuid.uuid4().hex
+        tmp = target.parent / f"{TMP_PREFIX}upload-{upload_id}"
         digest = hashlib.sha256()
         size = 0
         loop = asyncio.get_running_loop()
+        later = request.query.get("commit") == "later"
         try:
-            with tmp.open("wb") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
 
-                def consume(chunk: bytes) -> None:
-                    f.write(chunk)
-                    digest.update(chunk)  # releases the GIL: overlaps the next read
+                def consume(chunks: list[bytes]) -> None:
+                    for chunk in chunks:  # both release the GIL: overlap the next reads
+                        os.write(fd, chunk)
+                        digest.update(chunk)
 
-                pending: asyncio.Future[None] | None = None
-                async for chunk in request.content.iter_chunked(CHUNK):
-                    if pending is not None:
-                        await pending
-                    pending = loop.run_in_executor(None, consume, chunk)
+                pending_io: asyncio.Future[None] | None = None
+                batch: list[bytes] = []
+                batched = 0
+                async for chunk in request.content.iter_any():
+                    batch.append(chunk)
+                    batched += len(chunk)
                     size += len(chunk)
-                if pending is not None:
-                    await pending
-                await loop.run_in_executor(None, os.fsync, f.fileno())
+                    if batched >= CHUNK:
+                        if pending_io is not None:
+                            await pending_io
+                        pending_io = loop.run_in_executor(None, consume, batch)
+                        batch, batched = [], 0
+                if pending_io is not None:
+                    await pending_io
+                consume(batch)
+                await loop.run_in_executor(None, os.fsync, fd)
+            finally:
+                os.close(fd)
+            got = digest.hexdigest()
             expected = request.headers.get("X-Content-SHA256")
-            if expected and expected != digest.hexdigest():
-                raise web.HTTPBadRequest(text=f"sha256 mismatch: got {digest.hexdigest()}")
+            if expected and expected != got:
+                raise web.HTTPBadRequest(text=f"sha256 mismatch: got {got}")
+            answer = {"path": request.match_info["path"], "size": size, "sha256": got}
+            if later:
+                expire_pending()
+                pending[upload_id] = (tmp, target, got, size, time.monotonic() + 3600)
+                tmp = Path()  # kept until the commit
+                return web.json_response({**answer, "upload": upload_id}, status=202)
             os.replace(tmp, target)
         finally:
-            if tmp.exists():
+            if tmp != Path() and tmp.exists():
                 tmp.unlink()
+        return web.json_response(answer, status=201)
+
+    async def commit(request: web.Request) -> web.StreamResponse:
+        """POST ...?upload=ID with the client's X-Content-SHA256: rename into place."""
+        ns = await check(request, "create")
+        run = _name(request.match_info["run"], "run")
+        base = store.run_dir(ns, run) / request.match_info["kind"]
+        target = _safe_path(base, request.match_info["path"])
+        entry = pending.get(request.query.get("upload", ""))
+        if entry is None or entry[1] != target:
+            raise web.HTTPNotFound(
+                text="no such pending upload (expired or restarted): upload again"
+            )
+        tmp, _, got, size, _ = pending.pop(request.query["upload"])
+        if request.headers.get("X-Content-SHA256") != got:
+            tmp.unlink(missing_ok=True)
+            raise web.HTTPBadRequest(text=f"sha256 mismatch: the service got {got}")
+        os.replace(tmp, target)
         return web.json_response(
-            {"path": request.match_info["path"], "size": size, "sha256": digest.hexdigest()},
-            status=201,
+            {"path": request.match_info["path"], "size": size, "sha256": got}, status=201
         )
 
     async def download_run(request: web.Request) -> web.StreamResponse:
@@ -216,6 +280,7 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
     prefix = "/v1/namespaces/{ns}"
     runs = prefix + "/runs/{run}/{kind:outputs|logs}/{path:.+}"
     app.router.add_put(runs, upload)
+    app.router.add_post(runs, commit)
     app.router.add_get(runs, download_run)
     app.router.add_post(prefix + "/models/{model}/versions", promote)
     app.router.add_get(prefix + "/models", models)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,28 @@ class RegistryError(Exception):
     """The registry said no, or is not there; the message says which."""
 
 
+# The registry's token header when the request goes through the apiserver's service
+# proxy: the apiserver authenticates the caller and drops ``Authorization`` before
+# forwarding, so the registry token travels beside it.
+TOKEN_HEADER = "X-Torchyard-Token"
+# Where the Helm chart puts the registry service.
+DEFAULT_SERVICE = "torchyard-system/torchyard-registry:8080"
+
+
 class RegistryClient:
-    def __init__(self, url: str | None = None, token: str | None = None) -> None:
+    """``url`` + ``token``: talk to the service directly (in the cluster, or a port you
+    reach). :meth:`through_kubernetes`: through the apiserver's service proxy, as the
+    kubeconfig's user."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        headers: dict[str, str] | None = None,
+        token_header: str = "Authorization",
+    ) -> None:
         url = url or os.environ.get("TORCHYARD_REGISTRY_URL")
         if not url:
             raise RegistryError(
@@ -35,27 +57,56 @@ class RegistryClient:
             )
         self.url = url.rstrip("/")
         self.token = token or os.environ.get("TORCHYARD_TOKEN", "")
+        self.ssl_context = ssl_context
+        self.headers = dict(headers or {})
+        if self.token:
+            bearer = token_header == "Authorization"
+            self.headers[token_header] = f"Bearer {self.token}" if bearer else self.token
 
     @classmethod
     def for_service_account(cls, url: str | None, namespace: str, name: str) -> RegistryClient:
+        return cls(url, _service_account_token(namespace, name))
+
+    @classmethod
+    def through_kubernetes(
+        cls,
+        namespace: str,
+        service_account: str | None = None,
+        service: str = DEFAULT_SERVICE,
+    ) -> RegistryClient:
+        """Reach the service at ``service`` (``NS/NAME:PORT``) through the apiserver's
+        service proxy. The registry token is the kubeconfig's own bearer token (its user
+        needs ``get``/``create`` on ``modelversions``), or, with ``service_account`` or
+        when the kubeconfig authenticates by client certificate, a 10-minute token of that
+        ServiceAccount (``default`` in ``namespace`` unless named) from TokenRequest."""
         from torchyard import k8s
 
+        svc_ns, _, rest = service.partition("/")
+        name, _, port = rest.partition(":")
+        if not (svc_ns and name and port.isdigit()):
+            raise RegistryError(f"--registry-service {service!r}: expected NAMESPACE/NAME:PORT")
         try:
-            token = k8s.request_token(namespace, name, [AUDIENCE])
-        except k8s.ApiError as err:
-            raise RegistryError(
-                f"cannot get a token for {namespace}/{name}: {err.message}"
-            ) from None
-        return cls(url, token)
+            conn = k8s.connection()
+        except Exception as err:  # no kubeconfig, unreadable certificate, ...
+            raise RegistryError(f"cannot reach the Kubernetes API: {err}") from None
+        token = conn.bearer_token
+        if service_account or not token:
+            token = _service_account_token(namespace, service_account or "default")
+        url = conn.host + k8s.proxy_url(svc_ns, name, int(port))
+        return cls(
+            url,
+            token,
+            ssl_context=conn.ssl_context,
+            headers=conn.headers,
+            token_header=TOKEN_HEADER,
+        )
 
     # -- transport --------------------------------------------------------------------
 
     def _open(self, path: str) -> Any:
-        req = urllib.request.Request(self.url + urllib.parse.quote(path))
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+        req = urllib.request.Request(self.url + urllib.parse.quote(path), headers=self.headers)
         try:
-            return urllib.request.urlopen(req, timeout=300)
+            return urllib.request.urlopen(req, timeout=300, context=self.ssl_context)
         except urllib.error.HTTPError as err:
             detail = err.read()[:300].decode("utf-8", "replace")
             raise RegistryError(f"{err.code} {detail}".strip()) from None
@@ -92,17 +143,33 @@ class RegistryClient:
         if dest is not None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.part")
+        # Two buffers: one is hashed and written (both release the GIL) by a worker thread
+        # while the next is received.
+        buffers = [memoryview(bytearray(CHUNK)), memoryview(bytearray(CHUNK))]
         try:
-            with self._open(path) as resp:
-                out = tmp.open("wb") if tmp else None
+            with self._open(path) as resp, ThreadPoolExecutor(1) as worker:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if tmp else -1
+
+                def consume(block: memoryview) -> None:
+                    digest.update(block)
+                    if fd >= 0:
+                        os.write(fd, block)
+
                 try:
-                    for chunk in iter(lambda: resp.read(CHUNK), b""):
-                        digest.update(chunk)
-                        if out:
-                            out.write(chunk)
+                    pending: Future[None] | None = None
+                    turn = 0
+                    while n := _fill(resp, buffers[turn]):
+                        if pending is not None:
+                            pending.result()
+                        pending = worker.submit(consume, buffers[turn][:n])
+                        turn ^= 1
+                    if pending is not None:
+                        pending.result()
+                    if fd >= 0:
+                        os.fsync(fd)
                 finally:
-                    if out:
-                        out.close()
+                    if fd >= 0:
+                        os.close(fd)
             got = digest.hexdigest()
             if sha256 and got != sha256:
                 raise RegistryError(f"{path}: sha256 {got} does not match the manifest's {sha256}")
@@ -137,9 +204,35 @@ class RegistryClient:
 
     # -- runs -------------------------------------------------------------------------
 
-    def download_run_file(self, namespace: str, run: str, path: str, dest: Path) -> Path:
-        """A run's archived file (``outputs/...`` or ``logs/node-N/...``), ~ run.download_file."""
+    def download_run_file(
+        self, namespace: str, run: str, path: str, dest: Path, sha256: str | None = None
+    ) -> Path:
+        """A run's archived file (``outputs/...`` or ``logs/node-N/...``), ~ run.download_file;
+        checked against ``sha256`` when given."""
         if not path.startswith(("outputs/", "logs/")):
             raise RegistryError("the path starts with outputs/ or logs/")
-        self._stream(f"/v1/namespaces/{namespace}/runs/{run}/{path}", dest, None)
+        self._stream(f"/v1/namespaces/{namespace}/runs/{run}/{path}", dest, sha256)
         return dest
+
+
+def _service_account_token(namespace: str, name: str) -> str:
+    from torchyard import k8s
+
+    try:
+        return k8s.request_token(namespace, name, [AUDIENCE])
+    except k8s.ApiError as err:
+        raise RegistryError(
+            f"cannot get a token of ServiceAccount {namespace}/{name} (TokenRequest needs "
+            f"create on serviceaccounts/token): {err.message}"
+        ) from None
+
+
+def _fill(resp: Any, buf: memoryview) -> int:
+    """Read until ``buf`` is full or the body ends; the number of bytes read."""
+    got = 0
+    while got < len(buf):
+        n = resp.readinto(buf[got:])
+        if not n:
+            break
+        got += n
+    return got
