@@ -32,6 +32,7 @@ KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 REGISTRY_VERSION = "v3.1.2"
+HELM_VERSION = "v4.3.1"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,16 @@ TOOLS: dict[str, Tool] = {
         module_dir="registry",
         commands={"registry": "github.com/distribution/distribution/v3/cmd/registry"},
         ldflags=(f"-X github.com/distribution/distribution/v3/version.version={REGISTRY_VERSION}",),
+    ),
+    "helm": Tool(
+        name="helm",
+        version=HELM_VERSION,
+        module_dir="helm",
+        commands={"helm": "helm.sh/helm/v4/cmd/helm"},
+        ldflags=(
+            f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+            "-X helm.sh/helm/v4/internal/version.gitTreeState=clean",
+        ),
     ),
     "kubernetes": Tool(
         name="kubernetes",

@@ -1,0 +1,195 @@
+{{/*
+Names, labels, the image and the security settings every torchyard Pod shares.
+*/}}
+
+{{- define "torchyard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+"<release>-torchyard", or the release name when it already says torchyard. At most 47
+characters, so that "<fullname>-registry-client" and every Service name (DNS labels)
+stay within 63.
+*/}}
+{{- define "torchyard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 47 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 47 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 47 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "torchyard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object; call with (dict "ctx" $ "component" "operator"). */}}
+{{- define "torchyard.labels" -}}
+helm.sh/chart: {{ include "torchyard.chart" .ctx }}
+{{ include "torchyard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: torchyard
+{{- end }}
+
+{{- define "torchyard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "torchyard.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end }}
+
+{{- define "torchyard.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "torchyard.operatorServiceAccount" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (printf "%s-operator" (include "torchyard.fullname" .)) .Values.serviceAccount.operator.name }}
+{{- else }}
+{{- required "serviceAccount.operator.name is required when serviceAccount.create is false" .Values.serviceAccount.operator.name }}
+{{- end }}
+{{- end }}
+
+{{- define "torchyard.registryServiceAccount" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (printf "%s-registry" (include "torchyard.fullname" .)) .Values.serviceAccount.registry.name }}
+{{- else }}
+{{- required "serviceAccount.registry.name is required when serviceAccount.create is false" .Values.serviceAccount.registry.name }}
+{{- end }}
+{{- end }}
+
+{{/* The registry service's in-cluster URL (TORCHYARD_REGISTRY_URL of the operator). */}}
+{{- define "torchyard.registryURL" -}}
+{{- printf "http://%s.%s.svc:%d" .Values.registry.service.name .Release.Namespace (int .Values.registry.service.port) }}
+{{- end }}
+
+{{- define "torchyard.registryClaim" -}}
+{{- default (printf "%s-registry" (include "torchyard.fullname" .)) .Values.registry.persistence.existingClaim }}
+{{- end }}
+
+{{/* Namespaces that get curated Environments. */}}
+{{- define "torchyard.environmentNamespaces" -}}
+{{- $ns := .Values.environments.namespaces | default .Values.watchNamespaces | default (list .Release.Namespace) }}
+{{- toJson (uniq $ns) }}
+{{- end }}
+
+{{/* Namespaces whose default ServiceAccount may upload to the registry. */}}
+{{- define "torchyard.trainerNamespaces" -}}
+{{- toJson (uniq (concat .Values.watchNamespaces .Values.registry.trainerNamespaces)) }}
+{{- end }}
+
+{{/* Pod Security "restricted": the Pod part (call with the component's values). */}}
+{{- define "torchyard.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .runAsUser }}
+runAsGroup: {{ .runAsGroup }}
+{{- if .fsGroup }}
+fsGroup: {{ .fsGroup }}
+fsGroupChangePolicy: OnRootMismatch
+{{- end }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* Pod Security "restricted": the container part. */}}
+{{- define "torchyard.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+The operator's rules in one namespace (a Role per watched namespace, or part of the
+ClusterRole when it watches them all). Each rule names the code that needs it.
+*/}}
+{{- define "torchyard.operatorNamespacedRules" -}}
+# Kopf watches TrainingRuns and Environments; the reconcilers get them fresh and list the
+# runs of an Environment (controller/handlers.py, reconcile.py).
+- apiGroups: ["torchyard.dev"]
+  resources: ["trainingruns", "environments"]
+  verbs: ["get", "list", "watch"]
+# Status is written by server-side apply of the status subresource (k8s.apply_status).
+- apiGroups: ["torchyard.dev"]
+  resources: ["trainingruns/status", "environments/status"]
+  verbs: ["patch"]
+# Node Pods and Services carry an owner reference to their run with blockOwnerDeletion,
+# which clusters with the OwnerReferencesPermissionEnforcement admission plugin check.
+- apiGroups: ["torchyard.dev"]
+  resources: ["trainingruns/finalizers"]
+  verbs: ["update"]
+# A promoted model is recorded as a ModelVersion (server-side apply creates it); the
+# registry also checks `create` on modelversions for the operator's token.
+- apiGroups: ["torchyard.dev"]
+  resources: ["modelversions"]
+  verbs: ["create", "patch"]
+# Node Pods: server-side applied, listed by run, watched by Kopf, deleted on failure/TTL.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The headless Service of each run (applied; deleted after ttlSecondsAfterFinished).
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch", "delete"]
+# The conda environment.yml / Dockerfile of an Environment build (applied).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "patch"]
+# Events about runs (k8s.record_event) and Kopf's own handler events.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# Environment build Jobs: applied, read back, watched by Kopf.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+{{- if .Values.operator.peering }}
+# Kopf peering in a namespace (operator.peering with watchNamespaces).
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- end }}
+
+{{/* What the operator needs cluster-wide, whatever it watches. */}}
+{{- define "torchyard.operatorClusterRules" -}}
+# Kopf discovers and watches the resources it serves.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+# Kopf observes namespaces (it matches --namespace against them).
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+# Gang admission weighs each pool's nodes; a deleted node releases its Pods at once.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch"]
+# Gang admission counts every running Pod of the cluster against the nodes' capacity, and
+# a lost node's torchyard Pods are found cluster-wide (reconcile._cluster_pods,
+# handlers._release_pods_of_lost_node): list, never read or change them.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+{{- if and .Values.operator.peering (not .Values.watchNamespaces) }}
+# Kopf peering of a cluster-wide operator.
+- apiGroups: ["kopf.dev"]
+  resources: ["clusterkopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- end }}

@@ -1,0 +1,575 @@
+"""The Helm chart against Helm itself (built from Go modules like the control plane) and
+a real apiserver: it lints, its schema refuses bad values, its rendering is accepted by
+``kubectl apply --dry-run=server``, it installs into a Pod Security "restricted"
+namespace, its RBAC grants the operator exactly what torchyard's code calls (checked by
+SubjectAccessReview), and the Argo CD health checks judge real status objects that the
+in-process operator wrote.
+
+The cluster's harness has applied torchyard's CRDs already: ``helm install`` skips the
+chart's copies of them (Helm never overwrites an existing CRD) and installs only Kopf's
+peering CRDs, which the peering test uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.builders import TrainingRunBuilder, environment, model_version
+from tests.cluster import binaries
+from tests.cluster.harness import Cluster
+from tests.conftest import InProcessOperator
+from tests.integration.helpers import finish_pod, launcher_message, run_pods, wait_for, wait_status
+from tests.unit.test_chart import health
+from torchyard import k8s
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "torchyard"
+
+# What torchyard's code and Kopf call, per (API group, resource): the operator's
+# ClusterRole in cluster-wide mode must grant exactly this, nothing more.
+OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
+    # Kopf watches them; handlers.reconcile_key gets them; reconcile.environment lists runs.
+    ("torchyard.dev", "trainingruns"): {"get", "list", "watch"},
+    ("torchyard.dev", "environments"): {"get", "list", "watch"},
+    # reconcile._patch_status_if_changed: server-side apply of the status subresource.
+    ("torchyard.dev", "trainingruns/status"): {"patch"},
+    ("torchyard.dev", "environments/status"): {"patch"},
+    # owner references with blockOwnerDeletion (planning.pods.owner_reference).
+    ("torchyard.dev", "trainingruns/finalizers"): {"update"},
+    # reconcile._register: server-side apply creates the ModelVersion.
+    ("torchyard.dev", "modelversions"): {"create", "patch"},
+    # node Pods: applied, listed (per run, cluster-wide for admission), watched, deleted.
+    ("", "pods"): {"list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"create", "patch", "delete"},
+    ("", "configmaps"): {"create", "patch"},
+    ("", "events"): {"create"},
+    ("batch", "jobs"): {"get", "list", "watch", "create", "patch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    ("", "namespaces"): {"list", "watch"},
+    ("", "nodes"): {"list", "watch"},
+}
+FORBIDDEN_VERBS = {"*", "escalate", "bind", "impersonate"}
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
+    binaries.build(binaries.TOOLS["helm"])
+    yield Helm(tmp_path_factory.mktemp("helm"))
+
+
+class Helm:
+    """The helm binary with its own config/cache folders (nothing written to $HOME)."""
+
+    def __init__(self, home: Path) -> None:
+        self.binary = str(binaries.TOOLS["helm"].path("helm"))
+        self.env = dict(
+            os.environ,
+            HELM_CACHE_HOME=str(home / "cache"),
+            HELM_CONFIG_HOME=str(home / "config"),
+            HELM_DATA_HOME=str(home / "data"),
+        )
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [self.binary, *args], capture_output=True, text=True, env=self.env, timeout=120
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    def template(self, *args: str, namespace: str = "torchyard-system") -> list[dict[str, Any]]:
+        out = self("template", "t", str(CHART), "--namespace", namespace, *args).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
+
+
+def _rbac_rules(docs: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (d["kind"], d["metadata"]["name"], rule)
+        for d in docs
+        if d["kind"] in ("ClusterRole", "Role")
+        for rule in d.get("rules", [])
+    ]
+
+
+def _grants(docs: list[dict[str, Any]], kind: str, name: str) -> dict[tuple[str, str], set[str]]:
+    grants: dict[tuple[str, str], set[str]] = {}
+    for k, n, rule in _rbac_rules(docs):
+        if (k, n) == (kind, name):
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+# -- without a cluster -------------------------------------------------------------------
+
+
+def test_helm_lint_passes_strictly(helm: Helm) -> None:
+    result = helm("lint", "--strict", str(CHART))
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+    for values in (
+        ["--set", "watchNamespaces={team-a,team-b}", "--set", "operator.peering=true"],
+        ["--set", "registry.enabled=false", "--set", "networkPolicy.enabled=true"],
+    ):
+        helm("lint", "--strict", str(CHART), *values)
+
+
+VALUE_SETS = {
+    "defaults": [],
+    "namespaced with peering": [
+        "--set",
+        "watchNamespaces={team-a,team-b}",
+        "--set",
+        "operator.peering=true",
+        "--set",
+        "operator.replicas=2",
+        "--set",
+        "rbac.pushSecretNamespaces={team-c}",
+    ],
+    "cluster-wide with peering and push secrets": [
+        "--set",
+        "operator.peering=true",
+        "--set",
+        "operator.replicas=2",
+        "--set",
+        "rbac.pushSecretNamespaces={team-a,team-b}",
+        "--set",
+        "registry.trainerNamespaces={team-a}",
+    ],
+}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_every_rbac_rule_is_explicit_and_no_clusterrole_reads_secrets(
+    helm: Helm, values: list[str]
+) -> None:
+    docs = helm.template(*values)
+    rules = _rbac_rules(docs)
+    assert rules
+    for kind, name, rule in rules:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule.get(key, []), f"{kind} {name}: wildcard in {key}: {rule}"
+        assert not FORBIDDEN_VERBS & set(rule["verbs"]), f"{kind} {name}: {rule}"
+        if "secrets" in rule["resources"]:
+            assert kind == "Role", f"{kind} {name} grants Secrets: {rule}"
+            assert rule["verbs"] == ["get"], rule
+    # Every binding points at a role of the chart (no built-in admin/edit roles).
+    roles = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"].endswith("Role")}
+    for d in docs:
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            assert (d["roleRef"]["kind"], d["roleRef"]["name"]) in roles, d["roleRef"]
+
+
+def test_the_cluster_wide_operator_gets_exactly_what_its_code_calls(helm: Helm) -> None:
+    docs = helm.template()
+    assert _grants(docs, "ClusterRole", "t-torchyard-operator") == OPERATOR_NEEDS
+    assert not [d for d in docs if d["kind"] == "Role" and "operator" in d["metadata"]["name"]]
+    assert _grants(docs, "ClusterRole", "t-torchyard-registry") == {
+        ("authentication.k8s.io", "tokenreviews"): {"create"},
+        ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+    }
+
+
+def test_a_namespaced_operator_gets_roles_in_its_namespaces_and_cluster_reads_only(
+    helm: Helm,
+) -> None:
+    docs = helm.template("--set", "watchNamespaces={team-a,team-b}")
+    cluster_wide = _grants(docs, "ClusterRole", "t-torchyard-operator")
+    assert cluster_wide == {
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+        ("", "namespaces"): {"list", "watch"},
+        ("", "nodes"): {"list", "watch"},
+        ("", "pods"): {"list"},  # gang admission counts every Pod on the pool's nodes
+    }
+    namespaced_needs = {
+        key: verbs
+        for key, verbs in OPERATOR_NEEDS.items()
+        if key[1] not in ("customresourcedefinitions", "namespaces", "nodes")
+    }
+    for ns in ("team-a", "team-b"):
+        role = next(
+            d
+            for d in docs
+            if d["kind"] == "Role"
+            and d["metadata"]["name"] == "t-torchyard-operator"
+            and d["metadata"]["namespace"] == ns
+        )
+        assert _grants([role], "Role", "t-torchyard-operator") == {
+            **namespaced_needs,
+            ("", "secrets"): {"get"},
+        }
+    operator = next(
+        d for d in docs if d["kind"] == "Deployment" and "operator" in d["metadata"]["name"]
+    )
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+
+
+def test_pods_are_restricted_and_the_operator_gets_its_settings(helm: Helm) -> None:
+    docs = helm.template()
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert set(deployments) == {"t-torchyard-operator", "t-torchyard-registry"}
+    for deployment in deployments.values():
+        spec = deployment["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] == 65532
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in spec["containers"]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+            assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    registry = deployments["t-torchyard-registry"]["spec"]["template"]["spec"]
+    assert registry["securityContext"]["fsGroup"] == 65532
+    assert registry["containers"][0]["args"] == [
+        "registry",
+        "serve",
+        "--root",
+        "/data",
+        "--port",
+        "8080",
+    ]
+    operator = deployments["t-torchyard-operator"]["spec"]["template"]["spec"]["containers"][0]
+    assert operator["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
+    env = {e["name"]: e.get("value") for e in operator["env"]}
+    assert env["TORCHYARD_REGISTRY_URL"] == "http://torchyard-registry.torchyard-system.svc:8080"
+    assert env["TORCHYARD_REGISTRY_TOKEN_FILE"] == "/var/run/secrets/torchyard/registry/token"
+    assert env["TORCHYARD_INIT_IMAGE"] == "ghcr.io/torchyard/torchyard:0.1.0"
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    # The SDK's default registry service is torchyard-system/torchyard-registry:8080.
+    assert services["torchyard-registry"]["spec"]["ports"][0]["port"] == 8080
+    metrics = services["t-torchyard-metrics"]["spec"]
+    assert metrics["ports"][0]["port"] == 9090
+    assert metrics["selector"]["app.kubernetes.io/component"] == "operator"
+    environments = [d for d in docs if d["kind"] == "Environment"]
+    assert [(e["metadata"]["name"], e["metadata"]["namespace"]) for e in environments] == [
+        ("pytorch-cpu", "torchyard-system"),
+        ("pytorch-cuda", "torchyard-system"),
+    ]
+    assert not [d for d in docs if d["kind"] == "NetworkPolicy"]  # off by default
+
+
+BAD_VALUES = {
+    "replicas as a word": (["--set", "operator.replicas=two"], "/operator/replicas"),
+    "unknown top-level key": (["--set", "replica=2"], "additional properties 'replica'"),
+    "unknown access mode": (
+        ["--set", "registry.persistence.accessMode=RWO"],
+        "/registry/persistence/accessMode",
+    ),
+    "root user": (["--set", "operator.runAsUser=0"], "/operator/runAsUser"),
+    "zero replicas": (["--set", "operator.replicas=0"], "/operator/replicas"),
+}
+
+
+@pytest.mark.parametrize("values, error", BAD_VALUES.values(), ids=BAD_VALUES.keys())
+def test_bad_values_fail_with_a_schema_error(helm: Helm, values: list[str], error: str) -> None:
+    result = helm("template", "t", str(CHART), *values, check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert error in result.stderr, result.stderr
+
+
+def test_two_replicas_without_peering_are_refused(helm: Helm) -> None:
+    result = helm("template", "t", str(CHART), "--set", "operator.replicas=2", check=False)
+    assert result.returncode != 0
+    assert "operator.replicas > 1 needs operator.peering=true" in result.stderr
+
+
+# -- against the cluster -----------------------------------------------------------------
+
+
+def _review(cluster: Cluster, user: str, groups: list[str], **attributes: str) -> bool:
+    code, body = cluster.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
+        },
+    )
+    assert code == 201, body
+    return bool(body["status"].get("allowed"))
+
+
+class ServiceAccountReviews:
+    """SubjectAccessReviews for one ServiceAccount (as the apiserver authorises its token)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
+        self.cluster = cluster
+        self.user = f"system:serviceaccount:{namespace}:{name}"
+        self.groups = [
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{namespace}",
+            "system:authenticated",
+        ]
+
+    def can(self, verb: str, resource: str, namespace: str = "", group: str = "") -> bool:
+        resource, _, sub = resource.partition("/")
+        attrs = {"verb": verb, "resource": resource, "group": group}
+        if sub:
+            attrs["subresource"] = sub
+        if namespace:
+            attrs["namespace"] = namespace
+        return _review(self.cluster, self.user, self.groups, **attrs)
+
+
+def _install(
+    helm: Helm, cluster: Cluster, release: str, namespace: str, *values: str
+) -> subprocess.CompletedProcess[str]:
+    return helm(
+        "install",
+        release,
+        str(CHART),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--namespace",
+        namespace,
+        *values,
+    )
+
+
+def _uninstall(helm: Helm, cluster: Cluster, release: str, namespace: str) -> None:
+    helm("uninstall", release, "--kubeconfig", str(cluster.kubeconfig), "-n", namespace)
+
+
+def test_the_rendering_is_accepted_by_a_server_side_dry_run(
+    helm: Helm, cluster: Cluster, namespace: str
+) -> None:
+    for values in (
+        [],
+        ["--set", f"watchNamespaces={{{namespace}}}", "--set", "networkPolicy.enabled=true"],
+    ):
+        manifests = helm("template", f"dry-{namespace}", str(CHART), "-n", namespace, *values)
+        out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=manifests.stdout)
+        assert "deployment.apps/" in out and "(server dry run)" in out
+        assert "environment.torchyard.dev/pytorch-cpu created (server dry run)" in out
+
+
+def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls(
+    helm: Helm, cluster: Cluster, namespace: str
+) -> None:
+    ns, release = namespace, f"ty-{namespace[-4:]}"
+    cluster.kubectl(
+        "label",
+        "namespace",
+        ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/warn=restricted",
+    )
+    result = _install(helm, cluster, release, ns, "--set", f"registry.trainerNamespaces={{{ns}}}")
+    try:
+        assert "violate PodSecurity" not in result.stderr, result.stderr
+        assert "torchyard --help" in result.stdout  # NOTES.txt
+
+        # The ReplicaSets' Pods pass Pod Security "restricted" (else: FailedCreate, no Pod).
+        def pods_of(component: str) -> list[dict[str, Any]]:
+            return k8s.list_(
+                k8s.PODS, ns, label_selector=f"app.kubernetes.io/component={component}"
+            )
+
+        def replicaset_failures() -> str:
+            return cluster.kubectl("get", "replicasets", "-n", ns, "-o", "json")
+
+        for component in ("operator", "registry"):
+            try:
+                wait_for(f"the {component} Pod", lambda c=component: pods_of(c), timeout=30)
+            except AssertionError:
+                raise AssertionError(replicaset_failures()) from None
+        claim = k8s.get(
+            k8s.Resource("", "v1", "persistentvolumeclaims"), ns, f"{release}-torchyard-registry"
+        )
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+        assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        curated = k8s.get(k8s.ENVIRONMENTS, ns, "pytorch-cpu")
+        assert curated["spec"]["image"] == "ghcr.io/torchyard/pytorch:2.15-cpu"
+
+        operator = ServiceAccountReviews(cluster, ns, f"{release}-torchyard-operator")
+        elsewhere = "default"
+        for (group, resource), verbs in OPERATOR_NEEDS.items():
+            for verb in verbs:
+                cluster_scoped = resource in ("customresourcedefinitions", "namespaces", "nodes")
+                where = "" if cluster_scoped else elsewhere
+                assert operator.can(verb, resource, where, group), (verb, group, resource, where)
+        assert not operator.can("get", "secrets", elsewhere)
+        assert not operator.can("list", "secrets")
+        assert not operator.can("get", "pods", elsewhere)  # the code never reads one Pod
+        assert not operator.can("update", "trainingruns", elsewhere, "torchyard.dev")
+        assert not operator.can("create", "tokenreviews", group="authentication.k8s.io")
+
+        registry = ServiceAccountReviews(cluster, ns, f"{release}-torchyard-registry")
+        assert registry.can("create", "tokenreviews", group="authentication.k8s.io")
+        assert registry.can("create", "subjectaccessreviews", group="authorization.k8s.io")
+        assert not registry.can("list", "pods", elsewhere)
+        # Node Pods of a trainer namespace upload as its default ServiceAccount.
+        trainer = ServiceAccountReviews(cluster, ns, "default")
+        assert trainer.can("create", "modelversions", ns, "torchyard.dev")
+        assert not trainer.can("create", "modelversions", elsewhere, "torchyard.dev")
+    finally:
+        _uninstall(helm, cluster, release, ns)
+    assert cluster.kubectl("get", "clusterroles", "-o", "name").count(f"/{release}-") == 0
+
+
+def test_a_namespaced_operator_with_peering_installs_with_kopf_peering(
+    helm: Helm, cluster: Cluster, namespace: str
+) -> None:
+    ns, release = namespace, f"ty-{namespace[-4:]}"
+    _install(
+        helm,
+        cluster,
+        release,
+        ns,
+        "--set",
+        f"watchNamespaces={{{ns}}}",
+        "--set",
+        "operator.peering=true",
+        "--set",
+        "operator.replicas=2",
+    )
+    try:
+        # crds/: torchyard's CRDs existed (skipped), Kopf's peering CRDs were installed.
+        peering = json.loads(
+            cluster.kubectl("get", "kopfpeering", "default", "-n", ns, "-o", "json")
+        )
+        assert peering["kind"] == "KopfPeering"
+        deployment = json.loads(
+            cluster.kubectl(
+                "get", "deployment", f"{release}-torchyard-operator", "-n", ns, "-o", "json"
+            )
+        )
+        spec = deployment["spec"]
+        assert spec["replicas"] == 2
+        assert spec["strategy"]["type"] == "RollingUpdate"
+        args = spec["template"]["spec"]["containers"][0]["args"]
+        assert f"--namespace={ns}" in args and "--peering" in args
+        operator = ServiceAccountReviews(cluster, ns, f"{release}-torchyard-operator")
+        assert operator.can("patch", "kopfpeerings", ns, "kopf.dev")
+        assert operator.can("create", "pods", ns)
+        assert not operator.can("create", "pods", "default")
+        assert operator.can("get", "secrets", ns)
+        assert not operator.can("get", "secrets", "default")
+        assert operator.can("list", "pods")  # admission: every Pod of the cluster
+    finally:
+        _uninstall(helm, cluster, release, ns)
+
+
+def test_bad_values_create_nothing(helm: Helm, cluster: Cluster, namespace: str) -> None:
+    result = helm(
+        "install",
+        "bad",
+        str(CHART),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "-n",
+        namespace,
+        "--set",
+        "operator.replicas=two",
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "/operator/replicas" in result.stderr
+    assert k8s.list_(k8s.Resource("apps", "v1", "deployments"), namespace) == []
+    assert (
+        "bad" not in helm("list", "--kubeconfig", str(cluster.kubeconfig), "-n", namespace).stdout
+    )
+
+
+# -- Argo CD health checks on real status objects ----------------------------------------
+
+
+def test_health_checks_judge_the_status_the_operator_wrote(
+    cluster: Cluster, namespace: str, operator: InProcessOperator
+) -> None:
+    ns = namespace
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch:2.15-cuda12"))
+    env = wait_status(k8s.ENVIRONMENTS, ns, "pytorch", lambda s: s.get("phase") == "Ready")
+    assert health("Environment", env) == {
+        "status": "Healthy",
+        "message": "prebuilt image, used as it is",
+    }
+
+    def gpu_run(name: str, nodes: int = 1, pool: str = "a100", env_name: str = "pytorch") -> None:
+        run = TrainingRunBuilder(name, ns).environment(env_name).nodes(nodes).procs(1).gpus(1)
+        k8s.create(run.pool(pool).obj())
+
+    gpu_run("no-env", env_name="missing")
+    preparing = wait_status(k8s.TRAININGRUNS, ns, "no-env", lambda s: s.get("phase") == "Preparing")
+    assert health("TrainingRun", preparing) == {
+        "status": "Progressing",
+        "message": f"Environment missing does not exist in namespace {ns}",
+    }
+
+    gpu_run("queued", nodes=2, pool="nowhere")  # a pool without nodes: never admitted
+    queued = wait_status(k8s.TRAININGRUNS, ns, "queued", lambda s: s.get("phase") == "Queued")
+    result = health("TrainingRun", queued)
+    assert result["status"] == "Suspended"
+    assert "pool nowhere" in result["message"]
+
+    gpu_run("ok")
+    gpu_run("bad")
+    for name in ("ok", "bad"):
+        running = wait_status(
+            k8s.TRAININGRUNS,
+            ns,
+            name,
+            lambda s: s.get("phase") == "Running" and s["nodes"]["running"] == 1,
+        )
+        assert health("TrainingRun", running) == {
+            "status": "Progressing",
+            "message": "1/1 node(s) running",
+        }
+    finish_pod(cluster, ns, run_pods(ns, "ok")[0]["metadata"]["name"], 0)
+    message = launcher_message(0, 0, "RuntimeError: loss is NaN")
+    finish_pod(cluster, ns, run_pods(ns, "bad")[0]["metadata"]["name"], 1, message)
+    succeeded = wait_status(k8s.TRAININGRUNS, ns, "ok", lambda s: s.get("phase") == "Succeeded")
+    assert health("TrainingRun", succeeded) == {
+        "status": "Healthy",
+        "message": "all 1 node(s) succeeded",
+    }
+    failed = wait_status(k8s.TRAININGRUNS, ns, "bad", lambda s: s.get("phase") == "Failed")
+    assert health("TrainingRun", failed) == {
+        "status": "Degraded",
+        "message": "rank 0 (node 0) failed (Error, exit code 1): RuntimeError: loss is NaN",
+    }
+
+    k8s.create(model_version("birds-v1", ns, "birds", 1))
+    mv = k8s.get(k8s.MODELVERSIONS, ns, "birds-v1")
+    assert health("ModelVersion", mv) == {
+        "status": "Healthy",
+        "message": "Model birds version 1 (3 B, 1 file(s))",
+    }
+    k8s.delete(k8s.TRAININGRUNS, ns, "queued")
+
+
+def test_the_gitops_example_builds_and_is_accepted_by_a_server_side_dry_run(
+    cluster: Cluster,
+) -> None:
+    manifests = cluster.kubectl("kustomize", str(REPO / "examples" / "gitops"))
+    docs = [d for d in yaml.safe_load_all(manifests) if d]
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        ["CustomResourceDefinition"] * 3
+        + ["Namespace", "RoleBinding", "ConfigMap", "Environment", "TrainingRun"]
+    )
+    configmap = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert configmap["metadata"]["name"] == "ddp-src"
+    assert configmap["data"]["train.py"] == (REPO / "examples" / "ddp" / "train.py").read_text()
+    # The team namespace must exist for a dry run of what lives in it.
+    cluster.create_namespace("ml-team")
+    try:
+        out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=manifests)
+        assert "trainingrun.torchyard.dev/ddp created (server dry run)" in out
+        assert "environment.torchyard.dev/pytorch-cpu created (server dry run)" in out
+    finally:
+        cluster.delete_namespace("ml-team")
