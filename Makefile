@@ -54,6 +54,9 @@ tools: venv
 
 crds: venv
 	@$(PY) -m torchyard.api.crds crds/
+	@# the chart and the GitOps example carry copies (tests keep them identical)
+	@cp crds/*.torchyard.dev.yaml charts/torchyard/crds/
+	@cp crds/*.torchyard.dev.yaml examples/gitops/crds/
 
 lint: venv
 	@echo "[lint] ruff"

@@ -30,12 +30,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[object]:
-    from tests.cluster.harness import Cluster
+    from tests.cluster.harness import Cluster, free_port
     from torchyard import k8s
 
     # The tests reach no registry but their own on loopback: never resolve curated
     # images such as python:3.11-slim against a public registry.
     os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
+    # The in-process operator serves /metrics here (a free port, not 9090).
+    os.environ["TORCHYARD_METRICS_PORT"] = str(free_port())
     with Cluster() as c:
         os.environ["KUBECONFIG"] = str(c.kubeconfig)
         k8s.reset()

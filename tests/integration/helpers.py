@@ -1,11 +1,21 @@
-"""Helpers of the integration tests: waiting on status, finishing KWOK Pods."""
+"""Helpers of the integration tests: waiting on status, finishing KWOK Pods, scraping
+Prometheus metrics, and an operator in a process of its own (as a ServiceAccount)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.cluster.harness import Cluster
 from torchyard import k8s
@@ -89,3 +99,91 @@ def launcher_message(rank: int, node: int, exception: str) -> str:
             f'  File "train.py", line 9\n{exception}',
         }
     )
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """A Prometheus text-format page, as {(name, labels): value}."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = resp.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        pairs = re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', labels)
+        samples[(name, frozenset(pairs))] = float(value)
+    return samples
+
+
+def sample(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    """One series' value (0 when absent: a counter not yet incremented)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, name: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount itself (a TokenRequest token),
+    not as an admin impersonating it."""
+    token = k8s.request_token(namespace, name, [], seconds=3600)
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": admin["clusters"],
+                "users": [{"name": name, "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": name,
+                        "context": {
+                            "cluster": admin["clusters"][0]["name"],
+                            "user": name,
+                            "namespace": namespace,
+                        },
+                    }
+                ],
+                "current-context": name,
+            }
+        )
+    )
+    return path
+
+
+class OperatorProcess:
+    """``python -m torchyard.controller`` in a process of its own (its own credentials,
+    no shared ``torchyard.k8s`` client), its output in a log file."""
+
+    def __init__(self, kubeconfig: Path, log: Path, *args: str, **env: str) -> None:
+        self.log = log
+        self._out = log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "torchyard.controller", *args],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "TORCHYARD_METRICS_PORT": "0", **env},
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        """SIGTERM (Kopf stops gracefully), then SIGKILL after 30s; the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._out.close()
+        return self.process.returncode
+
+    def __enter__(self) -> OperatorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -18,6 +18,7 @@ import pytest
 from tests.builders import TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
+from tests.integration.conftest import operator_archiving_to
 from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
 from tests.integration.test_registry_service import Service, trainer_token
 from torchyard import k8s, launcher
@@ -30,19 +31,10 @@ def archiving_operator(
 ) -> Iterator[Service]:
     """The registry service, and the operator restarted to archive to it."""
     svc = Service(tmp_path / "registry")
-    token_file = tmp_path / "operator-token"
-    token_file.write_text(trainer_token(namespace))  # the operator's own token
-    operator.stop()
-    os.environ["TORCHYARD_REGISTRY_URL"] = svc.url
-    os.environ["TORCHYARD_REGISTRY_TOKEN_FILE"] = str(token_file)
-    operator.start()
     try:
-        yield svc
+        with operator_archiving_to(operator, svc.url, trainer_token(namespace), tmp_path):
+            yield svc
     finally:
-        operator.stop()
-        os.environ.pop("TORCHYARD_REGISTRY_URL")
-        os.environ.pop("TORCHYARD_REGISTRY_TOKEN_FILE")
-        operator.start()
         svc.stop()
 
 
@@ -132,6 +124,11 @@ def test_a_run_ends_with_a_model_version_and_a_failed_run_keeps_its_logs(
     assert mv["spec"]["environmentImage"] == "ghcr.io/acme/pytorch@sha256:" + "a" * 64
     assert mv["spec"]["metrics"] == {"accuracy": 0.9}
     assert "ownerReferences" not in mv["metadata"], "a model outlives its run"
+    [available] = [c for c in mv["status"]["conditions"] if c["type"] == "Available"]
+    assert (available["status"], available["reason"]) == ("True", "Published")
+    assert available["message"].startswith("2 file(s), ")
+    assert mv["status"]["createdTime"]
+    cluster.kubectl("wait", "--for=condition=Available", "mv/birds-v1", "-n", ns, "--timeout=5s")
     logs = archiving_operator.root / ns / "runs" / "birds" / "logs"
     assert sorted(p.name for p in logs.iterdir()) == ["node-0", "node-1"]
 

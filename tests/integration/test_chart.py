@@ -42,6 +42,8 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     # reconcile._patch_status_if_changed: server-side apply of the status subresource.
     ("torchyard.dev", "trainingruns/status"): {"patch"},
     ("torchyard.dev", "environments/status"): {"patch"},
+    # reconcile._register: the new ModelVersion's Available condition.
+    ("torchyard.dev", "modelversions/status"): {"patch"},
     # owner references with blockOwnerDeletion (planning.pods.owner_reference).
     ("torchyard.dev", "trainingruns/finalizers"): {"update"},
     # reconcile._register: server-side apply creates the ModelVersion.
@@ -243,6 +245,8 @@ def test_pods_are_restricted_and_the_operator_gets_its_settings(helm: Helm) -> N
     operator = deployments["t-torchyard-operator"]["spec"]["template"]["spec"]["containers"][0]
     assert operator["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
     env = {e["name"]: e.get("value") for e in operator["env"]}
+    assert env["TORCHYARD_METRICS_PORT"] == "9090"
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in operator["ports"]
     assert env["TORCHYARD_REGISTRY_URL"] == "http://torchyard-registry.torchyard-system.svc:8080"
     assert env["TORCHYARD_REGISTRY_TOKEN_FILE"] == "/var/run/secrets/torchyard/registry/token"
     assert env["TORCHYARD_INIT_IMAGE"] == "ghcr.io/torchyard/torchyard:0.1.0"
@@ -280,6 +284,38 @@ def test_bad_values_fail_with_a_schema_error(helm: Helm, values: list[str], erro
     assert error in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    "values, kind, name",
+    [
+        ([], "ClusterKopfPeering", "t-torchyard"),
+        (["--set", "watchNamespaces={team-a}"], "KopfPeering", "t-torchyard"),
+        (["--set", "operator.peeringName=ml.peering"], "ClusterKopfPeering", "ml.peering"),
+    ],
+    ids=["cluster-wide", "namespaced", "named"],
+)
+def test_peering_renders_one_name_for_the_flag_the_object_and_the_rbac(
+    helm: Helm, values: list[str], kind: str, name: str
+) -> None:
+    docs = helm.template("--set", "operator.peering=true", "--set", "operator.replicas=2", *values)
+    [peering] = [d for d in docs if d["apiVersion"] == "kopf.dev/v1"]
+    assert (peering["kind"], peering["metadata"]["name"]) == (kind, name)
+    operator = next(
+        d for d in docs if d["kind"] == "Deployment" and "operator" in d["metadata"]["name"]
+    )
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--peering-name={name}" in args and "--peering" not in args
+    plural = kind.lower() + "s"
+    patch_rules = [
+        rule
+        for _, _, rule in _rbac_rules(docs)
+        if plural in rule["resources"] and "patch" in rule["verbs"]
+    ]
+    assert patch_rules and all(rule["resourceNames"] == [name] for rule in patch_rules)
+    # Without peering: no peering object, no flag.
+    plain = helm.template(*values)
+    assert not [d for d in plain if d["apiVersion"] == "kopf.dev/v1"]
+
+
 def test_two_replicas_without_peering_are_refused(helm: Helm) -> None:
     result = helm("template", "t", str(CHART), "--set", "operator.replicas=2", check=False)
     assert result.returncode != 0
@@ -315,13 +351,17 @@ class ServiceAccountReviews:
             "system:authenticated",
         ]
 
-    def can(self, verb: str, resource: str, namespace: str = "", group: str = "") -> bool:
+    def can(
+        self, verb: str, resource: str, namespace: str = "", group: str = "", name: str = ""
+    ) -> bool:
         resource, _, sub = resource.partition("/")
         attrs = {"verb": verb, "resource": resource, "group": group}
         if sub:
             attrs["subresource"] = sub
         if namespace:
             attrs["namespace"] = namespace
+        if name:
+            attrs["name"] = name
         return _review(self.cluster, self.user, self.groups, **attrs)
 
 
@@ -438,10 +478,10 @@ def test_a_namespaced_operator_with_peering_installs_with_kopf_peering(
         "operator.replicas=2",
     )
     try:
-        # crds/: torchyard's CRDs existed (skipped), Kopf's peering CRDs were installed.
-        peering = json.loads(
-            cluster.kubectl("get", "kopfpeering", "default", "-n", ns, "-o", "json")
-        )
+        # crds/: torchyard's CRDs existed (skipped), Kopf's peering CRDs were installed;
+        # the peering object is named after the release (operator.peeringName's default).
+        name = f"{release}-torchyard"
+        peering = json.loads(cluster.kubectl("get", "kopfpeering", name, "-n", ns, "-o", "json"))
         assert peering["kind"] == "KopfPeering"
         deployment = json.loads(
             cluster.kubectl(
@@ -452,9 +492,11 @@ def test_a_namespaced_operator_with_peering_installs_with_kopf_peering(
         assert spec["replicas"] == 2
         assert spec["strategy"]["type"] == "RollingUpdate"
         args = spec["template"]["spec"]["containers"][0]["args"]
-        assert f"--namespace={ns}" in args and "--peering" in args
+        assert f"--namespace={ns}" in args and f"--peering-name={name}" in args
         operator = ServiceAccountReviews(cluster, ns, f"{release}-torchyard-operator")
-        assert operator.can("patch", "kopfpeerings", ns, "kopf.dev")
+        assert operator.can("watch", "kopfpeerings", ns, "kopf.dev")
+        assert operator.can("patch", "kopfpeerings", ns, "kopf.dev", name=name)
+        assert not operator.can("patch", "kopfpeerings", ns, "kopf.dev", name="default")
         assert operator.can("create", "pods", ns)
         assert not operator.can("create", "pods", "default")
         assert operator.can("get", "secrets", ns)

@@ -88,12 +88,12 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
     (
         "two sources",
         TrainingRunBuilder("r").source(image=True, configMap="src").obj(),
-        "exactly one of source.configMap, source.git or source.image",
+        "exactly one of source.configMap, source.snapshot, source.git or source.image",
     ),
     (
         "no source kind",
         TrainingRunBuilder("r").source().obj(),
-        "exactly one of source.configMap, source.git or source.image",
+        "exactly one of source.configMap, source.snapshot, source.git or source.image",
     ),
     ("empty command", TrainingRunBuilder("r").command().obj(), "spec.command"),
     (

@@ -14,6 +14,7 @@ from tests.conftest import InProcessOperator
 from tests.integration.helpers import conditions, finish_pod, wait_for, wait_status
 from tests.integration.test_envbuild import push_base_image
 from torchyard import api, k8s
+from torchyard.controller import telemetry
 from torchyard.planning import environments
 
 
@@ -49,12 +50,14 @@ def test_an_image_already_in_the_registry_is_ready_without_a_job(
     body = environment("cached", namespace, **recipe(oci_registry, "torch==2.15.0"))
     hash_ = environments.content_hash(api.parse_environment(body))
     push_base_image(oci_registry, "envs", environments.image_tag(hash_))
+    hits = telemetry.CACHE_HITS.value()
     k8s.create(body)
     env = wait_status(k8s.ENVIRONMENTS, namespace, "cached", lambda s: s.get("phase") == "Ready")
     assert env["status"]["hash"] == hash_
     assert env["status"]["image"].startswith(f"{oci_registry.host}/envs@sha256:")
     assert conditions(env)["Ready"]["reason"] == "Cached"
     assert build_jobs(namespace) == []
+    assert telemetry.CACHE_HITS.value() == hits + 1  # the operator's /metrics counter
 
 
 def test_a_new_recipe_gets_one_restricted_build_job_shared_by_its_twins(
@@ -92,6 +95,8 @@ def test_a_failed_build_fails_the_environment_and_its_waiting_runs(
     k8s.create(TrainingRunBuilder("waiting", namespace).environment("broken").obj())
     wait_status(k8s.TRAININGRUNS, namespace, "waiting", lambda s: s.get("phase") == "Preparing")
     pod = running_build_pod(namespace)
+    failed = telemetry.BUILDS.value(result="failed")
+    timed = telemetry.BUILD_SECONDS.count(result="failed")
     error = (
         "pip install failed (exit code 1):\nERROR: Could not find a version that "
         "satisfies the requirement no-such-package"
@@ -102,6 +107,15 @@ def test_a_failed_build_fails_the_environment_and_its_waiting_runs(
     )
     assert env["status"]["message"] == error
     assert "satisfies the requirement no-such-package" in conditions(env)["Ready"]["message"]
+    # kstatus: a failed build needs the user (Stalled), it is no longer in progress.
+    assert conditions(env)["Stalled"]["status"] == "True"
+    assert conditions(env)["Stalled"]["reason"] == "BuildFailed"
+    assert conditions(env)["Reconciling"]["status"] == "False"
+    # The build metrics: one more failed build, with its duration from the Job.
+    assert telemetry.BUILDS.value(result="failed") == failed + 1
+    assert telemetry.BUILD_SECONDS.count(result="failed") == timed + 1
+    events = k8s.list_(k8s.EVENTS, namespace, field_selector="involvedObject.name=broken")
+    assert ("Warning", "BuildFailed") in {(e["type"], e["reason"]) for e in events}
     run = wait_status(k8s.TRAININGRUNS, namespace, "waiting", lambda s: s.get("phase") == "Failed")
     assert run["status"]["failure"]["reason"] == "EnvironmentFailed"
     assert "no-such-package" in run["status"]["failure"]["message"]

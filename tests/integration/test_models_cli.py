@@ -4,9 +4,7 @@ catches a corrupted file, and a run's archived file."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +15,7 @@ import pytest
 import yaml
 
 from tests.cluster.harness import Cluster
+from tests.integration.conftest import ProxiedRegistry
 from tests.integration.test_registry_service import Service, trainer_token, upload
 from torchyard import cli, k8s
 
@@ -107,83 +106,6 @@ def test_runs_download_and_clear_errors(
     assert "model" in capsys.readouterr().err
 
 
-def _host_address() -> str:
-    """An address of this machine the apiserver may proxy to (it refuses loopback)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the route's source
-        address: str = s.getsockname()[0]
-    assert not address.startswith("127."), "these tests need a non-loopback IPv4 address"
-    return address
-
-
-@pytest.fixture
-def behind_apiserver(
-    tmp_path: Path, namespace: str, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[str]:
-    """The registry as the chart runs it: a Service the CLI reaches through the apiserver's
-    service proxy (here the Service's endpoint is this machine, where the process runs)."""
-    monkeypatch.delenv("TORCHYARD_REGISTRY_URL", raising=False)
-    address = _host_address()
-    svc = Service(tmp_path / "registry", host=address)
-    token = trainer_token(namespace)
-    upload(svc, token, namespace, "birds", "model.pt", b"weights" * 5000)
-    svc.call(
-        "POST",
-        f"/v1/namespaces/{namespace}/models/birds/versions",
-        token,
-        b'{"run": "birds"}',
-        {"Content-Type": "application/json"},
-    )
-    # The apiserver proxies only to an endpoint that is a Pod's IP: a stand-in registry
-    # Pod (held back from scheduling, so KWOK leaves it alone) carries this machine's.
-    apply = functools.partial(cluster.kubectl, "apply", "-f", "-")
-    apply(
-        input=f"""
-apiVersion: v1
-kind: Pod
-metadata: {{name: torchyard-registry-0, namespace: {namespace}}}
-spec:
-  schedulingGates: [{{name: torchyard.dev/test-stand-in}}]
-  containers: [{{name: registry, image: torchyard}}]
----
-apiVersion: v1
-kind: Service
-metadata: {{name: torchyard-registry, namespace: {namespace}}}
-spec:
-  ports: [{{name: http, port: 8080, targetPort: {svc.port}}}]
-""",
-    )
-    cluster.kubectl(
-        "patch",
-        "pod",
-        "torchyard-registry-0",
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": {"podIP": address, "podIPs": [{"ip": address}]}}),
-    )
-    apply(
-        input=f"""
-apiVersion: v1
-kind: Endpoints
-metadata: {{name: torchyard-registry, namespace: {namespace}}}
-subsets:
-- addresses:
-  - ip: "{address}"
-    targetRef: {{kind: Pod, name: torchyard-registry-0, namespace: {namespace}}}
-  ports: [{{name: http, port: {svc.port}}}]
-""",
-    )
-    proxy = f"/api/v1/namespaces/{namespace}/services/http:torchyard-registry:8080/proxy/healthz"
-    cluster.wait_for("the service proxy", lambda: cluster.request("GET", proxy)[0] == 200, 20)
-    yield f"{namespace}/torchyard-registry:8080"
-    svc.stop()
-
-
 def _user_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
     """A kubeconfig whose user is the trainer ServiceAccount, by bearer token (the
     apiserver's audience), allowed to use the registry Service's proxy."""
@@ -226,13 +148,22 @@ def _user_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
 
 
 def test_models_through_the_apiserver_service_proxy(
-    behind_apiserver: str,
+    behind_apiserver: ProxiedRegistry,
     namespace: str,
     cluster: Cluster,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    via = ["--registry-service", behind_apiserver]
+    svc, token = behind_apiserver.service, behind_apiserver.token
+    upload(svc, token, namespace, "birds", "model.pt", b"weights" * 5000)
+    svc.call(
+        "POST",
+        f"/v1/namespaces/{namespace}/models/birds/versions",
+        token,
+        b'{"run": "birds"}',
+        {"Content-Type": "application/json"},
+    )
+    via = ["--registry-service", behind_apiserver.ref]
     # The admin kubeconfig uses a client certificate, which the registry cannot check:
     # the CLI falls back to the namespace's default ServiceAccount, which may not read.
     assert cli.main(["models", "list", "-n", namespace, *via]) == 1

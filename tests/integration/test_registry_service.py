@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from tests.cluster.harness import Cluster, free_port
+from tests.integration.helpers import sample, scrape
 from torchyard import k8s
 from torchyard.cli import AUDIENCE, KubernetesAuthorizer
 from torchyard.launcher import upload_file
@@ -148,6 +149,24 @@ def test_upload_promote_list_and_ranged_download(registry: Service, namespace: s
         "GET", f"/v1/namespaces/{namespace}/models/birds/versions/1/files/model.pt", token
     )
     assert hashlib.sha256(body).hexdigest() == hashlib.sha256(weights).hexdigest()
+
+
+def test_metrics_count_the_bytes_of_files_in_and_out(registry: Service, namespace: str) -> None:
+    token = trainer_token(namespace)
+    url = f"{registry.url}/metrics"  # no token: counters only
+    before = scrape(url)
+    assert sample(before, "torchyard_registry_received_bytes_total") == 0
+    assert sample(before, "torchyard_registry_sent_bytes_total") == 0
+    weights = b"w" * 300_000
+    assert upload(registry, token, namespace, "r", "model.pt", weights)[0] == 201
+    path = f"/v1/namespaces/{namespace}/runs/r/outputs/model.pt"
+    code, body = registry.call("GET", path, token, headers={"Range": "bytes=0-999"})
+    assert (code, len(body)) == (206, 1000)
+    assert registry.call("GET", path, token) == (200, weights)
+    assert registry.call("GET", f"/v1/namespaces/{namespace}/models", token)[0] == 200
+    after = scrape(url)
+    assert sample(after, "torchyard_registry_received_bytes_total") == len(weights)
+    assert sample(after, "torchyard_registry_sent_bytes_total") == 1000 + len(weights)
 
 
 def test_a_corrupted_upload_is_refused(registry: Service, namespace: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -64,10 +65,58 @@ def test_submit_dry_run_prints_what_the_operator_would_create(
     assert cli.main(["submit", str(path), "--dry-run", "-n", "team"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Environment", "pytorch"),
         ("TrainingRun", "bert"),
         ("Service", "bert"),
         ("Pod", "bert-0"),
         ("Pod", "bert-1"),
     ]
     assert {d["metadata"]["namespace"] for d in docs} == {"team"}
-    assert docs[2]["spec"]["containers"][0]["image"] == "img:1"
+    assert docs[3]["spec"]["containers"][0]["image"] == "img:1"
+
+
+def _commands(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> list[tuple[str, ...]]:
+    """Every command path of the CLI, e.g. ("models", "download")."""
+    found = [prefix]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _commands(sub, (*prefix, name))
+    return found
+
+
+def test_every_command_renders_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    paths = _commands(cli.build_parser())
+    assert ("submit",) in paths and ("wait",) in paths and ("models", "download") in paths
+    for path in paths:
+        with pytest.raises(SystemExit) as done:
+            cli.main([*path, "--help"])
+        assert done.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: torchyard"), path
+    assert len(paths) >= 17
+
+
+def test_kube_commands_take_kubectl_options() -> None:
+    parser = cli.build_parser()
+    for command in (["wait", "r"], ["logs", "r"], ["get", "runs"], ["describe", "r"]):
+        args = parser.parse_args([*command, "-n", "team", "--context", "c", "--kubeconfig", "k"])
+        assert (args.namespace, args.context, args.kubeconfig) == ("team", "c", "k")
+
+
+def test_submit_dry_run_with_a_source_folder_prints_the_snapshot_configmap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    run = TrainingRunBuilder("snap").obj()
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run))
+    assert cli.main(["submit", str(path), "--source", str(tmp_path), "--dry-run"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    configmap = docs[0]
+    assert configmap["kind"] == "ConfigMap" and configmap["immutable"] is True
+    assert docs[1]["spec"]["source"] == {"configMap": configmap["metadata"]["name"]}
+    init = next(d for d in docs if d["kind"] == "Pod")["spec"]["initContainers"][0]
+    assert "--copy" in init["command"]

@@ -24,6 +24,11 @@ stay within 63.
 {{- end }}
 {{- end }}
 
+{{/* The Kopf peering object's name (operator.peering). */}}
+{{- define "torchyard.peeringName" -}}
+{{- default (include "torchyard.fullname" .) .Values.operator.peeringName }}
+{{- end }}
+
 {{- define "torchyard.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -124,9 +129,10 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: ["torchyard.dev"]
   resources: ["trainingruns", "environments"]
   verbs: ["get", "list", "watch"]
-# Status is written by server-side apply of the status subresource (k8s.apply_status).
+# Status is written by server-side apply of the status subresource (k8s.apply_status);
+# a new ModelVersion gets its Available condition (reconcile._register).
 - apiGroups: ["torchyard.dev"]
-  resources: ["trainingruns/status", "environments/status"]
+  resources: ["trainingruns/status", "environments/status", "modelversions/status"]
   verbs: ["patch"]
 # Node Pods and Services carry an owner reference to their run with blockOwnerDeletion,
 # which clusters with the OwnerReferencesPermissionEnforcement admission plugin check.
@@ -159,10 +165,15 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "patch"]
 {{- if .Values.operator.peering }}
-# Kopf peering in a namespace (operator.peering with watchNamespaces).
+# Kopf peering in a namespace (operator.peering with watchNamespaces): Kopf watches the
+# peering objects and writes its presence into its own one only.
 - apiGroups: ["kopf.dev"]
   resources: ["kopfpeerings"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  resourceNames: [{{ include "torchyard.peeringName" . | quote }}]
+  verbs: ["patch"]
 {{- end }}
 {{- end }}
 
@@ -187,9 +198,13 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
   resources: ["pods"]
   verbs: ["list"]
 {{- if and .Values.operator.peering (not .Values.watchNamespaces) }}
-# Kopf peering of a cluster-wide operator.
+# Kopf peering of a cluster-wide operator (its own ClusterKopfPeering only is written).
 - apiGroups: ["kopf.dev"]
   resources: ["clusterkopfpeerings"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["kopf.dev"]
+  resources: ["clusterkopfpeerings"]
+  resourceNames: [{{ include "torchyard.peeringName" . | quote }}]
+  verbs: ["patch"]
 {{- end }}
 {{- end }}

@@ -83,13 +83,15 @@ class GitSource(Model):
 
 
 class Source(Model):
-    """Where the training code comes from: exactly one of configMap, git or image."""
+    """Where the training code comes from: exactly one of configMap, snapshot, git or
+    image."""
 
     model_config = with_rules(
         {
-            "rule": "[has(self.configMap), has(self.git), has(self.image)]"
+            "rule": "[has(self.configMap), has(self.snapshot), has(self.git), has(self.image)]"
             ".filter(x, x).size() == 1",
-            "message": "exactly one of source.configMap, source.git or source.image must be set",
+            "message": "exactly one of source.configMap, source.snapshot, source.git or "
+            "source.image must be set",
         },
         {
             "rule": "!has(self.image) || self.image",
@@ -105,6 +107,13 @@ class Source(Model):
         description="Name of a ConfigMap in the run's namespace holding the code "
         "(`torchyard submit --source DIR` makes one); mounted as the working directory.",
     )
+    snapshot: str | None = Field(
+        default=None,
+        pattern=r"^[a-f0-9]{64}$",
+        description="sha256 of a source snapshot in the model registry service "
+        "(`torchyard submit --source DIR` uploads folders over ~900 KiB there); "
+        "fetched, checked and unpacked into the working directory.",
+    )
     git: GitSource | None = Field(default=None, description="A Git repository to clone.")
     image: bool | None = Field(
         default=None,
@@ -112,12 +121,23 @@ class Source(Model):
         "runs in the image's working directory.",
     )
 
+    @property
+    def in_workspace(self) -> bool:
+        """The code is put into a writable working folder (not the image's own)."""
+        return self.image is None
+
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
-        chosen = [self.config_map is not None, self.git is not None, self.image is not None]
+        chosen = [
+            self.config_map is not None,
+            self.snapshot is not None,
+            self.git is not None,
+            self.image is not None,
+        ]
         if sum(chosen) != 1:
             raise ValueError(
-                "exactly one of source.configMap, source.git or source.image must be set"
+                "exactly one of source.configMap, source.snapshot, source.git or source.image "
+                "must be set"
             )
         if self.image is False:
             raise ValueError("source.image must be true when set (the code is in the image)")

@@ -119,9 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """Apply the file's Environments and TrainingRuns; --dry-run prints what the operator
-    would create for each run (its Service and node Pods), from the operator's planner."""
+    """Apply the file's Environments and TrainingRuns, with ``--source DIR`` snapshotted
+    (a content-addressed ConfigMap, or the registry service when it is large); --dry-run
+    prints what would be created, from the operator's own planner."""
     from torchyard.planning import pods
+    from torchyard.sdk import snapshots
 
     docs = _load_documents(args.file)
     runs = [d for d in docs if d.get("kind") == "TrainingRun"]
@@ -131,41 +133,325 @@ def cmd_submit(args: argparse.Namespace) -> int:
     envs = {
         (d.get("metadata") or {}).get("name"): d for d in docs if d.get("kind") == "Environment"
     }
-    try:
-        for body in runs + list(envs.values()):
-            body.setdefault("metadata", {})
-            if args.namespace:
-                body["metadata"]["namespace"] = args.namespace
-            body["metadata"].setdefault("namespace", "default")
-            (api.parse_trainingrun if body["kind"] == "TrainingRun" else api.parse_environment)(
-                body
-            )
-    except api.InvalidSpec as err:
-        print(f"torchyard: error: invalid resource: {err}", file=sys.stderr)
-        return 2
-    if args.dry_run:
-        out: list[dict[str, Any]] = []
+    snap = None
+    if args.source:
+        try:
+            snap = snapshots.snapshot(Path(args.source), include_secrets=args.include_secrets)
+        except snapshots.SnapshotError as err:
+            print(f"torchyard: error: {err}", file=sys.stderr)
+            return 2
+        where = (
+            f"ConfigMap {snap.configmap_name}"
+            if snap.fits_configmap
+            else "the registry service (over the ~900 KiB a ConfigMap holds)"
+        )
+        print(f"{snap.report()} -> {where}", file=sys.stderr)
         for body in runs:
-            run = api.parse_trainingrun(body)
-            env = envs.get(run.spec.environment, {}).get("spec", {})
-            image = env.get("image") or f"<image of Environment {run.spec.environment}>"
-            out += [body, pods.service(run)]
-            out += pods.pods(run, image=image, python=env.get("python", "python3"))
-        print(yaml.safe_dump_all(out, sort_keys=False), end="")
+            body.setdefault("spec", {})["source"] = (
+                {"configMap": snap.configmap_name}
+                if snap.fits_configmap
+                else {"snapshot": snap.sha256}
+            )
+    try:
+        try:
+            for body in runs + list(envs.values()):
+                body.setdefault("metadata", {})
+                body["metadata"]["namespace"] = (
+                    args.namespace or body["metadata"].get("namespace") or _context_namespace(args)
+                )
+                parse = (
+                    api.parse_trainingrun
+                    if body["kind"] == "TrainingRun"
+                    else api.parse_environment
+                )
+                parse(body)
+        except api.InvalidSpec as err:
+            print(f"torchyard: error: invalid resource: {err}", file=sys.stderr)
+            return 2
+        namespace = runs[0]["metadata"]["namespace"]
+        if args.dry_run:
+            out: list[dict[str, Any]] = []
+            if snap is not None and snap.fits_configmap:
+                out.append(snapshots.configmap(snap, namespace))
+            elif snap is not None:
+                print(f"# would upload snapshot {snap.sha256} to the registry service")
+            out += list(envs.values())
+            for body in runs:
+                run = api.parse_trainingrun(body)
+                env = envs.get(run.spec.environment, {}).get("spec", {})
+                image = env.get("image") or f"<image of Environment {run.spec.environment}>"
+                out += [body, pods.service(run)]
+                out += pods.pods(run, image=image, python=env.get("python", "python3"))
+            print(yaml.safe_dump_all(out, sort_keys=False), end="")
+            return 0
+        from torchyard import k8s
+
+        _kubeconfig(args)
+        try:
+            if snap is not None:
+                _store_snapshot(args, snap, namespace)
+            for body in list(envs.values()) + runs:
+                k8s.apply(body, field_manager="torchyard-cli")
+                meta = body["metadata"]
+                print(
+                    f"{body['kind'].lower()}.torchyard.dev/{meta['name']} applied "
+                    f"(namespace {meta['namespace']})"
+                )
+        except k8s.ApiError as err:
+            print(f"torchyard: error: {err.message}", file=sys.stderr)
+            return 1
+        if args.wait:
+            args.namespace = namespace
+            return _wait(args, runs[-1]["metadata"]["name"], show_output=True)
         return 0
+    finally:
+        if snap is not None:
+            snap.close()
+
+
+def _context_namespace(args: argparse.Namespace) -> str:
     from torchyard import k8s
 
-    try:
-        for body in list(envs.values()) + runs:
-            k8s.apply(body, field_manager="torchyard-cli")
-            meta = body["metadata"]
+    return k8s.default_namespace(args.kubeconfig, args.context)
+
+
+def _store_snapshot(args: argparse.Namespace, snap: Any, namespace: str) -> None:
+    from torchyard import k8s
+    from torchyard.sdk import snapshots
+    from torchyard.sdk.progress import Progress
+
+    if snap.fits_configmap:
+        try:
+            k8s.create(snapshots.configmap(snap, namespace))
+            print(f"configmap/{snap.configmap_name} created", file=sys.stderr)
+        except k8s.ApiError as err:
+            if not err.conflict:
+                raise
             print(
-                f"{body['kind'].lower()}.torchyard.dev/{meta['name']} applied "
-                f"(namespace {meta['namespace']})"
+                f"configmap/{snap.configmap_name} unchanged (the same code was submitted before)",
+                file=sys.stderr,
             )
+        return
+    client = _registry(args)
+    label = f"uploading snapshot {snap.sha256[:12]}"
+    if client.put_snapshot(
+        namespace, snap.archive, snap.sha256, Progress(label, snap.archive_size)
+    ):
+        print(f"snapshot {snap.sha256[:12]} uploaded to the registry service", file=sys.stderr)
+    else:
+        print(
+            f"snapshot {snap.sha256[:12]} unchanged (the registry service has it)",
+            file=sys.stderr,
+        )
+
+
+def _wait(args: argparse.Namespace, name: str, show_output: bool) -> int:
+    from torchyard.sdk import runs
+
+    namespace = args.namespace
+    try:
+        run = runs.wait(
+            namespace,
+            name,
+            show_output=show_output,
+            timeout=getattr(args, "timeout", None),
+            registry=lambda: _registry(args),
+        )
+    except runs.RunNotFound as err:
+        print(f"torchyard: error: {err}", file=sys.stderr)
+        return 1
+    except TimeoutError as err:
+        print(f"torchyard: error: {err}", file=sys.stderr)
+        return 124
+    code, text = runs.outcome(run)
+    print(text, file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Follow a run to its end (~ run.wait_for_completion(show_output=True))."""
+    _kubeconfig(args)
+    return _wait(args, args.run, not args.quiet)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """A run's logs: live from the Pods, else archived in the registry service."""
+    from torchyard import k8s
+    from torchyard.sdk import RegistryError, runs
+
+    _kubeconfig(args)
+    try:
+        pods = runs.node_pods(args.namespace, args.run)
+        if args.node is not None:
+            pods = [p for i, p in enumerate(pods) if i == args.node]
+        shown = 0
+        for node, pod in enumerate(pods):
+            node = args.node if args.node is not None else node
+            try:
+                for line in k8s.pod_log_lines(
+                    args.namespace, pod["metadata"]["name"], container="trainer", follow=args.follow
+                ):
+                    if args.rank is None or line.startswith(f"[rank {args.rank}]"):
+                        print(f"[node {node}] {line}")
+                        shown += 1
+            except k8s.ApiError as err:
+                print(f"(node {node}: live log unavailable: {err.message[:200]})", file=sys.stderr)
+        if shown:
+            return 0
+        # The Pods are gone or their logs unreachable: the archive.
+        for line in runs.archived_logs(_registry(args), args.namespace, args.run):
+            if args.node is not None and not line.startswith(f"[node {args.node}] "):
+                continue
+            if args.rank is not None and f"[rank {args.rank}] " not in line:
+                continue
+            print(line)
+            shown += 1
+        if not shown:
+            print(f"torchyard: error: no logs of {args.run} found", file=sys.stderr)
+            return 1
+        return 0
+    except (k8s.ApiError, RegistryError) as err:
+        print(f"torchyard: error: {getattr(err, 'message', err)}", file=sys.stderr)
+        return 1
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def _age(obj: dict[str, Any]) -> str:
+    from datetime import datetime, timezone
+
+    from torchyard.sdk import runs
+
+    created = runs._parse(obj["metadata"].get("creationTimestamp"))
+    return runs.duration((datetime.now(timezone.utc) - created).total_seconds()) if created else "?"
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    """kubectl-style tables of runs, environments, models."""
+    import json
+
+    from torchyard import k8s
+    from torchyard.sdk import runs
+
+    _kubeconfig(args)
+    res = {"runs": k8s.TRAININGRUNS, "envs": k8s.ENVIRONMENTS, "models": k8s.MODELVERSIONS}[
+        args.kind
+    ]
+    try:
+        if args.name:
+            items = [k8s.get(res, args.namespace, args.name)]
+        else:
+            items = k8s.list_(res, args.namespace)
     except k8s.ApiError as err:
         print(f"torchyard: error: {err.message}", file=sys.stderr)
         return 1
+    if args.output in ("yaml", "json"):
+        doc: Any = items[0] if args.name else {"apiVersion": "v1", "kind": "List", "items": items}
+        print(json.dumps(doc, indent=2) if args.output == "json" else yaml.safe_dump(doc), end="")
+        return 0
+    wide = args.output == "wide"
+    if args.kind == "runs":
+        rows = [["NAME", "PHASE", "NODES", "READY", "ELAPSED", "MODEL", "AGE"]]
+        if wide:
+            rows[0] += ["ENVIRONMENT", "FAILURE"]
+        for r in items:
+            st = r.get("status", {})
+            model = st.get("model") or {}
+            row = [
+                r["metadata"]["name"],
+                st.get("phase", "Pending"),
+                str(r["spec"].get("distribution", {}).get("nodeCount", 1)),
+                (st.get("nodes") or {}).get("ready", "0/0"),
+                runs.duration(runs.elapsed(r)),
+                f"{model['name']}:{model['version']}" if model else "-",
+                _age(r),
+            ]
+            if wide:
+                fail = st.get("failure") or {}
+                row += [
+                    r["spec"].get("environment", ""),
+                    (f"rank {fail.get('rank')} exit {fail.get('exitCode')}" if fail else "-"),
+                ]
+            rows.append(row)
+    elif args.kind == "envs":
+        rows = [["NAME", "PHASE", "IMAGE", "AGE"]]
+        for e in items:
+            st = e.get("status", {})
+            rows.append(
+                [e["metadata"]["name"], st.get("phase", "Pending"), st.get("image", "-"), _age(e)]
+            )
+    else:
+        rows = [["NAME", "MODEL", "VERSION", "RUN", "SIZE", "AGE"]]
+        for m in items:
+            spec, st = m.get("spec", {}), m.get("status", {})
+            rows.append(
+                [
+                    m["metadata"]["name"],
+                    str(spec.get("model", "")),
+                    str(spec.get("version", "")),
+                    str((spec.get("run") or {}).get("name", "-")),
+                    str(st.get("size") or spec.get("size") or "-"),
+                    _age(m),
+                ]
+            )
+    if len(rows) == 1:
+        print(f"No {args.kind} found in namespace {args.namespace}.", file=sys.stderr)
+        return 0
+    print(_table(rows))
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    """A run's spec summary, node Pods, conditions, failure, model and events."""
+    from torchyard import k8s
+    from torchyard.sdk import runs
+
+    _kubeconfig(args)
+    try:
+        run = runs.get(args.namespace, args.run)
+        pods = runs.node_pods(args.namespace, args.run)
+        events = k8s.events_of(args.namespace, args.run, run["metadata"].get("uid"))
+    except (runs.RunNotFound, k8s.ApiError) as err:
+        print(f"torchyard: error: {getattr(err, 'message', err)}", file=sys.stderr)
+        return 1
+    spec, st = run["spec"], run.get("status", {})
+    dist = spec.get("distribution", {})
+    print(f"Name:         {args.run}")
+    print(f"Namespace:    {args.namespace}")
+    print(f"Phase:        {st.get('phase', 'Pending')}  ({runs.duration(runs.elapsed(run))})")
+    print(f"Environment:  {spec.get('environment')}")
+    print(f"Command:      {' '.join(spec.get('command', []))}")
+    print(
+        f"Distribution: {dist.get('nodeCount', 1)} node(s) x "
+        f"{dist.get('processCountPerNode', 1)} process(es), launch {dist.get('launch', 'process')}"
+    )
+    print(f"Source:       {yaml.safe_dump(spec.get('source'), default_flow_style=True).strip()}")
+    print("Nodes:")
+    for i, pod in enumerate(pods):
+        node = pod["spec"].get("nodeName") or "-"
+        print(f"  node {i}  {pod['metadata']['name']:40s} {runs.pod_state(pod):20s} on {node}")
+    if not pods:
+        print("  (none)")
+    print("Conditions:")
+    for c in st.get("conditions", []):
+        reason, message = c.get("reason", ""), c.get("message", "")
+        print(f"  {c.get('type'):12s} {c.get('status'):6s} {reason}: {message}")
+    if st.get("failure"):
+        print("Failure:")
+        for line in runs.failure_text(run).splitlines():
+            print(f"  {line}")
+    if st.get("model"):
+        print(f"Model:        {st['model'].get('name')} version {st['model'].get('version')}")
+    print("Events:")
+    for e in events[-20:]:
+        print(f"  {e.get('type', ''):8s} {e.get('reason', ''):20s} {e.get('message', '')}")
+    if not events:
+        print("  (none)")
     return 0
 
 
@@ -205,13 +491,16 @@ def _registry(args: argparse.Namespace) -> Any:
     url = args.registry_url or os.environ.get("TORCHYARD_REGISTRY_URL")
     if not url:
         _kubeconfig(args)
-        return RegistryClient.through_kubernetes(
+        client = RegistryClient.through_kubernetes(
             args.namespace, args.service_account, args.registry_service
         )
-    if args.service_account:
-        return RegistryClient.for_service_account(url, args.namespace, args.service_account)
-    token = Path(args.token_file).read_text().strip() if args.token_file else None
-    return RegistryClient(url, token)
+    elif args.service_account:
+        client = RegistryClient.for_service_account(url, args.namespace, args.service_account)
+    else:
+        token = Path(args.token_file).read_text().strip() if args.token_file else None
+        client = RegistryClient(url, token)
+    client.progress = True
+    return client
 
 
 def _model_ref(ref: str) -> tuple[str, int | None]:
@@ -370,17 +659,64 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "submit",
-        help="apply a TrainingRun (and its Environment) to the cluster, or print what the "
-        "operator would create (--dry-run)",
+        help="submit TrainingRuns (and Environments) with the code of a folder",
+        description="Apply the TrainingRuns and Environments in FILE. With --source DIR the "
+        "folder is snapshotted (honouring .torchyardignore, .amlignore or .gitignore; "
+        "refusing secrets such as .env files and private keys) into a content-addressed "
+        "ConfigMap, or, over ~900 KiB, uploaded to the registry service; the same code "
+        "submitted again creates nothing new.",
     )
     p.add_argument("file", help="YAML with TrainingRuns and Environments ('-' for stdin)")
-    p.add_argument("-n", "--namespace", help="namespace (default: the file's, else default)")
+    p.add_argument("--source", metavar="DIR", help="the folder with the training code")
+    p.add_argument(
+        "--include-secrets",
+        action="store_true",
+        help="snapshot files that look like secrets (.env, private keys) all the same",
+    )
+    p.add_argument(
+        "--wait", action="store_true", help="then follow the run to its end (torchyard wait)"
+    )
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the run, its headless Service and node Pods; change nothing",
+        help="print every manifest that would be created (snapshot ConfigMap, run, its "
+        "headless Service and node Pods); change nothing",
     )
+    _registry_options(p)
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser(
+        "wait",
+        help="follow a run to its end: phase, nodes, logs (~ run.wait_for_completion)",
+        description="Follow a TrainingRun: a line whenever its phase or a node changes, every "
+        "node's log with [node n] [rank r] prefixes, then the outcome. Exit code 0 when it "
+        "succeeded, 1 with the failing rank's traceback when it failed.",
+    )
+    p.add_argument("run")
+    p.add_argument("-q", "--quiet", action="store_true", help="no logs, only the state")
+    p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 124)")
+    _registry_options(p)  # for the archived logs when the live ones are not reachable
+    p.set_defaults(func=cmd_wait)
+
+    p = sub.add_parser("logs", help="a run's logs (live from the Pods, else the archive)")
+    p.add_argument("run")
+    p.add_argument("--node", type=int, help="only this node")
+    p.add_argument("--rank", type=int, help="only this global rank")
+    p.add_argument("-f", "--follow", action="store_true", help="keep streaming")
+    _registry_options(p)
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("get", help="list runs, envs or models (kubectl get style)")
+    p.add_argument("kind", choices=["runs", "envs", "models"])
+    p.add_argument("name", nargs="?", help="one of them")
+    p.add_argument("-o", "--output", choices=["wide", "yaml", "json"], help="output format")
+    _kube_options(p)
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("describe", help="a run: nodes, conditions, failure, model and events")
+    p.add_argument("run")
+    _kube_options(p)
+    p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("registry", help="the model registry service")
     reg = p.add_subparsers(dest="registry_command", metavar="COMMAND")
@@ -435,7 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if hasattr(args, "context") and getattr(args, "namespace", "") is None:
+    if args.command != "submit" and hasattr(args, "context") and args.namespace is None:
         from torchyard import k8s
 
         args.namespace = k8s.default_namespace(args.kubeconfig, args.context)

@@ -9,6 +9,8 @@ reconciled collapse into one more reconcile. A reconcile that fails for a passin
 asks for it (TTL, deadlines, waiting for old Pods to go) is queued again after that
 delay; every object is resynced every RESYNC_SECONDS. So the operator is level-triggered
 and keeps no state of its own on user objects (no finalizers, no annotations).
+With ``--namespace`` the queue, the resync and a lost node's clean-up keep to the
+watched namespaces (the operator's Roles grant nothing elsewhere).
 With ``controller.operators`` the only module that imports kopf.
 """
 
@@ -19,13 +21,13 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
 
 from torchyard import api, k8s
-from torchyard.controller import reconcile
+from torchyard.controller import reconcile, telemetry
 from torchyard.planning import names, pods
 
 RESYNC_SECONDS = 60.0
@@ -43,15 +45,26 @@ logger = logging.getLogger("torchyard.controller")
 
 
 class WorkQueue:
-    """Keys to reconcile, each at most once at a time, with per-key due times."""
+    """Keys to reconcile, each at most once at a time, with per-key due times.
 
-    def __init__(self) -> None:
+    With ``namespaces`` (a namespaced operator), keys of other namespaces are dropped:
+    gang admission sees every gang of the cluster, also another installation's, and
+    must not make this operator reconcile (and be refused) what it does not watch.
+    """
+
+    def __init__(self, namespaces: Sequence[str] = ()) -> None:
+        self.namespaces = frozenset(namespaces)
         self._due: dict[Key, float] = {}
         self._active: set[Key] = set()
         self._failures: dict[Key, int] = {}
         self._wake = asyncio.Event()
 
+    def watches(self, namespace: str) -> bool:
+        return not self.namespaces or namespace in self.namespaces
+
     def add(self, key: Key, delay: float = 0.0) -> None:
+        if not self.watches(key[1]):
+            return
         at = time.monotonic() + delay
         if key not in self._due or self._due[key] > at:
             self._due[key] = at
@@ -101,6 +114,7 @@ def reconcile_key(queue: WorkQueue, key: Key, ctx: reconcile.Context) -> None:
     kind, namespace, name = key
     res, reconciler = _RECONCILERS[kind]
     log = logging.getLogger(f"torchyard.{kind.lower()}")
+    started = time.monotonic()
     try:
         body = k8s.get(res, namespace, name)
         body.setdefault("apiVersion", res.api_version)
@@ -113,13 +127,17 @@ def reconcile_key(queue: WorkQueue, key: Key, ctx: reconcile.Context) -> None:
         if err.status == 403 and "being terminated" in err.message:
             queue.forget(key)  # its namespace is going away, and the object with it
             return
+        telemetry.RECONCILE_ERRORS.inc(kind=kind)
         delay = queue.backoff(key)
         log.warning("%s %s/%s: %s; retrying in %.1fs", kind, namespace, name, err, delay)
         return
     except Exception:  # a bug: say it loudly, but keep the operator alive
+        telemetry.RECONCILE_ERRORS.inc(kind=kind)
         delay = queue.backoff(key)
         log.exception("%s %s/%s: reconcile failed; retrying in %.1fs", kind, namespace, name, delay)
         return
+    finally:
+        telemetry.RECONCILE_SECONDS.observe(time.monotonic() - started, kind=kind)
     queue.forget(key)
     if result.requeue_after is not None:
         queue.add(key, result.requeue_after)
@@ -137,26 +155,43 @@ async def _worker(queue: WorkQueue, ctx: reconcile.Context) -> None:
             queue.done(key)
 
 
+def _watched(namespaces: Sequence[str]) -> Sequence[str | None]:
+    """Where to list: each watched namespace, or the whole cluster (None)."""
+    return list(namespaces) or [None]
+
+
+def resync_keys(namespaces: Sequence[str] = ()) -> list[Key]:
+    """Every TrainingRun and Environment to reconcile again, listed per watched namespace
+    (a namespaced operator may not list cluster-wide)."""
+    keys: list[Key] = []
+    for kind, (res, _) in _RECONCILERS.items():
+        for namespace in _watched(namespaces):
+            try:
+                items = k8s.list_(res, namespace)
+            except k8s.ApiError as err:
+                logger.warning("resync of %s in %s failed: %s", res.plural, namespace, err)
+                continue
+            keys += [(kind, o["metadata"]["namespace"], o["metadata"]["name"]) for o in items]
+    return keys
+
+
 async def _resync(queue: WorkQueue) -> None:
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(RESYNC_SECONDS)
-        for kind, (res, _) in _RECONCILERS.items():
-            try:
-                items = await loop.run_in_executor(None, k8s.list_, res)
-            except k8s.ApiError as err:
-                logger.warning("resync of %s failed: %s", res.plural, err)
-                continue
-            for obj in items:
-                queue.add((kind, obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        keys = await loop.run_in_executor(None, resync_keys, sorted(queue.namespaces))
+        for key in keys:
+            queue.add(key)
 
 
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
-    """Kopf uses the same credentials as torchyard.k8s (kubeconfig or in-cluster)."""
+    """Kopf uses the same credentials as torchyard.k8s (kubeconfig or in-cluster). The
+    bearer token comes through ``k8s.connection``, which knows where the client keeps it
+    and refreshes an expiring one (in a Pod: the projected ServiceAccount token); Kopf
+    calls this again when the apiserver answers 401."""
     cfg = k8s.load().configuration
-    auth = str((cfg.api_key or {}).get("authorization", ""))
-    token = auth.removeprefix("Bearer ").strip() or None
+    token = k8s.connection().bearer_token
     return kopf.ConnectionInfo(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,
@@ -178,7 +213,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = WORKERS + 4
-    queue = WorkQueue()
+    queue = WorkQueue(memo.get("namespaces", ()))
+    telemetry.reset_run_phases()
     ctx = reconcile.Context(settings=_settings())
     memo.queue = queue
     memo.tasks = [asyncio.create_task(_worker(queue, ctx)) for _ in range(WORKERS)]
@@ -199,8 +235,11 @@ def _enqueue(memo: Any, kind: str, namespace: str | None, name: str) -> None:
 
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
 async def trainingrun_event(
-    type: str, name: str, namespace: str | None, memo: Any, **_: Any
+    type: str, name: str, namespace: str | None, status: Mapping[str, Any], memo: Any, **_: Any
 ) -> None:
+    if namespace:
+        phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
+        telemetry.run_phase(namespace, name, phase)
     if type != "DELETED":
         _enqueue(memo, "TrainingRun", namespace, name)
 
@@ -218,11 +257,19 @@ async def pod_event(labels: Mapping[str, str], namespace: str | None, memo: Any,
     _enqueue(memo, "TrainingRun", namespace, labels[names.LABEL_RUN])
 
 
-def _release_pods_of_lost_node(node: str) -> list[tuple[str, str]]:
-    """Delete torchyard's Pods bound to a deleted node at once (PodGC would take a while)."""
-    lost = k8s.list_(
-        k8s.PODS, None, label_selector=names.LABEL_RUN, field_selector=f"spec.nodeName={node}"
-    )
+def release_pods_of_lost_node(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """Delete torchyard's Pods bound to a deleted node at once (PodGC would take a while),
+    only in the watched namespaces: returns the (namespace, run) of each."""
+    lost = [
+        pod
+        for namespace in _watched(namespaces)
+        for pod in k8s.list_(
+            k8s.PODS,
+            namespace,
+            label_selector=names.LABEL_RUN,
+            field_selector=f"spec.nodeName={node}",
+        )
+    ]
     runs = []
     for pod in lost:
         meta = pod["metadata"]
@@ -236,8 +283,10 @@ async def node_event(type: str, name: str, memo: Any, **_: Any) -> None:
     if type != "DELETED":
         return
     loop = asyncio.get_running_loop()
+    queue = memo.get("queue")
+    namespaces = sorted(queue.namespaces) if queue is not None else []
     try:
-        runs = await loop.run_in_executor(None, _release_pods_of_lost_node, name)
+        runs = await loop.run_in_executor(None, release_pods_of_lost_node, name, namespaces)
     except k8s.ApiError as err:
         logger.warning("node %s deleted, but its Pods could not be released: %s", name, err)
         return

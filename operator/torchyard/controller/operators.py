@@ -8,12 +8,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Sequence
 
 import kopf
 
 from torchyard.controller import handlers as handlers  # registers the handlers
+from torchyard.controller import telemetry
+
+
+def metrics_port(port: int | None = None) -> int:
+    """``port``, else $TORCHYARD_METRICS_PORT, else 9090 (0: no metrics server)."""
+    if port is not None:
+        return port
+    return int(os.environ.get("TORCHYARD_METRICS_PORT") or telemetry.DEFAULT_PORT)
+
+
+def peering_name(name: str | None = None) -> str | None:
+    """``name``, else $TORCHYARD_PEERING_NAME, else None (no mandatory peering)."""
+    return name or os.environ.get("TORCHYARD_PEERING_NAME") or None
 
 
 def run(
@@ -23,16 +37,26 @@ def run(
     ready_flag: threading.Event | None = None,
     standalone: bool = True,
     liveness_endpoint: str | None = None,
+    peering: str | None = None,
+    metrics: int | None = None,
 ) -> None:
-    """Run the operator until ``stop_flag`` is set (blocking; own event loop)."""
+    """Run the operator until ``stop_flag`` is set (blocking; own event loop).
+
+    ``peering`` names the (Cluster)KopfPeering object that makes peering mandatory;
+    ``metrics`` is the port of ``/metrics`` (see :func:`metrics_port`).
+    """
+    telemetry.serve(metrics_port(metrics))
+    name = peering_name(peering)
     asyncio.run(
         kopf.operator(
-            standalone=standalone,
+            standalone=standalone and name is None,
+            peering_name=name,
             clusterwide=not namespaces,
             namespaces=list(namespaces),
             stop_flag=stop_flag,
             ready_flag=ready_flag,
             liveness_endpoint=liveness_endpoint,
+            memo=kopf.Memo(namespaces=tuple(namespaces)),
         )
     )
 
@@ -43,10 +67,18 @@ def main(
     verbose: bool = False,
     standalone: bool = True,
     liveness_endpoint: str | None = None,
+    peering: str | None = None,
+    metrics: int | None = None,
 ) -> int:
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.PLAIN)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    run(namespaces, standalone=standalone, liveness_endpoint=liveness_endpoint)
+    run(
+        namespaces,
+        standalone=standalone,
+        liveness_endpoint=liveness_endpoint,
+        peering=peering,
+        metrics=metrics,
+    )
     return 0
 
 
@@ -54,6 +86,8 @@ def main_from_args(args: argparse.Namespace) -> int:
     return main(
         args.namespace or (),
         verbose=args.verbose,
-        standalone=not args.peering,
+        standalone=not (args.peering or args.peering_name),
         liveness_endpoint=args.liveness,
+        peering=args.peering_name,
+        metrics=args.metrics_port,
     )

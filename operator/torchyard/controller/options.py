@@ -5,16 +5,42 @@ from __future__ import annotations
 import argparse
 
 
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0 disables)")
+    return port
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The operator's options (shared by ``torchyard operator`` and ``-m torchyard.controller``)."""
     parser.add_argument(
         "-n",
         "--namespace",
         action="append",
-        help="watch only this namespace (repeatable; default: all namespaces)",
+        help="watch only this namespace (repeatable, exact names; default: all namespaces)",
     )
     parser.add_argument(
-        "--peering", action="store_true", help="use Kopf peering so that only one replica acts"
+        "--peering",
+        action="store_true",
+        help="use Kopf peering (the peering object named 'default', when it exists) so that "
+        "only one replica acts",
+    )
+    parser.add_argument(
+        "--peering-name",
+        metavar="NAME",
+        default=None,
+        help="mandatory Kopf peering through the KopfPeering (with --namespace) or "
+        "ClusterKopfPeering named NAME: the operator does nothing until that object exists, "
+        "and only the replica with the highest priority acts (default: "
+        "$TORCHYARD_PEERING_NAME; implies --peering)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics "
+        "(default: $TORCHYARD_METRICS_PORT or 9090; 0 disables)",
     )
     parser.add_argument(
         "--liveness",

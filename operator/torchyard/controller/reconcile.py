@@ -5,7 +5,8 @@ work queue in ``handlers.py``. Children come from the pure builders in
 ``torchyard.planning``, are server-side applied with one field manager, and only when
 missing (the observed state already says whether they exist); status comes from
 ``torchyard.status`` and is patched only when it changed. A spec the apiserver let
-through but torchyard cannot run is reported in status once, not retried.
+through but torchyard cannot run is reported in status once, not retried. Every phase
+change is also an Event on the object, and the counters of ``telemetry`` move here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from torchyard import api, envbuild, k8s, status
-from torchyard.planning import admission, environments, names, pods
+from torchyard.controller import telemetry
+from torchyard.planning import admission, environments, models, names, pods
 from torchyard.status.trainingruns import TERMINAL, Observed, first_failure
 
 Clock = Callable[[], datetime]
@@ -70,6 +72,16 @@ def _patch_status_if_changed(body: Mapping[str, Any], new_status: dict[str, Any]
     return True
 
 
+def _record_phase_change(
+    body: Mapping[str, Any], previous: Mapping[str, Any], new: Mapping[str, Any], now: datetime
+) -> None:
+    """An Event when the phase changed (after the status that says so was written)."""
+    event = status.phase_event(previous, new)
+    if event is not None:
+        type_, reason, message = event
+        k8s.record_event(dict(body), type_, reason, message, now=status.timestamp(now))
+
+
 def _parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> None:
     for future in [_POOL.submit(fn, item) for item in items]:
         future.result()
@@ -104,18 +116,23 @@ def environment(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     previous = body.get("status") or {}
     generation = body["metadata"].get("generation")
     ns = body["metadata"]["namespace"]
+    now = ctx.clock()
+    build = None
     try:
         env = api.parse_environment(dict(body))
     except api.InvalidSpec as err:
         logger.warning("Environment %s is invalid: %s", body["metadata"]["name"], err)
-        new = status.invalid_environment_status(generation, str(err), previous, ctx.clock())
+        new = status.invalid_environment_status(generation, str(err), previous, now)
     else:
         if env.spec.image is not None:
             build = _resolve_curated(env.spec.image, ctx)
         else:
             build = _build(env, ns, logger, ctx)
-        new = status.environment_status(env, previous, ctx.clock(), build)
+        new = status.environment_status(env, previous, now, build)
     changed = _patch_status_if_changed(body, new)
+    _record_phase_change(body, previous, new, now)
+    if new.get("phase") != previous.get("phase"):
+        _count_build(new, build)
     result = Result()
     if changed and new.get("phase") in ("Ready", "Failed"):
         name = body["metadata"]["name"]
@@ -125,6 +142,21 @@ def environment(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if new.get("phase") == "Building":
         result.requeue_after = 30.0  # Job events wake us sooner
     return result
+
+
+def _count_build(new: Mapping[str, Any], build: status.BuildObserved | None) -> None:
+    """Build metrics, once per Environment phase change: a cache hit, or a build that ended."""
+    ready = status.find(new.get("conditions"), "Ready") or {}
+    reason = ready.get("reason")
+    if reason == "Cached":
+        telemetry.CACHE_HITS.inc()
+        return
+    if build is None or not build.job or reason not in ("Built", "BuildFailed", "ImageMissing"):
+        return
+    result = "succeeded" if reason == "Built" else "failed"
+    telemetry.BUILDS.inc(result=result)
+    if build.job_seconds is not None:
+        telemetry.BUILD_SECONDS.observe(build.job_seconds, result=result)
 
 
 def _resolve_curated(image: str, ctx: Context) -> status.BuildObserved | None:
@@ -180,7 +212,13 @@ def _build(env: api.Environment, ns: str, logger: Log, ctx: Context) -> status.B
     job = k8s.get_or_none(k8s.JOBS, ns, name)
     if image is not None:
         state = _job_state(job) if job else ""
-        return status.BuildObserved(hash_, image=image, job=name if job else None, job_state=state)
+        return status.BuildObserved(
+            hash_,
+            image=image,
+            job=name if job else None,
+            job_state=state,
+            job_seconds=_job_seconds(job),
+        )
     if job is None:
         recipe = environments.recipe_configmap(env, hash_)
         if recipe is not None:
@@ -192,7 +230,12 @@ def _build(env: api.Environment, ns: str, logger: Log, ctx: Context) -> status.B
     state = _job_state(job)
     message = _explain(_job_failure(ns, name), env.spec.python) if state == "Failed" else ""
     return status.BuildObserved(
-        hash_, job=name, job_state=state, job_message=message, registry_error=registry_error
+        hash_,
+        job=name,
+        job_state=state,
+        job_message=message,
+        registry_error=registry_error,
+        job_seconds=_job_seconds(job),
     )
 
 
@@ -201,6 +244,19 @@ def _job_state(job: Mapping[str, Any] | None) -> str:
         if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
             return str(cond["type"])
     return "Running"
+
+
+def _job_seconds(job: Mapping[str, Any] | None) -> float | None:
+    """How long a build Job ran: start to completion (or to its Failed condition)."""
+    st = (job or {}).get("status", {})
+    end = st.get("completionTime")
+    for cond in st.get("conditions", []) or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            end = end or cond.get("lastTransitionTime")
+    start, stop = _ts(st.get("startTime")), _ts(end)
+    if start is None or stop is None:
+        return None
+    return max(0.0, (stop - start).total_seconds())
 
 
 def _job_failure(ns: str, job: str) -> str:
@@ -242,10 +298,17 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     now = ctx.clock()
     try:
         run = api.parse_trainingrun(dict(body))
+        if run.spec.source.snapshot and not ctx.settings.registry_url:
+            raise api.InvalidSpec(
+                "source.snapshot needs the model registry service, and this operator has "
+                "none (install the chart with the registry, or set TORCHYARD_REGISTRY_URL); "
+                "or submit a folder under ~900 KiB, which goes into a ConfigMap"
+            )
     except api.InvalidSpec as err:
         logger.warning("TrainingRun %s is invalid: %s", name, err)
         new = status.invalid_trainingrun_status(meta.get("generation"), str(err), previous, now)
         _patch_status_if_changed(body, new)
+        _record_phase_change(body, previous, new, now)
         return Result()
 
     if meta.get("deletionTimestamp"):
@@ -318,6 +381,10 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
             result.also.extend(others)
             if decision is not None and decision.admit:
                 logger.info("TrainingRun %s/%s admitted: %s", ns, name, decision.message)
+                created = _ts(str(meta.get("creationTimestamp") or ""))
+                if attempt == 0 and created is not None:
+                    wait = max(0.0, (now - created).total_seconds())
+                    telemetry.ADMISSION_WAIT_SECONDS.observe(wait)
             elif decision is not None:
                 observed = _replace(observed, queued_message=decision.message)
             observed = _replace(observed, pods=current)
@@ -343,20 +410,9 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     new = status.trainingrun_status(run, observed, previous, now)
     if new.get("phase") == api.Phase.FAILED.value and previous.get("phase") != new["phase"]:
         _delete_pods(ns, [p for p in current if _live(p)])
-        failure_status = new.get("failure", {})
-        k8s.record_event(
-            dict(body),
-            "Warning",
-            str(failure_status.get("reason", "Failed")),
-            _event_message(new),
-            now=status.timestamp(now),
-        )
         logger.warning("TrainingRun %s/%s failed: %s", ns, name, _event_message(new))
-    elif new.get("phase") == api.Phase.SUCCEEDED.value and previous.get("phase") != new["phase"]:
-        k8s.record_event(
-            dict(body), "Normal", "Succeeded", "all nodes succeeded", now=status.timestamp(now)
-        )
     _patch_status_if_changed(body, new)
+    _record_phase_change(body, previous, new, now)
     if new.get("phase") in TERMINAL and run.spec.policy.ttl_seconds_after_finished is not None:
         result.requeue_after = float(run.spec.policy.ttl_seconds_after_finished) + 0.5
     if new.get("phase") in TERMINAL:
@@ -413,29 +469,33 @@ def _register(
         return None, f"the registry service is not reachable: {err}"
     files = manifest.get("files", [])
     primary = next((f for f in files if f["path"].endswith(".pt")), files[0] if files else {})
-    k8s.apply(
-        {
-            "apiVersion": api.API_VERSION,
-            "kind": "ModelVersion",
-            "metadata": {
-                "name": names.model_version(reg.model, manifest["version"]),
-                "namespace": run.namespace,
-                "labels": {names.LABEL_MODEL: reg.model, names.LABEL_RUN: run.name},
-            },
-            "spec": {
-                "model": reg.model,
-                "version": manifest["version"],
-                "run": {"name": run.name, "uid": str(run.metadata.get("uid", ""))},
-                "files": files,
-                "totalBytes": manifest.get("totalBytes", 0),
-                "size": manifest.get("size", ""),
-                "command": list(run.spec.command),
-                "metrics": manifest.get("metrics", {}),
-                "storagePath": f"{run.namespace}/models/{reg.model}/{manifest['version']}",
-                **({"environmentImage": image} if image else {}),
-            },
-        }
+    mv = k8s.apply(
+        models.model_version(
+            run.namespace,
+            reg.model,
+            manifest,
+            run=run.name,
+            run_uid=str(run.metadata.get("uid", "")),
+            command=list(run.spec.command),
+            image=image,
+        )
     )
+    available = status.modelversion_status(
+        len(files),
+        str(manifest.get("size", "")),
+        manifest.get("created"),
+        mv.get("metadata", {}).get("generation"),
+        ctx.clock(),
+    )
+    if status.find((mv.get("status") or {}).get("conditions"), "Available") is None:
+        k8s.apply_status(
+            {
+                "apiVersion": api.API_VERSION,
+                "kind": "ModelVersion",
+                "metadata": {"name": mv["metadata"]["name"], "namespace": run.namespace},
+                "status": available,
+            }
+        )
     logger.info(
         "TrainingRun %s/%s registered %s version %s (%s sha256 %s)",
         run.namespace,
@@ -495,27 +555,11 @@ def _restart(
     else:
         counted = f"{used}/{run.spec.policy.backoff_limit} of backoffLimit used"
     message = f"restarting the gang (restart {restarts}, {counted}): {why}"
-    new = {
-        **previous,
-        "phase": api.Phase.PENDING.value,
-        "restarts": restarts,
-        "observedGeneration": run.generation,
-    }
-    if used:
-        new["failedAttempts"] = used
-    new["conditions"] = status.merge(
-        previous.get("conditions"),
-        [c for c in previous.get("conditions", []) if c["type"] not in ("Running", "Admitted")]
-        + [
-            status.condition(
-                "Running", False, "Restarting", message, observed_generation=run.generation
-            )
-        ],
-        now,
-    )
-    k8s.record_event(dict(body), "Warning", "Restarting", message, now=status.timestamp(now))
+    new = status.restarting_status(previous, run.generation, restarts, used, message, now)
     logger.warning("TrainingRun %s/%s: %s", ns, run.name, message)
     _patch_status_if_changed(body, new)
+    # The phase goes back to Pending: this Event says why (instead of a "Pending" one).
+    k8s.record_event(dict(body), "Warning", "Restarting", message, now=status.timestamp(now))
     return Result(requeue_after=0.5)
 
 
@@ -592,11 +636,13 @@ def _create_and_admit(
         k8s.apply(pods.service(run))
     if queue:  # Kueue admits plain Pod groups itself
         _parallel(k8s.apply, missing)
+        telemetry.PODS_CREATED.inc(len(missing), namespace=ns)
         return current + missing, None, []
     if missing and current and len(gated) < len(current):
         # An admitted gang that lost some Pods before they were all created (operator
         # restart): finish it ungated.
         _parallel(k8s.apply, [pods.ungate(p) for p in missing])
+        telemetry.PODS_CREATED.inc(len(missing), namespace=ns)
         return current + missing, None, []
     with _ADMISSION_LOCK:
         all_pods = _cluster_pods()
@@ -613,6 +659,8 @@ def _create_and_admit(
             )
         else:
             _parallel(k8s.apply, missing)
+    if missing:
+        telemetry.PODS_CREATED.inc(len(missing), namespace=ns)
     others = [("TrainingRun", k[0], k[1]) for k, d in decisions.items() if d.admit and k != key]
     return current + missing, decision, others
 

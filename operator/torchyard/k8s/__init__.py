@@ -17,6 +17,7 @@ import json
 import os
 import ssl
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,6 +375,66 @@ def record_event(
         return None
 
 
+def pod_log_lines(
+    namespace: str,
+    pod: str,
+    *,
+    container: str | None = None,
+    follow: bool = False,
+    tail_lines: int | None = None,
+) -> Iterator[str]:
+    """A Pod's log, line by line (``follow``: until the container ends). The apiserver
+    gets it from the node's kubelet; errors surface as :class:`ApiError`."""
+    api = load()
+    query: list[tuple[str, Any]] = []
+    if container:
+        query.append(("container", container))
+    if follow:
+        query.append(("follow", "true"))
+    if tail_lines is not None:
+        query.append(("tailLines", tail_lines))
+    REQUESTS["GET"] += 1
+    try:
+        method, url, headers, _, _ = api.param_serialize(
+            method="GET",
+            resource_path=PODS.path(namespace, pod, "log"),
+            query_params=query,
+            header_params={"Accept": "*/*"},
+            auth_settings=["BearerToken"],
+        )
+        response = api.call_api(
+            method, url, header_params=headers, _request_timeout=None if follow else 60
+        )
+    except ApiException as exc:
+        raise _error(exc) from None
+    if not 200 <= response.status < 300:
+        raw = response.read()
+        raise _error(
+            ApiException(status=response.status, reason=response.reason, body=raw.decode())
+        )
+    pending = b""
+    try:
+        for chunk in response.response.stream(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+        if pending:
+            yield pending.decode("utf-8", "replace")
+    finally:
+        response.response.release_conn()
+
+
+def events_of(namespace: str, name: str, uid: str | None = None) -> list[dict[str, Any]]:
+    """Events about one object, oldest first."""
+    selector = f"involvedObject.name={name}" + (f",involvedObject.uid={uid}" if uid else "")
+    items = list_(EVENTS, namespace, field_selector=selector)
+    return sorted(
+        items,
+        key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "",
+    )
+
+
 def review_token(token: str, audiences: list[str]) -> dict[str, Any] | None:
     """TokenReview: the user a bearer token belongs to, or None when it is not valid."""
     review = create(
@@ -454,10 +515,12 @@ __all__ = [
     "create",
     "default_namespace",
     "delete",
+    "events_of",
     "get",
     "get_or_none",
     "list_",
     "load",
+    "pod_log_lines",
     "proxy_url",
     "record_event",
     "request_token",

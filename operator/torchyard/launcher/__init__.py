@@ -50,6 +50,33 @@ TAIL_LINES = 60
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank", re.MULTILINE)
 
 
+# The rank contract's variables that a command's arguments may name, as in the Azure ML
+# guide's tip (``arguments=['--local_rank', '$LOCAL_RANK']``): expanded per process.
+CONTRACT = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+)
+_NAMES = "|".join(CONTRACT)
+_CONTRACT_VAR = re.compile(r"\$(?:\{(" + _NAMES + r")\}|(" + _NAMES + r")\b)")
+
+
+def expand_arguments(command: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``$RANK``/``${LOCAL_RANK}``... in arguments, replaced by this process's values.
+    Only the rank contract's names are touched; any other ``$`` stays as it is."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return env.get(name, match.group(0))
+
+    return [_CONTRACT_VAR.sub(value, arg) for arg in command]
+
+
 class LaunchError(Exception):
     """The launcher cannot start the ranks (bad configuration, DNS never resolved)."""
 
@@ -272,7 +299,7 @@ class Launcher:
                             number,
                             local,
                             f"rank {number}",
-                            self.command,
+                            expand_arguments(self.command, env),
                             env,
                             logs,
                             self.out,
@@ -286,7 +313,7 @@ class Launcher:
                         None,
                         None,
                         f"node {node_rank}",
-                        self.command,
+                        expand_arguments(self.command, self.env),
                         dict(self.env),
                         logs,
                         self.out,
@@ -415,7 +442,7 @@ class Launcher:
 
 
 def upload_file(url: str, path: str, token: str) -> None:
-    """PUT one file in one pass: read in 1 MiB blocks, hashed while they are sent. The
+    """PUT one file in one pass: read in 4 MiB blocks, hashed while they are sent. The
     service answers with the sha256 it computed and keeps the file out of sight until a
     second request confirms that digest (``?commit=later``), so nothing is read twice."""
     import hashlib
@@ -442,10 +469,21 @@ def upload_file(url: str, path: str, token: str) -> None:
         for key, value in auth.items():
             conn.putheader(key, value)
         conn.endheaders()
+
+        # The kernel sends the file (sendfile) while a thread hashes it: two cores, one
+        # pass each, and the digest is confirmed before the file becomes visible.
+        def hash_file() -> None:
+            with open(path, "rb") as h:
+                for block in iter(lambda: h.read(4 << 20), b""):
+                    digest.update(block)
+
+        hasher = threading.Thread(target=hash_file, daemon=True)
+        hasher.start()
         with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-                conn.send(block)
+            if conn.sock is None:
+                raise OSError("not connected")
+            conn.sock.sendfile(f)
+        hasher.join()
         sent = answer()
         if sent.get("sha256") != digest.hexdigest():
             raise OSError(
@@ -478,11 +516,73 @@ def _write(path: str, text: str) -> None:
         sys.stderr.write(f"[torchyard] cannot write the termination message to {path}: {err}\n")
 
 
+SNAPSHOT = "source.tar.gz"
+
+
+def extract_snapshot(archive: str, workdir: str) -> int:
+    """Unpack a ``torchyard submit`` snapshot: regular files and folders only, every path
+    inside ``workdir`` (no absolute paths, no ``..``, no links). The number of files."""
+    import tarfile
+
+    root = os.path.realpath(workdir)
+    count = 0
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar.getmembers():
+            target = os.path.realpath(os.path.join(root, member.name))
+            if not (target == root or target.startswith(root + os.sep)):
+                raise LaunchError(f"the snapshot has a path outside the folder: {member.name}")
+            if member.isdir():
+                os.makedirs(target, exist_ok=True)
+            elif member.isfile():
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                source = tar.extractfile(member)
+                if source is None:
+                    continue
+                with source, open(target, "wb") as out:
+                    while True:
+                        block = source.read(1 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+                os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+                count += 1
+            else:
+                raise LaunchError(f"the snapshot may hold only files and folders: {member.name}")
+    return count
+
+
+def fetch_snapshot(url: str, sha256: str, workdir: str, token: str) -> int:
+    """Download a snapshot from the registry service, check its sha256, unpack it."""
+    import hashlib
+    import tempfile
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+    digest = hashlib.sha256()
+    with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
+        try:
+            with urllib.request.urlopen(request, timeout=300) as resp:
+                for block in iter(lambda: resp.read(1 << 20), b""):
+                    digest.update(block)
+                    tmp.write(block)
+        except OSError as err:
+            raise LaunchError(f"cannot download the source snapshot {url}: {err}") from None
+        tmp.flush()
+        if digest.hexdigest() != sha256:
+            raise LaunchError(
+                f"the source snapshot's sha256 is {digest.hexdigest()}, expected {sha256}"
+            )
+        return extract_snapshot(tmp.name, workdir)
+
+
 def install(args: Sequence[str]) -> int:
-    """``--install DEST [--copy SRC DIR]``: what the Pod's init container runs.
+    """``--install DEST [--copy SRC DIR | --fetch SHA256 DIR]``: the init container.
 
     Copies this very file to DEST (a volume the training container mounts), and with
-    ``--copy`` the code of a ConfigMap volume SRC into the writable working folder DIR.
+    ``--copy`` the code of a ConfigMap volume SRC into the writable working folder DIR
+    (unpacking a ``torchyard submit`` snapshot); with ``--fetch`` downloads the snapshot
+    SHA256 from the registry service (TORCHYARD_REGISTRY_URL, TORCHYARD_NAMESPACE and
+    TORCHYARD_REGISTRY_TOKEN_FILE) and unpacks it into DIR.
     """
     import shutil
 
@@ -493,21 +593,40 @@ def install(args: Sequence[str]) -> int:
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
     shutil.copyfile(os.path.abspath(__file__), dest)
     rest = list(args[1:])
-    if rest[:1] == ["--copy"] and len(rest) == 3:
-        src, workdir = rest[1], rest[2]
-        os.makedirs(workdir, exist_ok=True)
-        for entry in os.listdir(src):
-            if entry.startswith(".."):  # a ConfigMap volume's own bookkeeping links
-                continue
-            path = os.path.join(src, entry)
-            target = os.path.join(workdir, entry)
-            if os.path.isdir(path):
-                shutil.copytree(path, target, dirs_exist_ok=True)
-            else:
-                shutil.copyfile(path, target)
-    elif rest:
-        sys.stderr.write(f"[torchyard] error: unexpected arguments {rest}\n")
-        return 2
+    try:
+        if rest[:1] == ["--copy"] and len(rest) == 3:
+            src, workdir = rest[1], rest[2]
+            os.makedirs(workdir, exist_ok=True)
+            if os.path.isfile(os.path.join(src, SNAPSHOT)):
+                count = extract_snapshot(os.path.join(src, SNAPSHOT), workdir)
+                sys.stderr.write(f"[torchyard] unpacked the source snapshot: {count} files\n")
+                return 0
+            for entry in os.listdir(src):
+                if entry.startswith(".."):  # a ConfigMap volume's own bookkeeping links
+                    continue
+                path = os.path.join(src, entry)
+                target = os.path.join(workdir, entry)
+                if os.path.isdir(path):
+                    shutil.copytree(path, target, dirs_exist_ok=True)
+                else:
+                    shutil.copyfile(path, target)
+        elif rest[:1] == ["--fetch"] and len(rest) == 3:
+            sha256, workdir = rest[1], rest[2]
+            env = os.environ
+            with open(env.get("TORCHYARD_REGISTRY_TOKEN_FILE", "")) as f:
+                token = f.read().strip()
+            url = (
+                f"{env['TORCHYARD_REGISTRY_URL'].rstrip('/')}/v1/namespaces/"
+                f"{env.get('TORCHYARD_NAMESPACE', 'default')}/snapshots/{sha256}"
+            )
+            count = fetch_snapshot(url, sha256, workdir, token)
+            sys.stderr.write(f"[torchyard] fetched the source snapshot: {count} files\n")
+        elif rest:
+            sys.stderr.write(f"[torchyard] error: unexpected arguments {rest}\n")
+            return 2
+    except (LaunchError, OSError, KeyError) as err:
+        sys.stderr.write(f"[torchyard] error: {err}\n")
+        return 1
     return 0
 
 

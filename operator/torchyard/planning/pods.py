@@ -157,6 +157,17 @@ def _source_init(run: TrainingRun, settings: Settings, python: str) -> list[dict
             {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True},
             {"name": "workspace", "mountPath": WORKDIR},
         ]
+    elif source.snapshot is not None:
+        install["command"] = [*install["command"], "--fetch", source.snapshot, WORKDIR]
+        install["env"] = [
+            {"name": "TORCHYARD_REGISTRY_URL", "value": settings.registry_url},
+            {"name": "TORCHYARD_NAMESPACE", "value": run.namespace},
+            {"name": "TORCHYARD_REGISTRY_TOKEN_FILE", "value": f"{REGISTRY_TOKEN_DIR}/token"},
+        ]
+        install["volumeMounts"] += [
+            {"name": "workspace", "mountPath": WORKDIR},
+            {"name": "registry-token", "mountPath": REGISTRY_TOKEN_DIR, "readOnly": True},
+        ]
     elif source.git is not None:
         containers.append(
             {
@@ -182,6 +193,9 @@ def _source_init(run: TrainingRun, settings: Settings, python: str) -> list[dict
 
 
 def _restricted() -> dict[str, Any]:
+    """What Pod Security "restricted" asks of every container, except runAsNonRoot (the
+    image decides its user): a namespace enforcing "baseline" and warning "restricted"
+    runs node Pods without a warning but that one."""
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
@@ -194,7 +208,7 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
         {"name": "torchyard", "emptyDir": {}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(run)}},
     ]
-    if run.spec.source.config_map is not None or run.spec.source.git is not None:
+    if run.spec.source.in_workspace:
         vols.append({"name": "workspace", "emptyDir": {}})
     if run.spec.source.config_map is not None:
         vols.append({"name": "source", "configMap": {"name": run.spec.source.config_map}})
@@ -212,7 +226,7 @@ def pod(
 ) -> dict[str, Any]:
     """The Pod of node ``node_rank``: the launcher starts the ranks inside ``image``."""
     settings = settings or Settings()
-    in_workspace = run.spec.source.config_map is not None or run.spec.source.git is not None
+    in_workspace = run.spec.source.in_workspace
     workdir = WORKDIR if in_workspace else "."
     env = node_env(run, node_rank, workdir=workdir)
     env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
@@ -246,6 +260,7 @@ def pod(
         ],
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": _restricted(),
     }
     if in_workspace:
         container["workingDir"] = WORKDIR
@@ -262,6 +277,9 @@ def pod(
         "subdomain": names.service(run.name),
         "restartPolicy": "Never",
         "enableServiceLinks": False,
+        # Pod Security "restricted" but for runAsNonRoot: curated PyTorch images may run
+        # as root, so the user a Pod runs as is the image's (see _restricted).
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": _source_init(run, settings, python),
         "containers": [container],
         "volumes": _volumes(run)

@@ -18,10 +18,14 @@ Tokens are never logged.
     POST /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}?upload=ID  with the
          client's X-Content-SHA256: renames it into place (a one-pass client)
     GET  /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}    download (Range)
+    GET  /v1/namespaces/{ns}/runs/{run}                          its files
     POST /v1/namespaces/{ns}/models/{model}/versions             promote {"run", "path"}
     GET  /v1/namespaces/{ns}/models                              models and versions
     GET  /v1/namespaces/{ns}/models/{model}/versions/{v}         manifest
     GET  /v1/namespaces/{ns}/models/{model}/versions/{v}/files/{path}   download (Range)
+    GET  /metrics                                                Prometheus (bytes in/out)
+    PUT  /v1/namespaces/{ns}/snapshots/{sha256}                 a source snapshot
+    GET  /v1/namespaces/{ns}/snapshots/{sha256}                 (HEAD: is it there?)
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from torchyard import metrics
 from torchyard.registry.store import TMP_PREFIX, Store
 
 CHUNK = 4 << 20
@@ -150,38 +155,9 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
         target.parent.mkdir(parents=True, exist_ok=True)
         upload_id = uuid.uuid4().hex
         tmp = target.parent / f"{TMP_PREFIX}upload-{upload_id}"
-        digest = hashlib.sha256()
-        size = 0
-        loop = asyncio.get_running_loop()
         later = request.query.get("commit") == "later"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-
-                def consume(chunks: list[bytes]) -> None:
-                    for chunk in chunks:  # both release the GIL: overlap the next reads
-                        os.write(fd, chunk)
-                        digest.update(chunk)
-
-                pending_io: asyncio.Future[None] | None = None
-                batch: list[bytes] = []
-                batched = 0
-                async for chunk in request.content.iter_any():
-                    batch.append(chunk)
-                    batched += len(chunk)
-                    size += len(chunk)
-                    if batched >= CHUNK:
-                        if pending_io is not None:
-                            await pending_io
-                        pending_io = loop.run_in_executor(None, consume, batch)
-                        batch, batched = [], 0
-                if pending_io is not None:
-                    await pending_io
-                consume(batch)
-                await loop.run_in_executor(None, os.fsync, fd)
-            finally:
-                os.close(fd)
-            got = digest.hexdigest()
+            size, got = await _receive(request, tmp)
             expected = request.headers.get("X-Content-SHA256")
             if expected and expected != got:
                 raise web.HTTPBadRequest(text=f"sha256 mismatch: got {got}")
@@ -216,6 +192,40 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
         return web.json_response(
             {"path": request.match_info["path"], "size": size, "sha256": got}, status=201
         )
+
+    async def put_snapshot(request: web.Request) -> web.StreamResponse:
+        """A source snapshot, stored under its sha256 (which the body must match)."""
+        ns = await check(request, "create")
+        sha = request.match_info["sha"]
+        target = store.snapshot_path(ns, sha)
+        if target.is_file():
+            return web.json_response({"sha256": sha, "size": target.stat().st_size}, status=200)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f"{TMP_PREFIX}upload-{uuid.uuid4().hex}"
+        try:
+            size, got = await _receive(request, tmp)
+            if got != sha:
+                raise web.HTTPBadRequest(text=f"sha256 mismatch: the body's is {got}")
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return web.json_response({"sha256": sha, "size": size}, status=201)
+
+    async def get_snapshot(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "get")
+        return _file(store.snapshot_path(ns, request.match_info["sha"]))
+
+    async def list_run(request: web.Request) -> web.StreamResponse:
+        ns = await check(request, "get")
+        base = store.run_dir(ns, _name(request.match_info["run"], "run"))
+        if not base.is_dir():
+            raise web.HTTPNotFound(text="no such run in the registry")
+        files = sorted(
+            p.relative_to(base).as_posix()
+            for p in base.rglob("*")
+            if p.is_file() and not p.name.startswith(TMP_PREFIX)
+        )
+        return web.json_response({"files": files})
 
     async def download_run(request: web.Request) -> web.StreamResponse:
         ns = await check(request, "get")
@@ -279,6 +289,7 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
     app = web.Application(client_max_size=0)
     prefix = "/v1/namespaces/{ns}"
     runs = prefix + "/runs/{run}/{kind:outputs|logs}/{path:.+}"
+    app.router.add_get(prefix + "/runs/{run}", list_run)
     app.router.add_put(runs, upload)
     app.router.add_post(runs, commit)
     app.router.add_get(runs, download_run)
@@ -286,8 +297,82 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
     app.router.add_get(prefix + "/models", models)
     app.router.add_get(prefix + "/models/{model}/versions/{v}", manifest)
     app.router.add_get(prefix + "/models/{model}/versions/{v}/files/{path:.+}", download_model)
+    snapshots = prefix + "/snapshots/{sha:[a-f0-9]{64}}"
+    app.router.add_put(snapshots, put_snapshot)
+    app.router.add_get(snapshots, get_snapshot)  # also answers HEAD
     app.router.add_get("/healthz", healthz)
+    _add_metrics(app)
     return app
+
+
+def _add_metrics(app: web.Application) -> None:
+    """``GET /metrics`` (Prometheus, no token: counters only) with the bytes of files the
+    service received (uploads of run files and snapshots) and sent (downloads)."""
+    registry = metrics.Registry()
+    received = registry.counter(
+        "torchyard_registry_received_bytes_total",
+        "Bytes of files uploaded (run outputs and logs, source snapshots).",
+    )
+    sent = registry.counter(
+        "torchyard_registry_sent_bytes_total",
+        "Bytes of files downloaded (run files, model files, source snapshots).",
+    )
+
+    @web.middleware
+    async def count_received(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        finally:
+            if request.method == "PUT":
+                received.inc(request.content.total_bytes)
+
+    async def count_sent(request: web.Request, response: web.StreamResponse) -> None:
+        if isinstance(response, web.FileResponse) and request.method != "HEAD":
+            sent.inc(response.content_length or 0)
+
+    async def scrape(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=registry.render().encode(), headers={"Content-Type": metrics.CONTENT_TYPE}
+        )
+
+    app.middlewares.append(count_received)
+    app.on_response_prepare.append(count_sent)
+    app.router.add_get("/metrics", scrape)
+
+
+async def _receive(request: web.Request, tmp: Path) -> tuple[int, str]:
+    """Stream the request body into ``tmp`` (new), hashing it; fsynced. (size, sha256)"""
+    digest = hashlib.sha256()
+    size = 0
+    loop = asyncio.get_running_loop()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+
+        def consume(chunks: list[bytes]) -> None:
+            for chunk in chunks:  # both release the GIL: overlap the next reads
+                os.write(fd, chunk)
+                digest.update(chunk)
+
+        pending_io: asyncio.Future[None] | None = None
+        batch: list[bytes] = []
+        batched = 0
+        async for chunk in request.content.iter_any():
+            batch.append(chunk)
+            batched += len(chunk)
+            size += len(chunk)
+            if batched >= CHUNK:
+                if pending_io is not None:
+                    await pending_io
+                pending_io = loop.run_in_executor(None, consume, batch)
+                batch, batched = [], 0
+        if pending_io is not None:
+            await pending_io
+        consume(batch)
+        await loop.run_in_executor(None, os.fsync, fd)
+    finally:
+        os.close(fd)
+    return size, digest.hexdigest()
 
 
 def _file(path: Path) -> web.StreamResponse:

@@ -97,6 +97,10 @@ class Store:
     def run_dir(self, namespace: str, run: str) -> Path:
         return self.root / namespace / "runs" / run
 
+    def snapshot_path(self, namespace: str, sha256: str) -> Path:
+        """A source snapshot (``torchyard submit``), named by its content's sha256."""
+        return self.root / namespace / "snapshots" / f"{sha256}.tar.gz"
+
     def model_dir(self, namespace: str, model: str) -> Path:
         return self.root / namespace / "models" / model
 

@@ -1,11 +1,18 @@
 """The Python SDK: what a user script calls (the CLI is a thin layer over it).
 
-- ``registry``: models and run files in the model registry service
-  (~ Azure ML ``Model.list``, ``run.download_file``, ``model.download``).
+- the Azure ML SDK (v1) names (``torchyard.sdk.azureml``): Workspace, Experiment,
+  ScriptRunConfig, Environment, ComputeTarget, PyTorchConfiguration, MpiConfiguration,
+  Run (wait_for_completion, register_model, download_file), so that the guide "Train
+  PyTorch models at scale" runs with only its imports changed;
+- ``registry``: models and run files in the model registry service;
+- ``runs``: following TrainingRuns (state, per-node Pods, logs, outcome);
+- ``snapshots``: reproducible, content-addressed snapshots of a source folder.
 """
 
 from __future__ import annotations
 
+from torchyard.sdk import azureml
+from torchyard.sdk.azureml import *  # noqa: F403  (the Azure ML names, see azureml.__all__)
 from torchyard.sdk.registry import RegistryClient, RegistryError
 
-__all__ = ["RegistryClient", "RegistryError"]
+__all__ = [*azureml.__all__, "RegistryClient", "RegistryError"]

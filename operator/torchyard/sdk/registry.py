@@ -16,9 +16,10 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from torchyard.sdk.progress import Progress
 
 AUDIENCE = "torchyard-registry"
 CHUNK = 1 << 20
@@ -58,6 +59,7 @@ class RegistryClient:
         self.url = url.rstrip("/")
         self.token = token or os.environ.get("TORCHYARD_TOKEN", "")
         self.ssl_context = ssl_context
+        self.progress = False  # progress bars on standard error for files over 1 MiB
         self.headers = dict(headers or {})
         if self.token:
             bearer = token_header == "Authorization"
@@ -103,12 +105,23 @@ class RegistryClient:
 
     # -- transport --------------------------------------------------------------------
 
-    def _open(self, path: str) -> Any:
-        req = urllib.request.Request(self.url + urllib.parse.quote(path), headers=self.headers)
+    def _open(
+        self,
+        path: str,
+        method: str = "GET",
+        data: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        req = urllib.request.Request(
+            self.url + urllib.parse.quote(path),
+            data=data,
+            method=method,
+            headers={**self.headers, **(headers or {})},
+        )
         try:
             return urllib.request.urlopen(req, timeout=300, context=self.ssl_context)
         except urllib.error.HTTPError as err:
-            detail = err.read()[:300].decode("utf-8", "replace")
+            detail = (err.read() or b"")[:300].decode("utf-8", "replace")
             raise RegistryError(f"{err.code} {detail}".strip()) from None
         except (urllib.error.URLError, OSError) as err:
             raise RegistryError(
@@ -143,28 +156,25 @@ class RegistryClient:
         if dest is not None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.part")
-        # Two buffers: one is hashed and written (both release the GIL) by a worker thread
-        # while the next is received.
-        buffers = [memoryview(bytearray(CHUNK)), memoryview(bytearray(CHUNK))]
+        buf = memoryview(bytearray(4 * CHUNK))  # large reads: fewer trips through Python
         try:
-            with self._open(path) as resp, ThreadPoolExecutor(1) as worker:
+            with self._open(path) as resp:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if tmp else -1
-
-                def consume(block: memoryview) -> None:
-                    digest.update(block)
-                    if fd >= 0:
-                        os.write(fd, block)
-
+                total = int(resp.headers.get("Content-Length") or 0)
+                bar = (
+                    Progress(f"downloading {path.rsplit('/', 1)[-1]}", total)
+                    if self.progress and total > CHUNK
+                    else None
+                )
                 try:
-                    pending: Future[None] | None = None
-                    turn = 0
-                    while n := _fill(resp, buffers[turn]):
-                        if pending is not None:
-                            pending.result()
-                        pending = worker.submit(consume, buffers[turn][:n])
-                        turn ^= 1
-                    if pending is not None:
-                        pending.result()
+                    while n := _fill(resp, buf):
+                        digest.update(buf[:n])  # releases the GIL
+                        if fd >= 0:
+                            os.write(fd, buf[:n])
+                        if bar:
+                            bar.update(n)
+                    if bar:
+                        bar.done()
                     if fd >= 0:
                         os.fsync(fd)
                 finally:
@@ -202,7 +212,55 @@ class RegistryClient:
                 bad.append(entry["path"])
         return manifest, bad
 
+    def promote(
+        self, namespace: str, model: str, run: str, path: str, metadata: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A run's ``path`` (a file or folder of its archive) as the model's next version;
+        promoting the same run (uid in metadata) again returns the version it made."""
+        body = json.dumps({"run": run, "path": path, "metadata": metadata}).encode()
+        with self._open(
+            f"/v1/namespaces/{namespace}/models/{model}/versions",
+            method="POST",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        ) as resp:
+            manifest: dict[str, Any] = json.loads(resp.read())
+        return manifest
+
+    # -- source snapshots ---------------------------------------------------------------
+
+    def put_snapshot(
+        self, namespace: str, archive: Path, sha256: str, progress: Progress | None = None
+    ) -> bool:
+        """Upload a source snapshot unless the service has it; True when it was sent."""
+        path = f"/v1/namespaces/{namespace}/snapshots/{sha256}"
+        try:
+            self._open(path, method="HEAD").close()
+            return False
+        except RegistryError as err:
+            if not str(err).startswith("404"):
+                raise
+        size = archive.stat().st_size
+        with archive.open("rb") as f:
+            body = _Reader(f, progress)
+            with self._open(
+                path, method="PUT", data=body, headers={"Content-Length": str(size)}
+            ) as resp:
+                resp.read()
+        if progress:
+            progress.done()
+        return True
+
     # -- runs -------------------------------------------------------------------------
+
+    def run_files(self, namespace: str, run: str) -> list[str]:
+        """Every archived file of a run (``outputs/...``, ``logs/node-N/...``)."""
+        files: list[str] = self._json(f"/v1/namespaces/{namespace}/runs/{run}")["files"]
+        return files
+
+    def read_run_file(self, namespace: str, run: str, path: str) -> str:
+        with self._open(f"/v1/namespaces/{namespace}/runs/{run}/{path}") as resp:
+            return str(resp.read().decode("utf-8", "replace"))
 
     def download_run_file(
         self, namespace: str, run: str, path: str, dest: Path, sha256: str | None = None
@@ -236,3 +294,17 @@ def _fill(resp: Any, buf: memoryview) -> int:
             break
         got += n
     return got
+
+
+class _Reader:
+    """A file for urllib to send, reporting progress."""
+
+    def __init__(self, f: Any, progress: Progress | None) -> None:
+        self.f = f
+        self.progress = progress
+
+    def read(self, n: int = -1) -> bytes:
+        block: bytes = self.f.read(n if n and n > 0 else CHUNK)
+        if self.progress and block:
+            self.progress.update(len(block))
+        return block

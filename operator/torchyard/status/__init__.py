@@ -6,13 +6,18 @@ objects, and patches the result only when it differs from what the resource show
 
 from __future__ import annotations
 
-from torchyard.status.conditions import condition, find, merge, timestamp
+from torchyard.status.conditions import condition, find, merge, phase_event, progress, timestamp
 from torchyard.status.environments import (
     BuildObserved,
     environment_status,
     invalid_environment_status,
 )
-from torchyard.status.trainingruns import invalid_trainingrun_status, trainingrun_status
+from torchyard.status.modelversions import modelversion_status
+from torchyard.status.trainingruns import (
+    invalid_trainingrun_status,
+    restarting_status,
+    trainingrun_status,
+)
 
 __all__ = [
     "BuildObserved",
@@ -22,6 +27,10 @@ __all__ = [
     "invalid_environment_status",
     "invalid_trainingrun_status",
     "merge",
+    "modelversion_status",
+    "phase_event",
+    "progress",
+    "restarting_status",
     "timestamp",
     "trainingrun_status",
 ]

@@ -2,7 +2,9 @@
 
 ``merge`` keeps a condition's ``lastTransitionTime`` while its status stays the same, so a
 status recomputed from the same observations is byte-for-byte the same and the
-controller can skip the patch. Called by the status computations of this package.
+controller can skip the patch. ``progress`` gives the kstatus conditions (Reconciling,
+Stalled) that GitOps tools read; ``phase_event`` the Event a phase change deserves.
+Called by the status computations of this package and by the controller.
 """
 
 from __future__ import annotations
@@ -59,3 +61,39 @@ def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[
         if cond.get("type") == type_:
             return cond
     return None
+
+
+def progress(
+    reconciling: bool,
+    stalled: bool,
+    reason: str,
+    message: str,
+    *,
+    observed_generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """``Reconciling`` and ``Stalled``, the conditions kstatus (Flux, kpt, cli-utils) reads
+    besides ``observedGeneration``: Reconciling True while the object is on its way,
+    Stalled True when it got stuck in a way only its user can fix (a failed build, an
+    invalid spec, a failed run). Both stay present with status False otherwise, so that
+    ``kubectl wait --for=condition=Stalled=false`` has something to wait on."""
+    gen = observed_generation
+    return [
+        condition("Reconciling", reconciling, reason, message, observed_generation=gen),
+        condition("Stalled", stalled, reason, message, observed_generation=gen),
+    ]
+
+
+def phase_event(
+    previous: Mapping[str, Any] | None, new: Mapping[str, Any], *, failed: str = "Failed"
+) -> tuple[str, str, str] | None:
+    """The Event a phase change deserves, as (type, reason, message), or None when the
+    phase stayed. A failure is a Warning whose reason is the Ready condition's (the
+    failure's own reason); any other phase is a Normal Event named after the phase."""
+    phase = new.get("phase")
+    if not phase or phase == (previous or {}).get("phase"):
+        return None
+    ready = find(new.get("conditions"), "Ready") or {}
+    message = str(ready.get("message") or "")
+    if phase == failed:
+        return "Warning", str(ready.get("reason") or failed), message
+    return "Normal", str(phase), message

@@ -1,6 +1,9 @@
 """Environment status from its spec (and, for builds, its build Job).
 
-Called by the controller; tested in ``tests/unit/status/``.
+Besides ``Accepted`` and ``Ready``, the kstatus conditions: ``Reconciling`` True while
+the image is pending or building, ``Stalled`` True when the build failed or the spec
+cannot be built (only an edit of the spec helps). Called by the controller; tested in
+``tests/unit/status/``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import Environment, EnvironmentPhase
-from torchyard.status.conditions import condition, merge
+from torchyard.status.conditions import condition, merge, progress
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class BuildObserved:
     job_state: str = ""  # "", "Running", "Complete" or "Failed"
     job_message: str = ""  # the builder's error (or its log tail) when the Job failed
     registry_error: str = ""  # why asking the registry failed, if it did
+    job_seconds: float | None = None  # how long the build Job ran, once it ended
 
 
 def environment_status(
@@ -42,6 +46,15 @@ def environment_status(
         desired.append(
             condition(
                 "Ready", phase == EnvironmentPhase.READY, reason, message, observed_generation=gen
+            )
+        )
+        desired.extend(
+            progress(
+                phase in (EnvironmentPhase.PENDING, EnvironmentPhase.BUILDING),
+                phase == EnvironmentPhase.FAILED,
+                reason,
+                message,
+                observed_generation=gen,
             )
         )
         status["conditions"] = merge(prev.get("conditions"), desired, now)
@@ -94,6 +107,7 @@ def invalid_environment_status(
     desired = [
         condition("Accepted", False, "InvalidSpec", message, observed_generation=generation),
         condition("Ready", False, "InvalidSpec", message, observed_generation=generation),
+        *progress(False, True, "InvalidSpec", message, observed_generation=generation),
     ]
     status: dict[str, Any] = {
         "phase": EnvironmentPhase.FAILED.value,

@@ -2,7 +2,10 @@
 
 ``observe_failure`` reads one Pod (the launcher's JSON termination message, the Pod's
 and the container's reasons); ``trainingrun_status`` folds the run, its Environment, its
-Pods and the admission decision into the status the controller patches when it changed.
+Pods and the admission decision into the status the controller patches when it changed;
+``restarting_status`` is the status of a gang being restarted. Every status carries the
+kstatus conditions too: ``Ready`` (True once the run succeeded, as kstatus judges a Job),
+``Reconciling`` (True until it finished) and ``Stalled`` (True once it failed).
 Tested as tables in ``tests/unit/status/``.
 """
 
@@ -15,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
-from torchyard.status.conditions import condition, merge, timestamp
+from torchyard.status.conditions import condition, merge, progress, timestamp
 
 NODE_RANK_LABEL = "torchyard.dev/node-rank"
 TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
@@ -157,6 +160,36 @@ def _env_phase(env: Mapping[str, Any] | None) -> tuple[str, str]:
     return str(st.get("phase") or "Pending"), str(st.get("message") or "")
 
 
+KSTATUS_TYPES = ("Ready", "Reconciling", "Stalled")
+
+
+def with_kstatus(
+    status: dict[str, Any], previous: Mapping[str, Any] | None, now: datetime
+) -> dict[str, Any]:
+    """``status`` with Ready, Reconciling and Stalled added from its phase. Their reason
+    and message are those of the last condition the phase computation wrote, which is
+    the most advanced fact about the run (Admitted after EnvironmentReady, Running after
+    Admitted, Failed after Running)."""
+    phase = status.get("phase")
+    gen = status.get("observedGeneration")
+    own = [c for c in status.get("conditions", []) if c["type"] not in KSTATUS_TYPES]
+    last = own[-1] if own else {"reason": str(phase), "message": ""}
+    reason, message = str(last.get("reason") or phase), str(last.get("message") or "")
+    succeeded = phase == Phase.SUCCEEDED.value
+    desired = [
+        *own,
+        condition("Ready", succeeded, reason, message, observed_generation=gen),
+        *progress(
+            phase not in TERMINAL,
+            phase == Phase.FAILED.value,
+            reason,
+            message,
+            observed_generation=gen,
+        ),
+    ]
+    return {**status, "conditions": merge((previous or {}).get("conditions"), desired, now)}
+
+
 def trainingrun_status(
     run: TrainingRun,
     observed: Observed,
@@ -165,12 +198,48 @@ def trainingrun_status(
 ) -> dict[str, Any]:
     """The whole status of a valid run (see the module docstring)."""
     prev = dict(previous or {})
-    gen = run.generation
-    total = run.spec.distribution.node_count
     if prev.get("phase") in TERMINAL:
         # A finished run stays finished (its Pods may be cleaned up afterwards).
-        return {**prev, "observedGeneration": gen}
+        return {**prev, "observedGeneration": run.generation}
+    return with_kstatus(_trainingrun_status(run, observed, prev, now), prev, now)
 
+
+def restarting_status(
+    previous: Mapping[str, Any],
+    generation: int | None,
+    restarts: int,
+    failed_attempts: int,
+    message: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The status of a gang being restarted: back to Pending, Running=False/Restarting,
+    no longer admitted (the next attempt's gang is admitted afresh)."""
+    new = {
+        **previous,
+        "phase": Phase.PENDING.value,
+        "restarts": restarts,
+        "observedGeneration": generation,
+    }
+    if failed_attempts:
+        new["failedAttempts"] = failed_attempts
+    kept = [
+        c
+        for c in previous.get("conditions", [])
+        if c["type"] not in ("Running", "Admitted", *KSTATUS_TYPES)
+    ]
+    restarting = condition("Running", False, "Restarting", message, observed_generation=generation)
+    new["conditions"] = merge(previous.get("conditions"), [*kept, restarting], now)
+    return with_kstatus(new, previous, now)
+
+
+def _trainingrun_status(
+    run: TrainingRun,
+    observed: Observed,
+    prev: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    gen = run.generation
+    total = run.spec.distribution.node_count
     pods = list(observed.pods)
     conds = [condition("Accepted", True, "Valid", "the spec is valid", observed_generation=gen)]
     status: dict[str, Any] = {
@@ -375,4 +444,4 @@ def invalid_trainingrun_status(
     }
     if generation is not None:
         status["observedGeneration"] = generation
-    return status
+    return with_kstatus(status, prev, now)

@@ -194,3 +194,51 @@ def test_launch_modes(tmp_path: Path, mode: str) -> None:
         assert "[rank 0] rank 0" in done.stdout and "[rank 1] rank 1" in done.stdout
     else:  # once per node, RANK left to torchrun
         assert done.stdout.strip() == "[node 0] rank None"
+
+
+def test_arguments_name_the_rank_contract_and_are_expanded_per_process() -> None:
+    env = {"RANK": "3", "LOCAL_RANK": "1", "NODE_RANK": "1", "MASTER_PORT": "29500"}
+    command = ["python", "t.py", "--rank", "$RANK", "--lr=${LOCAL_RANK}", "$NODE_RANK"]
+    assert launcher.expand_arguments(command, env) == [
+        "python",
+        "t.py",
+        "--rank",
+        "3",
+        "--lr=1",
+        "1",
+    ]
+    # Other variables and look-alikes are left alone.
+    assert launcher.expand_arguments(["$HOME", "$RANKS", "$$"], env) == ["$HOME", "$RANKS", "$$"]
+
+
+def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    from torchyard.sdk import snapshots
+
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "train.py").write_text("print('hi')\n")
+    (src / "pkg" / "m.py").write_text("X = 1\n")
+    snap = snapshots.snapshot(src)
+    volume = tmp_path / "configmap"
+    volume.mkdir()
+    (volume / launcher.SNAPSHOT).write_bytes(snap.data())
+    work = tmp_path / "work"
+    code = launcher.install(
+        [str(tmp_path / "bin" / "launcher.py"), "--copy", str(volume), str(work)]
+    )
+    assert code == 0
+    assert (work / "pkg" / "m.py").read_text() == "X = 1\n"
+    assert (work / "train.py").read_text() == "print('hi')\n"
+
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../outside.py")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    (tmp_path / "evil.tar.gz").write_bytes(evil.getvalue())
+    with pytest.raises(launcher.LaunchError, match="outside the folder"):
+        launcher.extract_snapshot(str(tmp_path / "evil.tar.gz"), str(tmp_path / "w2"))
+    assert not (tmp_path / "outside.py").exists()

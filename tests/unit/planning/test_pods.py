@@ -110,3 +110,33 @@ def test_kueue_queue_replaces_gating() -> None:
 
 def test_builders_are_deterministic() -> None:
     assert pods.pods(run_on_a100(), image="img") == pods.pods(run_on_a100(), image="img")
+
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_every_container_meets_pod_security_restricted_but_the_image_picks_its_user() -> None:
+    sources: list[dict[str, Any]] = [
+        {"configMap": "bert-src"},
+        {"git": {"url": "https://example.com/r.git", "revision": "main"}},
+        {"image": True},
+    ]
+    for source in sources:
+        body = TrainingRunBuilder("bert", "vision").nodes(2).source(**source).obj()
+        p = pods.pod(api.parse_trainingrun(body), 0, image="img")
+        spec = p["spec"]
+        assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        containers = spec["initContainers"] + spec["containers"]
+        assert [c["name"] for c in spec["containers"]] == ["trainer"]
+        for container in containers:
+            assert container["securityContext"] == RESTRICTED_CONTAINER, (source, container)
+            # Curated PyTorch images may run as root: no runAsNonRoot/runAsUser is forced.
+            assert "runAsNonRoot" not in container["securityContext"]
+        assert "runAsNonRoot" not in spec["securityContext"]
+        assert not any(key in v for v in spec["volumes"] for key in ("hostPath", "hostPathType")), (
+            spec["volumes"]
+        )

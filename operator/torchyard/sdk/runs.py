@@ -1,0 +1,237 @@
+"""Following TrainingRuns from a laptop: state, per-node Pods, logs, the outcome.
+
+What ``torchyard wait``/``logs``/``get``/``describe`` and the SDK's
+``Run.wait_for_completion(show_output=True)`` share. Reads go through ``torchyard.k8s``;
+logs come from the apiserver (``pods/log``, from the node's kubelet) while the Pods
+exist, else from the run's archive in the registry service.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from torchyard import k8s
+from torchyard.planning import names
+from torchyard.sdk.registry import RegistryClient, RegistryError
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+class RunNotFound(Exception):
+    pass
+
+
+def get(namespace: str, name: str) -> dict[str, Any]:
+    run = k8s.get_or_none(k8s.TRAININGRUNS, namespace, name)
+    if run is None:
+        raise RunNotFound(f"TrainingRun {namespace}/{name} not found")
+    return run
+
+
+def node_pods(namespace: str, name: str) -> list[dict[str, Any]]:
+    """The run's node Pods, by node rank (the current attempt's when several exist)."""
+    pods = k8s.list_(k8s.PODS, namespace, label_selector=f"{names.LABEL_RUN}={name}")
+    by_rank: dict[int, dict[str, Any]] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels", {})
+        if names.LABEL_NODE_RANK not in labels:
+            continue
+        rank = int(labels[names.LABEL_NODE_RANK])
+        if rank not in by_rank or _created(pod) > _created(by_rank[rank]):
+            by_rank[rank] = pod
+    return [by_rank[r] for r in sorted(by_rank)]
+
+
+def _created(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"].get("creationTimestamp", ""))
+
+
+def pod_state(pod: dict[str, Any]) -> str:
+    """Pending / Gated / Running / Succeeded / Failed (exit N) / Terminating."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    if pod["spec"].get("schedulingGates"):
+        return "Gated"
+    phase = pod.get("status", {}).get("phase", "Pending")
+    if phase == "Failed":
+        for cs in pod.get("status", {}).get("containerStatuses", []):
+            term = cs.get("state", {}).get("terminated")
+            if term:
+                return f"Failed (exit {term.get('exitCode')})"
+    return str(phase)
+
+
+def elapsed(run: dict[str, Any], now: datetime | None = None) -> float:
+    """Seconds since the run was created (until it finished)."""
+    st = run.get("status", {})
+    start = _parse(run["metadata"].get("creationTimestamp"))
+    end = _parse(st.get("completionTime")) or now or datetime.now(timezone.utc)
+    return max(0.0, (end - start).total_seconds()) if start else 0.0
+
+
+def _parse(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def failure_text(run: dict[str, Any]) -> str:
+    """The failing rank, its exit, and its traceback (status.failure)."""
+    failure = run.get("status", {}).get("failure") or {}
+    if not failure:
+        conds = run.get("status", {}).get("conditions", [])
+        failed = [c for c in conds if c.get("type") in ("Failed", "Ready") and c.get("message")]
+        return failed[-1]["message"] if failed else "no failure details"
+    where = []
+    if failure.get("rank") is not None:
+        where.append(f"rank {failure['rank']}")
+    if failure.get("node") is not None:
+        where.append(f"node {failure['node']}")
+    if failure.get("pod"):
+        where.append(f"Pod {failure['pod']}")
+    how = (
+        f"signal {failure['signal']}"
+        if failure.get("signal")
+        else f"exit code {failure.get('exitCode', '?')}"
+    )
+    head = f"{', '.join(where) or 'the run'} failed with {how}"
+    if failure.get("reason"):
+        head += f" ({failure['reason']})"
+    message = (failure.get("message") or "").rstrip()
+    return head + (":\n" + message if message else "")
+
+
+def summary_line(run: dict[str, Any], pods: list[dict[str, Any]]) -> str:
+    st = run.get("status", {})
+    nodes = ", ".join(f"node {i}: {pod_state(p)}" for i, p in enumerate(pods)) or "no Pods yet"
+    return f"[{duration(elapsed(run))}] {st.get('phase', 'Pending')}  ({nodes})"
+
+
+class LogFollower:
+    """One thread per node Pod, streaming its log with a ``[node n]`` prefix (the
+    launcher already prefixes each line with ``[rank r]``)."""
+
+    def __init__(self, namespace: str, out: TextIO) -> None:
+        self.namespace = namespace
+        self.out = out
+        self.lock = threading.Lock()
+        self.started: set[str] = set()
+        self.unavailable: list[str] = []
+
+    def follow(self, pod: dict[str, Any], node: int) -> None:
+        name = pod["metadata"]["name"]
+        if name in self.started:
+            return
+        self.started.add(name)
+        threading.Thread(target=self._stream, args=(name, node), daemon=True).start()
+
+    def _stream(self, pod: str, node: int) -> None:
+        try:
+            for line in k8s.pod_log_lines(self.namespace, pod, container="trainer", follow=True):
+                with self.lock:
+                    self.out.write(f"[node {node}] {line}\n")
+                    self.out.flush()
+        except (k8s.ApiError, OSError) as err:
+            reason = err.message if isinstance(err, k8s.ApiError) else str(err)
+            with self.lock:
+                self.unavailable.append(f"node {node}: {reason.splitlines()[0][:200]}")
+
+
+def wait(
+    namespace: str,
+    name: str,
+    *,
+    show_output: bool = True,
+    out: TextIO | None = None,
+    poll: float = 1.0,
+    timeout: float | None = None,
+    on_change: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
+    registry: Callable[[], RegistryClient] | None = None,
+) -> dict[str, Any]:
+    """Until the run Succeeds or Fails: a line whenever its phase or a node's state
+    changes, and (``show_output``) every node's log: live while the Pods run, else (the
+    kubelet unreachable, the Pods already gone) the archive in the registry service."""
+    out = out or sys.stdout
+    follower = LogFollower(namespace, out) if show_output else None
+    deadline = time.monotonic() + timeout if timeout else None
+    last = ""
+    while True:
+        run = get(namespace, name)
+        pods = node_pods(namespace, name)
+        line = summary_line(run, pods)
+        state = line.split("] ", 1)[1]
+        if state != last:
+            with follower.lock if follower else _NoLock():
+                out.write(f"TrainingRun {name}: {line}\n")
+                out.flush()
+            last = state
+            if on_change:
+                on_change(run, pods)
+        if follower:
+            for node, pod in enumerate(pods):
+                if pod.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed"):
+                    follower.follow(pod, node)
+        if run.get("status", {}).get("phase") in TERMINAL:
+            break
+        if deadline and time.monotonic() > deadline:
+            raise TimeoutError(f"TrainingRun {name} did not finish within {timeout:.0f}s")
+        time.sleep(poll)
+    if follower and follower.unavailable:
+        why = "; ".join(sorted(set(follower.unavailable)))
+        out.write(f"(live logs were not available: {why})\n")
+        try:
+            if registry is None:
+                raise RegistryError("no registry client")
+            for line in archived_logs(registry(), namespace, name):
+                out.write(line + "\n")
+        except RegistryError as err:
+            out.write(f"(nor the archived logs: {err}; try: torchyard logs {name})\n")
+    return run
+
+
+def archived_logs(client: RegistryClient, namespace: str, name: str) -> Iterator[str]:
+    """Every archived log line, prefixed ``[node n] [rank r]`` (node by node)."""
+    for path in client.run_files(namespace, name):
+        parts = path.split("/")  # logs/node-N/rank-R.txt
+        if len(parts) != 3 or parts[0] != "logs":
+            continue
+        prefix = (
+            f"[{parts[1].replace('-', ' ')}] [{parts[2].removesuffix('.txt').replace('-', ' ')}]"
+        )
+        for line in client.read_run_file(namespace, name, path).splitlines():
+            yield f"{prefix} {line}"
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def outcome(run: dict[str, Any]) -> tuple[int, str]:
+    """(exit code, the closing text) of a finished run."""
+    st = run.get("status", {})
+    took = duration(elapsed(run))
+    name = run["metadata"]["name"]
+    if st.get("phase") == "Succeeded":
+        text = f"TrainingRun {name} succeeded in {took}"
+        if st.get("model"):
+            text += f"; model {st['model'].get('name')} version {st['model'].get('version')}"
+        return 0, text
+    return 1, f"TrainingRun {name} failed after {took}: {failure_text(run)}"

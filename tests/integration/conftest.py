@@ -1,0 +1,117 @@
+"""Fixtures of the integration tests that several modules share."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.harness import Cluster
+from tests.conftest import InProcessOperator
+from tests.integration.test_registry_service import Service, trainer_token
+
+
+@dataclass
+class ProxiedRegistry:
+    """The registry service behind a Service the apiserver proxies to; ``token`` is the
+    ``trainer`` ServiceAccount's (create/get on modelversions in the namespace)."""
+
+    service: Service
+    ref: str  # NS/NAME:PORT for --registry-service
+    token: str
+
+
+def _host_address() -> str:
+    """An address of this machine the apiserver may proxy to (it refuses loopback)."""
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the route's source
+        address: str = s.getsockname()[0]
+    assert not address.startswith("127."), "these tests need a non-loopback IPv4 address"
+    return address
+
+
+@pytest.fixture
+def behind_apiserver(
+    tmp_path: Path, namespace: str, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ProxiedRegistry]:
+    """The registry as the chart runs it: a Service the CLI reaches through the apiserver's
+    service proxy (here the Service's endpoint is this machine, where the process runs)."""
+    monkeypatch.delenv("TORCHYARD_REGISTRY_URL", raising=False)
+    address = _host_address()
+    svc = Service(tmp_path / "registry", host=address)
+    token = trainer_token(namespace)
+    # The apiserver proxies only to an endpoint that is a Pod's IP: a stand-in registry
+    # Pod (held back from scheduling, so KWOK leaves it alone) carries this machine's.
+    apply = functools.partial(cluster.kubectl, "apply", "-f", "-")
+    apply(
+        input=f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: torchyard-registry-0, namespace: {namespace}}}
+spec:
+  schedulingGates: [{{name: torchyard.dev/test-stand-in}}]
+  containers: [{{name: registry, image: torchyard}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: torchyard-registry, namespace: {namespace}}}
+spec:
+  ports: [{{name: http, port: 8080, targetPort: {svc.port}}}]
+""",
+    )
+    cluster.kubectl(
+        "patch",
+        "pod",
+        "torchyard-registry-0",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"podIP": address, "podIPs": [{"ip": address}]}}),
+    )
+    apply(
+        input=f"""
+apiVersion: v1
+kind: Endpoints
+metadata: {{name: torchyard-registry, namespace: {namespace}}}
+subsets:
+- addresses:
+  - ip: "{address}"
+    targetRef: {{kind: Pod, name: torchyard-registry-0, namespace: {namespace}}}
+  ports: [{{name: http, port: {svc.port}}}]
+""",
+    )
+    proxy = f"/api/v1/namespaces/{namespace}/services/http:torchyard-registry:8080/proxy/healthz"
+    cluster.wait_for("the service proxy", lambda: cluster.request("GET", proxy)[0] == 200, 20)
+    yield ProxiedRegistry(svc, f"{namespace}/torchyard-registry:8080", token)
+    svc.stop()
+
+
+@contextlib.contextmanager
+def operator_archiving_to(
+    operator: InProcessOperator, url: str, token: str, tmp_path: Path
+) -> Iterator[None]:
+    """The in-process operator restarted to archive to the registry service at ``url``
+    (showing it ``token`` when it promotes), and restarted plainly afterwards."""
+    token_file = tmp_path / "operator-token"
+    token_file.write_text(token)
+    operator.stop()
+    os.environ["TORCHYARD_REGISTRY_URL"] = url
+    os.environ["TORCHYARD_REGISTRY_TOKEN_FILE"] = str(token_file)
+    operator.start()
+    try:
+        yield
+    finally:
+        operator.stop()
+        os.environ.pop("TORCHYARD_REGISTRY_URL")
+        os.environ.pop("TORCHYARD_REGISTRY_TOKEN_FILE")
+        operator.start()

@@ -1,0 +1,141 @@
+"""RBAC proved sufficient: the happy path (a curated Environment, a 2-node TrainingRun
+that KWOK runs to success) with the operator authenticated as the chart's ServiceAccount
+and nothing else, cluster-wide and namespaced.
+
+The chart's ServiceAccount and operator (Cluster)Roles are rendered by Helm and applied;
+the operator runs as ``python -m torchyard.controller`` in a process of its own, with a
+kubeconfig that holds a TokenRequest token of that ServiceAccount (it IS the
+ServiceAccount, not an admin impersonating it). The session's in-process operator (an
+admin) is stopped meanwhile, so the run can only have been driven by the restricted one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.builders import TrainingRunBuilder, environment
+from tests.cluster import binaries
+from tests.cluster.harness import Cluster, free_port
+from tests.conftest import InProcessOperator
+from tests.integration.helpers import (
+    OperatorProcess,
+    finish_pod,
+    run_pods,
+    sample,
+    scrape,
+    service_account_kubeconfig,
+    wait_status,
+)
+from tests.integration.test_chart import CHART, Helm
+from torchyard import k8s
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    binaries.build(binaries.TOOLS["helm"])
+    return Helm(tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture
+def stopped_operator(operator: InProcessOperator) -> Iterator[None]:
+    """The in-process (admin) operator stopped for the test, started again after."""
+    operator.stop()
+    try:
+        yield
+    finally:
+        operator.start()
+
+
+def operator_rbac(helm: Helm, release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
+    """The chart's operator ServiceAccount and (Cluster)Roles and bindings, as rendered."""
+    out = helm("template", release, str(CHART), "--namespace", namespace, *values).stdout
+    return [
+        d
+        for d in yaml.safe_load_all(out)
+        if d
+        and d["kind"] in RBAC_KINDS
+        and d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+    ]
+
+
+def forbidden_lines(log: str) -> list[str]:
+    """Lines that say the apiserver refused the operator something. A namespace another
+    test deleted refuses new Events for a while ("being terminated"): not RBAC."""
+    return [
+        line
+        for line in log.splitlines()
+        if ("403" in line or "forbidden" in line.lower()) and "being terminated" not in line
+    ]
+
+
+def happy_path(cluster: Cluster, ns: str, metrics_port: int) -> dict[str, Any]:
+    """A curated Environment and a 2-node run that KWOK finishes: the Succeeded run."""
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch:2.15-cuda12"))
+    wait_status(k8s.ENVIRONMENTS, ns, "pytorch", lambda s: s.get("phase") == "Ready", timeout=90)
+    run = TrainingRunBuilder("happy", ns).environment("pytorch").nodes(2).gpus(1).pool("a100")
+    k8s.create(run.obj())
+    wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "happy",
+        lambda s: s.get("phase") == "Running" and s["nodes"]["running"] == 2,
+        timeout=60,
+    )
+    for pod in run_pods(ns, "happy"):
+        finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+    done = wait_status(
+        k8s.TRAININGRUNS, ns, "happy", lambda s: s.get("phase") == "Succeeded", timeout=60
+    )
+    # The restricted operator's own metrics and Events, too.
+    page = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+    assert sample(page, "torchyard_pods_created_total", namespace=ns) == 2
+    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=happy")
+    reasons = [e["reason"] for e in events if e.get("reportingComponent") == k8s.FIELD_MANAGER]
+    assert "Succeeded" in reasons, reasons
+    return done
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
+def test_the_happy_path_runs_with_only_the_charts_service_account(
+    cluster: Cluster,
+    helm: Helm,
+    namespace: str,
+    stopped_operator: None,
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    ns, release = namespace, f"rbac-{namespace[-4:]}"
+    values = ["--set", f"watchNamespaces={{{ns}}}"] if mode == "namespaced" else []
+    docs = operator_rbac(helm, release, ns, *values)
+    kinds = sorted(d["kind"] for d in docs)
+    expected = ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    assert kinds == sorted(expected + (["Role", "RoleBinding"] if values else []))
+    rendered = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=rendered)
+    sa = f"{release}-torchyard-operator"
+    kubeconfig = service_account_kubeconfig(cluster, ns, sa, tmp_path / "kubeconfig")
+    port = free_port()
+    args = ["--metrics-port", str(port)] + (["--namespace", ns] if values else [])
+    try:
+        with OperatorProcess(kubeconfig, tmp_path / "operator.log", *args) as proc:
+            try:
+                run = happy_path(cluster, ns, port)
+            except AssertionError as err:
+                raise AssertionError(f"{err}\n--- operator log:\n{proc.text()[-4000:]}") from None
+            assert proc.process.poll() is None, proc.text()
+        assert proc.process.returncode == 0, proc.text()[-3000:]  # a graceful stop
+    finally:
+        for kind in ("clusterrolebinding", "clusterrole"):
+            cluster.kubectl("delete", kind, sa, "--ignore-not-found")
+    log = proc.text()
+    assert forbidden_lines(log) == [], "\n".join(forbidden_lines(log))
+    [manager] = [m for m in run["metadata"]["managedFields"] if m["manager"] == k8s.FIELD_MANAGER]
+    assert manager["subresource"] == "status"
