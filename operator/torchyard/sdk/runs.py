@@ -168,16 +168,26 @@ def wait(
     out = out or sys.stdout
     follower = LogFollower(namespace, out) if show_output else None
     deadline = time.monotonic() + timeout if timeout else None
-    last = ""
+    # On a terminal the current line is redrawn every poll (its clock running) until the
+    # state changes; elsewhere (CI logs, pipes) a line per change.
+    live = bool(getattr(out, "isatty", lambda: False)())
+    last, drawn = "", False
     while True:
         run = get(namespace, name)
         pods = node_pods(namespace, name)
-        line = summary_line(run, pods)
+        line = summary_line(run, pods) + _waiting_on(run)
         state = line.split("] ", 1)[1]
+        phase = run.get("status", {}).get("phase")
+        with follower.lock if follower else _NoLock():
+            if state != last:
+                out.write(("\n" if drawn else "") + f"TrainingRun {name}: {line}")
+                drawn = live and phase not in ("Running", *TERMINAL)
+                if not drawn:
+                    out.write("\n")
+            elif drawn:
+                out.write(f"\rTrainingRun {name}: {line}")
+            out.flush()
         if state != last:
-            with follower.lock if follower else _NoLock():
-                out.write(f"TrainingRun {name}: {line}\n")
-                out.flush()
             last = state
             if on_change:
                 on_change(run, pods)
@@ -185,7 +195,7 @@ def wait(
             for node, pod in enumerate(pods):
                 if pod.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed"):
                     follower.follow(pod, node)
-        if run.get("status", {}).get("phase") in TERMINAL:
+        if phase in TERMINAL:
             break
         if deadline and time.monotonic() > deadline:
             raise TimeoutError(f"TrainingRun {name} did not finish within {timeout:.0f}s")
@@ -214,6 +224,17 @@ def archived_logs(client: RegistryClient, namespace: str, name: str) -> Iterator
         )
         for line in client.read_run_file(namespace, name, path).splitlines():
             yield f"{prefix} {line}"
+
+
+def _waiting_on(run: dict[str, Any]) -> str:
+    """While the run waits for its Environment: what that Environment is doing."""
+    if run.get("status", {}).get("phase") not in (None, "Pending", "Preparing"):
+        return ""
+    env_name = run.get("spec", {}).get("environment", "")
+    env = k8s.get_or_none(k8s.ENVIRONMENTS, run["metadata"]["namespace"], env_name)
+    if env is None:
+        return f"; environment {env_name} not found"
+    return f"; environment {env_name}: {env.get('status', {}).get('phase', 'Pending')}"
 
 
 class _NoLock:
