@@ -408,6 +408,14 @@ class TrainingRunSpec(Model):
     policy: Policy = nested(Policy, "Restarts and lifetimes of the run.")
     outputs: Outputs = nested(Outputs, "Archiving of ./outputs and ./logs, model registration.")
     scheduling: Scheduling = nested(Scheduling, "Gang admission settings.")
+    run_as_user: int | None = Field(
+        default=None,
+        ge=1,
+        le=2147483647,
+        description="Run every container of the node Pods as this non-root user (and group, "
+        "and fsGroup), so they pass Pod Security 'restricted'; the curated images' user is "
+        "1000. Unset: the image decides (which may be root).",
+    )
 
     @model_validator(mode="after")
     def _processes_fit_gpus(self) -> TrainingRunSpec:

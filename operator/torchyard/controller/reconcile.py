@@ -377,7 +377,24 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
             wanted = pods.pods(
                 run, image=image, python=python, attempt=attempt, settings=ctx.settings
             )
-            current, decision, others = _create_and_admit(run, wanted, current)
+            try:
+                current, decision, others = _create_and_admit(run, wanted, current)
+            except k8s.ApiError as err:
+                if not (err.status == 403 and "PodSecurity" in err.message):
+                    raise
+                # The namespace's policy refuses these Pods: no retry can help, say why.
+                message = (
+                    f"the namespace's Pod Security admission refused the node Pods "
+                    f"({err.message}); set spec.runAsUser (e.g. 1000, the curated images' "
+                    "user) to run them as non-root"
+                )
+                logger.warning("TrainingRun %s/%s: %s", ns, name, message)
+                new = status.invalid_trainingrun_status(
+                    meta.get("generation"), message, previous, now
+                )
+                _patch_status_if_changed(body, new)
+                _record_phase_change(body, previous, new, now)
+                return Result()
             result.also.extend(others)
             if decision is not None and decision.admit:
                 logger.info("TrainingRun %s/%s admitted: %s", ns, name, decision.message)

@@ -192,6 +192,16 @@ def _source_init(run: TrainingRun, settings: Settings, python: str) -> list[dict
     return containers
 
 
+def pod_security(run: TrainingRun) -> dict[str, Any]:
+    """seccomp RuntimeDefault always; with spec.runAsUser a non-root user, group and
+    fsGroup (the working volumes stay writable): Pod Security "restricted"."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    uid = run.spec.run_as_user
+    if uid is not None:
+        context.update(runAsNonRoot=True, runAsUser=uid, runAsGroup=uid, fsGroup=uid)
+    return context
+
+
 def _restricted() -> dict[str, Any]:
     """What Pod Security "restricted" asks of every container, except runAsNonRoot (the
     image decides its user): a namespace enforcing "baseline" and warning "restricted"
@@ -279,7 +289,7 @@ def pod(
         "enableServiceLinks": False,
         # Pod Security "restricted" but for runAsNonRoot: curated PyTorch images may run
         # as root, so the user a Pod runs as is the image's (see _restricted).
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security(run),
         "initContainers": _source_init(run, settings, python),
         "containers": [container],
         "volumes": _volumes(run)

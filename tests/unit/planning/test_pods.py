@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.builders import TrainingRunBuilder
 from torchyard import api
 from torchyard.planning import pods
@@ -140,3 +142,19 @@ def test_every_container_meets_pod_security_restricted_but_the_image_picks_its_u
         assert not any(key in v for v in spec["volumes"] for key in ("hostPath", "hostPathType")), (
             spec["volumes"]
         )
+
+
+def test_run_as_user_makes_the_node_pods_non_root_with_writable_volumes() -> None:
+    body = TrainingRunBuilder("bert", "vision").source(configMap="src").obj()
+    body["spec"]["runAsUser"] = 1000
+    spec = pods.pod(api.parse_trainingrun(body), 0, image="img")["spec"]
+    assert spec["securityContext"] == {
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+    }
+    body["spec"]["runAsUser"] = 0
+    with pytest.raises(api.InvalidSpec, match="runAsUser"):
+        api.parse_trainingrun(body)
