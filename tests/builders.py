@@ -150,3 +150,14 @@ def pod(
         state = {"running": {}}
     obj["status"]["containerStatuses"] = [{"name": "trainer", "state": state}]
     return obj
+
+
+def role_binding(namespace: str, name: str, role: str, service_account: str) -> dict[str, Any]:
+    """A RoleBinding of a Role in ``namespace`` to one of its ServiceAccounts."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }

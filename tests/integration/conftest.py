@@ -115,3 +115,13 @@ def operator_archiving_to(
         os.environ.pop("TORCHYARD_REGISTRY_URL")
         os.environ.pop("TORCHYARD_REGISTRY_TOKEN_FILE")
         operator.start()
+
+
+@pytest.fixture
+def stopped_operator(operator: InProcessOperator) -> Iterator[None]:
+    """The in-process (admin) operator stopped for the test, started again after."""
+    operator.stop()
+    try:
+        yield
+    finally:
+        operator.start()

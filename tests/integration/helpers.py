@@ -187,3 +187,23 @@ class OperatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def local_node_env(pod: dict[str, Any], workdir: Path, service_account: str) -> dict[str, str]:
+    """The environment of a node Pod's launcher run here as a process: the Pod's own
+    variables, MASTER_ADDR on loopback, outputs, logs and the termination message in
+    ``workdir``, and a registry token of ``service_account`` (as the projected one)."""
+    from torchyard.cli import AUDIENCE
+
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    token = workdir / "token"
+    token.write_text(k8s.request_token(pod["metadata"]["namespace"], service_account, [AUDIENCE]))
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        TORCHYARD_OUTPUTS=str(workdir / "outputs"),
+        TORCHYARD_LOGS=str(workdir / "logs"),
+        TORCHYARD_REGISTRY_TOKEN_FILE=str(token),
+        TORCHYARD_TERMINATION_LOG=str(workdir / "termination.json"),
+        PATH=os.environ["PATH"],
+    )
+    return env

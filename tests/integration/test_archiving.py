@@ -6,7 +6,6 @@ ModelVersion; a failed run still has its logs archived."""
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,14 +14,20 @@ from typing import Any
 
 import pytest
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder, environment, role_binding
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import operator_archiving_to
-from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
+from tests.integration.helpers import (
+    finish_pod,
+    local_node_env,
+    run_pods,
+    wait_for,
+    wait_status,
+)
 from tests.integration.test_registry_service import Service, trainer_token
 from torchyard import k8s, launcher
-from torchyard.cli import AUDIENCE
+from torchyard.planning import names
 
 
 @pytest.fixture
@@ -40,20 +45,9 @@ def archiving_operator(
 
 def run_node(pod: dict[str, Any], tmp: Path, script: str) -> subprocess.CompletedProcess[str]:
     """The node Pod's launcher as a local process, with the Pod's own environment."""
-    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
-    node = env["NODE_RANK"]
-    work = tmp / f"node-{node}"
+    work = tmp / f"node-{pod['metadata']['labels'][names.LABEL_NODE_RANK]}"
     work.mkdir()
-    token = work / "token"
-    token.write_text(k8s.request_token(pod["metadata"]["namespace"], "default", [AUDIENCE]))
-    env.update(
-        MASTER_ADDR="127.0.0.1",
-        TORCHYARD_OUTPUTS=str(work / "outputs"),
-        TORCHYARD_LOGS=str(work / "logs"),
-        TORCHYARD_REGISTRY_TOKEN_FILE=str(token),
-        TORCHYARD_TERMINATION_LOG=str(work / "termination.json"),
-        PATH=os.environ["PATH"],
-    )
+    env = local_node_env(pod, work, "default")
     return subprocess.run(
         [sys.executable, launcher.__file__, "--", sys.executable, "-c", script],
         cwd=work,
@@ -75,15 +69,7 @@ TRAIN = (
 
 
 def allow_default_service_account(namespace: str) -> None:
-    k8s.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "default-models", "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "models"},
-            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
-        }
-    )
+    k8s.create(role_binding(namespace, "default-models", "models", "default"))
 
 
 def test_a_run_ends_with_a_model_version_and_a_failed_run_keeps_its_logs(

@@ -28,11 +28,16 @@ from tests.cluster.harness import Cluster
 from tests.cluster.registry import OciRegistry
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import ProxiedRegistry, operator_archiving_to
-from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
+from tests.integration.helpers import (
+    finish_pod,
+    local_node_env,
+    run_pods,
+    wait_for,
+    wait_status,
+)
 from tests.integration.test_envbuild import push_base_image
 from tests.integration.test_environments import running_build_pod
 from torchyard import k8s, launcher
-from torchyard.cli import AUDIENCE
 from torchyard.planning import environments
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,18 +107,8 @@ def run_node(pod: dict[str, Any], work: Path) -> subprocess.CompletedProcess[str
         (mounted / key).write_bytes(base64.b64decode(data))
     code = work / "code"
     assert launcher.install([str(work / "launcher.py"), "--copy", str(mounted), str(code)]) == 0
+    env = local_node_env(pod, code, "trainer")
     container = pod["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-    token = work / "token"
-    token.write_text(k8s.request_token(ns, "trainer", [AUDIENCE]))
-    env.update(
-        MASTER_ADDR="127.0.0.1",
-        TORCHYARD_OUTPUTS=str(code / "outputs"),
-        TORCHYARD_LOGS=str(code / "logs"),
-        TORCHYARD_REGISTRY_TOKEN_FILE=str(token),
-        TORCHYARD_TERMINATION_LOG=str(work / "termination.json"),
-        PATH=os.environ["PATH"],
-    )
     _python, _launcher, separator, *command = container["command"]
     assert separator == "--"
     command = [sys.executable if c in ("python", "python3") else c for c in command]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.builders import role_binding
 from tests.cluster.harness import Cluster
 from tests.integration.conftest import ProxiedRegistry
 from tests.integration.test_registry_service import Service, trainer_token, upload
@@ -124,19 +125,7 @@ def _user_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
             ],
         }
     )
-    k8s.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "trainer-registry-proxy", "namespace": namespace},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "registry-proxy",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "trainer", "namespace": namespace}],
-        }
-    )
+    k8s.create(role_binding(namespace, "trainer-registry-proxy", "registry-proxy", "trainer"))
     token = k8s.request_token(namespace, "trainer", [])
     cfg = yaml.safe_load(cluster.kubeconfig.read_text())
     cfg["users"] = [{"name": "trainer", "user": {"token": token}}]

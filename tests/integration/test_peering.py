@@ -7,30 +7,17 @@ record out of the peering object when it stops. The peering CRDs are the chart's
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
-from tests.conftest import InProcessOperator
 from tests.integration.helpers import OperatorProcess, wait_for, wait_status
 from tests.integration.test_chart import CHART
 from torchyard import k8s
 
 PEERING = "torchyard-test"
-
-
-@pytest.fixture
-def stopped_operator(operator: InProcessOperator) -> Iterator[None]:
-    operator.stop()
-    try:
-        yield
-    finally:
-        operator.start()
 
 
 def peering_status(cluster: Cluster, namespace: str) -> dict[str, Any]:

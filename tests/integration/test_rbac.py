@@ -12,7 +12,6 @@ admin) is stopped meanwhile, so the run can only have been driven by the restric
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ import yaml
 from tests.builders import TrainingRunBuilder, environment
 from tests.cluster import binaries
 from tests.cluster.harness import Cluster, free_port
-from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
     OperatorProcess,
     finish_pod,
@@ -42,16 +40,6 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     binaries.build(binaries.TOOLS["helm"])
     return Helm(tmp_path_factory.mktemp("helm"))
-
-
-@pytest.fixture
-def stopped_operator(operator: InProcessOperator) -> Iterator[None]:
-    """The in-process (admin) operator stopped for the test, started again after."""
-    operator.stop()
-    try:
-        yield
-    finally:
-        operator.start()
 
 
 def operator_rbac(helm: Helm, release: str, namespace: str, *values: str) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.builders import role_binding
 from tests.cluster.harness import Cluster, free_port
 from tests.integration.helpers import sample, scrape
 from torchyard import k8s
@@ -101,15 +102,7 @@ def trainer_token(namespace: str) -> str:
             ],
         }
     )
-    k8s.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "trainer-models", "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "models"},
-            "subjects": [{"kind": "ServiceAccount", "name": "trainer", "namespace": namespace}],
-        }
-    )
+    k8s.create(role_binding(namespace, "trainer-models", "models", "trainer"))
     return k8s.request_token(namespace, "trainer", [AUDIENCE])
 
 

@@ -22,7 +22,6 @@ from torchyard.api.environments import (
 from torchyard.api.modelversions import ModelFile, ModelVersion, ModelVersionSpec, SourceRun
 from torchyard.api.trainingruns import (
     DEFAULT_MASTER_PORT,
-    RANK_CONTRACT_VARIABLES,
     Compute,
     Distribution,
     EnvVar,
@@ -41,6 +40,7 @@ from torchyard.api.trainingruns import (
     TrainingRunSpec,
     TrainingRunStatus,
 )
+from torchyard.launcher import RANK_CONTRACT_VARIABLES
 
 
 class InvalidSpec(ValueError):

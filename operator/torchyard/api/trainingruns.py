@@ -27,6 +27,7 @@ from torchyard.api._base import (
     nested,
     with_rules,
 )
+from torchyard.launcher import RANK_CONTRACT_VARIABLES
 
 DEFAULT_MASTER_PORT = 6105  # as Azure ML
 # Pods are named <run>-<node>, the headless Service <run>: DNS-1035 labels of <= 63 chars.
@@ -35,25 +36,6 @@ RUN_NAME_RULE = (
     "a TrainingRun name must be a DNS-1035 label (lower-case letters, digits and '-', "
     f"starting with a letter) of at most {RUN_NAME_MAX} characters, so that its Pods and "
     "Service can be named after it"
-)
-
-# The variables of the rank contract: torchyard sets them, a user may not.
-RANK_CONTRACT_VARIABLES = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "NODE_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "PET_NNODES",
-    "PET_NPROC_PER_NODE",
-    "PET_NODE_RANK",
-    "PET_MASTER_ADDR",
-    "PET_MASTER_PORT",
-    "TORCHYARD_OUTPUTS",
-    "TORCHYARD_LOGS",
 )
 
 

@@ -6,6 +6,7 @@ Each subcommand is one function; argument parsing lives in :func:`build_parser`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -147,11 +148,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )
         print(f"{snap.report()} -> {where}", file=sys.stderr)
         for body in runs:
-            body.setdefault("spec", {})["source"] = (
-                {"configMap": snap.configmap_name}
-                if snap.fits_configmap
-                else {"snapshot": snap.sha256}
-            )
+            body.setdefault("spec", {})["source"] = snap.source
     try:
         try:
             for body in runs + list(envs.values()):
@@ -189,7 +186,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         _kubeconfig(args)
         try:
             if snap is not None:
-                _store_snapshot(args, snap, namespace)
+                print(
+                    snapshots.store(snap, namespace, lambda: _registry(args), progress=True),
+                    file=sys.stderr,
+                )
             for body in list(envs.values()) + runs:
                 k8s.apply(body, field_manager="torchyard-cli")
                 meta = body["metadata"]
@@ -213,36 +213,6 @@ def _context_namespace(args: argparse.Namespace) -> str:
     from torchyard import k8s
 
     return k8s.default_namespace(args.kubeconfig, args.context)
-
-
-def _store_snapshot(args: argparse.Namespace, snap: Any, namespace: str) -> None:
-    from torchyard import k8s
-    from torchyard.sdk import snapshots
-    from torchyard.sdk.progress import Progress
-
-    if snap.fits_configmap:
-        try:
-            k8s.create(snapshots.configmap(snap, namespace))
-            print(f"configmap/{snap.configmap_name} created", file=sys.stderr)
-        except k8s.ApiError as err:
-            if not err.conflict:
-                raise
-            print(
-                f"configmap/{snap.configmap_name} unchanged (the same code was submitted before)",
-                file=sys.stderr,
-            )
-        return
-    client = _registry(args)
-    label = f"uploading snapshot {snap.sha256[:12]}"
-    if client.put_snapshot(
-        namespace, snap.archive, snap.sha256, Progress(label, snap.archive_size)
-    ):
-        print(f"snapshot {snap.sha256[:12]} uploaded to the registry service", file=sys.stderr)
-    else:
-        print(
-            f"snapshot {snap.sha256[:12]} unchanged (the registry service has it)",
-            file=sys.stderr,
-        )
 
 
 def _wait(args: argparse.Namespace, name: str, show_output: bool) -> int:
@@ -327,7 +297,7 @@ def _age(obj: dict[str, Any]) -> str:
 
     from torchyard.sdk import runs
 
-    created = runs._parse(obj["metadata"].get("creationTimestamp"))
+    created = runs.parse_time(obj["metadata"].get("creationTimestamp"))
     return runs.duration((datetime.now(timezone.utc) - created).total_seconds()) if created else "?"
 
 
@@ -484,8 +454,6 @@ def cmd_registry_serve(args: argparse.Namespace) -> int:
 def _registry(args: argparse.Namespace) -> Any:
     """Direct when a URL is given (in the cluster, or a port-forward); else through the
     apiserver's service proxy with the kubeconfig's credentials."""
-    import os
-
     from torchyard.sdk import RegistryClient
 
     url = args.registry_url or os.environ.get("TORCHYARD_REGISTRY_URL")

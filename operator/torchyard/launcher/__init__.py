@@ -50,19 +50,27 @@ TAIL_LINES = 60
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank", re.MULTILINE)
 
 
-# The rank contract's variables that a command's arguments may name, as in the Azure ML
-# guide's tip (``arguments=['--local_rank', '$LOCAL_RANK']``): expanded per process.
-CONTRACT = (
+# The variables of the rank contract: torchyard sets them (a TrainingRun's env may not),
+# and a command's arguments may name them, as in the Azure ML guide's tip
+# (``arguments=['--local_rank', '$LOCAL_RANK']``): expanded per process.
+RANK_CONTRACT_VARIABLES = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "WORLD_SIZE",
     "RANK",
     "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
     "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
     "GROUP_RANK",
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "TORCHYARD_OUTPUTS",
+    "TORCHYARD_LOGS",
 )
-_NAMES = "|".join(CONTRACT)
+_NAMES = "|".join(RANK_CONTRACT_VARIABLES)
 _CONTRACT_VAR = re.compile(r"\$(?:\{(" + _NAMES + r")\}|(" + _NAMES + r")\b)")
 
 

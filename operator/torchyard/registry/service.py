@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from torchyard import metrics
-from torchyard.registry.store import TMP_PREFIX, Store
+from torchyard.registry.store import TMP_PREFIX, Store, Version
 
 CHUNK = 4 << 20
 TOKEN_HEADER = "X-Torchyard-Token"
@@ -156,6 +156,7 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
         upload_id = uuid.uuid4().hex
         tmp = target.parent / f"{TMP_PREFIX}upload-{upload_id}"
         later = request.query.get("commit") == "later"
+        keep = False  # a ?commit=later upload waits, out of sight, for its commit
         try:
             size, got = await _receive(request, tmp)
             expected = request.headers.get("X-Content-SHA256")
@@ -165,12 +166,12 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
             if later:
                 expire_pending()
                 pending[upload_id] = (tmp, target, got, size, time.monotonic() + 3600)
-                tmp = Path()  # kept until the commit
+                keep = True
                 return web.json_response({**answer, "upload": upload_id}, status=202)
             os.replace(tmp, target)
         finally:
-            if tmp != Path() and tmp.exists():
-                tmp.unlink()
+            if not keep:
+                tmp.unlink(missing_ok=True)
         return web.json_response(answer, status=201)
 
     async def commit(request: web.Request) -> web.StreamResponse:
@@ -267,20 +268,18 @@ def create_app(store: Store, authorizer: Authorizer) -> web.Application:
                 found[folder.name] = store.versions(ns, folder.name)
         return web.json_response({"models": found})
 
-    async def manifest(request: web.Request) -> web.StreamResponse:
+    async def version_of(request: web.Request) -> Version:
         ns = await check(request, "get")
         try:
-            version = store.get(ns, request.match_info["model"], int(request.match_info["v"]))
+            return store.get(ns, request.match_info["model"], int(request.match_info["v"]))
         except (KeyError, ValueError):
             raise web.HTTPNotFound(text="no such model version") from None
-        return web.json_response(version.manifest)
+
+    async def manifest(request: web.Request) -> web.StreamResponse:
+        return web.json_response((await version_of(request)).manifest)
 
     async def download_model(request: web.Request) -> web.StreamResponse:
-        ns = await check(request, "get")
-        try:
-            version = store.get(ns, request.match_info["model"], int(request.match_info["v"]))
-        except (KeyError, ValueError):
-            raise web.HTTPNotFound(text="no such model version") from None
+        version = await version_of(request)
         return _file(_safe_path(version.path, request.match_info["path"]))
 
     async def healthz(request: web.Request) -> web.StreamResponse:

@@ -144,8 +144,8 @@ class Workspace:
         )
 
     @classmethod
-    def get(cls, name: str, **kwargs: Any) -> Workspace:
-        return cls(namespace=name, **{k: v for k, v in kwargs.items() if k == "context"})
+    def get(cls, name: str, context: str | None = None, **_: Any) -> Workspace:
+        return cls(namespace=name, context=context)
 
     @property
     def compute_targets(self) -> dict[str, ComputeTarget]:
@@ -453,16 +453,8 @@ class Experiment:
         snap = snapshots.snapshot(Path(config.source_directory))
         try:
             print(snap.report(), file=sys.stderr)
-            if snap.fits_configmap:
-                try:
-                    k8s.create(snapshots.configmap(snap, ns))
-                except k8s.ApiError as err:
-                    if not err.conflict:
-                        raise
-                source: dict[str, Any] = {"configMap": snap.configmap_name}
-            else:
-                ws.registry().put_snapshot(ns, snap.archive, snap.sha256)
-                source = {"snapshot": snap.sha256}
+            snapshots.store(snap, ns, ws.registry)
+            source = snap.source
         finally:
             snap.close()
         python = env.python.interpreter_path if env else "python"

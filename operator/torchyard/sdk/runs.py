@@ -8,6 +8,7 @@ exist, else from the run's archive in the registry service.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -69,12 +70,12 @@ def pod_state(pod: dict[str, Any]) -> str:
 def elapsed(run: dict[str, Any], now: datetime | None = None) -> float:
     """Seconds since the run was created (until it finished)."""
     st = run.get("status", {})
-    start = _parse(run["metadata"].get("creationTimestamp"))
-    end = _parse(st.get("completionTime")) or now or datetime.now(timezone.utc)
+    start = parse_time(run["metadata"].get("creationTimestamp"))
+    end = parse_time(st.get("completionTime")) or now or datetime.now(timezone.utc)
     return max(0.0, (end - start).total_seconds()) if start else 0.0
 
 
-def _parse(value: str | None) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -178,7 +179,7 @@ def wait(
         line = summary_line(run, pods) + _waiting_on(run)
         state = line.split("] ", 1)[1]
         phase = run.get("status", {}).get("phase")
-        with follower.lock if follower else _NoLock():
+        with follower.lock if follower else contextlib.nullcontext():
             if state != last:
                 out.write(("\n" if drawn else "") + f"TrainingRun {name}: {line}")
                 drawn = live and phase not in ("Running", *TERMINAL)
@@ -235,14 +236,6 @@ def _waiting_on(run: dict[str, Any]) -> str:
     if env is None:
         return f"; environment {env_name} not found"
     return f"; environment {env_name}: {env.get('status', {}).get('phase', 'Pending')}"
-
-
-class _NoLock:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def outcome(run: dict[str, Any]) -> tuple[int, str]:

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import re
 import stat
 import tarfile
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from torchyard.sdk.progress import human
+from torchyard import k8s
+from torchyard.sdk.progress import Progress, human
+from torchyard.sdk.registry import RegistryClient
 
 IGNORE_FILES = (".torchyardignore", ".amlignore", ".gitignore")
 ALWAYS_IGNORED = (".git/", "__pycache__/", ".ipynb_checkpoints/", "*.pyc")
@@ -138,7 +140,6 @@ class Snapshot:
     archive: Path
     ignore_file: str | None
     skipped: int = 0
-    secrets_included: list[str] = field(default_factory=list)
 
     @property
     def archive_size(self) -> int:
@@ -151,6 +152,13 @@ class Snapshot:
     @property
     def configmap_name(self) -> str:
         return f"torchyard-src-{self.sha256[:16]}"
+
+    @property
+    def source(self) -> dict[str, str]:
+        """The TrainingRun's ``spec.source`` that names this snapshot."""
+        if self.fits_configmap:
+            return {"configMap": self.configmap_name}
+        return {"snapshot": self.sha256}
 
     def data(self) -> bytes:
         return self.archive.read_bytes()
@@ -275,11 +283,24 @@ def configmap(snap: Snapshot, namespace: str) -> dict[str, object]:
     }
 
 
-def read_members(archive: bytes) -> dict[str, bytes]:
-    """The files of an archive (for tests and ``--dry-run`` listings)."""
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-        return {
-            m.name: (tar.extractfile(m) or io.BytesIO()).read()
-            for m in tar.getmembers()
-            if m.isfile()
-        }
+def store(
+    snap: Snapshot,
+    namespace: str,
+    registry: Callable[[], RegistryClient],
+    progress: bool = False,
+) -> str:
+    """Put the snapshot where its ``source`` says: its ConfigMap, or the registry service
+    (``registry()`` is only called then). Nothing is written twice. Returns what happened."""
+    if snap.fits_configmap:
+        try:
+            k8s.create(configmap(snap, namespace))
+            return f"configmap/{snap.configmap_name} created"
+        except k8s.ApiError as err:
+            if not err.conflict:
+                raise
+            return f"configmap/{snap.configmap_name} unchanged (the same code was submitted before)"
+    short = snap.sha256[:12]
+    bar = Progress(f"uploading snapshot {short}", snap.archive_size) if progress else None
+    if registry().put_snapshot(namespace, snap.archive, snap.sha256, bar):
+        return f"snapshot {short} uploaded to the registry service"
+    return f"snapshot {short} unchanged (the registry service has it)"
