@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU check, run on a machine with one NVIDIA GPU, PyTorch and torchyard's dependencies:
+#   1. the birds example trained on CUDA in local mode (torchyard run --local), then the same
+#      run with CUDA hidden as the CPU baseline;
+#   2. NCCL through torchyard's rank contract (all_reduce/broadcast agree, one timing);
+#   3. a CUDA out-of-memory run: torchyard must fail it naming the rank and the OOM traceback.
+# Usage: benchmarks/gpu/check.sh [TORCHYARD_COMMAND...]  (default: python3 -m torchyard)
+# Prints each step's wall time. Nothing in the test suite depends on it.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+ty=("$@"); [ ${#ty[@]} -gt 0 ] || ty=(python3 -m torchyard)
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+export TORCHYARD_REGISTRY="$work/registry"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
+step() { local name=$1; shift; local t0=$EPOCHREALTIME; "$@"; local rc=$?; echo "[gpu-check] $name: exit $rc in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s"; return $rc; }
+status=0
+step birds-cuda "${ty[@]}" run "$here/birds-cuda.yaml" --local --source "$repo/examples/birds" --workdir "$work/runs" || status=1
+CUDA_VISIBLE_DEVICES= step birds-cpu-baseline "${ty[@]}" run "$here/birds-cuda.yaml" --local --source "$repo/examples/birds" --workdir "$work/runs" || status=1
+ls -la "$work/registry"/*/models/birds-cuda/1 2>/dev/null
+step nccl "${ty[@]}" run "$here/nccl-check.yaml" --name nccl-check --local --source "$here" --workdir "$work/runs" || status=1
+if step cuda-oom "${ty[@]}" run "$here/nccl-check.yaml" --name cuda-oom --local --source "$here" --workdir "$work/runs" 2>&1 | tee "$work/oom.txt"; then
+  echo "[gpu-check] cuda-oom: the run should have failed"; status=1
+fi
+grep -q "OutOfMemoryError\|CUDA out of memory" "$work/oom.txt" && echo "[gpu-check] cuda-oom: reported" || { echo "[gpu-check] cuda-oom: no OOM in the report"; status=1; }
+exit $status
