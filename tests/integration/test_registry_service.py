@@ -1,9 +1,14 @@
 """The registry service as a local process against the real control plane: tokens are
-checked with a real TokenReview and requests with a real SubjectAccessReview."""
+checked with a real TokenReview, requests with a real SubjectAccessReview, and a run's
+archive is written only by its TrainingRun's ServiceAccount.
+
+``Service``, ``trainer_token`` and ``upload`` are shared with other integration tests
+(``conftest.py``, ``test_models_cli.py``, ``test_archiving.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import threading
@@ -17,9 +22,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.builders import role_binding
+from tests.builders import TrainingRunBuilder, role_binding
 from tests.cluster.harness import Cluster, free_port
 from tests.integration.helpers import sample, scrape
+from tests.unit.registry import hostile
 from torchyard import k8s
 from torchyard.cli import AUDIENCE, KubernetesAuthorizer
 from torchyard.launcher import upload_file
@@ -27,9 +33,12 @@ from torchyard.registry import Store, service
 
 
 class Service:
-    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, root: Path, host: str = "127.0.0.1", limits: service.Limits | None = None
+    ) -> None:
         self.root = root
         self.host = host
+        self.limits = limits
         self.port = free_port()
         self.url = f"http://{host}:{self.port}"
         self._loop = asyncio.new_event_loop()
@@ -40,7 +49,7 @@ class Service:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        app = service.create_app(Store(self.root), KubernetesAuthorizer())
+        app = service.create_app(Store(self.root), KubernetesAuthorizer(), self.limits)
         self.runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self.runner.setup())
         self._loop.run_until_complete(web.TCPSite(self.runner, self.host, self.port).start())
@@ -106,7 +115,31 @@ def trainer_token(namespace: str) -> str:
     return k8s.request_token(namespace, "trainer", [AUDIENCE])
 
 
+def service_account_of(token: str) -> str:
+    """The ServiceAccount a (JWT) ServiceAccount token belongs to."""
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return str(claims["sub"]).rsplit(":", 1)[1]
+
+
+def training_run(namespace: str, run: str, service_account: str) -> None:
+    """TrainingRun ``run`` whose node Pods run as ``service_account`` (only they may write
+    its archive); an Environment that never exists keeps the operator from starting it."""
+    body = TrainingRunBuilder(run, namespace).environment("registry-test-absent").obj()
+    body["spec"]["serviceAccountName"] = service_account
+    try:
+        k8s.create(body)
+    except k8s.ApiError as err:
+        if not err.conflict:
+            raise
+        found = k8s.get(k8s.TRAININGRUNS, namespace, run)["spec"].get("serviceAccountName")
+        assert found == service_account, f"TrainingRun {run} runs as {found}"
+
+
 def upload(svc: Service, token: str, ns: str, run: str, path: str, data: bytes) -> Any:
+    """Upload as a node Pod of TrainingRun ``run`` (created, running as the token's
+    ServiceAccount, unless it exists) would."""
+    training_run(ns, run, service_account_of(token))
     return svc.call(
         "PUT",
         f"/v1/namespaces/{ns}/runs/{run}/outputs/{path}",
@@ -164,6 +197,7 @@ def test_metrics_count_the_bytes_of_files_in_and_out(registry: Service, namespac
 
 def test_a_corrupted_upload_is_refused(registry: Service, namespace: str) -> None:
     token = trainer_token(namespace)
+    training_run(namespace, "r", "trainer")
     code, body = registry.call(
         "PUT",
         f"/v1/namespaces/{namespace}/runs/r/outputs/m.pt",
@@ -296,6 +330,7 @@ def test_one_pass_upload_is_invisible_until_its_digest_is_confirmed(
     registry: Service, namespace: str
 ) -> None:
     token = trainer_token(namespace)
+    training_run(namespace, "r", "trainer")
     path = f"/v1/namespaces/{namespace}/runs/r/outputs/model.pt"
     data = b"x" * 300_000
     code, body = registry.call("PUT", path + "?commit=later", token, data)
@@ -322,3 +357,166 @@ def test_one_pass_upload_is_invisible_until_its_digest_is_confirmed(
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+# -- hardening (issue #12) ----------------------------------------------------------------
+
+
+def test_no_path_variable_of_any_route_reaches_another_namespace(
+    registry: Service, namespace: str, cluster: Cluster
+) -> None:
+    """The table of tests/unit/registry/hostile.py through the real service and real
+    TokenReview/SubjectAccessReview: the caller may read and write in ``a`` only; ``b``
+    holds a secret (a run archive, a model, a snapshot) and ``a`` links into it."""
+    token = trainer_token(namespace)
+    other = cluster.create_namespace(namespace[:50] + "-b")
+    try:
+        for run in hostile.RUNS:
+            training_run(namespace, run, "trainer")
+        planted = hostile.plant(registry.root, namespace, other)
+        own = f"/v1/namespaces/{namespace}/models/own/versions/1/files/model.pt"
+        assert registry.call("GET", own, token) == (200, hostile.OWN)  # the setup is sound
+        # The issue's request, verbatim but for the namespaces.
+        code, body = registry.call(
+            "GET",
+            f"/v1/namespaces/{namespace}/models/..%2F..%2F{other}%2Fmodels%2Fsecret"
+            "/versions/1/files/model.pt",
+            token,
+        )
+        assert code == 400 and hostile.SECRET not in body
+        for case in hostile.cases(planted):
+            status, response = hostile.raw_request(registry.host, registry.port, case, token)
+            assert status in (400, 404), f"{case}: {status} {response[-300:]!r}"
+            assert hostile.SECRET not in response, f"{case} leaked namespace b's secret"
+        assert planted.outside_a() == planted.before, "a request wrote outside namespace a"
+    finally:
+        cluster.delete_namespace(other)
+
+
+def test_only_the_runs_service_account_writes_its_archive(
+    registry: Service, namespace: str, cluster: Cluster
+) -> None:
+    trainer = trainer_token(namespace)
+    cluster.wait_for(
+        "the default ServiceAccount",
+        lambda: k8s.get_or_none(k8s.SERVICEACCOUNTS, namespace, "default") is not None,
+    )
+    k8s.create(role_binding(namespace, "default-models", "models", "default"))
+    default = k8s.request_token(namespace, "default", [AUDIENCE])
+    training_run(namespace, "r", "trainer")
+    # A run that does not name a ServiceAccount runs as (and is written by) default.
+    k8s.create(TrainingRunBuilder("d", namespace).environment("registry-test-absent").obj())
+
+    def put(token: str, run: str) -> tuple[int, bytes]:
+        return registry.call(
+            "PUT", f"/v1/namespaces/{namespace}/runs/{run}/outputs/m.pt", token, b"w"
+        )
+
+    assert put(trainer, "r")[0] == 201
+    code, body = put(default, "r")  # allowed to create modelversions, but not r's Pods
+    assert code == 403 and b"only its node Pods may, as ServiceAccount trainer" in body
+    assert put(default, "d")[0] == 201
+    assert put(trainer, "d")[0] == 403
+    code, body = put(trainer, "gone")
+    assert code == 404 and b"there is no TrainingRun gone" in body
+    path = f"/v1/namespaces/{namespace}/runs/r/outputs/later.pt"
+    code, body = registry.call("PUT", path + "?commit=later", trainer, b"later")
+    assert code == 202
+    upload_id, sha = json.loads(body)["upload"], hashlib.sha256(b"later").hexdigest()
+    commit = f"{path}?upload={upload_id}"
+    assert registry.call("POST", commit, default, b"", {"X-Content-SHA256": sha})[0] == 403
+    assert registry.call("POST", commit, trainer, b"", {"X-Content-SHA256": sha})[0] == 201
+    # Reading, and promoting (the operator's job), stay with RBAC on modelversions.
+    assert registry.call("GET", f"/v1/namespaces/{namespace}/runs/r/outputs/m.pt", default) == (
+        200,
+        b"w",
+    )
+    code, _ = registry.call(
+        "POST",
+        f"/v1/namespaces/{namespace}/models/m/versions",
+        default,
+        b'{"run": "r"}',
+        {"Content-Type": "application/json"},
+    )
+    assert code == 201
+
+
+def test_promoting_one_run_at_once_makes_one_version_with_the_servers_manifest(
+    registry: Service, namespace: str
+) -> None:
+    token = trainer_token(namespace)
+    weights = b"w" * 100_000
+    assert upload(registry, token, namespace, "birds", "model.pt", weights)[0] == 201
+    uid = k8s.get(k8s.TRAININGRUNS, namespace, "birds")["metadata"]["uid"]
+
+    def promote(metadata: dict[str, Any]) -> tuple[int, Any]:
+        code, body = registry.call(
+            "POST",
+            f"/v1/namespaces/{namespace}/models/birds/versions",
+            token,
+            json.dumps({"run": "birds", "metadata": metadata}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        return code, json.loads(body) if body.startswith(b"{") else body.decode()
+
+    fake = [{"path": "model.pt", "size": 3, "sha256": "0" * 64}]
+    code, text = promote({"run": {"name": "birds", "uid": uid}, "files": fake})
+    assert code == 400 and "'files' is the registry's own key" in text
+    code, text = promote({"run": {"name": "birds", "uid": "made-up"}})
+    assert code == 409 and f"TrainingRun {namespace}/birds ({uid})" in text
+    meta = {"run": {"name": "birds", "uid": uid}, "command": ["python", "train.py"]}
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda _: promote(meta), range(10)))
+    assert sorted(code for code, _ in results) == [200] * 9 + [201]
+    assert Store(registry.root).versions(namespace, "birds") == [1]
+    manifest = results[0][1]
+    assert manifest["run"] == {"name": "birds", "uid": uid}
+    assert manifest["files"] == [
+        {"path": "model.pt", "size": len(weights), "sha256": hashlib.sha256(weights).hexdigest()}
+    ]
+
+
+def test_serve_limits_uploads_and_snapshots_with_a_clear_413(
+    tmp_path: Path, namespace: str, cluster: Cluster
+) -> None:
+    """``torchyard registry serve --max-upload-bytes/--max-snapshot-bytes`` as the chart
+    passes them (quantities), through the CLI."""
+    import os
+    import subprocess
+    import sys
+
+    token = trainer_token(namespace)
+    root, port = tmp_path / "registry", free_port()
+    argv = [sys.executable, "-m", "torchyard", "registry", "serve", "--root", str(root)]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--max-upload-bytes", "1Ki", "--max-snapshot-bytes", "2Ki"]
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    svc = Service.__new__(Service)
+    svc.url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            try:
+                urllib.request.urlopen(f"{svc.url}/healthz", timeout=1).close()
+                return True
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                return False
+
+        cluster.wait_for("the registry service", up, 30)
+        code, body = upload(svc, token, namespace, "r", "big.pt", b"x" * 1025)
+        assert code == 413
+        assert b"1.0 KiB (1024 bytes)" in body and b"--max-upload-bytes" in body
+        assert upload(svc, token, namespace, "r", "fits.pt", b"x" * 1024)[0] == 201
+        snapshot = b"s" * 2049
+        sha = hashlib.sha256(snapshot).hexdigest()
+        code, body = svc.call("PUT", f"/v1/namespaces/{namespace}/snapshots/{sha}", token, snapshot)
+        assert code == 413 and b"registry.maxSnapshotBytes" in body
+        assert not [p for p in root.rglob("*") if p.name.startswith(".tmp-")]
+        assert sorted(p.name for p in (root / namespace / "runs/r/outputs").iterdir()) == [
+            "fits.pt"
+        ]
+    finally:
+        proc.terminate()
+        proc.wait(10)

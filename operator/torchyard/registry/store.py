@@ -11,7 +11,13 @@ into place, so a crash never leaves a partial version visible; ``Store()`` remov
 temporaries (older than an hour: younger ones may belong to a concurrent writer).
 Versions are numbered 1, 2, 3 ... per model; two concurrent promotions get
 distinct numbers because a rename onto an existing version fails and the next number is
-tried. Used by local mode and (later) the registry service.
+tried. A manifest's own keys (files, sizes, digests, version ...) are the store's: the
+caller's metadata is limited to :data:`METADATA_KEYS` and never overrides them.
+:meth:`Store.publish_run` decides "this run already made a version" under the same lock
+as the publish, so promoting one run twice at once yields one version.
+
+Used by local mode (``torchyard.local``) and the registry service
+(``torchyard.registry.service``); tested in ``tests/unit/registry/``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -32,6 +39,37 @@ MANIFEST = "manifest.json"
 TMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
 STALE_SECONDS = 3600.0
+
+# What the store writes into every manifest; caller metadata never overrides these.
+SERVER_KEYS = frozenset({"model", "namespace", "version", "files", "totalBytes", "size", "created"})
+# What callers may add: the operator's promotion (controller.reconcile._register), the
+# SDK's register_model (sdk.azureml) and local mode (local.LocalRun).
+METADATA_KEYS = frozenset(
+    {
+        "run",  # {"name", "uid", "namespace"}: the run the version came from
+        "environment",
+        "environmentImage",
+        "command",
+        "nodeCount",
+        "processCountPerNode",
+        "metrics",
+        "tags",
+        "properties",
+        "description",
+        "mode",
+    }
+)
+RUN_KEYS = frozenset({"name", "uid", "namespace"})
+
+# One lock per (root, namespace, model) for this process: a publish and the "did this run
+# already publish?" question are answered together. (Other processes on the same volume
+# still get distinct numbers through the rename; only the registry service writes there.)
+_model_locks: dict[tuple[str, str, str], threading.Lock] = {}
+_model_locks_guard = threading.Lock()
+
+
+class OutsideNamespace(ValueError):
+    """A path that resolves (through ``..`` or a symbolic link) out of its namespace."""
 
 
 def sha256_file(path: Path) -> str:
@@ -78,6 +116,35 @@ def _copy_into(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+def _links_leaving(source: Path, within: Path) -> list[str]:
+    """Symbolic links under ``source`` (or ``source`` itself) that resolve out of ``within``."""
+    top = within.resolve()
+    found = [source, *source.rglob("*")] if source.is_dir() else [source]
+    return [p.as_posix() for p in found if p.is_symlink() and not p.resolve().is_relative_to(top)]
+
+
+def check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Caller metadata: only :data:`METADATA_KEYS`; ``run`` an object of :data:`RUN_KEYS`
+    strings. Raises ValueError naming the first offending key."""
+    for key in metadata:
+        if key not in METADATA_KEYS:
+            owner = "the registry's own" if key in SERVER_KEYS else "not an allowed"
+            raise ValueError(
+                f"metadata key {key!r} is {owner} key; allowed: {', '.join(sorted(METADATA_KEYS))}"
+            )
+    run = metadata.get("run")
+    if run is None:
+        return
+    if not isinstance(run, Mapping):
+        raise ValueError('metadata "run" must be an object {"name", "uid"}')
+    for key, value in run.items():
+        if key not in RUN_KEYS or not isinstance(value, str):
+            raise ValueError(
+                f"metadata run.{key} is not allowed: run holds the strings "
+                f"{', '.join(sorted(RUN_KEYS))}"
+            )
+
+
 @dataclass(frozen=True)
 class Version:
     model: str
@@ -103,6 +170,15 @@ class Store:
 
     def model_dir(self, namespace: str, model: str) -> Path:
         return self.root / namespace / "models" / model
+
+    def inside(self, namespace: str, path: Path) -> Path:
+        """``path`` resolved (``..`` and symbolic links followed), if it stays under
+        ``<root>/<namespace>/``; else :class:`OutsideNamespace`."""
+        top = self.root.resolve() / namespace  # not resolved: <ns> itself may not be a link
+        resolved = path.resolve()
+        if resolved != top and not resolved.is_relative_to(top):
+            raise OutsideNamespace(f"{path} leads out of namespace {namespace}")
+        return resolved
 
     def remove_stale_temporaries(self, older_than: float = STALE_SECONDS) -> None:
         """Remove what crashed writers left; younger temporaries may be in use."""
@@ -178,6 +254,47 @@ class Store:
             raise KeyError(f"model {namespace}/{model} has no version {number}")
         return Version(model, number, path, json.loads((path / MANIFEST).read_text()))
 
+    def _model_lock(self, namespace: str, model: str) -> threading.Lock:
+        key = (str(self.root.resolve()), namespace, model)
+        with _model_locks_guard:
+            return _model_locks.setdefault(key, threading.Lock())
+
+    def version_of_run(self, namespace: str, model: str, run: str, run_uid: str) -> Version | None:
+        """The version of ``model`` published from run ``run`` with this uid, if any."""
+        for number in self.versions(namespace, model):
+            with contextlib.suppress(KeyError, OSError, ValueError):
+                earlier = self.get(namespace, model, number)
+                made_by = earlier.manifest.get("run") or {}
+                if (made_by.get("name"), made_by.get("uid")) == (run, run_uid):
+                    return earlier
+        return None
+
+    def publish_run(
+        self,
+        namespace: str,
+        model: str,
+        source: Path,
+        *,
+        run: str,
+        run_uid: str,
+        metadata: Mapping[str, Any] | None = None,
+        within: Path | None = None,
+    ) -> tuple[Version, bool]:
+        """(the version, True) after publishing ``source`` (from run ``run``) as the next
+        version, recording ``run`` and ``run_uid`` in its manifest; or (the version that run
+        already made, False). Both are decided under the model's lock, so promoting one run
+        twice at once yields one version. An empty ``run_uid`` always publishes."""
+        check_metadata(metadata or {})
+        made_by = {**dict((metadata or {}).get("run") or {}), "name": run}
+        if run_uid:
+            made_by["uid"] = run_uid
+        with self._model_lock(namespace, model):
+            earlier = self.version_of_run(namespace, model, run, run_uid) if run_uid else None
+            if earlier is not None:
+                return earlier, False
+            meta = {**(metadata or {}), "run": made_by}
+            return self._publish(namespace, model, source, meta, within), True
+
     def publish(
         self,
         namespace: str,
@@ -185,10 +302,27 @@ class Store:
         source: Path,
         *,
         metadata: Mapping[str, Any] | None = None,
+        within: Path | None = None,
     ) -> Version:
-        """Copy ``source`` (a file or folder) in as version N+1, atomically; immutable after."""
+        """Copy ``source`` (a file or folder) in as version N+1, atomically; immutable after.
+        ``metadata`` keys: :data:`METADATA_KEYS` (ValueError otherwise). With ``within``,
+        a symbolic link under ``source`` that leads out of that folder is refused."""
+        with self._model_lock(namespace, model):
+            return self._publish(namespace, model, source, metadata, within)
+
+    def _publish(
+        self,
+        namespace: str,
+        model: str,
+        source: Path,
+        metadata: Mapping[str, Any] | None,
+        within: Path | None,
+    ) -> Version:
+        check_metadata(metadata or {})
         if not source.exists():
             raise FileNotFoundError(f"nothing to register: {source} does not exist")
+        if within is not None and (leaving := _links_leaving(source, within)):
+            raise OutsideNamespace(f"{leaving[0]} is a link that leads out of {within}")
         folder = self.model_dir(namespace, model)
         tmp = self._tmp_beside(folder / "0")
         try:
@@ -214,13 +348,13 @@ class Store:
                         k: float(v) for k, v in raw.items() if isinstance(v, (int, float))
                     }
             manifest: dict[str, Any] = {
+                **extra,  # first: the store's own keys below always win
                 "model": model,
                 "namespace": namespace,
                 "files": files,
                 "totalBytes": total,
                 "size": human_size(total),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                **extra,
             }
             for _attempt in range(1000):
                 number = (self.versions(namespace, model) or [0])[-1] + 1

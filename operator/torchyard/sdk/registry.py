@@ -1,10 +1,13 @@
 """A client of the model registry service: list, show, download (sha256-verified), verify.
 
-Talks HTTP to the service (``TORCHYARD_REGISTRY_URL`` or an explicit URL) with a
-Kubernetes bearer token: from a file, from ``TORCHYARD_TOKEN``, or a short-lived token of
-a ServiceAccount the caller may impersonate through the TokenRequest API (RBAC:
-``create`` on ``serviceaccounts/token``). Downloads stream in 1 MiB blocks and are
-checked against the manifest's sha256 before they are renamed into place.
+Talks HTTP(S) to the service (``TORCHYARD_REGISTRY_URL`` or an explicit URL) with a token
+bound to the registry's audience (``torchyard-registry``): from a file, from
+``TORCHYARD_TOKEN``, or minted for a ServiceAccount through the TokenRequest API (RBAC:
+``create`` on ``serviceaccounts/token``). The kubeconfig's own credentials only ever go
+to the apiserver. An https URL is verified against ``ca_file``, ``TORCHYARD_REGISTRY_CA``
+(the PEM the operator gives node Pods) or ``TORCHYARD_REGISTRY_CA_FILE``, else the
+system's CAs. Downloads stream in 1 MiB blocks and are checked against the manifest's
+sha256 before they are renamed into place.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -19,9 +23,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from torchyard.planning.pods import REGISTRY_AUDIENCE
 from torchyard.sdk.progress import Progress
 
-AUDIENCE = "torchyard-registry"
 CHUNK = 1 << 20
 
 
@@ -33,14 +37,16 @@ class RegistryError(Exception):
 # proxy: the apiserver authenticates the caller and drops ``Authorization`` before
 # forwarding, so the registry token travels beside it.
 TOKEN_HEADER = "X-Torchyard-Token"
-# Where the Helm chart puts the registry service.
+# Where the Helm chart puts the registry service: ``[http:|https:]NS/NAME:PORT``, https
+# (the chart's registry.tls.enabled) unless it says ``http:``.
 DEFAULT_SERVICE = "torchyard-system/torchyard-registry:8080"
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a namespace's, a Service's
 
 
 class RegistryClient:
     """``url`` + ``token``: talk to the service directly (in the cluster, or a port you
-    reach). :meth:`through_kubernetes`: through the apiserver's service proxy, as the
-    kubeconfig's user."""
+    reach). :meth:`through_kubernetes`: through the apiserver's service proxy, with a
+    registry token minted for a ServiceAccount."""
 
     def __init__(
         self,
@@ -48,6 +54,7 @@ class RegistryClient:
         token: str | None = None,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        ca_file: str | None = None,
         headers: dict[str, str] | None = None,
         token_header: str = "Authorization",
     ) -> None:
@@ -58,6 +65,8 @@ class RegistryClient:
             )
         self.url = url.rstrip("/")
         self.token = token or os.environ.get("TORCHYARD_TOKEN", "")
+        if ssl_context is None and self.url.startswith("https:"):
+            ssl_context = _registry_context(ca_file)
         self.ssl_context = ssl_context
         self.progress = False  # progress bars on standard error for files over 1 MiB
         self.headers = dict(headers or {})
@@ -66,8 +75,11 @@ class RegistryClient:
             self.headers[token_header] = f"Bearer {self.token}" if bearer else self.token
 
     @classmethod
-    def for_service_account(cls, url: str | None, namespace: str, name: str) -> RegistryClient:
-        return cls(url, _service_account_token(namespace, name))
+    def for_service_account(
+        cls, url: str | None, namespace: str, name: str, *, ca_file: str | None = None
+    ) -> RegistryClient:
+        """Direct to ``url`` with a 10-minute registry token of ServiceAccount ``name``."""
+        return cls(url, _service_account_token(namespace, name), ca_file=ca_file)
 
     @classmethod
     def through_kubernetes(
@@ -76,25 +88,30 @@ class RegistryClient:
         service_account: str | None = None,
         service: str = DEFAULT_SERVICE,
     ) -> RegistryClient:
-        """Reach the service at ``service`` (``NS/NAME:PORT``) through the apiserver's
-        service proxy. The registry token is the kubeconfig's own bearer token (its user
-        needs ``get``/``create`` on ``modelversions``), or, with ``service_account`` or
-        when the kubeconfig authenticates by client certificate, a 10-minute token of that
-        ServiceAccount (``default`` in ``namespace`` unless named) from TokenRequest."""
+        """Reach the service at ``service`` (``[http:|https:]NS/NAME:PORT``, https unless
+        it says http) through the apiserver's service proxy. The kubeconfig authenticates
+        to the apiserver only; the registry sees a 10-minute token of ``service_account``
+        (the namespace's ``default`` unless named) that TokenRequest mints for the
+        registry's audience (the kubeconfig's user needs ``create`` on
+        ``serviceaccounts/token`` for it; the ServiceAccount ``get``/``create`` on
+        ``modelversions``)."""
         from torchyard import k8s
 
-        svc_ns, _, rest = service.partition("/")
+        scheme, ref = "https", service
+        if service.startswith(("http:", "https:")):
+            scheme, _, ref = service.partition(":")
+        svc_ns, _, rest = ref.partition("/")
         name, _, port = rest.partition(":")
-        if not (svc_ns and name and port.isdigit()):
-            raise RegistryError(f"--registry-service {service!r}: expected NAMESPACE/NAME:PORT")
+        if not (_LABEL.match(svc_ns) and _LABEL.match(name) and port.isdigit()):
+            raise RegistryError(
+                f"--registry-service {service!r}: expected [http:|https:]NAMESPACE/NAME:PORT"
+            )
         try:
             conn = k8s.connection()
         except Exception as err:  # no kubeconfig, unreadable certificate, ...
             raise RegistryError(f"cannot reach the Kubernetes API: {err}") from None
-        token = conn.bearer_token
-        if service_account or not token:
-            token = _service_account_token(namespace, service_account or "default")
-        url = conn.host + k8s.proxy_url(svc_ns, name, int(port))
+        token = _service_account_token(namespace, service_account or "default")
+        url = conn.host + k8s.proxy_url(svc_ns, name, int(port), scheme=scheme)
         return cls(
             url,
             token,
@@ -159,7 +176,9 @@ class RegistryClient:
         buf = memoryview(bytearray(4 * CHUNK))  # large reads: fewer trips through Python
         try:
             with self._open(path) as resp:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if tmp else -1
+                # O_NOFOLLOW: a link planted at the temporary name is not written through
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+                fd = os.open(tmp, flags, 0o644) if tmp else -1
                 total = int(resp.headers.get("Content-Length") or 0)
                 bar = (
                     Progress(f"downloading {path.rsplit('/', 1)[-1]}", total)
@@ -193,11 +212,14 @@ class RegistryClient:
     def download(
         self, namespace: str, model: str, version: int | None, dest: Path
     ) -> dict[str, Any]:
-        """Every file of a version into ``dest``, each checked against its sha256."""
+        """Every file of a version into ``dest``, each checked against its sha256. The
+        manifest is checked first: a file path that is absolute, has a ``..`` or leads out
+        of ``dest`` (through a link already there) is refused before anything is written."""
         manifest = self.manifest(namespace, model, version)
+        entries = _entries(manifest, dest)
         base = f"/v1/namespaces/{namespace}/models/{model}/versions/{manifest['version']}/files/"
-        for entry in manifest["files"]:
-            self._stream(base + entry["path"], dest / entry["path"], entry["sha256"])
+        for path, sha256, target in entries:
+            self._stream(base + path, target, sha256)
         return manifest
 
     def verify(
@@ -207,9 +229,9 @@ class RegistryClient:
         manifest = self.manifest(namespace, model, version)
         base = f"/v1/namespaces/{namespace}/models/{model}/versions/{manifest['version']}/files/"
         bad = []
-        for entry in manifest["files"]:
-            if self._stream(base + entry["path"], None, None) != entry["sha256"]:
-                bad.append(entry["path"])
+        for path, sha256, _ in _entries(manifest, None):
+            if self._stream(base + path, None, None) != sha256:
+                bad.append(path)
         return manifest, bad
 
     def promote(
@@ -274,15 +296,83 @@ class RegistryClient:
 
 
 def _service_account_token(namespace: str, name: str) -> str:
+    """A 10-minute token of ServiceAccount ``namespace/name`` for the registry's audience."""
     from torchyard import k8s
 
     try:
-        return k8s.request_token(namespace, name, [AUDIENCE])
+        return k8s.request_token(namespace, name, [REGISTRY_AUDIENCE])
     except k8s.ApiError as err:
+        if err.status == 403:
+            raise RegistryError(
+                f"you may not get a registry token of ServiceAccount {namespace}/{name}: "
+                f"TokenRequest needs 'create' on 'serviceaccounts/token' (resourceName "
+                f"{name}) in namespace {namespace}. Ask an admin for it, e.g. "
+                f"kubectl -n {namespace} create role registry-token --verb=create "
+                f"--resource=serviceaccounts/token --resource-name={name}, and a RoleBinding "
+                f"to you; or name a ServiceAccount you may use (--service-account)"
+            ) from None
+        if err.not_found:
+            raise RegistryError(
+                f"ServiceAccount {namespace}/{name} does not exist: name one that does "
+                f"(--service-account), or create it and let it get/create modelversions"
+            ) from None
         raise RegistryError(
-            f"cannot get a token of ServiceAccount {namespace}/{name} (TokenRequest needs "
-            f"create on serviceaccounts/token): {err.message}"
+            f"cannot get a registry token of ServiceAccount {namespace}/{name} "
+            f"(TokenRequest): {err.status} {err.message}"
         ) from None
+
+
+def _registry_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """Verifies the registry's certificate: against ``ca_file``, else the PEM in
+    ``TORCHYARD_REGISTRY_CA``, else the file ``TORCHYARD_REGISTRY_CA_FILE``, else the
+    system's CAs."""
+    pem = None if ca_file else os.environ.get("TORCHYARD_REGISTRY_CA") or None
+    cafile = ca_file or (None if pem else os.environ.get("TORCHYARD_REGISTRY_CA_FILE") or None)
+    try:
+        return ssl.create_default_context(cafile=cafile, cadata=pem)
+    except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+        where = cafile or "TORCHYARD_REGISTRY_CA"
+        raise RegistryError(
+            f"cannot load the registry's CA certificate from {where}: {err}; pass the PEM "
+            "file of the CA that signed the registry's certificate (--registry-ca)"
+        ) from None
+
+
+def _entries(manifest: Any, dest: Path | None) -> list[tuple[str, str, Path | None]]:
+    """(path, sha256, where it goes under ``dest``) of each file of a manifest, all checked
+    before any is downloaded: a manifest comes over the network, its paths are not trusted."""
+    try:
+        version, files = manifest["version"], manifest["files"]
+    except (KeyError, TypeError):
+        raise RegistryError("the registry sent a manifest without version and files") from None
+    if not isinstance(version, int) or not isinstance(files, list):
+        raise RegistryError("the registry sent a malformed manifest (version, files)")
+    top = dest.resolve() if dest is not None else None
+    checked: list[tuple[str, str, Path | None]] = []
+    for entry in files:
+        path = entry.get("path") if isinstance(entry, dict) else None
+        sha256 = entry.get("sha256") if isinstance(entry, dict) else None
+        if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise RegistryError(f"the manifest's entry {entry!r} has no sha256: not downloading")
+        unsafe = (
+            not isinstance(path, str)
+            or not path
+            or path.startswith("/")
+            or any(c == "\\" or ord(c) < 32 for c in path)
+            or any(part in ("", ".", "..") for part in path.split("/"))
+        )
+        target = None
+        if not unsafe and dest is not None and top is not None:
+            target = dest / str(path)
+            unsafe = not target.resolve().is_relative_to(top)
+        if unsafe:
+            raise RegistryError(
+                f"the manifest names the file {path!r}, which would land outside the "
+                f"download folder: refusing the whole download (nothing was written); "
+                "the registry's copy of this version is damaged or tampered with"
+            )
+        checked.append((str(path), sha256, target))
+    return checked
 
 
 def _fill(resp: Any, buf: memoryview) -> int:

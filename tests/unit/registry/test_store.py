@@ -7,7 +7,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from torchyard.registry import Store, sha256_file
+from torchyard.registry.store import OutsideNamespace
 
 
 def model_folder(tmp_path: Path, content: bytes = b"weights") -> Path:
@@ -89,3 +92,69 @@ def test_run_archive_holds_outputs_and_every_nodes_logs(tmp_path: Path) -> None:
     # A second archive of the same run name replaces the first.
     dest = store.archive_run("ns", "run", outputs=None, logs={})
     assert not (dest / "outputs" / "model.pt").exists()
+
+
+def test_the_stores_own_keys_win_over_metadata(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    src = model_folder(tmp_path)
+    with pytest.raises(ValueError, match="'files' is the registry's own key"):
+        store.publish("ns", "m", src, metadata={"files": []})
+    with pytest.raises(ValueError, match="'evil' is not an allowed key"):
+        store.publish("ns", "m", src, metadata={"evil": 1})
+    with pytest.raises(ValueError, match=r"run\.path is not allowed"):
+        store.publish("ns", "m", src, metadata={"run": {"path": "x"}})
+    version = store.publish("ns", "m", src, metadata={"run": {"name": "r"}, "mode": "local"})
+    assert {f["path"] for f in version.manifest["files"]} == {"model.pt", "sub/notes.txt"}
+    assert (version.manifest["model"], version.manifest["mode"]) == ("m", "local")
+    assert store.versions("ns", "m") == [1]  # the refused ones left nothing behind
+
+
+def test_one_run_promoted_at_once_from_many_threads_is_one_version(tmp_path: Path) -> None:
+    src = model_folder(tmp_path)
+    results: list[tuple[int, bool]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def promote() -> None:
+        start.wait()
+        version, created = Store(tmp_path / "reg").publish_run(
+            "ns", "m", src, run="r", run_uid="uid-1", metadata={"run": {"uid": "uid-1"}}
+        )
+        with lock:
+            results.append((version.version, created))
+
+    threads = [threading.Thread(target=promote) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [(1, False)] * 7 + [(1, True)]
+    store = Store(tmp_path / "reg")
+    assert store.get("ns", "m").manifest["run"] == {"name": "r", "uid": "uid-1"}
+    # Another run, or the same name with another uid (a new run of that name), publishes.
+    assert store.publish_run("ns", "m", src, run="r", run_uid="uid-2")[0].version == 2
+    assert store.publish_run("ns", "m", src, run="s", run_uid="uid-1")[0].version == 3
+
+
+def test_paths_and_links_out_of_a_namespace_are_refused(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    secret = tmp_path / "reg" / "b" / "runs" / "s" / "outputs" / "model.pt"
+    secret.parent.mkdir(parents=True)
+    secret.write_bytes(b"b's")
+    outputs = tmp_path / "reg" / "a" / "runs" / "r" / "outputs"
+    outputs.mkdir(parents=True)
+    (outputs / "model.pt").write_bytes(b"a's")
+    assert store.inside("a", outputs / "model.pt") == (outputs / "model.pt").resolve()
+    with pytest.raises(OutsideNamespace):
+        store.inside("a", store.run_dir("a", "r") / "../../../b/runs/s/outputs/model.pt")
+    (outputs / "link.pt").symlink_to(secret)
+    with pytest.raises(OutsideNamespace):
+        store.inside("a", outputs / "link.pt")
+    (tmp_path / "reg" / "c").symlink_to(tmp_path / "reg" / "b")  # a namespace that is a link
+    with pytest.raises(OutsideNamespace):
+        store.inside("c", store.run_dir("c", "s") / "outputs" / "model.pt")
+    with pytest.raises(OutsideNamespace, match=r"link\.pt is a link"):
+        store.publish("a", "m", outputs, within=tmp_path / "reg" / "a")
+    assert store.versions("a", "m") == []
+    # Local mode (no ``within``) follows links as before.
+    assert store.publish("a", "m", outputs).manifest["totalBytes"] == 6
