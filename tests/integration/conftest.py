@@ -16,6 +16,7 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.test_registry_service import Service, trainer_token
+from torchyard import k8s
 
 
 @dataclass
@@ -24,7 +25,7 @@ class ProxiedRegistry:
     ``trainer`` ServiceAccount's (create/get on modelversions in the namespace)."""
 
     service: Service
-    ref: str  # NS/NAME:PORT for --registry-service
+    ref: str  # http:NS/NAME:PORT for --registry-service (this stand-in has no TLS)
     token: str
 
 
@@ -38,16 +39,13 @@ def _host_address() -> str:
     return address
 
 
-@pytest.fixture
-def behind_apiserver(
-    tmp_path: Path, namespace: str, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ProxiedRegistry]:
-    """The registry as the chart runs it: a Service the CLI reaches through the apiserver's
-    service proxy (here the Service's endpoint is this machine, where the process runs)."""
-    monkeypatch.delenv("TORCHYARD_REGISTRY_URL", raising=False)
-    address = _host_address()
-    svc = Service(tmp_path / "registry", host=address)
-    token = trainer_token(namespace)
+def stand_in_service(
+    cluster: Cluster, namespace: str, address: str, port: int, scheme: str = "http"
+) -> str:
+    """A Service ``torchyard-registry:8080`` in ``namespace`` whose endpoint is
+    ``address:port`` on this machine, as the chart runs the registry; the apiserver's
+    service proxy reaches it over ``scheme``. Returns NS/NAME:PORT for --registry-service,
+    with ``http:`` in front for a plain one."""
     # The apiserver proxies only to an endpoint that is a Pod's IP: a stand-in registry
     # Pod (held back from scheduling, so KWOK leaves it alone) carries this machine's.
     apply = functools.partial(cluster.kubectl, "apply", "-f", "-")
@@ -64,7 +62,7 @@ apiVersion: v1
 kind: Service
 metadata: {{name: torchyard-registry, namespace: {namespace}}}
 spec:
-  ports: [{{name: http, port: 8080, targetPort: {svc.port}}}]
+  ports: [{{name: {scheme}, port: 8080, targetPort: {port}}}]
 """,
     )
     cluster.kubectl(
@@ -87,12 +85,26 @@ subsets:
 - addresses:
   - ip: "{address}"
     targetRef: {{kind: Pod, name: torchyard-registry-0, namespace: {namespace}}}
-  ports: [{{name: http, port: {svc.port}}}]
+  ports: [{{name: {scheme}, port: {port}}}]
 """,
     )
-    proxy = f"/api/v1/namespaces/{namespace}/services/http:torchyard-registry:8080/proxy/healthz"
+    proxy = f"{k8s.proxy_url(namespace, 'torchyard-registry', 8080, scheme=scheme)}/healthz"
     cluster.wait_for("the service proxy", lambda: cluster.request("GET", proxy)[0] == 200, 20)
-    yield ProxiedRegistry(svc, f"{namespace}/torchyard-registry:8080", token)
+    return f"{'http:' if scheme == 'http' else ''}{namespace}/torchyard-registry:8080"
+
+
+@pytest.fixture
+def behind_apiserver(
+    tmp_path: Path, namespace: str, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ProxiedRegistry]:
+    """The registry as the chart runs it: a Service the CLI reaches through the apiserver's
+    service proxy (here the Service's endpoint is this machine, where the process runs)."""
+    monkeypatch.delenv("TORCHYARD_REGISTRY_URL", raising=False)
+    address = _host_address()
+    svc = Service(tmp_path / "registry", host=address)
+    token = trainer_token(namespace)
+    ref = stand_in_service(cluster, namespace, address, svc.port)
+    yield ProxiedRegistry(svc, ref, token)
     svc.stop()
 
 

@@ -12,6 +12,7 @@ peering CRDs, which the peering test uses.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -120,6 +121,8 @@ def test_helm_lint_passes_strictly(helm: Helm) -> None:
     for values in (
         ["--set", "watchNamespaces={team-a,team-b}", "--set", "operator.peering=true"],
         ["--set", "registry.enabled=false", "--set", "networkPolicy.enabled=true"],
+        ["--set", "registry.tls.enabled=false", "--set", "networkPolicy.enabled=true"],
+        ["--set", "registry.tls.existingSecret=mine", "--set", "networkPolicy.enabled=true"],
     ):
         helm("lint", "--strict", str(CHART), *values)
 
@@ -147,6 +150,32 @@ VALUE_SETS = {
         "registry.trainerNamespaces={team-a}",
     ],
 }
+
+
+def test_the_trainer_role_is_bound_to_the_service_accounts_node_pods_run_as(helm: Helm) -> None:
+    """Node Pods run as the run's spec.serviceAccountName: the chart binds the trainer role
+    to every ServiceAccount named in registry.trainerServiceAccounts (default: `default`)."""
+
+    def subjects(*values: str) -> dict[str, list[str]]:
+        docs = helm.template("--set", "registry.trainerNamespaces={team-a,team-b}", *values)
+        return {
+            d["metadata"]["namespace"]: [s["name"] for s in d["subjects"]]
+            for d in docs
+            if d["kind"] == "RoleBinding" and d["metadata"]["name"].endswith("-trainer")
+        }
+
+    assert subjects() == {"team-a": ["default"], "team-b": ["default"]}
+    named = subjects("--set", "registry.trainerServiceAccounts={default,trainer}")
+    assert named == {"team-a": ["default", "trainer"], "team-b": ["default", "trainer"]}
+    refused = helm(
+        "template",
+        "t",
+        str(CHART),
+        "--set",
+        "registry.trainerServiceAccounts={Not_A_Name}",
+        check=False,
+    )
+    assert refused.returncode != 0 and "trainerServiceAccounts" in refused.stderr
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
@@ -177,6 +206,8 @@ def test_the_cluster_wide_operator_gets_exactly_what_its_code_calls(helm: Helm) 
     assert _grants(docs, "ClusterRole", "t-torchyard-registry") == {
         ("authentication.k8s.io", "tokenreviews"): {"create"},
         ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+        # KubernetesAuthorizer.training_run: whose ServiceAccount may write a run's archive.
+        ("torchyard.dev", "trainingruns"): {"get"},
     }
 
 
@@ -241,13 +272,21 @@ def test_pods_are_restricted_and_the_operator_gets_its_settings(helm: Helm) -> N
         "/data",
         "--port",
         "8080",
+        "--max-upload-bytes",  # registry.maxUploadBytes
+        "20Gi",
+        "--max-snapshot-bytes",  # registry.maxSnapshotBytes
+        "1Gi",
+        "--tls-cert",
+        "/etc/torchyard/tls/tls.crt",
+        "--tls-key",
+        "/etc/torchyard/tls/tls.key",
     ]
     operator = deployments["t-torchyard-operator"]["spec"]["template"]["spec"]["containers"][0]
     assert operator["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
     env = {e["name"]: e.get("value") for e in operator["env"]}
     assert env["TORCHYARD_METRICS_PORT"] == "9090"
     assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in operator["ports"]
-    assert env["TORCHYARD_REGISTRY_URL"] == "http://torchyard-registry.torchyard-system.svc:8080"
+    assert env["TORCHYARD_REGISTRY_URL"] == "https://torchyard-registry.torchyard-system.svc:8080"
     assert env["TORCHYARD_REGISTRY_TOKEN_FILE"] == "/var/run/secrets/torchyard/registry/token"
     assert env["TORCHYARD_INIT_IMAGE"] == "ghcr.io/torchyard/torchyard:0.1.0"
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
@@ -320,6 +359,165 @@ def test_two_replicas_without_peering_are_refused(helm: Helm) -> None:
     result = helm("template", "t", str(CHART), "--set", "operator.replicas=2", check=False)
     assert result.returncode != 0
     assert "operator.replicas > 1 needs operator.peering=true" in result.stderr
+
+
+# -- the registry's TLS -------------------------------------------------------------------
+
+CA_MOUNT = "/var/run/secrets/torchyard/registry-ca"
+
+
+def _registry_parts(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The registry and operator containers and Pod specs, the registry Service, and the
+    registry-client Role's proxy rule."""
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    registry = deployments["t-torchyard-registry"]["spec"]["template"]["spec"]
+    operator = deployments["t-torchyard-operator"]["spec"]["template"]["spec"]
+    [client] = [
+        d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-client")
+    ]
+    [service] = [
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "torchyard-registry"
+    ]
+    return {
+        "registry": registry,
+        "operator": operator,
+        "registry_container": registry["containers"][0],
+        "operator_env": {e["name"]: e.get("value") for e in operator["containers"][0]["env"]},
+        "service": service,
+        "proxy_names": client["rules"][0]["resourceNames"],
+    }
+
+
+def _secret_volume(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
+    [volume] = [v for v in pod_spec["volumes"] if v["name"] == name]
+    secret: dict[str, Any] = volume["secret"]
+    return secret
+
+
+def _openssl_verify(tmp_path: Path, ca: bytes, cert: bytes, host: str) -> str:
+    (tmp_path / "ca.crt").write_bytes(ca)
+    (tmp_path / "tls.crt").write_bytes(cert)
+    done = subprocess.run(
+        ["openssl", "verify", "-CAfile", "ca.crt", "-verify_hostname", host, "tls.crt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout + done.stderr
+
+
+def test_the_chart_generates_the_registry_certificate_by_default(
+    helm: Helm, tmp_path: Path
+) -> None:
+    docs = helm.template()
+    assert not [d for d in docs if d["apiVersion"].startswith("cert-manager.io/")]
+    [secret] = [d for d in docs if d["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == "t-torchyard-registry-tls"
+    assert secret["type"] == "kubernetes.io/tls"
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
+    for host in ("torchyard-registry.torchyard-system.svc", "localhost"):
+        assert _openssl_verify(tmp_path, data["ca.crt"], data["tls.crt"], host).endswith(
+            "tls.crt: OK\n"
+        ), host
+    assert "OK" not in _openssl_verify(tmp_path, data["ca.crt"], data["tls.crt"], "evil.example")
+    parts = _registry_parts(docs)
+    # The registry serves HTTPS with the Secret's certificate and key (not the CA's key,
+    # which the chart never writes anywhere).
+    assert _secret_volume(parts["registry"], "tls") == {
+        "secretName": "t-torchyard-registry-tls",
+        "defaultMode": 0o440,
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+    }
+    container = parts["registry_container"]
+    assert {"name": "tls", "mountPath": "/etc/torchyard/tls", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert container["ports"] == [{"name": "https", "containerPort": 8080, "protocol": "TCP"}]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+    assert parts["service"]["spec"]["ports"][0]["targetPort"] == "https"
+    # The operator gets the CA only, verifies the registry with it and hands it on.
+    assert _secret_volume(parts["operator"], "registry-ca") == {
+        "secretName": "t-torchyard-registry-tls",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    assert parts["operator_env"]["TORCHYARD_REGISTRY_CA_FILE"] == f"{CA_MOUNT}/ca.crt"
+    assert parts["operator_env"]["TORCHYARD_REGISTRY_URL"].startswith("https://")
+    # Users' proxy path names the scheme: https:NAME:PORT.
+    assert parts["proxy_names"] == ["https:torchyard-registry:8080"]
+
+
+def test_an_existing_secret_is_used_as_it_is(helm: Helm) -> None:
+    docs = helm.template("--set", "registry.tls.existingSecret=my-registry-tls")
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    assert not [d for d in docs if d["apiVersion"].startswith("cert-manager.io/")]
+    parts = _registry_parts(docs)
+    assert _secret_volume(parts["registry"], "tls")["secretName"] == "my-registry-tls"
+    assert _secret_volume(parts["operator"], "registry-ca")["secretName"] == "my-registry-tls"
+
+
+def test_cert_manager_issues_the_certificate_when_asked_and_present(helm: Helm) -> None:
+    on = ["--set", "registry.tls.certManager.enabled=true"]
+    # Without cert-manager's API the chart says what to do instead of failing on install.
+    refused = helm("template", "t", str(CHART), *on, check=False)
+    assert refused.returncode != 0
+    assert "needs cert-manager (API cert-manager.io/v1)" in refused.stderr
+    assert "registry.tls.certManager.enabled=false" in refused.stderr
+    docs = helm.template(*on, "--api-versions", "cert-manager.io/v1")
+    assert not [d for d in docs if d["kind"] == "Secret"]  # cert-manager writes it
+    issued = {
+        (d["kind"], d["metadata"]["name"]): d for d in docs if "cert-manager" in d["apiVersion"]
+    }
+    assert set(issued) == {
+        ("Issuer", "t-torchyard-selfsigned"),
+        ("Certificate", "t-torchyard-registry-ca"),
+        ("Issuer", "t-torchyard-registry-ca"),
+        ("Certificate", "t-torchyard-registry-tls"),
+    }
+    assert issued[("Certificate", "t-torchyard-registry-ca")]["spec"]["isCA"] is True
+    serving = issued[("Certificate", "t-torchyard-registry-tls")]["spec"]
+    assert serving["secretName"] == "t-torchyard-registry-tls"
+    assert "torchyard-registry.torchyard-system.svc" in serving["dnsNames"]
+    assert serving["issuerRef"] == {
+        "name": "t-torchyard-registry-ca",
+        "kind": "Issuer",
+        "group": "cert-manager.io",
+    }
+    assert _secret_volume(_registry_parts(docs)["registry"], "tls")["secretName"] == (
+        "t-torchyard-registry-tls"
+    )
+    # An issuer of yours: only the serving Certificate.
+    mine = helm.template(
+        *on,
+        "--api-versions",
+        "cert-manager.io/v1",
+        "--set",
+        "registry.tls.certManager.issuerRef.name=corp-ca",
+        "--set",
+        "registry.tls.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    [certificate] = [d for d in mine if "cert-manager" in d["apiVersion"]]
+    assert certificate["spec"]["issuerRef"] == {
+        "name": "corp-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+
+
+def test_without_tls_the_registry_is_plain_http_everywhere(helm: Helm) -> None:
+    docs = helm.template("--set", "registry.tls.enabled=false")
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    parts = _registry_parts(docs)
+    assert "--tls-cert" not in parts["registry_container"]["args"]
+    assert parts["registry_container"]["livenessProbe"]["httpGet"]["scheme"] == "HTTP"
+    assert not [v for v in parts["registry"]["volumes"] if v["name"] == "tls"]
+    assert not [v for v in parts["operator"]["volumes"] if v["name"] == "registry-ca"]
+    assert "TORCHYARD_REGISTRY_CA_FILE" not in parts["operator_env"]
+    assert parts["operator_env"]["TORCHYARD_REGISTRY_URL"] == (
+        "http://torchyard-registry.torchyard-system.svc:8080"
+    )
+    assert parts["proxy_names"] == ["http:torchyard-registry:8080"]
 
 
 # -- against the cluster -----------------------------------------------------------------
@@ -398,7 +596,7 @@ def test_the_rendering_is_accepted_by_a_server_side_dry_run(
 
 
 def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls(
-    helm: Helm, cluster: Cluster, namespace: str
+    helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns, release = namespace, f"ty-{namespace[-4:]}"
     cluster.kubectl(
@@ -434,6 +632,18 @@ def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls
         assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         curated = k8s.get(k8s.ENVIRONMENTS, ns, "pytorch-cpu")
         assert curated["spec"]["image"] == "ghcr.io/torchyard/pytorch:2.15-cpu"
+        # The registry's certificate: generated at install for the Service's name, and
+        # kept by an upgrade (lookup), so the CA the operator hands out stays valid.
+        tls = f"{release}-torchyard-registry-tls"
+        generated = k8s.get(k8s.SECRETS, ns, tls)["data"]
+        ca, cert = (base64.b64decode(generated[k]) for k in ("ca.crt", "tls.crt"))
+        verified = _openssl_verify(tmp_path, ca, cert, f"torchyard-registry.{ns}.svc")
+        assert verified.endswith("tls.crt: OK\n"), verified
+        helm(
+            "upgrade", release, str(CHART), "--kubeconfig", str(cluster.kubeconfig),
+            "--namespace", ns, "--reuse-values",
+        )  # fmt: skip
+        assert k8s.get(k8s.SECRETS, ns, tls)["data"] == generated
 
         operator = ServiceAccountReviews(cluster, ns, f"{release}-torchyard-operator")
         elsewhere = "default"
@@ -451,6 +661,9 @@ def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls
         registry = ServiceAccountReviews(cluster, ns, f"{release}-torchyard-registry")
         assert registry.can("create", "tokenreviews", group="authentication.k8s.io")
         assert registry.can("create", "subjectaccessreviews", group="authorization.k8s.io")
+        assert registry.can("get", "trainingruns", elsewhere, "torchyard.dev")
+        assert not registry.can("list", "trainingruns", elsewhere, "torchyard.dev")
+        assert not registry.can("get", "secrets", elsewhere)
         assert not registry.can("list", "pods", elsewhere)
         # Node Pods of a trainer namespace upload as its default ServiceAccount.
         trainer = ServiceAccountReviews(cluster, ns, "default")

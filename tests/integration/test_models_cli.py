@@ -1,6 +1,7 @@
 """`torchyard models` and `torchyard runs download` against the registry service, with a
 token checked by the real apiserver: list, show, download (sha256-verified), verify that
-catches a corrupted file, and a run's archived file."""
+catches a corrupted file, and a run's archived file. Through the apiserver's service
+proxy the CLI mints a registry-audience token and never forwards the kubeconfig's."""
 
 from __future__ import annotations
 
@@ -107,9 +108,9 @@ def test_runs_download_and_clear_errors(
     assert "model" in capsys.readouterr().err
 
 
-def _user_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
+def _user_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> tuple[Path, str]:
     """A kubeconfig whose user is the trainer ServiceAccount, by bearer token (the
-    apiserver's audience), allowed to use the registry Service's proxy."""
+    apiserver's audience), allowed to use the registry Service's proxy; and that token."""
     k8s.create(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -119,7 +120,7 @@ def _user_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
                 {
                     "apiGroups": [""],
                     "resources": ["services/proxy"],
-                    "resourceNames": ["torchyard-registry:8080"],
+                    "resourceNames": ["http:torchyard-registry:8080"],
                     "verbs": ["get", "create"],
                 }
             ],
@@ -133,7 +134,7 @@ def _user_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
         ctx["context"]["user"] = "trainer"
         ctx["context"]["namespace"] = namespace
     path.write_text(yaml.safe_dump(cfg))
-    return path
+    return path, token
 
 
 def test_models_through_the_apiserver_service_proxy(
@@ -153,24 +154,61 @@ def test_models_through_the_apiserver_service_proxy(
         {"Content-Type": "application/json"},
     )
     via = ["--registry-service", behind_apiserver.ref]
-    # The admin kubeconfig uses a client certificate, which the registry cannot check:
-    # the CLI falls back to the namespace's default ServiceAccount, which may not read.
+    # The admin kubeconfig uses a client certificate: the CLI mints a registry token of
+    # the namespace's default ServiceAccount, which may not read.
     assert cli.main(["models", "list", "-n", namespace, *via]) == 1
     assert "403" in capsys.readouterr().err
     # A ServiceAccount that may: its short-lived token rides beside the apiserver's auth.
     assert cli.main(["models", "list", "-n", namespace, "--service-account", "trainer", *via]) == 0
     assert capsys.readouterr().out.split("\n")[1].split() == ["birds", "1", "1"]
-    # A user whose kubeconfig holds a bearer token uses it as is; the namespace is the
-    # context's; the download streams through the proxy and is sha256-verified.
-    kubeconfig = _user_kubeconfig(cluster, namespace, tmp_path / "kubeconfig")
+
+    # A user whose kubeconfig holds a bearer token: that token is for the apiserver, and
+    # the registry refuses it; the CLI never forwards it but mints one, and says which
+    # RBAC that needs when the user may not.
+    kubeconfig, user_token = _user_kubeconfig(cluster, namespace, tmp_path / "kubeconfig")
+    assert svc.call("GET", f"/v1/namespaces/{namespace}/models", user_token)[0] == 401
     dest = tmp_path / "got"
-    done = subprocess.run(
-        [sys.executable, "-m", "torchyard", "models", "download", "birds", "-o", str(dest), *via],
-        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    download = [sys.executable, "-m", "torchyard", "models", "download", "birds", "-o", str(dest)]
+
+    def as_the_user(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*download, *via, *args],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    refused = as_the_user("--service-account", "trainer")
+    assert refused.returncode == 1
+    assert (
+        "TokenRequest needs 'create' on 'serviceaccounts/token' (resourceName trainer) in "
+        f"namespace {namespace}"
+    ) in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and not dest.exists()
+    k8s.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "registry-token", "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["serviceaccounts/token"],
+                    "resourceNames": ["trainer"],
+                    "verbs": ["create"],
+                }
+            ],
+        }
     )
-    assert done.returncode == 0, done.stderr
+    k8s.create(role_binding(namespace, "trainer-registry-token", "registry-token", "trainer"))
+    # The namespace is the context's; the download streams through the proxy and is
+    # sha256-verified.
+    done = cluster.wait_for(
+        "the RoleBinding to take effect",
+        lambda: (r := as_the_user("--service-account", "trainer")).returncode == 0 and r,
+        30,
+        interval=0.5,
+    )
     assert "sha256 verified" in done.stdout
     assert (dest / "model.pt").read_bytes() == b"weights" * 5000

@@ -127,3 +127,79 @@ def test_the_happy_path_runs_with_only_the_charts_service_account(
     assert forbidden_lines(log) == [], "\n".join(forbidden_lines(log))
     [manager] = [m for m in run["metadata"]["managedFields"] if m["manager"] == k8s.FIELD_MANAGER]
     assert manager["subresource"] == "status"
+
+
+def _secret_mounting_pod(namespace: str) -> str:
+    """A Pod that would print a Secret of its namespace (held back from scheduling)."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "reads-a-secret", "namespace": namespace},
+            "spec": {
+                "schedulingGates": [{"name": "torchyard.dev/test"}],
+                "containers": [
+                    {
+                        "name": "cat",
+                        "image": "busybox",
+                        "command": ["cat", "/secret/password"],
+                        "volumeMounts": [{"name": "s", "mountPath": "/secret"}],
+                    }
+                ],
+                "volumes": [{"name": "s", "secret": {"secretName": "db-password"}}],
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
+def test_creating_pods_is_reading_the_secrets_of_those_namespaces(
+    cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path, mode: str
+) -> None:
+    """What the chart's RBAC comment says, proved: the operator may not `get` a Secret,
+    yet may create a Pod that mounts it, in every namespace unless watchNamespaces
+    narrows that to the listed ones (the recommended production setting)."""
+    ns, release = namespace, f"rbac-{namespace[-4:]}"
+    other = cluster.create_namespace(f"{ns[:50]}-other")
+    values = ["--set", f"watchNamespaces={{{ns}}}"] if mode == "namespaced" else []
+    rendered = json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": operator_rbac(helm, release, ns, *values)}
+    )
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=rendered)
+    sa = f"{release}-torchyard-operator"
+    kubeconfig = service_account_kubeconfig(cluster, ns, sa, tmp_path / "kubeconfig")
+    try:
+        for where in (ns, other):
+            k8s.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "db-password", "namespace": where},
+                    "stringData": {"password": "hunter2"},
+                }
+            )
+
+        def as_operator(*args: str, input: str | None = None) -> str:
+            return cluster.kubectl("--kubeconfig", str(kubeconfig), *args, input=input, check=False)
+
+        def can_create_the_pod(where: str) -> bool:
+            out = as_operator(
+                "create", "--dry-run=server", "-f", "-", input=_secret_mounting_pod(where)
+            )
+            return "created (server dry run)" in out
+
+        # The bindings are in place once the operator may create Pods where it works.
+        cluster.wait_for("the operator's RBAC", lambda: can_create_the_pod(ns), 30)
+        # No `get` on Secrets cluster-wide (a watched namespace's Role has it, for
+        # registry.pushSecret), yet a Pod that mounts one is allowed wherever the operator
+        # may create Pods: every namespace unless watchNamespaces narrows it.
+        watched = mode == "namespaced"
+        assert ("forbidden" in as_operator("get", "secret", "db-password", "-n", ns).lower()) is (
+            not watched
+        )
+        assert "forbidden" in as_operator("get", "secret", "db-password", "-n", other).lower()
+        assert can_create_the_pod(other) is (not watched)
+    finally:
+        for kind in ("clusterrolebinding", "clusterrole"):
+            cluster.kubectl("delete", kind, sa, "--ignore-not-found")
+        cluster.delete_namespace(other)

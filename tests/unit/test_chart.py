@@ -157,6 +157,62 @@ def test_the_schema_check_here_rejects_what_helm_would() -> None:
             _conforms(schema, schema, bad, "values")
 
 
+def test_the_registry_serves_tls_by_default_and_the_schema_checks_its_values() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    tls = values["registry"]["tls"]
+    assert tls["enabled"] is True
+    assert tls["certManager"]["enabled"] is False  # renders without cert-manager's CRDs
+    assert tls["existingSecret"] == ""
+    for bad in (
+        {**tls, "enabled": "yes"},
+        {**tls, "certManager": {**tls["certManager"], "issuerRef": {"kind": "Vault"}}},
+        {**tls, "validityDays": 0},
+        {**tls, "secret": "mine"},
+    ):
+        with pytest.raises(AssertionError):
+            _conforms(
+                schema, schema, {**values, "registry": {**values["registry"], "tls": bad}}, "v"
+            )
+
+
+# -- what the RBAC says about itself --------------------------------------------------------
+
+
+def _comment_before(text: str, anchor: str) -> str:
+    """The comment block that ends just above ``anchor``."""
+    lines = text[: text.index(anchor)].rstrip("\n").splitlines()
+    block: list[str] = []
+    for line in reversed(lines):
+        if not line.strip() or not line.lstrip().startswith("#"):
+            break
+        block.insert(0, line.lstrip("# "))
+    return " ".join(block)
+
+
+def test_the_rbac_says_what_creating_pods_implies_and_recommends_watch_namespaces() -> None:
+    """No "cannot read Secrets" claim: creating Pods in a namespace is reading its Secrets
+    (mount one, print it), so the chart says so and recommends watchNamespaces.
+    tests/integration/test_rbac.py proves the claim against the apiserver."""
+    rbac = (CHART / "templates" / "rbac.yaml").read_text()
+    header = rbac[: rbac.index("*/}}")]
+    assert "no Secret reads" not in header
+    for said in ("creates", "Pods", "Secret", "effectively read", "watchNamespaces"):
+        assert said in header, said
+    values = (CHART / "values.yaml").read_text()
+    about = _comment_before(values, "watchNamespaces: []")
+    assert "Recommended in production" in about and "Secrets" in about
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert "Recommended in production" in schema["properties"]["watchNamespaces"]["description"]
+    chart_readme = (CHART / "README.md").read_text()
+    assert "Secrets are never readable cluster-wide" not in chart_readme
+    assert "effectively read" in chart_readme
+    readme = (REPO / "README.md").read_text()
+    security = " ".join(readme[readme.index("\n## Security\n") :].split("\n## ", 2)[1].split())
+    for said in ("effectively read", "In production set `watchNamespaces`", "torchyard-registry"):
+        assert said in security, said
+
+
 # -- Argo CD health checks --------------------------------------------------------------
 
 

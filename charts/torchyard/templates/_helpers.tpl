@@ -74,9 +74,27 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* "https" when the registry serves TLS (registry.tls.enabled), else "http". */}}
+{{- define "torchyard.registryScheme" -}}
+{{- ternary "https" "http" (eq .Values.registry.tls.enabled true) }}
+{{- end }}
+
 {{/* The registry service's in-cluster URL (TORCHYARD_REGISTRY_URL of the operator). */}}
 {{- define "torchyard.registryURL" -}}
-{{- printf "http://%s.%s.svc:%d" .Values.registry.service.name .Release.Namespace (int .Values.registry.service.port) }}
+{{- printf "%s://%s.%s.svc:%d" (include "torchyard.registryScheme" .) .Values.registry.service.name .Release.Namespace (int .Values.registry.service.port) }}
+{{- end }}
+
+{{/* The Secret with the registry's tls.crt, tls.key and ca.crt. */}}
+{{- define "torchyard.registryTLSSecret" -}}
+{{- default (printf "%s-registry-tls" (include "torchyard.fullname" .)) .Values.registry.tls.existingSecret }}
+{{- end }}
+
+{{/* The DNS names the registry's certificate is for: the Service's, and localhost for a
+kubectl port-forward. */}}
+{{- define "torchyard.registryDNSNames" -}}
+{{- $svc := .Values.registry.service.name }}
+{{- $ns := .Release.Namespace }}
+{{- toJson (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost") }}
 {{- end }}
 
 {{- define "torchyard.registryClaim" -}}

@@ -10,14 +10,18 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 import torchyard
 from torchyard import api
 from torchyard.controller import options
+from torchyard.planning.pods import REGISTRY_AUDIENCE as AUDIENCE
 from torchyard.sdk.registry import DEFAULT_SERVICE
+
+if TYPE_CHECKING:
+    from torchyard.registry.service import RunIdentity
 
 
 def _load_documents(path: str) -> list[dict[str, Any]]:
@@ -92,14 +96,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     except api.InvalidSpec as err:
         print(f"torchyard: error: invalid resource: {err}", file=sys.stderr)
         return 2
+    from torchyard.sdk import snapshots
+
     source = Path(args.source) if args.source else Path(args.file).resolve().parent
-    result = local.run_local(
-        run,
-        source,
-        registry=Path(args.registry).expanduser() if args.registry else None,
-        workroot=Path(args.workdir).expanduser() if args.workdir else None,
-        environment=environment,
+    registry = Path(args.registry).expanduser() if args.registry else local.default_registry()
+    workroot = Path(args.workdir).expanduser() if args.workdir else local.default_workroot()
+    # The files `submit` would snapshot, less the runs folder and the registry when they
+    # lie inside the source (else every run copies the ones before). Secrets stay: the
+    # copies stay on this machine.
+    try:
+        files, ignore_file, skipped = snapshots.collect(
+            source, include_secrets=True, exclude=[workroot, registry]
+        )
+    except snapshots.SnapshotError as err:
+        print(f"torchyard: error: {err}", file=sys.stderr)
+        return 2
+    left_out = [f"{rel}/" for rel in snapshots.excluded_inside(source, [workroot, registry])]
+    print(
+        f"[torchyard] source {source.resolve()}: {len(files)} files"
+        + (f", {skipped} ignored by {ignore_file}" if ignore_file else "")
+        + (f", left out {', '.join(left_out)}" if left_out else ""),
+        file=sys.stderr,
     )
+    try:
+        result = local.run_local(
+            run, source, files, registry=registry, workroot=workroot, environment=environment
+        )
+    except (OSError, ValueError) as err:
+        print(f"torchyard: error: {err}", file=sys.stderr)
+        return 1
     if result.failure is not None:
         print(
             f"\nTrainingRun {run.name} failed after {result.seconds:.1f}s: "
@@ -182,6 +207,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(yaml.safe_dump_all(out, sort_keys=False), end="")
             return 0
         from torchyard import k8s
+        from torchyard.sdk import RegistryError
 
         _kubeconfig(args)
         try:
@@ -199,6 +225,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 )
         except k8s.ApiError as err:
             print(f"torchyard: error: {err.message}", file=sys.stderr)
+            return 1
+        except RegistryError as err:  # no registry token, or the registry said no
+            print(f"torchyard: error: {err}", file=sys.stderr)
             return 1
         if args.wait:
             args.namespace = namespace
@@ -245,37 +274,48 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    """A run's logs: live from the Pods, else archived in the registry service."""
+    """A run's logs, node by node: live from its Pod, else (the kubelet unreachable, the
+    Pod gone, an empty live log) archived in the registry service."""
     from torchyard import k8s
     from torchyard.sdk import RegistryError, runs
 
     _kubeconfig(args)
     try:
-        pods = runs.node_pods(args.namespace, args.run)
+        run = k8s.get_or_none(k8s.TRAININGRUNS, args.namespace, args.run)
+        pods = {runs.node_rank(p): p for p in runs.node_pods(args.namespace, args.run)}
+        nodes = set(pods) | set(range(runs.node_count(run) if run else 0))
         if args.node is not None:
-            pods = [p for i, p in enumerate(pods) if i == args.node]
-        shown = 0
-        for node, pod in enumerate(pods):
-            node = args.node if args.node is not None else node
-            try:
-                for line in k8s.pod_log_lines(
-                    args.namespace, pod["metadata"]["name"], container="trainer", follow=args.follow
-                ):
-                    if args.rank is None or line.startswith(f"[rank {args.rank}]"):
-                        print(f"[node {node}] {line}")
-                        shown += 1
-            except k8s.ApiError as err:
-                print(f"(node {node}: live log unavailable: {err.message[:200]})", file=sys.stderr)
-        if shown:
-            return 0
-        # The Pods are gone or their logs unreachable: the archive.
-        for line in runs.archived_logs(_registry(args), args.namespace, args.run):
-            if args.node is not None and not line.startswith(f"[node {args.node}] "):
-                continue
-            if args.rank is not None and f"[rank {args.rank}] " not in line:
-                continue
-            print(line)
-            shown += 1
+            nodes = {args.node}
+        shown, missing = 0, set()
+        for node in sorted(nodes):
+            live = 0
+            if node in pods:
+                try:
+                    for line in k8s.pod_log_lines(
+                        args.namespace,
+                        pods[node]["metadata"]["name"],
+                        container="trainer",
+                        follow=args.follow,
+                    ):
+                        live += 1  # the node delivered, whichever ranks are shown
+                        if args.rank is None or line.startswith(f"[rank {args.rank}]"):
+                            print(f"[node {node}] {line}")
+                            shown += 1
+                except k8s.ApiError as err:
+                    print(
+                        f"(node {node}: live log unavailable: {err.message[:200]})",
+                        file=sys.stderr,
+                    )
+            if not live:
+                missing.add(node)
+        # Nodes whose live log did not deliver (or no run and no Pods: every archived node).
+        if missing or not nodes:
+            wanted = sorted(missing) if nodes else None
+            for line in runs.archived_logs(_registry(args), args.namespace, args.run, wanted):
+                if args.rank is not None and f"[rank {args.rank}] " not in line:
+                    continue
+                print(line)
+                shown += 1
         if not shown:
             print(f"torchyard: error: no logs of {args.run} found", file=sys.stderr)
             return 1
@@ -425,48 +465,103 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-AUDIENCE = "torchyard-registry"
-
-
 class KubernetesAuthorizer:
-    """The registry service's Authorizer: TokenReview and SubjectAccessReview."""
+    """The registry service's Authorizer: TokenReview and SubjectAccessReview.
+
+    Only tokens bound to the registry's audience (``torchyard-registry``) pass: node Pods'
+    projected tokens, the operator's, and the TokenRequest tokens the CLI and SDK mint. A
+    token for the apiserver (a Pod's automounted token, a kubeconfig's) or for any other
+    audience is refused, so the registry can never replay one against the apiserver."""
 
     def user(self, token: str) -> dict[str, Any] | None:
-        """Pod tokens are minted for the registry's audience; a user's own token (sent by
-        ``torchyard models ...`` through the service proxy) has the apiserver's."""
         from torchyard import k8s
 
-        return k8s.review_token(token, [AUDIENCE]) or k8s.review_token(token, [])
+        return k8s.review_token(token, [AUDIENCE])
 
     def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
         from torchyard import k8s
 
         return k8s.allowed(user, verb, namespace, "modelversions")
 
+    def training_run(self, namespace: str, name: str) -> RunIdentity | None:
+        """The run's uid and its node Pods' ServiceAccount (``spec.serviceAccountName``,
+        whose default is ``default``), or None when there is no such TrainingRun."""
+        from torchyard import k8s
+        from torchyard.registry import service
+
+        run = k8s.get_or_none(k8s.TRAININGRUNS, namespace, name)
+        if run is None:
+            return None
+        account = (run.get("spec") or {}).get("serviceAccountName") or "default"
+        return service.RunIdentity(str(run["metadata"].get("uid", "")), str(account))
+
 
 def cmd_registry_serve(args: argparse.Namespace) -> int:
     from torchyard.registry import service
 
-    service.serve(Path(args.root), KubernetesAuthorizer(), host=args.host, port=args.port)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print(
+            "torchyard: error: --tls-cert and --tls-key go together (the certificate and its "
+            "private key, PEM); pass both, or neither to serve plain HTTP",
+            file=sys.stderr,
+        )
+        return 2
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = service.TLSFiles(Path(args.tls_cert), Path(args.tls_key))
+        except ValueError as err:
+            print(f"torchyard: error: {err}", file=sys.stderr)
+            return 2
+    limits = service.Limits(args.max_upload_bytes, args.max_snapshot_bytes)
+    service.serve(
+        Path(args.root),
+        KubernetesAuthorizer(),
+        host=args.host,
+        port=args.port,
+        tls=tls,
+        limits=limits,
+    )
     return 0
+
+
+def _size(text: str) -> int:
+    """An argparse type: bytes, or a quantity such as 512Mi or 20Gi."""
+    from torchyard.api import quantities
+
+    try:
+        size = int(quantities.quantity(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give bytes or a size such as 20Gi") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the limit must be at least 1 byte")
+    return size
 
 
 def _registry(args: argparse.Namespace) -> Any:
     """Direct when a URL is given (in the cluster, or a port-forward); else through the
-    apiserver's service proxy with the kubeconfig's credentials."""
-    from torchyard.sdk import RegistryClient
+    apiserver's service proxy. Either way the registry sees a token bound to its audience,
+    never the kubeconfig's own credentials."""
+    from torchyard.sdk import RegistryClient, RegistryError
 
     url = args.registry_url or os.environ.get("TORCHYARD_REGISTRY_URL")
     if not url:
+        if args.registry_ca:
+            raise RegistryError(
+                "--registry-ca goes with --registry-url: through the apiserver's service "
+                "proxy it is the apiserver that connects to the registry"
+            )
         _kubeconfig(args)
         client = RegistryClient.through_kubernetes(
             args.namespace, args.service_account, args.registry_service
         )
     elif args.service_account:
-        client = RegistryClient.for_service_account(url, args.namespace, args.service_account)
+        client = RegistryClient.for_service_account(
+            url, args.namespace, args.service_account, ca_file=args.registry_ca
+        )
     else:
         token = Path(args.token_file).read_text().strip() if args.token_file else None
-        client = RegistryClient(url, token)
+        client = RegistryClient(url, token, ca_file=args.registry_ca)
     client.progress = True
     return client
 
@@ -548,27 +643,35 @@ def _registry_options(p: argparse.ArgumentParser) -> None:
     _kube_options(p)
     p.add_argument(
         "--registry-service",
-        metavar="NS/NAME:PORT",
+        metavar="[http:]NS/NAME:PORT",
         default=DEFAULT_SERVICE,
-        help="the registry Service, reached through the Kubernetes API's service proxy "
-        f"(needs get/create on services/proxy there; default: {DEFAULT_SERVICE})",
+        help="the registry Service, reached through the Kubernetes API's service proxy over "
+        "HTTPS (needs get/create on services/proxy there; 'http:' first for a registry "
+        f"without TLS; default: {DEFAULT_SERVICE})",
     )
     p.add_argument(
         "--registry-url",
         help="talk to the registry directly instead, e.g. from inside the cluster "
         "(default: $TORCHYARD_REGISTRY_URL)",
     )
+    p.add_argument(
+        "--registry-ca",
+        metavar="FILE",
+        help="with an https --registry-url: the CA certificate (PEM) that signed the "
+        "registry's (default: $TORCHYARD_REGISTRY_CA_FILE, else the system's CAs)",
+    )
     who = p.add_mutually_exclusive_group()
     who.add_argument(
         "--token-file",
-        help="with --registry-url: a bearer token for the registry (default: $TORCHYARD_TOKEN)",
+        help="with --registry-url: a registry-audience token (default: $TORCHYARD_TOKEN)",
     )
     who.add_argument(
         "--service-account",
         metavar="NAME",
-        help="use a 10-minute token of this ServiceAccount (TokenRequest; needs create on "
-        "serviceaccounts/token). Default: the kubeconfig's own bearer token, or the "
-        "namespace's 'default' ServiceAccount when the kubeconfig uses a client certificate",
+        help="the ServiceAccount whose 10-minute registry token (TokenRequest, audience "
+        "torchyard-registry) the CLI mints; your kubeconfig's credentials never go to the "
+        "registry. Needs create on serviceaccounts/token for it (default: the namespace's "
+        "'default')",
     )
 
 
@@ -610,7 +713,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--source",
         metavar="DIR",
-        help="folder with the training code (default: the YAML file's folder)",
+        help="folder with the training code (default: the YAML file's folder); each node "
+        "gets the files `submit --source` would snapshot, less --workdir and --registry",
     )
     p.add_argument(
         "--registry",
@@ -690,12 +794,34 @@ def build_parser() -> argparse.ArgumentParser:
     reg = p.add_subparsers(dest="registry_command", metavar="COMMAND")
     p = reg.add_parser(
         "serve",
-        help="serve the registry volume over HTTP (tokens checked "
+        help="serve the registry volume over HTTPS (registry-audience tokens checked "
         "with TokenReview, requests with SubjectAccessReview)",
     )
     p.add_argument("--root", required=True, help="the registry volume")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS with this certificate (PEM, with its chain); reloaded when it "
+        "changes. Without it: plain HTTP, with a warning",
+    )
+    p.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    p.add_argument(
+        "--max-upload-bytes",
+        type=_size,
+        default=20 << 30,
+        metavar="SIZE",
+        help="largest run file accepted, in bytes or as 512Mi, 20Gi (default 20Gi); "
+        "larger ones get 413",
+    )
+    p.add_argument(
+        "--max-snapshot-bytes",
+        type=_size,
+        default=1 << 30,
+        metavar="SIZE",
+        help="largest source snapshot accepted (default 1Gi); larger ones get 413",
+    )
     p.set_defaults(func=cmd_registry_serve)
 
     p = sub.add_parser("models", help="registered models: list, show, download, verify")

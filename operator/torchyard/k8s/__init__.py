@@ -212,10 +212,12 @@ def connection() -> Connection:
     return Connection(cfg.host.rstrip("/"), context, headers)
 
 
-def proxy_url(namespace: str, service: str, port: int) -> str:
-    """The apiserver's proxy to a Service's port over HTTP. RBAC: ``get``/``create`` on
-    ``services/proxy``, resourceName ``<service>:<port>``."""
-    return f"{SERVICES.path(namespace, f'{service}:{port}')}/proxy"
+def proxy_url(namespace: str, service: str, port: int, scheme: str = "") -> str:
+    """The apiserver's proxy to a Service's port, over ``scheme`` (http when empty; with
+    https the apiserver encrypts but does not verify the backend's certificate). RBAC:
+    ``get``/``create`` on ``services/proxy``, resourceName ``[<scheme>:]<service>:<port>``."""
+    ref = f"{scheme}:{service}:{port}" if scheme else f"{service}:{port}"
+    return f"{SERVICES.path(namespace, ref)}/proxy"
 
 
 def reset() -> None:
@@ -436,7 +438,10 @@ def events_of(namespace: str, name: str, uid: str | None = None) -> list[dict[st
 
 
 def review_token(token: str, audiences: list[str]) -> dict[str, Any] | None:
-    """TokenReview: the user a bearer token belongs to, or None when it is not valid."""
+    """TokenReview: the user a bearer token belongs to, or None when it is not valid. With
+    ``audiences``, the token must be bound to one of them: the answer's
+    ``status.audiences`` (what the authenticator vouches for) must name one, as the API
+    asks callers to check (an authenticator may ignore the requested audiences)."""
     review = create(
         {
             "apiVersion": "authentication.k8s.io/v1",
@@ -446,6 +451,8 @@ def review_token(token: str, audiences: list[str]) -> dict[str, Any] | None:
     )
     st = review.get("status", {})
     if not st.get("authenticated"):
+        return None
+    if audiences and not set(audiences) & set(st.get("audiences") or []):
         return None
     user: dict[str, Any] = st.get("user", {})
     return user
