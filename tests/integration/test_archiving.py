@@ -6,6 +6,8 @@ ModelVersion; a failed run still has its logs archived."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,10 +17,11 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder, environment, role_binding
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import Cluster, free_port
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import operator_archiving_to
 from tests.integration.helpers import (
+    conditions,
     finish_pod,
     local_node_env,
     run_pods,
@@ -43,11 +46,14 @@ def archiving_operator(
         svc.stop()
 
 
-def run_node(pod: dict[str, Any], tmp: Path, script: str) -> subprocess.CompletedProcess[str]:
-    """The node Pod's launcher as a local process, with the Pod's own environment."""
+def run_node(
+    pod: dict[str, Any], tmp: Path, script: str, service_account: str = "default"
+) -> subprocess.CompletedProcess[str]:
+    """The node Pod's launcher as a local process, with the Pod's own environment and a
+    registry token of ``service_account`` (the Pods' own: spec.serviceAccountName)."""
     work = tmp / f"node-{pod['metadata']['labels'][names.LABEL_NODE_RANK]}"
     work.mkdir()
-    env = local_node_env(pod, work, "default")
+    env = local_node_env(pod, work, service_account)
     return subprocess.run(
         [sys.executable, launcher.__file__, "--", sys.executable, "-c", script],
         cwd=work,
@@ -130,3 +136,155 @@ def test_a_run_ends_with_a_model_version_and_a_failed_run_keeps_its_logs(
     log = archiving_operator.root / ns / "runs" / "broken" / "logs" / "node-0" / "rank-0.txt"
     wait_for("the failed run's log", log.exists)
     assert "out of memory, sort of" in log.read_text()
+
+
+def termination(tmp: Path, node: int = 0) -> dict[str, Any]:
+    """The launcher's termination message (what the kubelet would put in the Pod status)."""
+    message: dict[str, Any] = json.loads((tmp / f"node-{node}" / "termination.json").read_text())
+    return message
+
+
+def create_service_account(namespace: str, name: str) -> None:
+    k8s.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+    )
+
+
+def test_an_archive_the_registry_refuses_fails_the_run_saying_why_and_what_to_fix(
+    cluster: Cluster, namespace: str, archiving_operator: Service, tmp_path: Path
+) -> None:
+    ns = namespace
+    allow_default_service_account(ns)
+    create_service_account(ns, "intruder")  # not the run's, and allowed nothing
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch@sha256:" + "a" * 64))
+    k8s.create(
+        TrainingRunBuilder("refused", ns)
+        .environment("pytorch")
+        .pool("cpu")
+        .register("birds")
+        .with_("spec.policy.backoffLimit", 2)
+        .obj()
+    )
+    wait_status(k8s.TRAININGRUNS, ns, "refused", lambda s: s.get("nodes", {}).get("running") == 1)
+    [pod] = run_pods(ns, "refused")
+    # The ranks succeed, the upload is refused (403): never a silent success.
+    done = run_node(pod, tmp_path, TRAIN, service_account="intruder")
+    assert done.returncode == launcher.ARCHIVE_FAILED_EXIT, done.stderr
+    message = termination(tmp_path)
+    assert (message["reason"], message["exitCode"]) == ("ArchiveFailed", 3)
+    assert "HTTP 403" in message["message"]
+    assert "set spec.serviceAccountName" in message["message"]
+    assert not (archiving_operator.root / ns / "runs" / "refused" / "outputs").exists()
+    finish_pod(cluster, ns, "refused-0", done.returncode, json.dumps(message))
+    failed = wait_status(k8s.TRAININGRUNS, ns, "refused", lambda s: s.get("phase") == "Failed")
+    failure = failed["status"]["failure"]
+    assert (failure["reason"], failure["exitCode"], failure["pod"]) == (
+        "ArchiveFailed",
+        3,
+        "refused-0",
+    )
+    assert "HTTP 403" in failure["message"]
+    # Training again would not help: backoffLimit is not used, no model is registered.
+    assert failed["status"]["restarts"] == 0
+    assert "model" not in failed["status"]
+    assert k8s.get_or_none(k8s.MODELVERSIONS, ns, "birds-v1") is None
+
+
+def test_optional_outputs_let_the_run_succeed_with_a_warning_instead(
+    cluster: Cluster, namespace: str, archiving_operator: Service, tmp_path: Path
+) -> None:
+    ns = namespace
+    create_service_account(ns, "intruder")
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch@sha256:" + "a" * 64))
+    k8s.create(
+        TrainingRunBuilder("lenient", ns)
+        .environment("pytorch")
+        .pool("cpu")
+        .register("birds")
+        .with_("spec.outputs.optional", True)
+        .obj()
+    )
+    wait_status(k8s.TRAININGRUNS, ns, "lenient", lambda s: s.get("nodes", {}).get("running") == 1)
+    [pod] = run_pods(ns, "lenient")
+    done = run_node(pod, tmp_path, TRAIN, service_account="intruder")
+    assert done.returncode == 0, done.stderr
+    message = termination(tmp_path)
+    assert (message["reason"], message["exitCode"]) == ("ArchiveFailed", 0)
+    finish_pod(cluster, ns, "lenient-0", 0, json.dumps(message))
+    run = wait_status(k8s.TRAININGRUNS, ns, "lenient", lambda s: s.get("phase") == "Succeeded")
+    archived = conditions(run)["OutputsArchived"]
+    assert (archived["status"], archived["reason"]) == ("False", "ArchiveFailed")
+    assert archived["message"].startswith("the model was not registered")
+    assert "HTTP 403" in archived["message"]
+    assert "model" not in run["status"]
+    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=lenient")
+    assert any(e["type"] == "Warning" and e["reason"] == "ArchiveFailed" for e in events)
+
+
+def launcher_alone(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The launcher with a successful command and the given archive settings."""
+    return subprocess.run(
+        [sys.executable, launcher.__file__, "--", sys.executable, "-c", TRAIN],
+        cwd=tmp_path,
+        env={
+            "PATH": os.environ["PATH"],
+            "RANK": "0",
+            "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination.json"),
+            "TORCHYARD_RUN": "r",
+            "TORCHYARD_NAMESPACE": "ns",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_an_unreachable_registry_or_a_missing_token_fails_the_node_too(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    closed = f"http://127.0.0.1:{free_port()}"
+    done = launcher_alone(
+        tmp_path, TORCHYARD_REGISTRY_URL=closed, TORCHYARD_REGISTRY_TOKEN_FILE=str(token)
+    )
+    assert done.returncode == launcher.ARCHIVE_FAILED_EXIT, done.stderr
+    message = json.loads((tmp_path / "termination.json").read_text())
+    assert message["reason"] == "ArchiveFailed"
+    assert f"the registry service at {closed} is not reachable" in message["message"]
+
+    done = launcher_alone(
+        tmp_path,
+        TORCHYARD_REGISTRY_URL=closed,
+        TORCHYARD_REGISTRY_TOKEN_FILE=str(tmp_path / "missing"),
+        TORCHYARD_OUTPUTS_OPTIONAL="1",
+    )
+    assert done.returncode == 0, done.stderr
+    message = json.loads((tmp_path / "termination.json").read_text())
+    assert (message["reason"], message["exitCode"]) == ("ArchiveFailed", 0)
+    assert "no registry token at" in message["message"]
+
+
+def test_a_failed_command_keeps_its_own_failure_when_the_archive_fails_too(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, launcher.__file__, "--", sys.executable, "-c", "raise SystemExit(7)"],
+        cwd=tmp_path,
+        env={
+            "PATH": os.environ["PATH"],
+            "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination.json"),
+            "TORCHYARD_REGISTRY_URL": f"http://127.0.0.1:{free_port()}",
+            "TORCHYARD_REGISTRY_TOKEN_FILE": str(tmp_path / "missing"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 7
+    message = json.loads((tmp_path / "termination.json").read_text())
+    assert (message["reason"], message["exitCode"]) == ("Error", 7)
+    assert "no registry token" in done.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder, environment, model_version
 from tests.cluster.harness import Cluster
-from torchyard import k8s
+from torchyard import api, k8s
 
 
 def test_kubectl_explain_describes_every_distribution_field(cluster: Cluster) -> None:
@@ -20,6 +20,17 @@ def test_kubectl_explain_describes_every_distribution_field(cluster: Cluster) ->
     assert "1024-65535" in out
     env_out = cluster.kubectl("explain", "environment.spec.baseImage")
     assert "Image to build on" in env_out
+
+
+def test_kubectl_explain_describes_the_node_pods_identity_and_shm(cluster: Cluster) -> None:
+    shm = " ".join(cluster.kubectl("explain", "trainingrun.spec.resources.shmSize").split())
+    assert "Default: half of memory, else 1Gi. At most memory." in shm
+    sa = " ".join(cluster.kubectl("explain", "trainingrun.spec.serviceAccountName").split())
+    assert "ServiceAccount (in the run's namespace) the node Pods run as" in sa
+    token = cluster.kubectl("explain", "trainingrun.spec.automountServiceAccountToken")
+    assert "registry token" in " ".join(token.split())
+    limit = cluster.kubectl("explain", "trainingrun.spec.policy.platformRestartLimit")
+    assert "0: the first one fails the run" in " ".join(limit.split())
 
 
 def test_kubectl_get_torchyard_lists_all_three_kinds(cluster: Cluster, namespace: str) -> None:
@@ -65,7 +76,10 @@ def test_defaults_are_applied_by_the_apiserver(cluster: Cluster, namespace: str)
         "masterPort": 6105,
     }
     assert created["spec"]["resources"]["gpusPerNode"] == 0
-    assert created["spec"]["policy"]["backoffLimit"] == 0
+    assert created["spec"]["policy"] == {"backoffLimit": 0, "platformRestartLimit": 20}
+    assert created["spec"]["serviceAccountName"] == "default"
+    assert created["spec"]["automountServiceAccountToken"] is False
+    assert created["spec"]["outputs"] == {"optional": False}
 
 
 REJECTED: list[tuple[str, dict[str, Any], str]] = [
@@ -122,6 +136,63 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
         "spec.resources.memory",
     ),
     ("name too long for its Pods", TrainingRunBuilder("r" * 60).obj(), "at most 52 characters"),
+    (
+        "shm larger than memory",
+        TrainingRunBuilder("r")
+        .with_("spec.resources.memory", "8Gi")
+        .with_("spec.resources.shmSize", "16Gi")
+        .obj(),
+        "spec.resources.shmSize: Invalid value",
+    ),
+    (
+        "shm larger than memory in other units",
+        TrainingRunBuilder("r")
+        .with_("spec.resources.memory", "1G")
+        .with_("spec.resources.shmSize", "1Gi")
+        .obj(),
+        "resources.shmSize must not exceed resources.memory",
+    ),
+    (
+        "negative shm",
+        TrainingRunBuilder("r").with_("spec.resources.shmSize", "-1Gi").obj(),
+        "spec.resources.shmSize",
+    ),
+    (
+        "oversize quantity",
+        TrainingRunBuilder("r").with_("spec.resources.memory", "9" * 65).obj(),
+        "spec.resources.memory",
+    ),
+    (
+        "bad service account name",
+        TrainingRunBuilder("r").with_("spec.serviceAccountName", "Trainer_SA").obj(),
+        "spec.serviceAccountName",
+    ),
+    (
+        "negative platform restart limit",
+        TrainingRunBuilder("r").with_("spec.policy.platformRestartLimit", -1).obj(),
+        "spec.policy.platformRestartLimit",
+    ),
+    (
+        "oversize register path",
+        TrainingRunBuilder("r").register("m", path="a/" * 600).obj(),
+        "spec.outputs.register.path",
+    ),
+]
+REGISTER_PATH_RULE = (
+    "spec.outputs.register.path: Invalid value: outputs.register.path must be "
+    "relative to the working directory and stay inside it"
+)
+REJECTED += [
+    (f"register path {path!r}", TrainingRunBuilder("r").register("m", path=path).obj(), rule)
+    for path, rule in [
+        ("/etc/passwd", REGISTER_PATH_RULE),
+        ("../secrets", REGISTER_PATH_RULE),
+        ("outputs/../../etc", REGISTER_PATH_RULE),
+        ("outputs/..", REGISTER_PATH_RULE),
+        ("%2e%2e/x", REGISTER_PATH_RULE),
+        ("outputs/%2E%2e/x", REGISTER_PATH_RULE),
+        ("outputs\\..\\..\\x", REGISTER_PATH_RULE),
+    ]
 ]
 
 
@@ -134,6 +205,41 @@ def test_invalid_trainingrun_is_refused_naming_the_field(
         k8s.create(body)
     assert err.value.invalid, err.value
     assert message in err.value.message
+    with pytest.raises(api.InvalidSpec):  # the models refuse it too (local mode, the SDK)
+        api.parse_trainingrun(body)
+
+
+ACCEPTED: list[tuple[str, dict[str, Any]]] = [
+    (
+        "shm equal to memory",
+        TrainingRunBuilder("r")
+        .with_("spec.resources.memory", "16Gi")
+        .with_("spec.resources.shmSize", "16Gi")
+        .obj(),
+    ),
+    (
+        "shm smaller in other units",
+        TrainingRunBuilder("r")
+        .with_("spec.resources.memory", "1Gi")
+        .with_("spec.resources.shmSize", "1G")
+        .obj(),
+    ),
+    ("shm without memory", TrainingRunBuilder("r").with_("spec.resources.shmSize", "4Gi").obj()),
+    ("dots inside a name", TrainingRunBuilder("r").register("m", path="outputs/model..pt").obj()),
+    (
+        "a service account",
+        TrainingRunBuilder("r").with_("spec.serviceAccountName", "trainer").obj(),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "body"), ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_valid_trainingrun_is_accepted_by_the_apiserver_and_the_models(
+    cluster: Cluster, namespace: str, case: str, body: dict[str, Any]
+) -> None:
+    body["metadata"]["namespace"] = namespace
+    api.parse_trainingrun(body)
+    k8s.create(body)
 
 
 ENV_REJECTED = [

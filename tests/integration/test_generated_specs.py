@@ -60,9 +60,28 @@ valid_specs = st.fixed_dictionaries(
             },
         ),
         "policy": st.fixed_dictionaries(
-            {}, optional={"backoffLimit": st.integers(0, 3), "ttlSecondsAfterFinished": st.just(60)}
+            {},
+            optional={
+                "backoffLimit": st.integers(0, 3),
+                "platformRestartLimit": st.integers(0, 3),
+                "ttlSecondsAfterFinished": st.just(60),
+            },
         ),
         "env": st.just([{"name": "NCCL_DEBUG", "value": "INFO"}]),
+        "outputs": st.fixed_dictionaries(
+            {},
+            optional={
+                "optional": st.booleans(),
+                "register": st.fixed_dictionaries(
+                    {"model": st.just("birds")},
+                    optional={
+                        "path": st.sampled_from(["outputs", "outputs/model.pt", "outputs/a..b"])
+                    },
+                ),
+            },
+        ),
+        "serviceAccountName": st.sampled_from(["default", "trainer"]),
+        "automountServiceAccountToken": st.booleans(),
     },
 )
 
@@ -78,6 +97,15 @@ MISTAKES: list[tuple[str, Any]] = [
     ("resources.gpusPerNode", -1),
     ("resources.cpu", "lots"),
     ("resources.memory", "huge"),
+    ("resources.memory", "-1Gi"),
+    ("resources.shmSize", "128Gi"),  # refused only where memory is smaller
+    ("resources.shmSize", "1e1.5"),
+    ("outputs.register", {"model": "birds", "path": "/etc/passwd"}),
+    ("outputs.register", {"model": "birds", "path": "outputs/../../x"}),
+    ("outputs.register", {"model": "birds", "path": "%2e%2e/x"}),
+    ("serviceAccountName", "Bad_SA"),
+    ("serviceAccountName", ""),
+    ("policy.platformRestartLimit", -1),
     ("source", {}),
     ("source", {"image": True, "configMap": "src"}),
     ("source", {"image": False}),

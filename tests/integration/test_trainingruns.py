@@ -112,6 +112,9 @@ def test_two_by_two_run_gets_its_pods_and_service_on_the_gpu_pool(
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in p["spec"][
             "tolerations"
         ]
+        # No shmSize: half of the 32Gi memory limit (a memory-backed /dev/shm counts there).
+        [dshm] = [v for v in p["spec"]["volumes"] if v["name"] == "dshm"]
+        assert dshm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
     for p in pods:
         finish_pod(cluster, ns, p["metadata"]["name"], 0)
     cluster.kubectl("wait", "--for=condition=Succeeded", "tr/bert", "-n", ns, "--timeout=30s")
@@ -296,6 +299,109 @@ def test_a_lost_node_is_a_platform_failure_that_does_not_use_backoff(
     running(ns, "lost", timeout=60)
 
 
+@pytest.mark.parametrize("extra_pool", [(2, 8)], indirect=True)
+def test_a_lost_node_with_no_platform_restart_left_fails_the_run_naming_pod_and_node(
+    cluster: Cluster, env: str, extra_pool: Pool
+) -> None:
+    ns, pool = env, extra_pool.name
+    k8s.create(
+        TrainingRunBuilder("stranded", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .gpus(8)
+        .pool(pool)
+        .with_("spec.policy.platformRestartLimit", 0)
+        .obj()
+    )
+    running(ns, "stranded")
+    lost_node = k8s.get(k8s.PODS, ns, "stranded-1")["spec"]["nodeName"]
+    k8s.delete(k8s.NODES, None, lost_node)
+    failed = wait_status(
+        k8s.TRAININGRUNS, ns, "stranded", lambda s: s.get("phase") == "Failed", timeout=60
+    )
+    failure = failed["status"]["failure"]
+    assert (failure["reason"], failure["pod"], failure["node"]) == ("NodeLost", "stranded-1", 1)
+    assert failure["message"].startswith("node Pod stranded-1 (node rank 1) ")
+    assert failure["message"].endswith(
+        "no platform restart left (0 of policy.platformRestartLimit 0 used)"
+    )
+    assert failed["status"]["restarts"] == 0
+    assert conditions(failed)["Failed"]["reason"] == "NodeLost"
+    # The Event names the node; the survivor does not burn its GPUs.
+    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=stranded")
+    assert any(
+        e["reason"] == "NodeLost" and f"node {lost_node} was deleted" in e["message"]
+        for e in events
+    ), [(e["reason"], e["message"]) for e in events]
+    wait_for("the survivor deleted", lambda: run_pods(ns, "stranded") == [], timeout=15)
+
+
+def test_node_pods_run_as_the_runs_service_account_and_wait_for_it(
+    cluster: Cluster, env: str
+) -> None:
+    ns = env
+    k8s.create(
+        TrainingRunBuilder("as-trainer", ns)
+        .environment("pytorch")
+        .pool("cpu")
+        .with_("spec.serviceAccountName", "trainer")
+        .obj()
+    )
+    waiting = wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "as-trainer",
+        lambda s: any(c.get("reason") == "ServiceAccountNotFound" for c in s.get("conditions", [])),
+    )
+    assert waiting["status"]["phase"] == "Pending"
+    admitted = conditions(waiting)["Admitted"]
+    assert f"kubectl create serviceaccount trainer -n {ns}" in admitted["message"]
+    k8s.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "trainer", "namespace": ns},
+        }
+    )
+    running(ns, "as-trainer", timeout=40)
+    [pod] = run_pods(ns, "as-trainer")
+    assert pod["spec"]["serviceAccountName"] == "trainer"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    # The apiserver mounted no API token; the registry token is the operator's to add.
+    containers = pod["spec"]["containers"] + pod["spec"]["initContainers"]
+    mounts = [m["mountPath"] for c in containers for m in c.get("volumeMounts", [])]
+    assert "/var/run/secrets/kubernetes.io/serviceaccount" not in mounts
+    assert not [v for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access")]
+
+    k8s.create(
+        TrainingRunBuilder("with-api-token", ns)
+        .environment("pytorch")
+        .pool("cpu")
+        .with_("spec.automountServiceAccountToken", True)
+        .obj()
+    )
+    running(ns, "with-api-token")
+    [pod] = run_pods(ns, "with-api-token")
+    assert pod["spec"]["serviceAccountName"] == "default"
+    mounts = [m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]]
+    assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+
+
+def test_the_init_container_uses_its_own_python_and_the_trainer_the_environments(
+    cluster: Cluster, env: str
+) -> None:
+    ns = env
+    k8s.create(
+        environment("conda", ns, image="ghcr.io/acme/conda:1", python="/opt/conda/bin/python")
+    )
+    wait_status(k8s.ENVIRONMENTS, ns, "conda", lambda s: s.get("phase") == "Ready")
+    k8s.create(TrainingRunBuilder("conda-run", ns).environment("conda").pool("cpu").obj())
+    running(ns, "conda-run")
+    [pod] = run_pods(ns, "conda-run")
+    assert pod["spec"]["initContainers"][0]["command"][0] == "python3"
+    assert pod["spec"]["containers"][0]["command"][0] == "/opt/conda/bin/python"
+
+
 def test_specs_the_apiserver_cannot_refuse_are_reported_as_conditions(
     cluster: Cluster, env: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -314,42 +420,6 @@ def test_specs_the_apiserver_cannot_refuse_are_reported_as_conditions(
     assert not [
         r for r in caplog.records if r.name.startswith("torchyard") and r.levelno >= logging.ERROR
     ]
-
-
-@pytest.mark.parametrize("extra_pool", [(64, 0)], indirect=True)
-def test_operator_killed_mid_fanout_ends_with_exactly_64_pods(
-    cluster: Cluster, env: str, extra_pool: Pool, operator: InProcessOperator
-) -> None:
-    ns = env
-    operator.stop()
-    try:
-        k8s.create(
-            TrainingRunBuilder("wide", ns)
-            .environment("pytorch")
-            .nodes(64)
-            .pool(extra_pool.name)
-            .with_("spec.resources.cpu", "1")
-            .obj()
-        )
-        operator.start()
-        wait_for("some Pods created", lambda: len(run_pods(ns, "wide")) >= 1, timeout=30)
-        operator.stop()
-        partial = len(run_pods(ns, "wide"))
-    finally:
-        operator.start()
-    run = wait_status(
-        k8s.TRAININGRUNS,
-        ns,
-        "wide",
-        lambda s: s.get("nodes", {}).get("ready") == "64/64",
-        timeout=90,
-    )
-    pods = run_pods(ns, "wide")
-    assert len(pods) == 64, f"{len(pods)} Pods (had {partial} when the operator was killed)"
-    assert sorted(int(p["metadata"]["labels"]["torchyard.dev/node-rank"]) for p in pods) == list(
-        range(64)
-    )
-    assert run["status"]["nodes"]["ready"] == "64/64"
 
 
 def test_active_deadline_fails_a_run_that_runs_too_long(cluster: Cluster, env: str) -> None:

@@ -22,11 +22,13 @@ from torchyard.api._base import (
     DNS1123_SUBDOMAIN,
     ENV_VAR_NAME,
     QUANTITY,
+    QUANTITY_MAX_LENGTH,
     Condition,
     Model,
     nested,
     with_rules,
 )
+from torchyard.api.quantities import quantity
 from torchyard.launcher import RANK_CONTRACT_VARIABLES
 
 DEFAULT_MASTER_PORT = 6105  # as Azure ML
@@ -182,8 +184,27 @@ class Distribution(Model):
         return self.node_count * self.process_count_per_node
 
 
+SHM_RULE = (
+    "resources.shmSize must not exceed resources.memory: /dev/shm is memory-backed and "
+    "counts against the container's memory limit (leave shmSize out for half of memory)"
+)
+
+
 class Resources(Model):
     """What each node Pod asks for."""
+
+    model_config = with_rules(
+        {
+            # isQuantity first: a value the pattern lets through but Kubernetes cannot
+            # parse is refused by the pattern's own message, not by a CEL runtime error.
+            "rule": "!has(self.shmSize) || !has(self.memory) || !isQuantity(self.shmSize) || "
+            "!isQuantity(self.memory) || "
+            "quantity(self.shmSize).compareTo(quantity(self.memory)) <= 0",
+            "message": SHM_RULE,
+            "fieldPath": ".shmSize",
+            "reason": "FieldValueInvalid",
+        }
+    )
 
     gpus_per_node: int = Field(
         default=0,
@@ -194,19 +215,36 @@ class Resources(Model):
     cpu: str | None = Field(
         default=None,
         pattern=QUANTITY,
+        max_length=QUANTITY_MAX_LENGTH,
         description='CPU per node Pod, as a Kubernetes quantity (e.g. "8" or "500m").',
     )
     memory: str | None = Field(
         default=None,
         pattern=QUANTITY,
-        description="Memory per node Pod, as a Kubernetes quantity (e.g. 64Gi).",
+        max_length=QUANTITY_MAX_LENGTH,
+        description="Memory per node Pod (request and limit), as a Kubernetes quantity "
+        "(e.g. 64Gi).",
     )
     shm_size: str | None = Field(
         default=None,
         pattern=QUANTITY,
-        description="Size of /dev/shm (a memory emptyDir); the container default of 64 MB "
-        "breaks DataLoader workers and NCCL. Default: half of memory, else 1Gi.",
+        max_length=QUANTITY_MAX_LENGTH,
+        description="Size of /dev/shm (a memory emptyDir: it counts against the memory "
+        "limit); the container default of 64 MB breaks DataLoader workers and NCCL. "
+        "Default: half of memory, else 1Gi. At most memory.",
     )
+
+    @model_validator(mode="after")
+    def _shm_fits_memory(self) -> Resources:
+        if self.shm_size is None or self.memory is None:
+            return self
+        try:
+            shm, memory = quantity(self.shm_size), quantity(self.memory)
+        except ValueError:
+            return self  # the pattern says what is wrong (as the CRD's isQuantity guard)
+        if shm > memory:
+            raise ValueError(f"{SHM_RULE}; got shmSize {self.shm_size} > memory {self.memory}")
+        return self
 
 
 class Toleration(Model):
@@ -258,6 +296,14 @@ class Policy(Model):
         description="How often a run whose code failed is restarted, as a whole gang. "
         "Platform failures (node lost, eviction, preemption) do not count.",
     )
+    platform_restart_limit: int = Field(
+        default=20,
+        ge=0,
+        le=1000,
+        description="How often the gang is restarted after platform failures (node lost, "
+        "eviction, preemption) before the run fails with that reason (0: the first one "
+        "fails the run).",
+    )
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
@@ -271,8 +317,25 @@ class Policy(Model):
     )
 
 
+# A path segment ".." (also percent-encoded), with "/" or "\\" as separators.
+_TRAVERSAL = r"(^|[/\\])(\.|%2[eE])(\.|%2[eE])([/\\]|$)"
+REGISTER_PATH_RULE = (
+    "outputs.register.path must be relative to the working directory and stay inside it: "
+    "no leading '/', no '..' (e.g. outputs/model.pt)"
+)
+
+
 class Register(Model):
     """Register the run's outputs as a model version (~ run.register_model)."""
+
+    model_config = with_rules(
+        {
+            "rule": "!self.path.startsWith('/') && !self.path.matches(r'" + _TRAVERSAL + "')",
+            "message": REGISTER_PATH_RULE,
+            "fieldPath": ".path",
+            "reason": "FieldValueInvalid",
+        }
+    )
 
     model: str = Field(
         max_length=63,
@@ -282,13 +345,20 @@ class Register(Model):
     path: str = Field(
         default="outputs",
         min_length=1,
+        max_length=1024,
         description="File or folder, relative to the working directory, that makes up "
-        "the model (inside ./outputs).",
+        "the model (inside ./outputs); no leading '/' and no '..'.",
     )
     export_onnx: bool = Field(
         default=False,
         description="Also export the trained model to outputs/model.onnx and check it runs.",
     )
+
+    @model_validator(mode="after")
+    def _path_stays_inside(self) -> Register:
+        if self.path.startswith("/") or re.search(_TRAVERSAL, self.path):
+            raise ValueError(f"{REGISTER_PATH_RULE}; got {self.path!r}")
+        return self
 
 
 class Outputs(Model):
@@ -298,6 +368,13 @@ class Outputs(Model):
         default=None,
         alias="register",
         description="Register the outputs as a new model version.",
+    )
+    optional: bool = Field(
+        default=False,
+        description="false: a node whose upload of ./outputs or ./logs to the model "
+        "registry fails fails the run (reason ArchiveFailed); true: the run still "
+        "succeeds, with condition OutputsArchived=False saying what was lost (and no "
+        "model registered when node 0's outputs are missing).",
     )
 
 
@@ -397,6 +474,21 @@ class TrainingRunSpec(Model):
         description="Run every container of the node Pods as this non-root user (and group, "
         "and fsGroup), so they pass Pod Security 'restricted'; the curated images' user is "
         "1000. Unset: the image decides (which may be root).",
+    )
+    service_account_name: str = Field(
+        default="default",
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="ServiceAccount (in the run's namespace) the node Pods run as. The "
+        "model registry accepts the run's archive uploads only from it, so it needs "
+        "create on modelversions in the namespace.",
+    )
+    automount_service_account_token: bool = Field(
+        default=False,
+        description="Mount the ServiceAccount's Kubernetes API token into the node Pods. "
+        "false (default): the training code gets no API credentials; the registry token "
+        "(audience torchyard-registry, for archiving) is mounted either way.",
     )
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ import kopf
 from torchyard import api, k8s
 from torchyard.controller import reconcile, telemetry
 from torchyard.planning import names, pods
+from torchyard.status import timestamp
 
 RESYNC_SECONDS = 60.0
 RETRY_MIN, RETRY_MAX = 0.5, 60.0
@@ -106,7 +107,22 @@ def _settings() -> pods.Settings:
         resolve_curated=os.environ.get("TORCHYARD_RESOLVE_CURATED", "all"),
         registry_url=os.environ.get("TORCHYARD_REGISTRY_URL", ""),
         registry_token_file=os.environ.get("TORCHYARD_REGISTRY_TOKEN_FILE", ""),
+        registry_ca=_registry_ca(os.environ.get("TORCHYARD_REGISTRY_CA_FILE", "")),
     )
+
+
+def _registry_ca(path: str) -> str:
+    """The PEM of the CA that signed the registry's certificate (the chart mounts its
+    ``ca.crt``): the operator verifies the service with it and passes it to node Pods."""
+    if not path:
+        return ""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as err:
+        raise RuntimeError(
+            f"TORCHYARD_REGISTRY_CA_FILE: cannot read the registry's CA certificate: {err}"
+        ) from None
 
 
 def reconcile_key(queue: WorkQueue, key: Key, ctx: reconcile.Context) -> None:
@@ -259,7 +275,9 @@ async def pod_event(labels: Mapping[str, str], namespace: str | None, memo: Any,
 
 def release_pods_of_lost_node(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
     """Delete torchyard's Pods bound to a deleted node at once (PodGC would take a while),
-    only in the watched namespaces: returns the (namespace, run) of each."""
+    only in the watched namespaces: returns the (namespace, run) of each. A Warning
+    ``NodeLost`` Event on each Pod's TrainingRun names the node (the run's status names
+    the Pod, which is gone by then)."""
     lost = [
         pod
         for namespace in _watched(namespaces)
@@ -275,7 +293,31 @@ def release_pods_of_lost_node(node: str, namespaces: Sequence[str] = ()) -> list
         meta = pod["metadata"]
         k8s.delete(k8s.PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
         runs.append((meta["namespace"], meta["labels"][names.LABEL_RUN]))
+        _record_node_lost(pod, node)
     return runs
+
+
+def _record_node_lost(pod: Mapping[str, Any], node: str) -> None:
+    """The Event on the Pod's TrainingRun (its controller owner) that names the node."""
+    meta = pod["metadata"]
+    owner = next(
+        (
+            o
+            for o in meta.get("ownerReferences", [])
+            if o.get("controller") and o.get("kind") == "TrainingRun"
+        ),
+        None,
+    )
+    if owner is None:
+        return
+    run = {
+        "apiVersion": owner.get("apiVersion"),
+        "kind": "TrainingRun",
+        "metadata": {"name": owner["name"], "namespace": meta["namespace"], "uid": owner["uid"]},
+    }
+    rank = meta.get("labels", {}).get(names.LABEL_NODE_RANK, "?")
+    message = f"node {node} was deleted: node Pod {meta['name']} (node rank {rank}) is lost with it"
+    k8s.record_event(run, "Warning", "NodeLost", message, now=timestamp(reconcile.utcnow()))
 
 
 @kopf.on.event("", "v1", "nodes")

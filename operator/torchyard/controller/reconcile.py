@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -27,11 +28,17 @@ from typing import Any
 from torchyard import api, envbuild, k8s, status
 from torchyard.controller import telemetry
 from torchyard.planning import admission, environments, models, names, pods
-from torchyard.status.trainingruns import TERMINAL, Observed, first_failure
+from torchyard.status.trainingruns import (
+    TERMINAL,
+    Observed,
+    archive_failures,
+    first_failure,
+    lost_failure,
+)
 
 Clock = Callable[[], datetime]
 Log = logging.Logger | logging.LoggerAdapter[Any]
-MAX_PLATFORM_RESTARTS = 20
+SERVICE_ACCOUNT_RETRY_SECONDS = 10.0
 _ADMISSION_LOCK = threading.Lock()
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="torchyard-apply")
 
@@ -347,22 +354,15 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         else:
             result.requeue_after = left
     failure = first_failure(current)
-    lost = [p for p in current if p["metadata"].get("deletionTimestamp")]
-    if (
-        failure is None
-        and previous.get("phase") == api.Phase.RUNNING.value
-        and (len(current) - len(lost) < run.spec.distribution.node_count)
-    ):
-        failure = {
-            "reason": "PodLost",
-            "platform": True,
-            "message": "a node Pod of the running gang disappeared (its node was lost, or "
-            "it was deleted)",
-        }
+    if failure is None and previous.get("phase") == api.Phase.RUNNING.value:
+        pod_names = [names.pod(name, i) for i in range(run.spec.distribution.node_count)]
+        failure = lost_failure(pod_names, current)
     if failure is not None and not observed.deadline_exceeded:
         restart = _restart_decision(run, failure, previous)
         if restart is not None:
             return _restart(run, body, current, previous, failure, restart, logger, now)
+        failure = _final(run, failure, previous)
+        observed = _replace(observed, failure=failure)
 
     # 4. Create what is missing (Service + Pods), gated; never while an old attempt lingers.
     if env_phase == "Ready" and failure is None and not observed.deadline_exceeded:
@@ -380,21 +380,27 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
             try:
                 current, decision, others = _create_and_admit(run, wanted, current)
             except k8s.ApiError as err:
-                if not (err.status == 403 and "PodSecurity" in err.message):
+                if err.status == 403 and _no_service_account(err.message):
+                    # The run waits for it (its creation sends this operator no event).
+                    observed = _replace(observed, pending=_service_account_missing(run))
+                    result.requeue_after = SERVICE_ACCOUNT_RETRY_SECONDS
+                    decision, others = None, []
+                elif err.status == 403 and "PodSecurity" in err.message:
+                    # The namespace's policy refuses these Pods: no retry can help, say why.
+                    message = (
+                        f"the namespace's Pod Security admission refused the node Pods "
+                        f"({err.message}); set spec.runAsUser (e.g. 1000, the curated "
+                        "images' user) to run them as non-root"
+                    )
+                    logger.warning("TrainingRun %s/%s: %s", ns, name, message)
+                    new = status.invalid_trainingrun_status(
+                        meta.get("generation"), message, previous, now
+                    )
+                    _patch_status_if_changed(body, new)
+                    _record_phase_change(body, previous, new, now)
+                    return Result()
+                else:
                     raise
-                # The namespace's policy refuses these Pods: no retry can help, say why.
-                message = (
-                    f"the namespace's Pod Security admission refused the node Pods "
-                    f"({err.message}); set spec.runAsUser (e.g. 1000, the curated images' "
-                    "user) to run them as non-root"
-                )
-                logger.warning("TrainingRun %s/%s: %s", ns, name, message)
-                new = status.invalid_trainingrun_status(
-                    meta.get("generation"), message, previous, now
-                )
-                _patch_status_if_changed(body, new)
-                _record_phase_change(body, previous, new, now)
-                return Result()
             result.also.extend(others)
             if decision is not None and decision.admit:
                 logger.info("TrainingRun %s/%s admitted: %s", ns, name, decision.message)
@@ -406,12 +412,14 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
                 observed = _replace(observed, queued_message=decision.message)
             observed = _replace(observed, pods=current)
 
-    # 6. Finalizing: register the outputs once every node succeeded.
+    # 6. Finalizing: register the outputs once every node succeeded (and node 0's outputs
+    # were archived: with outputs.optional a node may succeed without them).
     total = run.spec.distribution.node_count
     if (
         run.spec.outputs.register_ is not None
         and len(current) == total
         and all(p.get("status", {}).get("phase") == "Succeeded" for p in current)
+        and 0 not in archive_failures(current)
     ):
         model, message = _register(run, observed.environment, ctx, logger)
         observed = _replace(
@@ -430,6 +438,7 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         logger.warning("TrainingRun %s/%s failed: %s", ns, name, _event_message(new))
     _patch_status_if_changed(body, new)
     _record_phase_change(body, previous, new, now)
+    _warn_archive_failed(body, previous, new, now)
     if new.get("phase") in TERMINAL and run.spec.policy.ttl_seconds_after_finished is not None:
         result.requeue_after = float(run.spec.policy.ttl_seconds_after_finished) + 0.5
     if new.get("phase") in TERMINAL:
@@ -478,7 +487,13 @@ def _register(
             method="POST",
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
         )
-        with urllib.request.urlopen(req, timeout=60) as resp:
+        # An https registry is verified with the CA the chart mounts (or the system's).
+        context = (
+            ssl.create_default_context(cadata=ctx.settings.registry_ca)
+            if ctx.settings.registry_ca
+            else None
+        )
+        with urllib.request.urlopen(req, timeout=60, context=context) as resp:
             manifest = json.loads(resp.read())
     except urllib.error.HTTPError as err:
         return None, f"the registry refused the promotion: {err.code} {err.read()[:300]!r}"
@@ -541,14 +556,64 @@ def _event_message(new_status: Mapping[str, Any]) -> str:
 def _restart_decision(
     run: api.TrainingRun, failure: Mapping[str, Any], previous: Mapping[str, Any]
 ) -> str | None:
-    """'platform' or 'user' when the gang should be restarted, None when the run fails."""
+    """'platform' or 'user' when the gang should be restarted, None when the run fails.
+    Platform failures use policy.platformRestartLimit, the user's code backoffLimit; a
+    stuck Pod or a failed archive upload is never restarted (training again won't help)."""
     restarts = int(previous.get("restarts") or 0)
     used = int(previous.get("failedAttempts") or 0)
     if failure.get("platform"):
-        return "platform" if restarts - used < MAX_PLATFORM_RESTARTS else None
-    if failure.get("reason") in status.trainingruns.STUCK_REASONS:
+        limit = run.spec.policy.platform_restart_limit
+        return "platform" if restarts - used < limit else None
+    if failure.get("reason") in status.trainingruns.NOT_RESTARTED:
         return None
     return "user" if used < run.spec.policy.backoff_limit else None
+
+
+def _no_service_account(message: str) -> bool:
+    """The apiserver's ServiceAccount admission refused a Pod whose ServiceAccount is
+    missing ("error looking up service account NS/NAME: serviceaccount "NAME" not found")."""
+    text = message.lower()
+    return "service account" in text and "not found" in text
+
+
+def _service_account_missing(run: api.TrainingRun) -> tuple[str, str]:
+    sa, ns = run.spec.service_account_name, run.namespace
+    return (
+        "ServiceAccountNotFound",
+        f"the node Pods run as ServiceAccount {sa} (spec.serviceAccountName), which does not "
+        f"exist in namespace {ns}: create it (kubectl create serviceaccount {sa} -n {ns}) "
+        "or name one that exists; the run waits for it",
+    )
+
+
+def _final(
+    run: api.TrainingRun, failure: dict[str, Any], previous: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The failure that ends the run: a platform one says that no restart was left."""
+    if not failure.get("platform"):
+        return failure
+    limit = run.spec.policy.platform_restart_limit
+    used = int(previous.get("restarts") or 0) - int(previous.get("failedAttempts") or 0)
+    left = f"no platform restart left ({used} of policy.platformRestartLimit {limit} used)"
+    message = str(failure.get("message") or "").strip()
+    return {**failure, "message": f"{message}; {left}" if message else left}
+
+
+def _warn_archive_failed(
+    body: Mapping[str, Any], previous: Mapping[str, Any], new: Mapping[str, Any], now: datetime
+) -> None:
+    """A run that succeeded without all of its archive (outputs.optional): a Warning."""
+    archived = status.find(new.get("conditions"), "OutputsArchived")
+    if archived is None or archived.get("status") != "False":
+        return
+    if new.get("phase") == previous.get("phase"):
+        return
+    if new.get("phase") not in (api.Phase.SUCCEEDED.value, api.Phase.FINALIZING.value):
+        return
+    if previous.get("phase") == api.Phase.FINALIZING.value:
+        return  # said when it began finalizing
+    message = str(archived.get("message") or "")
+    k8s.record_event(dict(body), "Warning", "ArchiveFailed", message, now=status.timestamp(now))
 
 
 def _restart(

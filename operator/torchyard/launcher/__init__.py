@@ -15,6 +15,11 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
     TORCHYARD_TERMINATION_LOG  JSON termination message (default /dev/termination-log)
     TORCHYARD_DNS_TIMEOUT      seconds to wait for MASTER_ADDR to resolve (default 300)
     TORCHYARD_GRACE_PERIOD     seconds between SIGTERM and SIGKILL of the others (default 10)
+    TORCHYARD_REGISTRY_URL, TORCHYARD_REGISTRY_TOKEN_FILE
+                               where to archive ./logs and ./outputs, and the token to show
+    TORCHYARD_OUTPUTS_OPTIONAL "1": a failed archive upload does not fail the node
+    TORCHYARD_SNAPSHOT_MAX_BYTES, TORCHYARD_SNAPSHOT_MAX_FILES
+                               what ``--install`` may unpack (default 1 GiB, 100000 entries)
 
 and then:
 - waits until MASTER_ADDR resolves (headless-Service DNS appears a moment after the Pod);
@@ -27,6 +32,10 @@ and then:
 - forwards SIGTERM/SIGINT to the ranks;
 - writes a JSON termination message (at most 4 KiB): rank, exit code or signal, and the
   tail of that rank's traceback.
+- archives the logs (and node 0's outputs) to the registry service; when that fails
+  after the ranks succeeded, the termination message says ArchiveFailed with the HTTP
+  status and what to fix, and the launcher exits with ARCHIVE_FAILED_EXIT (3), unless
+  the outputs are optional.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -340,44 +350,82 @@ class Launcher:
             rank.finish()
         code = self._report(failed, node_rank, time.monotonic() - started)
         if self.env.get("TORCHYARD_REGISTRY_URL"):
-            self.archive(node_rank, logs)
+            problem = self.archive(node_rank, logs)
+            if problem is not None and code == 0:
+                code = self._archive_failed(problem, node_rank)
         return code
 
-    def archive(self, node_rank: int, logs: str) -> None:
+    def archive(self, node_rank: int, logs: str) -> str | None:
         """Upload this node's logs (and node 0's outputs) to the registry service.
 
-        Runs whether the ranks succeeded or not; a failed upload is reported, and the
-        launcher still exits with the command's exit code.
+        Runs whether the ranks succeeded or not. Returns None when every file arrived,
+        else what went wrong and what to fix (:func:`archive_advice`). A connection error
+        or a 5xx is tried again; one that persists, or a refused token (401/403), stops
+        the uploads at once.
         """
         url = self.env["TORCHYARD_REGISTRY_URL"].rstrip("/")
-        base = (
-            f"{url}/v1/namespaces/{self.env.get('TORCHYARD_NAMESPACE', 'default')}"
-            f"/runs/{self.env.get('TORCHYARD_RUN', 'run')}"
-        )
+        namespace = self.env.get("TORCHYARD_NAMESPACE", "default")
+        run = self.env.get("TORCHYARD_RUN", "run")
+        base = f"{url}/v1/namespaces/{namespace}/runs/{run}"
+        token_file = self.env.get("TORCHYARD_REGISTRY_TOKEN_FILE", "")
         try:
-            with open(self.env.get("TORCHYARD_REGISTRY_TOKEN_FILE", "")) as f:
+            with open(token_file) as f:
                 token = f.read().strip()
         except OSError as err:
-            self.say(f"cannot archive: no registry token ({err})")
-            return
+            return self._say_problem(
+                f"cannot archive to the model registry: no registry token at {token_file!r} "
+                f"({err.strerror}); node Pods get one (audience torchyard-registry) when the "
+                "operator archives to a registry: run this through a TrainingRun"
+            )
+        try:
+            context = registry_context(self.env)
+        except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+            return self._say_problem(
+                f"cannot archive: TORCHYARD_REGISTRY_CA is not a PEM certificate ({err})"
+            )
         folders = [(logs, f"logs/node-{node_rank}")]
         if node_rank == 0:
             folders.append((self.env["TORCHYARD_OUTPUTS"], "outputs"))
+        files = [
+            (os.path.join(dirpath, name), f"{prefix}/{_relative_dir(dirpath, folder)}{name}")
+            for folder, prefix in folders
+            for dirpath, _, names in os.walk(folder)
+            for name in sorted(names)
+        ]
         sent, failed = 0, []
-        for folder, prefix in folders:
-            for dirpath, _, files in os.walk(folder):
-                for name in sorted(files):
-                    path = os.path.join(dirpath, name)
-                    rel = os.path.relpath(path, folder).replace(os.sep, "/")
-                    try:
-                        upload_file(f"{base}/{prefix}/{rel}", path, token)
-                        sent += 1
-                    except OSError as err:
-                        failed.append(f"{prefix}/{rel}: {err}")
-        self.say(
-            f"archived {sent} file(s) to the registry"
-            + (f"; {len(failed)} failed: {failed[0]}" if failed else "")
+        first: OSError | None = None
+        for path, target in files:
+            try:
+                _upload_retrying(f"{base}/{target}", path, token, context)
+                sent += 1
+            except OSError as err:
+                failed.append(target)
+                first = first or err
+                if not isinstance(err, UploadError) or err.status in (401, 403):
+                    break  # unreachable, or the token refused: so would every other file be
+        if first is None:
+            self.say(f"archived {sent} file(s) to the registry")
+            return None
+        return self._say_problem(
+            f"archiving to the model registry failed: {len(files) - sent} of {len(files)} "
+            f"file(s) not uploaded (first: {failed[0]}): "
+            + archive_advice(first, url=url, namespace=namespace, run=run)
         )
+
+    def _say_problem(self, problem: str) -> str:
+        self.say(problem)
+        return problem
+
+    def _archive_failed(self, problem: str, node_rank: int) -> int:
+        """The ranks succeeded but the archive did not: say so in the termination message
+        (reason ArchiveFailed). With TORCHYARD_OUTPUTS_OPTIONAL the node still succeeds
+        (the operator turns the message into a warning); otherwise it fails."""
+        optional = self.env.get("TORCHYARD_OUTPUTS_OPTIONAL", "") not in ("", "0", "false")
+        code = 0 if optional else ARCHIVE_FAILED_EXIT
+        path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        info = {"nodeRank": node_rank, "exitCode": code, "reason": "ArchiveFailed"}
+        _write(path, termination_message(dict(info, message=problem)))
+        return code
 
     def _wait(self, grace: int) -> Rank | None:
         """Wait for every rank; on the first failure stop the rest. Returns the failed Rank."""
@@ -449,25 +497,104 @@ class Launcher:
         return exit_code
 
 
-def upload_file(url: str, path: str, token: str) -> None:
+def registry_context(env: Mapping[str, str]) -> ssl.SSLContext | None:
+    """What verifies the registry service's certificate: the CA in TORCHYARD_REGISTRY_CA
+    (PEM, which the operator passes to node Pods), else None (the system's CAs)."""
+    pem = env.get("TORCHYARD_REGISTRY_CA", "")
+    return ssl.create_default_context(cadata=pem) if pem.strip() else None
+
+
+# The exit code of a node whose ranks succeeded but whose archive upload failed.
+ARCHIVE_FAILED_EXIT = 3
+ARCHIVE_ATTEMPTS = 3
+
+
+class UploadError(OSError):
+    """The registry service answered an upload with HTTP error ``status``."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text}" if text else f"HTTP {status}")
+        self.status = status
+
+
+def _relative_dir(dirpath: str, folder: str) -> str:
+    rel = os.path.relpath(dirpath, folder).replace(os.sep, "/")
+    return "" if rel == "." else rel + "/"
+
+
+def _upload_retrying(
+    url: str,
+    path: str,
+    token: str,
+    context: ssl.SSLContext | None = None,
+    attempts: int = ARCHIVE_ATTEMPTS,
+) -> None:
+    """:func:`upload_file`, again after a connection error or a 5xx (the service may be
+    restarting); any other answer is final."""
+    for attempt in range(1, attempts + 1):
+        try:
+            upload_file(url, path, token, context)
+            return
+        except UploadError as err:
+            if err.status < 500 or attempt == attempts:
+                raise
+        except OSError:
+            if attempt == attempts:
+                raise
+        time.sleep(0.5 * attempt)
+
+
+def archive_advice(err: OSError, *, url: str, namespace: str, run: str) -> str:
+    """What an upload error means and what to fix (for the termination message)."""
+    if not isinstance(err, UploadError):
+        return (
+            f"the registry service at {url} is not reachable ({err}): check "
+            "TORCHYARD_REGISTRY_URL, that the service runs, and that no NetworkPolicy "
+            "blocks the node Pods"
+        )
+    if err.status == 401:
+        fix = (
+            "the registry did not accept the Pod's token (audience torchyard-registry): "
+            "check that the registry service may create TokenReviews"
+        )
+    elif err.status == 403:
+        fix = (
+            f"the registry refused this Pod's ServiceAccount writing run {run} in namespace "
+            f"{namespace}: set spec.serviceAccountName to the ServiceAccount the run may "
+            "archive as, and grant that one create on modelversions in the namespace"
+        )
+    elif err.status == 413:
+        fix = "a file is larger than the registry service accepts: write smaller outputs"
+    elif err.status >= 500:
+        fix = f"the registry service failed {ARCHIVE_ATTEMPTS} times: see its log"
+    else:
+        fix = "the registry service refused the upload"
+    return f"{err}; {fix}"
+
+
+def upload_file(url: str, path: str, token: str, context: ssl.SSLContext | None = None) -> None:
     """PUT one file in one pass: read in 4 MiB blocks, hashed while they are sent. The
     service answers with the sha256 it computed and keeps the file out of sight until a
-    second request confirms that digest (``?commit=later``), so nothing is read twice."""
+    second request confirms that digest (``?commit=later``), so nothing is read twice.
+    An https URL is verified with ``context`` (:func:`registry_context`)."""
     import hashlib
     import http.client
     import json
     import urllib.parse
 
     parts = urllib.parse.urlsplit(url)
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.netloc, timeout=300)
+    conn = (
+        http.client.HTTPSConnection(parts.netloc, timeout=300, context=context)
+        if parts.scheme == "https"
+        else http.client.HTTPConnection(parts.netloc, timeout=300)
+    )
     auth = {"Authorization": "Bearer " + token}
 
     def answer() -> dict[str, str]:
         resp = conn.getresponse()
         body = resp.read()
         if resp.status >= 300:
-            raise OSError(f"{resp.status} {body[:200].decode('utf-8', 'replace')}")
+            raise UploadError(resp.status, body[:200].decode("utf-8", "replace").strip())
         return dict(json.loads(body or b"{}"))
 
     try:
@@ -525,28 +652,133 @@ def _write(path: str, text: str) -> None:
 
 
 SNAPSHOT = "source.tar.gz"
+# What one source snapshot may hold once unpacked, as the registry service's snapshot limit
+# (1 GiB) and ``torchyard.sdk.snapshots`` (which refuses a bigger folder before sending it).
+SNAPSHOT_MAX_BYTES = 1 << 30
+SNAPSHOT_MAX_FILES = 100000
 
 
-def extract_snapshot(archive: str, workdir: str) -> int:
-    """Unpack a ``torchyard submit`` snapshot: regular files and folders only, every path
-    inside ``workdir`` (no absolute paths, no ``..``, no links). The number of files."""
+def snapshot_limits(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(bytes, entries) one snapshot may unpack to: ``TORCHYARD_SNAPSHOT_MAX_BYTES`` and
+    ``TORCHYARD_SNAPSHOT_MAX_FILES``, else the defaults above."""
+    env = os.environ if env is None else env
+    limits = []
+    for name, default in (
+        ("TORCHYARD_SNAPSHOT_MAX_BYTES", SNAPSHOT_MAX_BYTES),
+        ("TORCHYARD_SNAPSHOT_MAX_FILES", SNAPSHOT_MAX_FILES),
+    ):
+        value = _int_env(env, name, default)
+        if value < 1:
+            raise LaunchError(f"{name} must be a positive integer, got {value}")
+        limits.append(value)
+    return limits[0], limits[1]
+
+
+def _member_kind(member: Any) -> str:
+    """What a tar member is, in words, when it is neither a file nor a folder."""
+    if member.issym():
+        return f"a symbolic link (to {member.linkname!r})"
+    if member.islnk():
+        return f"a hard link (to {member.linkname!r})"
+    if member.ischr() or member.isblk():
+        return "a device"
+    if member.isfifo():
+        return "a FIFO"
+    return f"an entry of tar type {member.type!r}"
+
+
+def _snapshot_target(root: str, name: str) -> str:
+    """Where member ``name`` goes under ``root``; LaunchError if it could land elsewhere."""
+    if "\x00" in name:
+        raise LaunchError(f"the snapshot has a name with a NUL byte: {name!r}")
+    if name.startswith("/") or os.path.isabs(name):
+        raise LaunchError(f"the snapshot has an absolute path: {name!r}")
+    if ".." in name.split("/"):
+        raise LaunchError(f"the snapshot has a path outside the folder ('..'): {name!r}")
+    target = os.path.realpath(os.path.join(root, name))
+    if not (target == root or target.startswith(root + os.sep)):
+        raise LaunchError(f"the snapshot has a path outside the folder: {name!r}")
+    return target
+
+
+def extract_snapshot(
+    archive: str,
+    workdir: str,
+    max_bytes: int | None = None,
+    max_files: int | None = None,
+) -> int:
+    """Unpack a ``torchyard submit`` snapshot into ``workdir``; the number of files.
+
+    Only regular files and folders, every path inside ``workdir``: absolute names, ``..``,
+    NUL bytes, symbolic and hard links, devices and FIFOs are refused. The archive is read
+    as a stream and stops at ``max_bytes`` unpacked bytes or ``max_files`` entries (by
+    default :func:`snapshot_limits`), so a small archive that unpacks to a huge one (a
+    "gzip bomb") costs neither the disk nor minutes. On any refusal LaunchError names the
+    entry, and what was unpacked so far is removed again.
+    """
     import tarfile
+    import zlib
 
+    default_bytes, default_files = snapshot_limits()
+    max_bytes = default_bytes if max_bytes is None else max_bytes
+    max_files = default_files if max_files is None else max_files
+    os.makedirs(workdir, exist_ok=True)
     root = os.path.realpath(workdir)
-    count = 0
-    with tarfile.open(archive, "r:gz") as tar:
-        for member in tar.getmembers():
-            target = os.path.realpath(os.path.join(root, member.name))
-            if not (target == root or target.startswith(root + os.sep)):
-                raise LaunchError(f"the snapshot has a path outside the folder: {member.name}")
-            if member.isdir():
-                os.makedirs(target, exist_ok=True)
-            elif member.isfile():
-                os.makedirs(os.path.dirname(target), exist_ok=True)
+    created: list[str] = []  # what this call made, to take back on failure
+    count = entries = total = 0
+    name = ""
+
+    def mkdirs(path: str) -> None:
+        missing = []
+        while not os.path.isdir(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for folder in reversed(missing):
+            os.mkdir(folder)
+            created.append(folder)
+
+    try:
+        with tarfile.open(archive, "r|gz") as tar:
+            for member in tar:
+                name = member.name
+                entries += 1
+                if entries > max_files:
+                    raise LaunchError(
+                        f"the snapshot holds more than {max_files} entries (at {name!r}); "
+                        "leave files out of the snapshot (.torchyardignore) or raise "
+                        "TORCHYARD_SNAPSHOT_MAX_FILES"
+                    )
+                target = _snapshot_target(root, name)
+                if member.isdir():
+                    mkdirs(target)
+                    continue
+                if not member.isfile():
+                    raise LaunchError(
+                        f"the snapshot may hold only files and folders: {name!r} is "
+                        + _member_kind(member)
+                    )
+                if target == root:
+                    raise LaunchError(f"the snapshot has a file without a name: {name!r}")
+                # A stream member is exactly as long as its header says: checked before
+                # a byte of it is inflated.
+                total += member.size
+                if total > max_bytes:
+                    raise LaunchError(
+                        f"the snapshot unpacks to more than {max_bytes} bytes (at {name!r}, "
+                        f"{member.size} bytes); leave large files out of the snapshot "
+                        "(.torchyardignore) or raise TORCHYARD_SNAPSHOT_MAX_BYTES"
+                    )
+                mkdirs(os.path.dirname(target))
                 source = tar.extractfile(member)
                 if source is None:
-                    continue
-                with source, open(target, "wb") as out:
+                    raise LaunchError(f"cannot read {name!r} from the snapshot")
+                existed = os.path.lexists(target)
+                # O_NOFOLLOW: never write through a link that is already there.
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+                fd = os.open(target, flags, 0o600)
+                if not existed:
+                    created.append(target)
+                with source, os.fdopen(fd, "wb") as out:
                     while True:
                         block = source.read(1 << 20)
                         if not block:
@@ -554,13 +786,25 @@ def extract_snapshot(archive: str, workdir: str) -> int:
                         out.write(block)
                 os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
                 count += 1
-            else:
-                raise LaunchError(f"the snapshot may hold only files and folders: {member.name}")
+    except BaseException as err:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    os.rmdir(path)
+                else:
+                    os.unlink(path)
+        if isinstance(err, (tarfile.TarError, EOFError, zlib.error, OSError)):
+            where = f" (at {name!r})" if name else ""
+            raise LaunchError(f"cannot unpack the snapshot {archive}{where}: {err}") from None
+        raise
     return count
 
 
-def fetch_snapshot(url: str, sha256: str, workdir: str, token: str) -> int:
-    """Download a snapshot from the registry service, check its sha256, unpack it."""
+def fetch_snapshot(
+    url: str, sha256: str, workdir: str, token: str, context: ssl.SSLContext | None = None
+) -> int:
+    """Download a snapshot from the registry service (an https URL verified with
+    ``context``), check its sha256, unpack it."""
     import hashlib
     import tempfile
     import urllib.request
@@ -569,7 +813,7 @@ def fetch_snapshot(url: str, sha256: str, workdir: str, token: str) -> int:
     digest = hashlib.sha256()
     with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
         try:
-            with urllib.request.urlopen(request, timeout=300) as resp:
+            with urllib.request.urlopen(request, timeout=300, context=context) as resp:
                 for block in iter(lambda: resp.read(1 << 20), b""):
                     digest.update(block)
                     tmp.write(block)
@@ -589,8 +833,9 @@ def install(args: Sequence[str]) -> int:
     Copies this very file to DEST (a volume the training container mounts), and with
     ``--copy`` the code of a ConfigMap volume SRC into the writable working folder DIR
     (unpacking a ``torchyard submit`` snapshot); with ``--fetch`` downloads the snapshot
-    SHA256 from the registry service (TORCHYARD_REGISTRY_URL, TORCHYARD_NAMESPACE and
-    TORCHYARD_REGISTRY_TOKEN_FILE) and unpacks it into DIR.
+    SHA256 from the registry service (TORCHYARD_REGISTRY_URL, TORCHYARD_NAMESPACE,
+    TORCHYARD_REGISTRY_TOKEN_FILE and, over https, TORCHYARD_REGISTRY_CA) and unpacks it
+    into DIR.
     """
     import shutil
 
@@ -627,7 +872,7 @@ def install(args: Sequence[str]) -> int:
                 f"{env['TORCHYARD_REGISTRY_URL'].rstrip('/')}/v1/namespaces/"
                 f"{env.get('TORCHYARD_NAMESPACE', 'default')}/snapshots/{sha256}"
             )
-            count = fetch_snapshot(url, sha256, workdir, token)
+            count = fetch_snapshot(url, sha256, workdir, token, registry_context(env))
             sys.stderr.write(f"[torchyard] fetched the source snapshot: {count} files\n")
         elif rest:
             sys.stderr.write(f"[torchyard] error: unexpected arguments {rest}\n")

@@ -14,49 +14,15 @@ decision per gang. Called by the controller under one lock.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from torchyard.api.quantities import quantity as quantity  # re-exported: one parser
 from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[a-zA-Z]*)$")
-_SUFFIX = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-}
 TRACKED = ("cpu", "memory", GPU_RESOURCE, "pods")
-
-
-def quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity ("500m", "64Gi", "1e3", 8) as a number of units."""
-    text = str(value).strip()
-    match = _QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"not a quantity: {value!r}")
-    number, suffix = match.groups()
-    if suffix[:1] in ("e", "E"):
-        return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
-    if suffix not in _SUFFIX:
-        raise ValueError(f"not a quantity: {value!r}")
-    return Decimal(number) * _SUFFIX[suffix]
-
 
 Resources = dict[str, Decimal]
 

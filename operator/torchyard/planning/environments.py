@@ -15,7 +15,7 @@ from typing import Any
 
 from torchyard.api import Environment
 from torchyard.envbuild import HASH_LABEL, PREFIX
-from torchyard.planning.pods import Settings
+from torchyard.planning.pods import INIT_PYTHON, Settings
 
 BUILDKIT_IMAGE = "moby/buildkit:v0.23.2-rootless"
 BUILDER_FORMAT = "1"  # bump when the layer layout changes: every hash changes with it
@@ -123,7 +123,13 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
                 {
                     "name": "torchyard-init",
                     "image": settings.init_image,
-                    "command": ["python3", "-m", "torchyard.envbuild", "--install", ENVBUILD_PATH],
+                    "command": [
+                        INIT_PYTHON,
+                        "-m",
+                        "torchyard.envbuild",
+                        "--install",
+                        ENVBUILD_PATH,
+                    ],
                     "volumeMounts": [{"name": "tools", "mountPath": "/torchyard"}],
                     "securityContext": _restricted(),
                 }

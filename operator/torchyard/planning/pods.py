@@ -13,6 +13,7 @@ from typing import Any
 
 from torchyard import __version__
 from torchyard.api import TrainingRun
+from torchyard.api.quantities import format_bytes, quantity
 from torchyard.planning import names
 from torchyard.planning.rank import node_env
 
@@ -31,6 +32,10 @@ KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 REGISTRY_AUDIENCE = "torchyard-registry"
 REGISTRY_TOKEN_DIR = "/var/run/secrets/torchyard/registry"
+# The init containers run in the torchyard image (images/operator), whose interpreter this
+# is; the Environment's own (spec.python, e.g. /opt/conda/bin/python) runs the trainer.
+INIT_PYTHON = "python3"
+DEFAULT_SHM_SIZE = "1Gi"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class Settings:
     # operator itself shows it when promoting outputs.
     registry_url: str = ""
     registry_token_file: str = ""
+    # The CA (PEM) that signed an https registry's certificate: node Pods get it as
+    # TORCHYARD_REGISTRY_CA and verify the service with it ("" = the system's CAs).
+    registry_ca: str = ""
 
     def resolves(self, host: str) -> bool:
         if self.resolve_curated in ("all", "none"):
@@ -136,16 +144,24 @@ def resource_requirements(run: TrainingRun) -> dict[str, Any]:
 
 
 def shm_size(run: TrainingRun) -> str:
-    """/dev/shm: the spec's size, else 1Gi (the container default of 64 MB is too small)."""
-    return run.spec.resources.shm_size or "1Gi"
+    """/dev/shm: the spec's size, else half of the memory limit, else 1Gi (the container
+    default of 64 MB is too small). A memory-backed /dev/shm counts against the memory
+    limit, so the API refuses a size above ``memory``."""
+    res = run.spec.resources
+    if res.shm_size:
+        return res.shm_size
+    if res.memory:
+        return format_bytes(quantity(res.memory) / 2)
+    return DEFAULT_SHM_SIZE
 
 
-def _source_init(run: TrainingRun, settings: Settings, python: str) -> list[dict[str, Any]]:
-    """Init containers: copy the launcher (and a ConfigMap's code) / clone the repository."""
+def _source_init(run: TrainingRun, settings: Settings) -> list[dict[str, Any]]:
+    """Init containers: copy the launcher (and a ConfigMap's code) / clone the repository.
+    They run in the torchyard image with its own interpreter, never the Environment's."""
     install: dict[str, Any] = {
         "name": "torchyard-init",
         "image": settings.init_image,
-        "command": [python, "-m", "torchyard.launcher", "--install", LAUNCHER_PATH],
+        "command": [INIT_PYTHON, "-m", "torchyard.launcher", "--install", LAUNCHER_PATH],
         "volumeMounts": [{"name": "torchyard", "mountPath": TOOLS_DIR}],
         "securityContext": _restricted(),
     }
@@ -164,6 +180,8 @@ def _source_init(run: TrainingRun, settings: Settings, python: str) -> list[dict
             {"name": "TORCHYARD_NAMESPACE", "value": run.namespace},
             {"name": "TORCHYARD_REGISTRY_TOKEN_FILE", "value": f"{REGISTRY_TOKEN_DIR}/token"},
         ]
+        if settings.registry_ca:
+            install["env"].append({"name": "TORCHYARD_REGISTRY_CA", "value": settings.registry_ca})
         install["volumeMounts"] += [
             {"name": "workspace", "mountPath": WORKDIR},
             {"name": "registry-token", "mountPath": REGISTRY_TOKEN_DIR, "readOnly": True},
@@ -243,6 +261,10 @@ def pod(
     if settings.registry_url:
         env["TORCHYARD_REGISTRY_URL"] = settings.registry_url
         env["TORCHYARD_REGISTRY_TOKEN_FILE"] = f"{REGISTRY_TOKEN_DIR}/token"
+        if settings.registry_ca:
+            env["TORCHYARD_REGISTRY_CA"] = settings.registry_ca
+        if run.spec.outputs.optional:
+            env["TORCHYARD_OUTPUTS_OPTIONAL"] = "1"
     if run.spec.source.git is not None and run.spec.source.git.path:
         env["TORCHYARD_SOURCE_PATH"] = run.spec.source.git.path
     pod_labels = {
@@ -287,10 +309,14 @@ def pod(
         "subdomain": names.service(run.name),
         "restartPolicy": "Never",
         "enableServiceLinks": False,
+        # The registry authorises archive uploads by this ServiceAccount (the projected
+        # registry token below is its); the API token is mounted only when asked for.
+        "serviceAccountName": run.spec.service_account_name,
+        "automountServiceAccountToken": run.spec.automount_service_account_token,
         # Pod Security "restricted" but for runAsNonRoot: curated PyTorch images may run
         # as root, so the user a Pod runs as is the image's (see _restricted).
         "securityContext": pod_security(run),
-        "initContainers": _source_init(run, settings, python),
+        "initContainers": _source_init(run, settings),
         "containers": [container],
         "volumes": _volumes(run)
         + (

@@ -1,11 +1,14 @@
 """TrainingRun status: phase, conditions, node counts and the failure, as pure functions.
 
 ``observe_failure`` reads one Pod (the launcher's JSON termination message, the Pod's
-and the container's reasons); ``trainingrun_status`` folds the run, its Environment, its
-Pods and the admission decision into the status the controller patches when it changed;
-``restarting_status`` is the status of a gang being restarted. Every status carries the
-kstatus conditions too: ``Ready`` (True once the run succeeded, as kstatus judges a Job),
-``Reconciling`` (True until it finished) and ``Stalled`` (True once it failed).
+and the container's reasons); ``lost_failure`` tells which node Pod a running gang lost;
+``archive_failures`` which nodes succeeded without their archive (optional outputs);
+``trainingrun_status`` folds the run, its Environment, its Pods, the failure the
+controller decided on and the admission decision into the status the controller patches
+when it changed; ``restarting_status`` is the status of a gang being restarted. Every
+status carries the kstatus conditions too: ``Ready`` (True once the run succeeded, as
+kstatus judges a Job), ``Reconciling`` (True until it finished) and ``Stalled`` (True
+once it failed).
 Tested as tables in ``tests/unit/status/``.
 """
 
@@ -49,6 +52,14 @@ STUCK_REASONS = frozenset(
         "CreateContainerError",
     }
 )
+# The launcher's outputs could not be archived: training again would not help.
+ARCHIVE_FAILED = "ArchiveFailed"
+NOT_RESTARTED = STUCK_REASONS | {ARCHIVE_FAILED}
+# Reasons of the launcher's termination message that say more than the kubelet's
+# generic "Error" for the same exit.
+LAUNCHER_REASONS = frozenset({ARCHIVE_FAILED, "LaunchError"})
+GENERIC = (None, "", "Error")
+NODE_LOST = "NodeLost"
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,12 @@ class Observed:
     finalized: bool = True  # outputs archived and the model registered (or nothing to do)
     model: Mapping[str, Any] | None = None  # {name, version} of the registered model
     finalizing_message: str = ""
+    # The failure the controller's failure policy decided on (a lost node Pod, or the
+    # first failed Pod); None: the first failed Pod of ``pods``, if any.
+    failure: Mapping[str, Any] | None = None
+    # (reason, message) when the node Pods cannot be created yet (a missing
+    # ServiceAccount): the run is Pending with Admitted=False for that reason.
+    pending: tuple[str, str] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -106,7 +123,12 @@ def observe_failure(pod: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     term = trainer.get("state", {}).get("terminated") or {}
     info = _termination(term.get("message") or "")
-    reason = status.get("reason") or term.get("reason") or info.get("reason") or "Error"
+    # The Pod's reason (Evicted, DeadlineExceeded, ...) first, then the container's
+    # (OOMKilled, ...); the launcher's own reason where both only say "Error".
+    specific = [r for r in (status.get("reason"), term.get("reason")) if r not in GENERIC]
+    launcher = [info["reason"]] if info.get("reason") in LAUNCHER_REASONS else []
+    fallback = [status.get("reason"), term.get("reason"), info.get("reason"), "Error"]
+    reason = next(r for r in [*specific, *launcher, *fallback] if r)
     conditions = status.get("conditions", []) or []
     disrupted = any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions
@@ -132,6 +154,86 @@ def first_failure(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     if not failures:
         return None
     return min(failures, key=lambda f: (f["finishedAt"] or "~", f["node"] or 0))
+
+
+def _rank_label(pod: Mapping[str, Any]) -> int | None:
+    value = pod.get("metadata", {}).get("labels", {}).get(NODE_RANK_LABEL)
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def lost_failure(
+    pod_names: Sequence[str], pods: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The NodeLost failure of a running gang that lost a node Pod, or None.
+
+    ``pod_names[i]`` is the name of node ``i``'s Pod, ``pods`` the Pods of the current
+    attempt. A Pod is lost when it is gone (its node was deleted and the Pod with it, or
+    someone deleted it) or is being deleted before it finished (evicted from a node that
+    stayed NotReady past its toleration, or deleted). The lowest node rank is named.
+    """
+    by_rank = {_rank_label(p): p for p in pods}
+    for rank, name in enumerate(pod_names):
+        pod = by_rank.get(rank)
+        who = f"node Pod {name} (node rank {rank})"
+        base = {"reason": NODE_LOST, "platform": True, "pod": name, "node": rank}
+        if pod is None:
+            return {
+                **base,
+                "message": f"{who} disappeared while the run was running: its node was "
+                "deleted or lost, or the Pod was deleted (the run's Events name the node)",
+            }
+        if not pod.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue  # it finished before it went: its own exit decides
+        node = pod.get("spec", {}).get("nodeName") or "(not scheduled)"
+        disruption = next(
+            (
+                c
+                for c in pod.get("status", {}).get("conditions", []) or []
+                if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            ),
+            None,
+        )
+        if disruption is not None and disruption.get("reason") == "DeletionByTaintManager":
+            how = f"was evicted from node {node}, which is NotReady or unreachable"
+        elif disruption is not None:
+            how = f"on node {node} is being deleted ({disruption.get('reason')})"
+        else:
+            how = f"on node {node} is being deleted"
+        return {**base, "message": f"{who} {how}"}
+    return None
+
+
+def archive_failures(pods: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """Node rank -> what the launcher said, for the Pods that succeeded although their
+    archive upload failed (``outputs.optional``: the launcher exits 0 all the same)."""
+    failed: dict[int, str] = {}
+    for pod in pods:
+        if pod.get("status", {}).get("phase") != "Succeeded":
+            continue
+        term = _trainer(pod).get("state", {}).get("terminated") or {}
+        info = _termination(term.get("message") or "")
+        if info.get("reason") == ARCHIVE_FAILED:
+            rank = _rank_label(pod)
+            node = rank if rank is not None else info.get("nodeRank")
+            failed[int(node or 0)] = str(info.get("message") or "the archive upload failed")
+    return failed
+
+
+def _archive_condition(
+    run: TrainingRun, pods: Sequence[Mapping[str, Any]], gen: int | None
+) -> dict[str, Any] | None:
+    failed = archive_failures(pods)
+    if not failed:
+        return None
+    first = min(failed)
+    message = f"node {first}: {failed[first]}"
+    if len(failed) > 1:
+        message = f"{len(failed)} node(s) did not archive everything; {message}"
+    if 0 in failed and run.spec.outputs.register_ is not None:
+        message = f"the model was not registered (node 0's outputs are missing); {message}"
+    return condition("OutputsArchived", False, ARCHIVE_FAILED, message, observed_generation=gen)
 
 
 def public_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
@@ -329,11 +431,14 @@ def _trainingrun_status(
                 f"({run.spec.policy.active_deadline_seconds}s)",
             },
         )
-    failure = first_failure(pods)
+    failure = dict(observed.failure) if observed.failure is not None else first_failure(pods)
     if failure is not None:
         return finish(Phase.FAILED, failure)
     counts = status["nodes"]
     if total and counts["succeeded"] == total:
+        archived = _archive_condition(run, pods, gen)
+        if archived is not None:
+            conds.append(archived)
         if not observed.finalized:
             status["phase"] = Phase.FINALIZING.value
             status.setdefault("startTime", timestamp(now))
@@ -352,6 +457,12 @@ def _trainingrun_status(
             status["model"] = dict(observed.model)
         return finish(Phase.SUCCEEDED)
 
+    if observed.pending is not None:
+        reason, message = observed.pending
+        conds.append(condition("Admitted", False, reason, message, observed_generation=gen))
+        status["phase"] = Phase.PENDING.value
+        status["conditions"] = merge(prev.get("conditions"), conds, now)
+        return status
     if observed.queued_message is not None or len(pods) < total:
         message = observed.queued_message or f"creating node Pods ({len(pods)}/{total})"
         conds.append(

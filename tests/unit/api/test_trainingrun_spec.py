@@ -22,6 +22,14 @@ def test_defaults_follow_azure_ml() -> None:
     assert run.spec.outputs.register_ is None
 
 
+def test_node_pods_default_to_the_default_service_account_without_an_api_token() -> None:
+    spec = api.parse_trainingrun(TrainingRunBuilder("r").obj()).spec
+    assert spec.service_account_name == "default"
+    assert spec.automount_service_account_token is False
+    assert spec.outputs.optional is False
+    assert spec.policy.platform_restart_limit == 20
+
+
 def test_world_size_is_nodes_times_processes() -> None:
     run = api.parse_trainingrun(TrainingRunBuilder("r").nodes(2).procs(2).obj())
     assert run.spec.distribution.world_size == 4
@@ -63,7 +71,81 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         TrainingRunBuilder("r").with_("spec.resources.cpu", "8 cores").obj(),
         "spec.resources.cpu",
     ),
+    (
+        "negative memory",
+        TrainingRunBuilder("r").with_("spec.resources.memory", "-1Gi").obj(),
+        "spec.resources.memory",
+    ),
+    (
+        "fractional exponent",
+        TrainingRunBuilder("r").with_("spec.resources.memory", "1e1.5").obj(),
+        "spec.resources.memory",
+    ),
+    (
+        "oversize quantity",
+        TrainingRunBuilder("r").with_("spec.resources.shmSize", "1" * 65).obj(),
+        "spec.resources.shmSize",
+    ),
+    (
+        "shm larger than memory",
+        TrainingRunBuilder("r")
+        .with_("spec.resources.memory", "8Gi")
+        .with_("spec.resources.shmSize", "16Gi")
+        .obj(),
+        "resources.shmSize must not exceed resources.memory",
+    ),
+    (
+        "shm larger than memory in other units",
+        TrainingRunBuilder("r")
+        .with_("spec.resources.memory", "1G")
+        .with_("spec.resources.shmSize", "1Gi")
+        .obj(),
+        "got shmSize 1Gi > memory 1G",
+    ),
+    (
+        "bad service account",
+        TrainingRunBuilder("r").with_("spec.serviceAccountName", "Trainer_SA").obj(),
+        "spec.serviceAccountName",
+    ),
+    (
+        "empty service account",
+        TrainingRunBuilder("r").with_("spec.serviceAccountName", "").obj(),
+        "spec.serviceAccountName",
+    ),
+    (
+        "negative platform restarts",
+        TrainingRunBuilder("r").with_("spec.policy.platformRestartLimit", -1).obj(),
+        "spec.policy.platformRestartLimit",
+    ),
 ]
+
+HOSTILE_REGISTER_PATHS = [
+    "/etc/passwd",
+    "/",
+    "..",
+    "../secrets",
+    "outputs/../../etc",
+    "outputs/..",
+    "%2e%2e/x",
+    "outputs/%2E%2e/x",
+    ".%2e/x",
+    "outputs\\..\\..\\x",
+]
+REFUSED += [
+    (
+        f"register path {path!r}",
+        TrainingRunBuilder("r").register("m", path=path).obj(),
+        "outputs.register.path must be relative to the working directory and stay inside it",
+    )
+    for path in HOSTILE_REGISTER_PATHS
+]
+REFUSED.append(
+    (
+        "oversize register path",
+        TrainingRunBuilder("r").register("m", path="a/" * 600).obj(),
+        "spec.outputs.register.path",
+    )
+)
 
 
 @pytest.mark.parametrize(("case", "body", "message"), REFUSED, ids=[c[0] for c in REFUSED])
@@ -73,6 +155,24 @@ def test_invalid_specs_are_refused_naming_the_field(
     with pytest.raises(api.InvalidSpec) as err:
         api.parse_trainingrun(body)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "path", ["outputs", "outputs/model.pt", "outputs/model..pt", "outputs/..hidden", "./outputs"]
+)
+def test_register_paths_inside_the_working_directory_are_accepted(path: str) -> None:
+    run = api.parse_trainingrun(TrainingRunBuilder("r").register("m", path=path).obj())
+    assert run.spec.outputs.register_ is not None and run.spec.outputs.register_.path == path
+
+
+@pytest.mark.parametrize(
+    ("memory", "shm"), [("16Gi", "16Gi"), ("16Gi", "8Gi"), ("1Gi", "1G"), ("64Gi", None)]
+)
+def test_shm_up_to_memory_is_accepted(memory: str, shm: str | None) -> None:
+    builder = TrainingRunBuilder("r").with_("spec.resources.memory", memory)
+    if shm is not None:
+        builder.with_("spec.resources.shmSize", shm)
+    assert api.parse_trainingrun(builder.obj()).spec.resources.memory == memory
 
 
 def test_environment_needs_image_xor_base_image() -> None:

@@ -158,3 +158,74 @@ def test_run_as_user_makes_the_node_pods_non_root_with_writable_volumes() -> Non
     body["spec"]["runAsUser"] = 0
     with pytest.raises(api.InvalidSpec, match="runAsUser"):
         api.parse_trainingrun(body)
+
+
+def test_the_init_container_runs_the_torchyard_images_python_not_the_environments() -> None:
+    # An Environment whose interpreter is /opt/conda/bin/python: the torchyard image has
+    # none there, so the init container must use its own; the trainer uses the given one.
+    for source in ({"configMap": "src"}, {"image": True}, {"snapshot": "a" * 64}):
+        body = TrainingRunBuilder("bert", "vision").source(**source).obj()
+        p = pods.pod(
+            api.parse_trainingrun(body),
+            0,
+            image="img",
+            python="/opt/conda/bin/python",
+            settings=pods.Settings(registry_url="http://registry:8080"),
+        )
+        [init] = [c for c in p["spec"]["initContainers"] if c["name"] == "torchyard-init"]
+        assert init["command"][:3] == ["python3", "-m", "torchyard.launcher"], source
+        assert p["spec"]["containers"][0]["command"][0] == "/opt/conda/bin/python"
+
+
+def test_node_pods_run_as_the_runs_service_account_without_an_api_token() -> None:
+    settings = pods.Settings(registry_url="http://registry:8080")
+    spec = pods.pod(run_on_a100(), 0, image="img", settings=settings)["spec"]
+    assert spec["serviceAccountName"] == "default"
+    assert spec["automountServiceAccountToken"] is False
+    # The registry token (what the launcher archives with) stays, whatever the setting.
+    [token] = [v for v in spec["volumes"] if v["name"] == "registry-token"]
+    projected = token["projected"]["sources"][0]["serviceAccountToken"]
+    assert projected["audience"] == "torchyard-registry"
+
+    body = TrainingRunBuilder("bert", "vision").obj()
+    body["spec"].update(serviceAccountName="trainer", automountServiceAccountToken=True)
+    spec = pods.pod(api.parse_trainingrun(body), 0, image="img", settings=settings)["spec"]
+    assert spec["serviceAccountName"] == "trainer"
+    assert spec["automountServiceAccountToken"] is True
+
+
+@pytest.mark.parametrize(
+    ("memory", "shm", "size"),
+    [
+        (None, None, "1Gi"),
+        ("64Gi", None, "32Gi"),
+        ("1G", None, "500M"),
+        ("0.5Ti", None, "256Gi"),
+        ("3Mi", None, "1536Ki"),
+        ("64Gi", "16Gi", "16Gi"),
+        ("2Gi", "2Gi", "2Gi"),
+        (None, "4Gi", "4Gi"),
+    ],
+)
+def test_shm_is_the_spec_else_half_of_memory_else_1gi(
+    memory: str | None, shm: str | None, size: str
+) -> None:
+    builder = TrainingRunBuilder("r")
+    if memory:
+        builder.with_("spec.resources.memory", memory)
+    if shm:
+        builder.with_("spec.resources.shmSize", shm)
+    p = pods.pod(api.parse_trainingrun(builder.obj()), 0, image="img")
+    dshm = next(v for v in p["spec"]["volumes"] if v["name"] == "dshm")
+    assert dshm["emptyDir"] == {"medium": "Memory", "sizeLimit": size}
+
+
+def test_optional_outputs_tell_the_launcher_a_failed_archive_is_not_fatal() -> None:
+    settings = pods.Settings(registry_url="http://registry:8080")
+    strict = pods.pod(
+        api.parse_trainingrun(TrainingRunBuilder("r").obj()), 0, image="i", settings=settings
+    )
+    assert "TORCHYARD_OUTPUTS_OPTIONAL" not in env_of(strict)
+    body = TrainingRunBuilder("r").with_("spec.outputs.optional", True).obj()
+    lenient = pods.pod(api.parse_trainingrun(body), 0, image="i", settings=settings)
+    assert env_of(lenient)["TORCHYARD_OUTPUTS_OPTIONAL"] == "1"

@@ -267,3 +267,145 @@ def test_registering_outputs_is_finalizing_then_succeeded_with_the_model() -> No
     )
     assert final["phase"] == "Succeeded"
     assert final["model"] == {"name": "birds", "version": 3}
+
+
+def archive_failed(node: int, exit_code: int) -> str:
+    """What the launcher writes when its ranks succeeded but the upload did not."""
+    return json.dumps(
+        {
+            "nodeRank": node,
+            "exitCode": exit_code,
+            "reason": "ArchiveFailed",
+            "message": "archiving to the model registry failed: 2 of 2 file(s) not uploaded "
+            "(first: logs/node-0/rank-0.txt): HTTP 403: forbidden; set spec.serviceAccountName",
+        }
+    )
+
+
+def test_a_failed_archive_fails_the_run_with_the_launchers_reason() -> None:
+    # The kubelet says "Error" for any non-zero exit; the launcher's reason says more.
+    st = compute(
+        [
+            pod("r", 0, phase="Failed", exit_code=3, message=archive_failed(0, 3)),
+            pod("r", 1, phase="Succeeded", exit_code=0),
+        ]
+    )
+    assert st["phase"] == "Failed"
+    assert st["failure"]["reason"] == "ArchiveFailed"
+    assert st["failure"]["exitCode"] == 3
+    assert "HTTP 403" in st["failure"]["message"]
+    assert conds(st)["Failed"] == ("True", "ArchiveFailed")
+    failure = observe_failure(
+        pod("r", 0, phase="Failed", exit_code=3, message=archive_failed(0, 3))
+    )
+    assert failure is not None and failure["platform"] is False
+    # Also where the Pod's own reason is the generic one.
+    generic = observe_failure(
+        pod("r", 0, phase="Failed", exit_code=3, pod_reason="Error", message=archive_failed(0, 3))
+    )
+    assert generic is not None and generic["reason"] == "ArchiveFailed"
+    # What the kubelet knows better still wins.
+    oom = observe_failure(
+        pod("r", 0, phase="Failed", exit_code=137, reason="OOMKilled", message=TERMINATION)
+    )
+    assert oom is not None and oom["reason"] == "OOMKilled"
+
+
+def test_optional_outputs_succeed_with_a_warning_condition() -> None:
+    body = TrainingRunBuilder("r").nodes(2).register("birds").obj()
+    body["spec"]["outputs"]["optional"] = True
+    body["metadata"]["generation"] = 1
+    run = api.parse_trainingrun(body)
+    done = [
+        pod("r", 0, phase="Succeeded", exit_code=0, message=archive_failed(0, 0)),
+        pod("r", 1, phase="Succeeded", exit_code=0),
+    ]
+    st = status.trainingrun_status(run, Observed(environment=READY_ENV, pods=done), None, T0)
+    assert st["phase"] == "Succeeded"
+    archived = next(c for c in st["conditions"] if c["type"] == "OutputsArchived")
+    assert (archived["status"], archived["reason"]) == ("False", "ArchiveFailed")
+    assert archived["message"].startswith("the model was not registered")
+    assert "node 0: archiving to the model registry failed" in archived["message"]
+    assert "model" not in st
+    clean = [pod("r", i, phase="Succeeded", exit_code=0) for i in (0, 1)]
+    st = status.trainingrun_status(run, Observed(environment=READY_ENV, pods=clean), None, T0)
+    assert "OutputsArchived" not in conds(st)
+
+
+NAMES = ["r-0", "r-1"]
+GONE_AT = "2026-01-01T12:00:09Z"
+
+
+def going(node: int, disruption: str | None = None, phase: str = "Running") -> dict[str, Any]:
+    p = pod("r", node, phase=phase, node_name=f"gpu-{node}")
+    p["metadata"]["deletionTimestamp"] = GONE_AT
+    if disruption:
+        p["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": disruption}
+        ]
+    return p
+
+
+LOST: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None, str]] = [
+    ("all there", [pod("r", 0, phase="Running"), pod("r", 1, phase="Running")], None, ""),
+    (
+        "node 1's Pod is gone",
+        [pod("r", 0, phase="Running")],
+        {"pod": "r-1", "node": 1},
+        "node Pod r-1 (node rank 1) disappeared while the run was running",
+    ),
+    (
+        "evicted from a NotReady node",
+        [pod("r", 0, phase="Running"), going(1, "DeletionByTaintManager")],
+        {"pod": "r-1", "node": 1},
+        "was evicted from node gpu-1, which is NotReady or unreachable",
+    ),
+    (
+        "being deleted",
+        [going(0), pod("r", 1, phase="Running")],
+        {"pod": "r-0", "node": 0},
+        "node Pod r-0 (node rank 0) on node gpu-0 is being deleted",
+    ),
+    (
+        "finished before it went",
+        [going(0, phase="Succeeded"), pod("r", 1, phase="Running")],
+        None,
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "pods", "named", "message"), LOST, ids=[c[0] for c in LOST])
+def test_a_lost_node_pod_is_named(
+    case: str, pods: list[dict[str, Any]], named: dict[str, Any] | None, message: str
+) -> None:
+    failure = status.trainingruns.lost_failure(NAMES, pods)
+    if named is None:
+        assert failure is None
+        return
+    assert failure is not None
+    assert failure["reason"] == "NodeLost" and failure["platform"] is True
+    assert {k: failure[k] for k in named} == named
+    assert message in failure["message"]
+
+
+def test_the_failure_the_controller_decided_on_reaches_the_status() -> None:
+    # The gang lost node 1's Pod and no platform restart is left: Failed, NodeLost, named,
+    # although the Pods that are left show no failure of their own.
+    lost = status.trainingruns.lost_failure(NAMES, [pod("r", 0, phase="Running")])
+    assert lost is not None
+    st = compute([pod("r", 0, phase="Running", node_name="n0")], failure=lost)
+    assert st["phase"] == "Failed"
+    assert st["failure"]["reason"] == "NodeLost"
+    assert (st["failure"]["pod"], st["failure"]["node"]) == ("r-1", 1)
+    assert conds(st)["Failed"] == ("True", "NodeLost")
+    assert conds(st)["Stalled"] == ("True", "NodeLost")
+
+
+def test_a_missing_service_account_keeps_the_run_pending_with_the_reason() -> None:
+    why = ("ServiceAccountNotFound", "the node Pods run as ServiceAccount trainer ...")
+    st = compute([], pending=why)
+    assert st["phase"] == "Pending"
+    admitted = next(c for c in st["conditions"] if c["type"] == "Admitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "ServiceAccountNotFound")
+    assert admitted["message"] == why[1]
