@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 
 import torch
 
@@ -89,3 +92,28 @@ def test_torchrun_per_node_launch(local: Local) -> None:
     assert sorted(int(c["RANK"]) for c in contracts) == [0, 1, 2, 3]
     assert {c["PET_NNODES"] for c in contracts} == {"2"}
     assert sorted(c["NODE_RANK"] for c in contracts) == ["0", "0", "1", "1"]
+
+
+def test_source_dot_beside_workdir_runs_twice_without_copying_itself(local: Local) -> None:
+    """As a new user would: the ddp example in a folder of its own, ``--source .`` and
+    ``--workdir ./runs`` (and the registry) inside it. The second run copies the code only,
+    not the first run, and a relative --workdir works (node folders are absolute)."""
+    project = local.tmp / "project"
+    shutil.copytree(EXAMPLES / "ddp", project)
+    argv = [sys.executable, "-m", "torchyard", "run", "trainingrun.yaml", "--local"]
+    argv += ["--source", ".", "--workdir", "./runs", "--registry", "./registry"]
+    for _ in range(2):
+        done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "left out registry/, runs/" in done.stderr
+    runs = sorted((project / "runs").iterdir())
+    assert len(runs) == 2
+    for run in runs:
+        for node in ("node-0", "node-1"):
+            code = sorted(
+                p.relative_to(run / node).as_posix()
+                for p in (run / node).rglob("*")
+                if p.is_file() and p.parts[len((run / node).parts)] not in ("outputs", "logs")
+            )
+            assert code == ["termination-log.json", "train.py", "trainingrun.yaml"], run
+            assert len(list((run / node / "logs").glob("rank-*.txt"))) == 2

@@ -3,13 +3,18 @@
 ``torchyard run FILE.yaml --local`` calls :func:`run_local`. Each of the run's
 ``nodeCount`` nodes becomes one launcher process (the very launcher file an init
 container copies into a cluster Pod) in its own working folder holding a copy of the
-source, with the variables of ``torchyard.planning.node_env`` and MASTER_ADDR
+source files the caller selected (the CLI selects them as ``torchyard submit`` snapshots
+a folder: ``torchyard.sdk.snapshots.collect``, with the runs folder and the registry
+left out), with the variables of ``torchyard.planning.node_env`` and MASTER_ADDR
 127.0.0.1 on a free port. Output streams live with a ``[rank r]`` prefix; one progress
 line per node says when it starts and ends. A failing node stops the others (as the
 operator deletes sibling Pods) and its termination message names the failing rank and
 quotes its traceback. At the end ./outputs of node 0 and every node's ./logs are
 archived into a local registry folder with the registry service's layout, and
-``outputs.register`` publishes version N+1 of the model.
+``outputs.register`` publishes version N+1 of the model, when the path it names, resolved,
+stays inside node 0's working folder (:func:`register_source`).
+
+Tested in ``tests/unit/test_local_mode.py`` (files, register path) and ``tests/e2e/``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import torchyard.launcher
@@ -37,9 +42,6 @@ from torchyard.registry import Store, Version
 from torchyard.status.trainingruns import failure_message
 
 LAUNCHER_FILE = Path(torchyard.launcher.__file__)
-COPY_IGNORE = shutil.ignore_patterns(
-    "outputs", "logs", "__pycache__", ".git", ".venv", "*.pyc", ".pytest_cache"
-)
 
 
 def default_registry() -> Path:
@@ -74,6 +76,31 @@ class LocalResult:
     @property
     def succeeded(self) -> bool:
         return self.exit_code == 0
+
+
+def register_source(node0: Path, path: str) -> Path:
+    """The file or folder ``outputs.register.path`` names in node 0's working folder.
+
+    The API refuses absolute paths and ``..``; this checks the path as the file system
+    resolves it (links followed, a folder's links too), so a spec that bypassed validation
+    or a link the run made cannot register a file from elsewhere on this machine."""
+    root = node0.resolve()
+    target = (root / path).resolve()
+
+    def outside(resolved: Path, what: str) -> RuntimeError:
+        return RuntimeError(
+            f"outputs.register.path {path!r}: {what} resolves to {resolved}, outside node 0's "
+            f"working folder {root}; nothing was registered. Name a file or folder the run "
+            "writes, relative to its working folder (e.g. outputs/model.pt)"
+        )
+
+    if not target.is_relative_to(root):
+        raise outside(target, "it")
+    if target.is_dir():
+        for inner in sorted(target.rglob("*")):
+            if inner.is_symlink() and not inner.resolve().is_relative_to(root):
+                raise outside(inner.resolve(), f"the link {inner.relative_to(root)}")
+    return target
 
 
 def free_port() -> int:
@@ -129,6 +156,7 @@ class LocalRun:
         run: TrainingRun,
         source: Path,
         *,
+        files: Sequence[str],
         registry: Path | None = None,
         workroot: Path | None = None,
         environment: Environment | None = None,
@@ -137,8 +165,12 @@ class LocalRun:
     ) -> None:
         self.run = run
         self.source = source.resolve()
-        self.store_root = registry or default_registry()
-        self.workroot = workroot or default_workroot()
+        # Relative /-separated paths under source; nothing else is copied.
+        self.files = list(files)
+        self.store_root = (registry or default_registry()).expanduser().resolve()
+        # Absolute: the launchers run in the node folders, and their TORCHYARD_OUTPUTS
+        # and TORCHYARD_LOGS are paths under it (a relative --workdir nested them).
+        self.workroot = (workroot or default_workroot()).expanduser().resolve()
         self.environment = environment
         self.out = out or sys.stderr
         self.grace = grace_seconds
@@ -153,10 +185,31 @@ class LocalRun:
     def node_dir(self, node: int) -> Path:
         return self.workdir / f"node-{node}"
 
-    def _prepare(self) -> list[str]:
-        warnings = []
+    def _check_source(self) -> None:
+        """Every file to copy is a regular file (or a link to one) under the source folder."""
         if not self.source.is_dir():
             raise FileNotFoundError(f"source folder {self.source} does not exist")
+        for rel in self.files:
+            parts = PurePosixPath(rel).parts
+            if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+                raise ValueError(f"source file {rel!r} is not a path inside {self.source}")
+            if not (self.source / rel).is_file():  # a link to a file is copied as the file
+                raise FileNotFoundError(f"source file {self.source / rel} is not a regular file")
+
+    def _claim_workdir(self) -> None:
+        """Create this run's folder; '-2', '-3'... when a run of the same second has it."""
+        self.workroot.mkdir(parents=True, exist_ok=True)
+        base, n = self.workdir, 1
+        while True:
+            try:
+                self.workdir.mkdir()
+                return
+            except FileExistsError:
+                n += 1
+                self.workdir = base.with_name(f"{base.name}-{n}")
+
+    def _prepare(self) -> list[str]:
+        warnings = []
         missing = missing_packages(self.environment)
         if missing:
             warnings.append(
@@ -164,7 +217,11 @@ class LocalRun:
                 f"({sys.executable}): {', '.join(missing)}; the run may fail to import them"
             )
         for node in range(self.run.spec.distribution.node_count):
-            shutil.copytree(self.source, self.node_dir(node), ignore=COPY_IGNORE)
+            self.node_dir(node).mkdir()
+            for rel in self.files:
+                target = self.node_dir(node) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.source / rel, target)
         return warnings
 
     def _env(self, node: int, port: int) -> dict[str, str]:
@@ -281,7 +338,7 @@ class LocalRun:
         result.model = store.publish(
             ns,
             reg.model,
-            node0 / reg.path,
+            register_source(node0, reg.path),
             metadata={
                 "run": {
                     "name": name,
@@ -306,6 +363,8 @@ class LocalRun:
 
     def execute(self) -> LocalResult:
         dist = self.run.spec.distribution
+        self._check_source()
+        self._claim_workdir()
         self.say(
             f"TrainingRun {self.run.namespace}/{self.run.name}: {dist.node_count} node(s) x "
             f"{dist.process_count_per_node} process(es) = world size {dist.world_size}, "
@@ -344,9 +403,17 @@ def describe_failure(failure: dict[str, Any]) -> str:
     return failure_message(failure, full=True)
 
 
-def run_local(run: TrainingRun, source: Path, **options: Any) -> LocalResult:
-    """Run ``run`` on this machine (see :class:`LocalRun` for the options)."""
-    return LocalRun(run, source, **options).execute()
+def run_local(run: TrainingRun, source: Path, files: Sequence[str], **options: Any) -> LocalResult:
+    """Run ``run`` on this machine with ``files`` of ``source`` in every node's folder
+    (see :class:`LocalRun` for the options)."""
+    return LocalRun(run, source, files=files, **options).execute()
 
 
-__all__ = ["LocalResult", "LocalRun", "NodeResult", "describe_failure", "run_local"]
+__all__ = [
+    "LocalResult",
+    "LocalRun",
+    "NodeResult",
+    "describe_failure",
+    "register_source",
+    "run_local",
+]

@@ -4,12 +4,26 @@ archive (what ``torchyard submit --source DIR`` and ``Experiment.submit`` send).
 - Which files: everything under the folder except what the first ignore file found says
   (``.torchyardignore``, else ``.amlignore``, else ``.gitignore``; gitignore syntax:
   ``#`` comments, ``!`` negation, ``/`` anchoring, trailing ``/`` for folders, ``*``,
-  ``?``, ``**``), and never ``.git/``, ``__pycache__/`` or ``.ipynb_checkpoints/``.
+  ``?``, ``**``), and never ``.git/``, ``__pycache__/``, ``.ipynb_checkpoints/``,
+  ``.venv/``, ``.pytest_cache/``, nor the top-level ``outputs/`` and ``logs/`` (what a run
+  writes: a stale copy would be archived as if this run had written it).
+- A link to a file is archived as the file it points to (and checked for secrets by both
+  names); links to folders, dangling links and devices are left out.
+- Folders torchyard itself writes into are left out when they lie inside the folder
+  (``exclude``: local mode's runs folder and registry), so a run never copies earlier runs.
+- Size: at most ``TORCHYARD_SNAPSHOT_MAX_BYTES`` (1 GiB) in at most
+  ``TORCHYARD_SNAPSHOT_MAX_FILES`` files (100000), the limits the registry service and the
+  launcher that unpacks it hold to (``torchyard.launcher.snapshot_limits``); a bigger folder
+  is refused before anything is read, naming its largest entries.
 - Secrets are refused unless asked: ``.env`` files, private keys (by name and by a
   ``PRIVATE KEY`` header), ``.netrc``, ``.pypirc``, cloud credentials, kubeconfigs.
 - The archive is a gzip'd tar with sorted entries, zero times and owners, so the same
   code always gives the same bytes and the same sha256: submitting it again creates
   nothing new.
+
+``torchyard submit --source``, ``Experiment.submit`` and ``torchyard run --local`` (which
+copies the files :func:`collect` selects into every node's folder) call this module;
+tested in ``tests/unit/sdk/test_snapshots.py``.
 """
 
 from __future__ import annotations
@@ -21,16 +35,25 @@ import re
 import stat
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchyard import k8s
+from torchyard import k8s, launcher
 from torchyard.sdk.progress import Progress, human
 from torchyard.sdk.registry import RegistryClient
 
 IGNORE_FILES = (".torchyardignore", ".amlignore", ".gitignore")
-ALWAYS_IGNORED = (".git/", "__pycache__/", ".ipynb_checkpoints/", "*.pyc")
+ALWAYS_IGNORED = (
+    ".git/",
+    "__pycache__/",
+    ".ipynb_checkpoints/",
+    "*.pyc",
+    ".venv/",
+    ".pytest_cache/",
+    "/outputs/",
+    "/logs/",
+)
 SECRET_NAMES = (
     ".env",
     ".env.*",
@@ -140,6 +163,7 @@ class Snapshot:
     archive: Path
     ignore_file: str | None
     skipped: int = 0
+    excluded: tuple[str, ...] = ()  # torchyard's own folders inside root, left out
 
     @property
     def archive_size(self) -> int:
@@ -171,24 +195,65 @@ class Snapshot:
             f"snapshot of {self.root}: {len(self.files)} files, {human(self.size)} "
             f"({human(self.archive_size)} compressed), sha256 {self.sha256[:12]}"
             + (f", {self.skipped} ignored by {self.ignore_file}" if self.ignore_file else "")
+            + (f", left out {', '.join(self.excluded)}" if self.excluded else "")
         )
 
 
-def collect(root: Path, include_secrets: bool = False) -> tuple[list[str], str | None, int]:
-    """(files to include, the ignore file used, how many were ignored); refuses secrets."""
+def excluded_inside(root: Path, exclude: Iterable[Path]) -> list[str]:
+    """The ``exclude`` folders that lie inside ``root``, as /-separated paths relative to it.
+
+    A folder torchyard writes into (local runs, the local registry) cannot be ``root``
+    itself: every run would copy the one before."""
+    root = root.resolve()
+    inside = []
+    for path in exclude:
+        path = path.expanduser().resolve()
+        if path == root:
+            raise SnapshotError(
+                f"the source folder {root} is also where torchyard writes its runs or "
+                "models: put the training code in its own folder, or pass another "
+                "--workdir/--registry (e.g. a subfolder such as ./runs, which is left out)"
+            )
+        if path.is_relative_to(root):
+            inside.append(path.relative_to(root).as_posix())
+    return sorted(set(inside))
+
+
+def collect(
+    root: Path,
+    include_secrets: bool = False,
+    exclude: Iterable[Path] = (),
+    *,
+    max_bytes: int | None = None,
+    max_files: int | None = None,
+) -> tuple[list[str], str | None, int]:
+    """(files to include, the ignore file used, how many were ignored); refuses secrets and
+    a selection over the size limits (by default :func:`launcher.snapshot_limits`).
+
+    ``exclude``: folders left out wherever they are inside ``root`` (see
+    :func:`excluded_inside`)."""
     if not root.is_dir():
         raise SnapshotError(f"the source folder {root} does not exist")
+    try:
+        default_bytes, default_files = launcher.snapshot_limits()
+    except launcher.LaunchError as err:
+        raise SnapshotError(str(err)) from None
+    max_bytes = default_bytes if max_bytes is None else max_bytes
+    max_files = default_files if max_files is None else max_files
+    left_out = set(excluded_inside(root, exclude))
     ignore_file = next((n for n in IGNORE_FILES if (root / n).is_file()), None)
     rules = parse_ignore(list(ALWAYS_IGNORED))
     if ignore_file:
         rules += parse_ignore((root / ignore_file).read_text(errors="replace").splitlines())
-    secret_rules = parse_ignore(list(SECRET_NAMES))
-    files, secrets, skipped = [], [], 0
+    sizes: dict[str, int] = {}
+    skipped = 0
     for dirpath, dirnames, filenames in os.walk(root):
         base = Path(dirpath).relative_to(root).as_posix()
         prefix = "" if base == "." else base + "/"
         kept = []
         for d in sorted(dirnames):
+            if prefix + d in left_out:
+                continue
             if ignored(rules, prefix + d, True) or os.path.islink(os.path.join(dirpath, d)):
                 skipped += 1
             else:
@@ -196,24 +261,86 @@ def collect(root: Path, include_secrets: bool = False) -> tuple[list[str], str |
         dirnames[:] = kept
         for name in sorted(filenames):
             rel = prefix + name
-            path = Path(dirpath) / name
-            if ignored(rules, rel, False) or not stat.S_ISREG(path.lstat().st_mode):
+            if rel in left_out:
+                continue
+            try:
+                # A link to a file is archived as that file (as cp -r and tar -h do);
+                # links to folders (above), dangling links and devices are left out.
+                st = (Path(dirpath) / name).stat()
+            except OSError:
+                st = None
+            if st is None or ignored(rules, rel, False) or not stat.S_ISREG(st.st_mode):
                 skipped += 1
                 continue
-            if ignored(secret_rules, rel, False) or _has_private_key(path):
-                secrets.append(rel)
-            files.append(rel)
-    if secrets and not include_secrets:
+            sizes[rel] = st.st_size
+    files = sorted(sizes)
+    where = ignore_file or ".torchyardignore"
+    total = sum(sizes.values())
+    if len(files) > max_files or total > max_bytes:
+        over = (
+            f"{len(files)} files, over the {max_files} a snapshot may hold "
+            "(TORCHYARD_SNAPSHOT_MAX_FILES)"
+            if len(files) > max_files
+            else f"{_sizes(total, max_bytes)} a snapshot may hold (TORCHYARD_SNAPSHOT_MAX_BYTES)"
+        )
+        raise SnapshotError(
+            f"the source folder {root} holds {over}. {largest_entries(sizes)}. Leave them "
+            f"out in {where} (gitignore syntax, e.g. data/ or *.ckpt) or move them out of "
+            "the folder: the snapshot is for code; data belongs in a volume or storage"
+        )
+    if include_secrets:
+        return files, ignore_file, skipped
+    secret_rules = parse_ignore(list(SECRET_NAMES))
+    secrets = [
+        rel
+        for rel in files
+        if any(ignored(secret_rules, name, False) for name in _names(root, rel))
+        or _has_private_key(root / rel)
+    ]
+    if secrets:
         shown = ", ".join(secrets[:5]) + (
             f" and {len(secrets) - 5} more" if len(secrets) > 5 else ""
         )
-        where = ignore_file or ".torchyardignore"
         raise SnapshotError(
             f"{root} holds what looks like secrets: {shown}. They would be readable by "
             f"anyone who can read the run's namespace. Add them to {where} (or delete "
             "them), or pass --include-secrets if they really belong in the code"
         )
-    return sorted(files), ignore_file, skipped
+    return files, ignore_file, skipped
+
+
+def _sizes(total: int, limit: int) -> str:
+    """'1.2 GiB, over the 1.0 GiB', in bytes where the rounded sizes would read the same."""
+    if human(total) == human(limit):
+        return f"{total} bytes, over the {limit} bytes"
+    return f"{human(total)}, over the {human(limit)}"
+
+
+def largest_entries(sizes: Mapping[str, int], shown: int = 5) -> str:
+    """'Largest: runs/ 34.0 GiB (7 files), ...; largest files: ...' for an error message."""
+    top: dict[str, tuple[int, int]] = {}
+    for rel, size in sizes.items():
+        head, slash, _ = rel.partition("/")
+        total, count = top.get(head + slash, (0, 0))
+        top[head + slash] = (total + size, count + 1)
+    entries = sorted(top.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))[:shown]
+    text = "Largest: " + ", ".join(
+        f"{name} {human(size)}" + (f" ({count} files)" if name.endswith("/") else "")
+        for name, (size, count) in entries
+    )
+    biggest = sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    if any("/" in rel for rel, _ in biggest):
+        text += "; largest files: " + ", ".join(f"{rel} {human(n)}" for rel, n in biggest)
+    return text
+
+
+def _names(root: Path, rel: str) -> list[str]:
+    """``rel``, and for a link also what it points to (its last two path components)."""
+    path = root / rel
+    if not path.is_symlink():
+        return [rel]
+    target = path.resolve()
+    return [rel, target.name, f"{target.parent.name}/{target.name}"]
 
 
 def _has_private_key(path: Path) -> bool:
@@ -224,10 +351,10 @@ def _has_private_key(path: Path) -> bool:
         return False
 
 
-def snapshot(root: Path, include_secrets: bool = False) -> Snapshot:
+def snapshot(root: Path, include_secrets: bool = False, exclude: Iterable[Path] = ()) -> Snapshot:
     """Archive ``root`` reproducibly (see the module docstring)."""
-    root = root.resolve()
-    files, ignore_file, skipped = collect(root, include_secrets)
+    root, exclude = root.resolve(), list(exclude)
+    files, ignore_file, skipped = collect(root, include_secrets, exclude)
     if not files:
         raise SnapshotError(f"nothing to snapshot in {root} (everything is ignored?)")
     fd, name = tempfile.mkstemp(prefix="torchyard-snapshot-", suffix=".tar.gz")
@@ -255,7 +382,16 @@ def snapshot(root: Path, include_secrets: bool = False) -> Snapshot:
     with archive.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return Snapshot(root, files, size, digest.hexdigest(), archive, ignore_file, skipped)
+    return Snapshot(
+        root,
+        files,
+        size,
+        digest.hexdigest(),
+        archive,
+        ignore_file,
+        skipped,
+        tuple(f"{rel}/" for rel in excluded_inside(root, exclude)),
+    )
 
 
 def configmap(snap: Snapshot, namespace: str) -> dict[str, object]:

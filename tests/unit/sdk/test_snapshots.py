@@ -113,3 +113,131 @@ def test_an_empty_or_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     tree(tmp_path / "ignored", {".torchyardignore": "*\n"})
     with pytest.raises(snapshots.SnapshotError, match="nothing to snapshot"):
         snapshots.snapshot(tmp_path / "ignored")
+
+
+def test_what_runs_write_is_never_snapshotted(tmp_path: Path) -> None:
+    """The top-level outputs/ and logs/ (a stale copy would be archived as the run's own),
+    virtual environments and test caches; an outputs/ deeper down is code like any other."""
+    tree(
+        tmp_path,
+        {
+            "train.py": "",
+            "outputs/model.pt": "stale",
+            "logs/rank-0.txt": "old",
+            ".venv/lib/site.py": "",
+            "sub/.venv/x.py": "",
+            ".pytest_cache/v": "",
+            "pkg/outputs/format.py": "",
+            "pkg/logs/__init__.py": "",
+        },
+    )
+    assert snapshots.collect(tmp_path)[0] == [
+        "pkg/logs/__init__.py",
+        "pkg/outputs/format.py",
+        "train.py",
+    ]
+    (tmp_path / ".torchyardignore").write_text("!/outputs/\n")  # the ignore file may keep it
+    assert "outputs/model.pt" in snapshots.collect(tmp_path)[0]
+
+
+def test_torchyards_own_folders_inside_the_source_are_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tree(
+        tmp_path / "project",
+        {
+            "train.py": "print(1)\n",
+            "runs/default-r-1/node-0/train.py": "print(1)\n",
+            "runs/default-r-1/node-0/outputs/big.bin": "x" * 1000,
+            "state/registry/default/models/m/1/model.pt": "w",
+            "state/notes.md": "",
+        },
+    )
+    outside = tmp_path / "elsewhere"
+    exclude = [src / "runs", src / "state" / "registry", outside]
+    files, _, skipped = snapshots.collect(src, exclude=exclude)
+    assert files == ["state/notes.md", "train.py"]
+    assert skipped == 0  # left out, not counted as ignored by an ignore file
+    snap = snapshots.snapshot(src, exclude=iter(exclude))  # any iterable, read once
+    assert sorted(members(snap.data())) == ["state/notes.md", "train.py"]
+    assert snap.excluded == ("runs/", "state/registry/")
+    assert "left out runs/, state/registry/" in snap.report()
+    # A relative path or one with '..' names the same folder.
+    monkeypatch.chdir(src)
+    assert snapshots.collect(Path("."), exclude=[Path("runs"), Path("x/../state")])[0] == [
+        "train.py"
+    ]
+
+
+def test_the_source_folder_itself_cannot_be_where_runs_go(tmp_path: Path) -> None:
+    tree(tmp_path, {"train.py": ""})
+    with pytest.raises(snapshots.SnapshotError, match="also where torchyard writes"):
+        snapshots.collect(tmp_path, exclude=[tmp_path / "sub" / ".."])
+
+
+def test_a_source_over_the_default_limit_is_refused_naming_its_largest_entries(
+    tmp_path: Path,
+) -> None:
+    """1 GiB + 1 byte in a sparse file (no disk used): refused before anything is read."""
+    src = tree(tmp_path, {"train.py": "print(1)\n", "data/small.csv": "a,b\n"})
+    with (src / "data" / "big.bin").open("wb") as f:
+        f.truncate((1 << 30) + 1)
+    (src / "model.ckpt").write_bytes(b"x" * 4096)
+    with pytest.raises(snapshots.SnapshotError) as refused:
+        snapshots.snapshot(src)
+    message = str(refused.value)
+    assert "holds 1073745934 bytes, over the 1073741824 bytes a snapshot may hold" in message
+    assert "TORCHYARD_SNAPSHOT_MAX_BYTES" in message
+    assert "Largest: data/ 1.0 GiB (2 files), model.ckpt 4.0 KiB, train.py 9 B" in message
+    assert "largest files: data/big.bin 1.0 GiB" in message
+    assert "Leave them out in .torchyardignore" in message
+
+
+def test_the_size_limits_are_configurable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tree(tmp_path, {"a.py": "x" * 600, "b.py": "x" * 600, "c/d.py": ""})
+    monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", "1000")
+    with pytest.raises(snapshots.SnapshotError, match=r"holds 1\.2 KiB, over the 1000 B"):
+        snapshots.collect(src)
+    (src / ".gitignore").write_text("b.py\n")
+    assert snapshots.collect(src)[0] == [".gitignore", "a.py", "c/d.py"]
+    monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_FILES", "2")
+    with pytest.raises(snapshots.SnapshotError, match=r"holds 3 files, over the 2 .*\.gitignore"):
+        snapshots.collect(src)
+    monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_FILES", "none")
+    with pytest.raises(snapshots.SnapshotError, match="must be an integer"):
+        snapshots.collect(src)
+
+
+def test_a_link_to_a_file_is_archived_as_the_file_and_other_links_are_left_out(
+    tmp_path: Path,
+) -> None:
+    """As examples/torchrun/train.py -> ../ddp/train.py: the code must arrive."""
+    shared = tree(tmp_path / "shared", {"train.py": "print('shared')\n", "lib/m.py": ""})
+    src = tree(tmp_path / "src", {"run.yaml": ""})
+    (src / "train.py").symlink_to("../shared/train.py")
+    (src / "lib").symlink_to(shared / "lib")  # a folder: left out (no loops)
+    (src / "gone.py").symlink_to(tmp_path / "missing.py")  # dangling
+    (src / "null").symlink_to("/dev/null")  # not a regular file
+    files, _, skipped = snapshots.collect(src)
+    assert files == ["run.yaml", "train.py"]
+    assert skipped == 3
+    snap = snapshots.snapshot(src)
+    assert members(snap.data()) == {"run.yaml": b"", "train.py": b"print('shared')\n"}
+
+
+@pytest.mark.parametrize(
+    ("target", "text"),
+    [
+        (".ssh/id_rsa", "key"),
+        (".aws/credentials", "[default]"),
+        ("notes/deploy.txt", "-----BEGIN RSA PRIVATE KEY-----\n"),
+    ],
+)
+def test_a_link_to_a_secret_is_a_secret_whatever_its_own_name(
+    tmp_path: Path, target: str, text: str
+) -> None:
+    tree(tmp_path / "home", {target: text})
+    src = tree(tmp_path / "src", {"train.py": ""})
+    (src / "config.txt").symlink_to(tmp_path / "home" / target)
+    with pytest.raises(snapshots.SnapshotError, match=r"secrets: config\.txt"):
+        snapshots.collect(src)
