@@ -18,13 +18,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools crds lint typecheck layers unit integration e2e test demo clean help
+.PHONY: all venv tools crds lint typecheck layers unit integration e2e test demo bench clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
 	@echo "make test   - set up and run lint, types, layers, unit, integration and e2e tests"
 	@echo "make tools  - build (once per version) the test control plane's Go binaries"
 	@echo "make crds   - regenerate crds/ from the API models"
+	@echo "make bench  - run every benchmark (BENCH_ARGS=--smoke: each at its smallest size)"
 
 all: test
 
@@ -82,6 +83,13 @@ e2e: venv
 
 test: venv tools lint typecheck layers
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+# The benchmarks print each figure beside its baseline from the same run; `make test` runs
+# them at their smallest size (tests/integration/test_benchmarks_smoke.py).
+BENCH_ARGS ?=
+bench: venv tools
+	@for b in launch_overhead fanout env_cache registry_throughput; do \
+	  echo "[bench] $$b $(BENCH_ARGS)"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) || exit 1; done
 
 demo: venv
 	@$(VENV)/bin/torchyard run examples/birds/trainingrun.yaml --local

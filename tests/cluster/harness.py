@@ -4,8 +4,10 @@
 client-certificate auth, loopback only), kube-controller-manager (garbage collection,
 service-account tokens, ...) and kube-scheduler from the binaries that
 ``tests/cluster/binaries.py`` builds, waits for ``/readyz`` and the ``default``
-namespace, applies ``crds/`` and waits for ``Established`` (before the controller
-manager starts, so its garbage collector knows them), then starts KWOK with fake
+namespace, applies ``crds/`` and waits until each is served, not only ``Established``
+(a LIST answers 200 and a dry-run create of an invalid object is refused as Invalid by
+its schema), before the controller manager starts, so its garbage collector knows them;
+then starts KWOK with fake
 nodes: a GPU pool (4 nodes x 8 ``nvidia.com/gpu``, ``torchyard.dev/pool=a100``, tainted
 ``nvidia.com/gpu=present:NoSchedule``) and a CPU pool. ``Cluster.stop()`` ends every
 process it started (each in its own process group) and removes the working folder.
@@ -292,6 +294,11 @@ class Cluster:
                 f"--tls-cert-file={w / 'apiserver.crt'}",
                 f"--tls-private-key-file={w / 'apiserver.key'}",
                 f"--client-ca-file={w / 'ca.crt'}",
+                # logs/exec through a real kubelet (tests/cluster/realnode.py), which
+                # listens on its node's InternalIP (the host name resolves to loopback)
+                f"--kubelet-client-certificate={w / 'admin.crt'}",
+                f"--kubelet-client-key={w / 'admin.key'}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--authorization-mode=RBAC",
                 f"--service-account-key-file={w / 'sa.pub'}",
                 f"--service-account-signing-key-file={w / 'sa.key'}",
@@ -429,6 +436,10 @@ class Cluster:
             )
 
         self.wait_for("the CRDs' OpenAPI schemas", published, timeout=60)
+        # Established is not yet serving: the first write may still meet a 404 or a
+        # handler without its schema. Hand the cluster out only once every resource lists
+        # and validates.
+        self.wait_for("the CRDs served and validating", self._crds_served, timeout=60)
         # kubectl caches discovery (fetched above, before the CRDs existed): refresh it.
         self.wait_for(
             "the CRDs in kubectl's discovery",
@@ -438,6 +449,25 @@ class Cluster:
             ),
             timeout=60,
         )
+
+    def _crds_served(self) -> bool:
+        for crd in sorted(REPO.glob("crds/*.yaml")):
+            doc = yaml.safe_load(crd.read_text())
+            group, plural = doc["spec"]["group"], doc["spec"]["names"]["plural"]
+            version = next(v["name"] for v in doc["spec"]["versions"] if v.get("served"))
+            path = f"/apis/{group}/{version}/namespaces/default/{plural}"
+            if self.request("GET", path)[0] != 200:
+                return False
+            probe = {
+                "apiVersion": f"{group}/{version}",
+                "kind": doc["spec"]["names"]["kind"],
+                "metadata": {"name": "harness-probe"},
+                "spec": {},  # misses required fields: only a validating handler says 422
+            }
+            code, body = self.request("POST", f"{path}?dryRun=All", probe)
+            if code != 422 or not isinstance(body, dict) or body.get("reason") != "Invalid":
+                return False
+        return True
 
     def _create_nodes(self) -> None:
         for pool in self.pools:
@@ -485,21 +515,32 @@ class Cluster:
         self.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
-    """Keep a cluster up until Ctrl-C, printing how to reach it."""
+    """Keep a cluster up until Ctrl-C or SIGTERM, printing how to reach it; either stops
+    every process it started."""
+    # While starting, SIGTERM unwinds like Ctrl-C (Cluster.start stops what it started).
+    signal.signal(signal.SIGTERM, _interrupted)
     cluster = Cluster()
-    cluster.start()
-    print(
-        textwrap.dedent(
-            f"""\
-            control plane up in {cluster.timings["total"]:.1f}s
-              export KUBECONFIG={cluster.kubeconfig}
-              kubectl get nodes      # KWOK fake nodes
-            logs in {cluster.workdir}; Ctrl-C to stop"""
-        ),
-        flush=True,
-    )
     try:
+        cluster.start()
+        # Then block both before waiting for them: sigwait takes a blocked signal, while
+        # an unblocked SIGTERM would end the process at once, leaking the cluster. (Blocked
+        # only now: the processes started above must not inherit the mask.)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        print(
+            textwrap.dedent(
+                f"""\
+                control plane up in {cluster.timings["total"]:.1f}s
+                  export KUBECONFIG={cluster.kubeconfig}
+                  kubectl get nodes      # KWOK fake nodes
+                logs in {cluster.workdir}; Ctrl-C to stop"""
+            ),
+            flush=True,
+        )
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
         cluster.stop()

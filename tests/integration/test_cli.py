@@ -1,6 +1,7 @@
 """The real `torchyard` commands (subprocesses) against the real control plane: submitting
 a folder (one snapshot for the same code, secrets refused, a large folder through the
-registry service), following a run to its failure, get and describe."""
+registry service), following a run to its failure, following a run that is already over
+(every node's log from the archive), get and describe."""
 
 from __future__ import annotations
 
@@ -200,3 +201,57 @@ def test_the_cli_is_also_a_kubectl_plugin(cluster: Cluster, namespace: str) -> N
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1].split()[0] == "plugged"
+
+
+def archive_logs(registry: ProxiedRegistry, namespace: str, run: str, nodes: int) -> None:
+    """What each node Pod's launcher uploads when it ends: logs/node-N/rank-R.txt."""
+    for node in range(nodes):
+        folder = registry.service.root / namespace / "runs" / run / "logs" / f"node-{node}"
+        folder.mkdir(parents=True)
+        (folder / f"rank-{node}.txt").write_text(f"epoch 1 on rank {node}\ndone {node}\n")
+
+
+def test_wait_on_a_run_that_is_already_over_prints_every_node_from_the_archive(
+    cluster: Cluster,
+    operator: InProcessOperator,
+    namespace: str,
+    behind_apiserver: ProxiedRegistry,
+) -> None:
+    """The extreme of a run that ends within one poll: the first look finds it Succeeded,
+    its log streams only just started (KWOK serves no Pod logs)."""
+    ns = namespace
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch:2.15-cpu"))
+    k8s.create(TrainingRunBuilder("quick", ns).environment("pytorch").nodes(2).pool("cpu").obj())
+    running(ns, "quick")
+    archive_logs(behind_apiserver, ns, "quick", 2)
+    for node in range(2):
+        finish_pod(cluster, ns, f"quick-{node}", 0)
+    wait_status(k8s.TRAININGRUNS, ns, "quick", lambda s: s.get("phase") == "Succeeded")
+    registry = ["--registry-service", behind_apiserver.ref, "--service-account", "trainer"]
+
+    done = torchyard(cluster, "wait", "quick", "-n", ns, *registry)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "TrainingRun quick succeeded" in out
+    assert "(live logs were not available: node 0: " in out and "; node 1: " in out
+    for node in range(2):
+        for line in (f"epoch 1 on rank {node}", f"done {node}"):
+            assert out.count(f"[node {node}] [rank {node}] {line}\n") == 1, out
+
+    # torchyard logs: the same, node by node; --node and --rank pick one.
+    logs = torchyard(cluster, "logs", "quick", "-n", ns, *registry)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.splitlines() == [
+        "[node 0] [rank 0] epoch 1 on rank 0",
+        "[node 0] [rank 0] done 0",
+        "[node 1] [rank 1] epoch 1 on rank 1",
+        "[node 1] [rank 1] done 1",
+    ]
+    one = torchyard(cluster, "logs", "quick", "-n", ns, "--node", "1", "--rank", "1", *registry)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.splitlines() == [
+        "[node 1] [rank 1] epoch 1 on rank 1",
+        "[node 1] [rank 1] done 1",
+    ]
+    none = torchyard(cluster, "logs", "quick", "-n", ns, "--node", "1", "--rank", "0", *registry)
+    assert none.returncode == 1 and "no logs of quick found" in none.stderr

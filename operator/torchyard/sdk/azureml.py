@@ -23,9 +23,14 @@ What things are here:
   (``Environment.get``).
 - ``Experiment.submit(ScriptRunConfig)``: snapshots ``source_directory`` (as
   ``torchyard submit --source`` does) and creates a ``TrainingRun`` labelled with the
-  experiment; ``PyTorchConfiguration``/``MpiConfiguration`` give its nodes and processes.
+  experiment; ``PyTorchConfiguration`` gives its nodes and processes.
 - ``Run``: ``wait_for_completion``, ``get_status``, ``get_details``, ``register_model``
   (a ``ModelVersion`` from the registry service), ``download_file``.
+
+Every argument of these names either does what it does in Azure ML or, given a value
+other than its default, raises ``TorchyardSdkError`` saying what to do instead (table-tested
+in ``tests/unit/sdk/test_azureml_arguments.py``); nothing is accepted and then ignored.
+``MpiConfiguration`` raises until torchyard launches MPI jobs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +50,17 @@ from torchyard.sdk import runs, snapshots
 from torchyard.sdk.registry import DEFAULT_SERVICE, RegistryClient, RegistryError
 
 CONFIG_FILES = (".torchyard/config.json", "config.json")
+CONFIG_KEYS = (
+    "namespace",
+    "context",
+    "kubeconfig",
+    "imageRepository",
+    "insecureRegistry",
+    "computeTargets",
+    "serviceAccount",
+    "registryService",
+    "registryUrl",
+)
 # Azure run states by torchyard phase.
 STATUS = {
     "Pending": "Queued",
@@ -131,6 +148,15 @@ class Workspace:
                 f"{found} is an Azure ML config (subscription_id); torchyard needs "
                 '{"namespace": ..., "context": ...}'
             )
+        unknown = sorted(set(data) - set(CONFIG_KEYS)) if isinstance(data, dict) else []
+        if not isinstance(data, dict) or unknown:
+            raise TorchyardSdkError(
+                f"{found}: "
+                + (f"unknown key(s) {', '.join(unknown)}" if unknown else "not a JSON object")
+                + f"; the keys are {', '.join(CONFIG_KEYS)} (Azure's subscription_id, "
+                "resource_group and workspace_name have no meaning here: keep them in "
+                "config.json and torchyard's in .torchyard/config.json, which is read first)"
+            )
         return cls(
             namespace=data.get("namespace"),
             context=data.get("context"),
@@ -144,7 +170,32 @@ class Workspace:
         )
 
     @classmethod
-    def get(cls, name: str, context: str | None = None, **_: Any) -> Workspace:
+    def get(
+        cls,
+        name: str,
+        auth: Any = None,
+        subscription_id: str | None = None,
+        resource_group: str | None = None,
+        location: str | None = None,
+        cloud: str = "AzureCloud",
+        id: str | None = None,  # Azure's name
+        *,
+        context: str | None = None,
+    ) -> Workspace:
+        """The namespace ``name`` (in the kubeconfig's ``context``)."""
+        _refuse(
+            "Workspace.get",
+            {
+                "auth": (auth, None),
+                "subscription_id": (subscription_id, None),
+                "resource_group": (resource_group, None),
+                "location": (location, None),
+                "cloud": (cloud, "AzureCloud"),
+                "id": (id, None),
+            },
+            "a torchyard Workspace is a Kubernetes namespace reached with your kubeconfig: "
+            "use Workspace.get(namespace, context=...)",
+        )
         return cls(namespace=name, context=context)
 
     @property
@@ -181,12 +232,46 @@ class Workspace:
 # -- Compute -----------------------------------------------------------------------------
 
 
+# AmlCompute.provisioning_configuration's arguments and their defaults (Azure ML SDK v1).
+PROVISIONING_DEFAULTS: dict[str, Any] = {
+    "vm_size": "",
+    "vm_priority": "dedicated",
+    "min_nodes": 0,
+    "max_nodes": None,
+    "idle_seconds_before_scaledown": None,
+    "admin_username": None,
+    "admin_user_password": None,
+    "admin_user_ssh_key": None,
+    "vnet_resourcegroup_name": None,
+    "vnet_name": None,
+    "subnet_name": None,
+    "tags": None,
+    "description": None,
+    "remote_login_port_public_access": "NotSpecified",
+    "identity_type": None,
+    "identity_id": None,
+    "location": None,
+    "enable_node_public_ip": True,
+}
+# What ComputeTarget.create can check against an existing pool; the rest would shape
+# nodes that torchyard never makes.
+PROVISIONING_CHECKED = ("vm_size", "min_nodes", "max_nodes")
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
 class AmlCompute:
     @staticmethod
     def provisioning_configuration(**kwargs: Any) -> dict[str, Any]:
-        """Kept for the guide's code: torchyard never creates nodes, so this only records
-        what was asked; ``ComputeTarget.create`` then looks for an existing pool."""
-        return dict(kwargs)
+        """What was asked for, by Azure's argument names. torchyard never creates nodes:
+        ``ComputeTarget.create`` finds an existing pool and checks it against ``vm_size``,
+        ``min_nodes`` and ``max_nodes``; any other setting raises there."""
+        unknown = sorted(set(kwargs) - set(PROVISIONING_DEFAULTS))
+        if unknown:
+            raise TorchyardSdkError(
+                f"AmlCompute.provisioning_configuration got unknown argument(s) "
+                f"{', '.join(unknown)}; it takes {', '.join(PROVISIONING_DEFAULTS)}"
+            )
+        return {k: v for k, v in kwargs.items() if v != PROVISIONING_DEFAULTS[k]}
 
 
 class ComputeTarget:
@@ -209,13 +294,49 @@ class ComputeTarget:
         self.gpus_per_node = min(gpus) if gpus else 0
 
     @staticmethod
-    def create(workspace: Workspace, name: str, provisioning_configuration: Any) -> ComputeTarget:
-        return ComputeTarget(workspace, name)
+    def create(
+        workspace: Workspace, name: str, provisioning_configuration: dict[str, Any]
+    ) -> ComputeTarget:
+        """The existing pool ``name``, when it is what ``provisioning_configuration`` asks
+        for (torchyard never creates or scales nodes)."""
+        target = ComputeTarget(workspace, name)
+        asked = dict(provisioning_configuration or {})
+        never = sorted(k for k in asked if k not in PROVISIONING_CHECKED)
+        if never:
+            raise ComputeTargetException(
+                f"{', '.join(never)} would shape nodes that torchyard never creates or scales: "
+                f"leave them out (the pool {target.pool!r} is made by your platform team), "
+                f"or use ComputeTarget(ws, {name!r}) as it is"
+            )
+        count = len(target.nodes)
+        if asked.get("min_nodes") and count < int(asked["min_nodes"]):
+            raise ComputeTargetException(
+                f"node pool {target.pool!r} has {count} node(s), fewer than "
+                f"min_nodes={asked['min_nodes']}; torchyard never adds nodes: ask your "
+                "platform team for a larger pool"
+            )
+        if asked.get("max_nodes") is not None and count > int(asked["max_nodes"]):
+            raise ComputeTargetException(
+                f"node pool {target.pool!r} has {count} nodes, more than "
+                f"max_nodes={asked['max_nodes']}; torchyard never removes nodes: leave "
+                "max_nodes out (a run uses only the nodes its node_count asks for)"
+            )
+        if asked.get("vm_size"):
+            types = {
+                str(n["metadata"].get("labels", {}).get(INSTANCE_TYPE_LABEL, ""))
+                for n in target.nodes
+            }
+            if {t.lower() for t in types} != {str(asked["vm_size"]).lower()}:
+                shown = ", ".join(sorted(t or "(none)" for t in types))
+                raise ComputeTargetException(
+                    f"node pool {target.pool!r} is not all vm_size={asked['vm_size']!r} "
+                    f"(its nodes' {INSTANCE_TYPE_LABEL}: {shown}); torchyard never creates "
+                    f"nodes: leave vm_size out, or name a pool of that size"
+                )
+        return target
 
-    def wait_for_completion(
-        self, show_output: bool = False, min_node_count: int | None = None, **_: Any
-    ) -> None:
-        ready = [
+    def _ready(self) -> list[dict[str, Any]]:
+        return [
             n
             for n in self.nodes
             if any(
@@ -223,12 +344,35 @@ class ComputeTarget:
                 for c in n.get("status", {}).get("conditions", [])
             )
         ]
+
+    def wait_for_completion(
+        self,
+        show_output: bool = False,
+        min_node_count: int | None = None,
+        timeout_in_minutes: float = 25,
+        is_delete_operation: bool = False,
+    ) -> None:
+        """Until ``min_node_count`` nodes of the pool are Ready (at most
+        ``timeout_in_minutes``); at once when no count is asked for."""
+        if is_delete_operation:
+            raise ComputeTargetException(
+                "torchyard never deletes node pools: is_delete_operation=True has nothing "
+                "to wait for"
+            )
+        deadline = time.monotonic() + timeout_in_minutes * 60
+        while True:
+            ready = self._ready()
+            if not min_node_count or len(ready) >= min_node_count:
+                break
+            if time.monotonic() >= deadline:
+                raise ComputeTargetException(
+                    f"node pool {self.pool} has {len(ready)} ready nodes, fewer than "
+                    f"{min_node_count}, after {timeout_in_minutes:g} minutes"
+                )
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+            self.nodes = k8s.list_(k8s.NODES, label_selector=f"{pods.POOL_LABEL}={self.pool}")
         if show_output:
             print(f"node pool {self.pool}: {len(ready)}/{len(self.nodes)} nodes ready")
-        if min_node_count and len(ready) < min_node_count:
-            raise ComputeTargetException(
-                f"node pool {self.pool} has {len(ready)} ready nodes, fewer than {min_node_count}"
-            )
 
     def get_status(self) -> dict[str, Any]:
         return {"nodeCount": len(self.nodes), "gpusPerNode": self.gpus_per_node}
@@ -284,6 +428,12 @@ class Environment:
 
     @classmethod
     def get(cls, workspace: Workspace, name: str, version: str | None = None) -> Environment:
+        if version is not None:
+            raise TorchyardSdkError(
+                f"Environments have no versions here (version={version!r}): an Environment "
+                "is one resource whose image is rebuilt when its spec changes; leave version "
+                "out, or register the old recipe under another name"
+            )
         body = k8s.get_or_none(k8s.ENVIRONMENTS, workspace.namespace, name)
         if body is None:
             known = ", ".join(sorted(workspace.environments)) or "none"
@@ -314,13 +464,43 @@ class Environment:
 
     def _resource(self, workspace: Workspace) -> dict[str, Any]:
         spec: dict[str, Any]
-        if self.image and not (self.python.conda_yaml or self.python.pip_requirements):
-            spec = {"image": self.image}
+        installs = bool(self.python.conda_yaml or self.python.pip_requirements)
+        if not self.docker.enabled:
+            raise TorchyardSdkError(
+                f"Environment {self.name!r}: docker.enabled=False has no meaning here, every "
+                "run is a container; leave docker.enabled True"
+            )
+        if self.python.user_managed_dependencies:
+            image = self.docker.base_image or self.image
+            if installs or self.environment_variables or not image or self.docker.base_dockerfile:
+                raise TorchyardSdkError(
+                    f"Environment {self.name!r}: user_managed_dependencies=True runs "
+                    "docker.base_image as it is, so it needs a base_image and no conda, pip, "
+                    "environment_variables or base_dockerfile; give only the base_image, or "
+                    "set user_managed_dependencies=False to have them installed"
+                )
+            spec = {"image": image}
         elif self.docker.base_dockerfile:
+            if installs or self.environment_variables or self.docker.base_image:
+                raise TorchyardSdkError(
+                    f"Environment {self.name!r}: a base_dockerfile is built as written: put the "
+                    "base image, the conda/pip installs and the ENV lines into the Dockerfile, "
+                    "or drop base_dockerfile and use docker.base_image"
+                )
             spec = {"dockerfile": self.docker.base_dockerfile}
+        elif self.image and not self.docker.base_image and not installs:
+            if self.environment_variables:
+                raise TorchyardSdkError(
+                    f"Environment {self.name!r} is the prebuilt image {self.image}, used as it "
+                    "is: environment_variables need a build (set docker.base_image to that "
+                    "image), or set them in the run (TrainingRun spec.env)"
+                )
+            spec = {"image": self.image}
         else:
-            base = self.docker.base_image or (
-                DEFAULT_CONDA_BASE_IMAGE if self.python.conda_yaml else "python:3.11-slim"
+            base = (
+                self.docker.base_image
+                or self.image
+                or (DEFAULT_CONDA_BASE_IMAGE if self.python.conda_yaml else "python:3.11-slim")
             )
             spec = {"baseImage": base}
             if self.python.conda_yaml:
@@ -366,14 +546,42 @@ class PyTorchConfiguration:
     process_count: int | None = None
     node_count: int = 1
 
+    def __post_init__(self) -> None:
+        if str(self.communication_backend).lower() != "nccl":
+            raise TorchyardSdkError(
+                f"communication_backend={self.communication_backend!r} is not passed to the "
+                "processes here: your script chooses it in "
+                "torch.distributed.init_process_group(backend=...); leave "
+                "communication_backend out"
+            )
+        if not isinstance(self.node_count, int) or self.node_count < 1:
+            raise TorchyardSdkError(
+                f"node_count must be a whole number >= 1, not {self.node_count!r}"
+            )
+        if self.process_count is not None and (
+            not isinstance(self.process_count, int) or self.process_count < 1
+        ):
+            raise TorchyardSdkError(
+                f"process_count must be a whole number >= 1, not {self.process_count!r}"
+            )
+
 
 @dataclass
 class MpiConfiguration:
-    """``process_count_per_node`` processes on each of ``node_count`` nodes, started by the
-    torchyard launcher with the PyTorch rank contract (no MPI daemon is involved)."""
+    """Kept so the guide's imports work: torchyard does not launch MPI jobs yet, so
+    making one raises and says what to use instead."""
 
     process_count_per_node: int = 1
     node_count: int = 1
+
+    def __post_init__(self) -> None:
+        raise TorchyardSdkError(
+            "distribution.type mpi is not supported yet (torchyard starts no mpirun): use "
+            f"PyTorchConfiguration(process_count={self.process_count_per_node * self.node_count}"
+            f", node_count={self.node_count}), whose processes get RANK, WORLD_SIZE, "
+            "LOCAL_RANK and MASTER_ADDR/MASTER_PORT; a script that reads OMPI_COMM_WORLD_* "
+            "must read those instead"
+        )
 
 
 class ScriptRunConfig:
@@ -386,7 +594,7 @@ class ScriptRunConfig:
         _telemetry_values: Any = None,
         compute_target: ComputeTarget | str | None = None,
         environment: Environment | None = None,
-        distributed_job_config: PyTorchConfiguration | MpiConfiguration | None = None,
+        distributed_job_config: PyTorchConfiguration | None = None,
         resume_from: Any = None,
         max_run_duration_seconds: int | None = None,
         command: list[Any] | str | None = None,
@@ -394,10 +602,38 @@ class ScriptRunConfig:
     ) -> None:
         if script is None and command is None:
             raise TorchyardSdkError("ScriptRunConfig needs script= or command=")
-        if resume_from is not None:
+        if script is not None and command is not None:
             raise TorchyardSdkError(
-                "resume_from has no meaning here: restore your checkpoint from the "
-                "registry in the script (run.download_file) instead"
+                "ScriptRunConfig takes script= or command=, not both: put the script into "
+                "the command (command=['python', 'train.py', ...])"
+            )
+        _refuse(
+            "ScriptRunConfig",
+            {
+                "run_config": (run_config, None),
+                "_telemetry_values": (_telemetry_values, None),
+                "resume_from": (resume_from, None),
+                "docker_runtime_config": (docker_runtime_config, None),
+            },
+            "a RunConfiguration's parts are ScriptRunConfig's own arguments here "
+            "(environment=, compute_target=, distributed_job_config=, "
+            "max_run_duration_seconds=); shared memory and the like are TrainingRun spec "
+            "fields (resources.shmSize), set with torchyard submit; to resume, restore your "
+            "checkpoint in the script (run.download_file)",
+        )
+        if distributed_job_config is not None and not isinstance(
+            distributed_job_config, PyTorchConfiguration
+        ):
+            raise TorchyardSdkError(
+                f"distributed_job_config={type(distributed_job_config).__name__} is not "
+                "supported: use PyTorchConfiguration(process_count=..., node_count=...)"
+            )
+        if max_run_duration_seconds is not None and (
+            not isinstance(max_run_duration_seconds, int) or max_run_duration_seconds < 1
+        ):
+            raise TorchyardSdkError(
+                f"max_run_duration_seconds must be a whole number >= 1, not "
+                f"{max_run_duration_seconds!r}"
             )
         self.source_directory = source_directory
         self.script = script
@@ -412,13 +648,6 @@ class ScriptRunConfig:
         dist = self.distributed_job_config
         if dist is None:
             return {"type": "none", "nodeCount": 1, "processCountPerNode": 1}
-        if isinstance(dist, MpiConfiguration):
-            return {
-                "type": "pytorch",
-                "nodeCount": dist.node_count,
-                "processCountPerNode": dist.process_count_per_node,
-                "launch": "process",
-            }
         nodes = dist.node_count
         procs = dist.process_count or nodes
         if procs % nodes:
@@ -480,6 +709,9 @@ class Experiment:
                 spec["resources"] = {"gpusPerNode": min(per_node, target.gpus_per_node)}
         if config.max_run_duration_seconds:
             spec["policy"] = {"activeDeadlineSeconds": config.max_run_duration_seconds}
+        if ws.service_account:
+            # The node Pods run as it, so their registry token is its (item: serviceAccount).
+            spec["serviceAccountName"] = ws.service_account
         exp = _dns(self.name)[:40].rstrip("-")
         name = f"{exp}-{secrets.token_hex(3)}"
         body = {
@@ -537,6 +769,10 @@ class Run:
         wait_post_processing: bool = False,
         raise_on_error: bool = True,
     ) -> dict[str, Any]:
+        """Until the run Succeeds or Fails (``show_output``: its states and every rank's
+        log). A run is Succeeded only after its Finalizing phase (outputs archived, model
+        registered), so this always waits for post-processing, as
+        ``wait_post_processing=True`` asks."""
         body = runs.wait(
             self._ns, self.id, show_output=show_output, registry=self.experiment.workspace.registry
         )
@@ -562,11 +798,28 @@ class Run:
         model_path: str | None = None,
         tags: dict[str, str] | None = None,
         properties: dict[str, Any] | None = None,
+        model_framework: str | None = None,
+        model_framework_version: str | None = None,
         description: str | None = None,
-        **_: Any,
+        datasets: Any = None,
+        sample_input_dataset: Any = None,
+        sample_output_dataset: Any = None,
+        resource_configuration: Any = None,
     ) -> Model:
         """Promote ``model_path`` of the run's archive (default: outputs) to the model's
-        next version, recorded as the ModelVersion ``<model>-v<N>``."""
+        next version, recorded as the ModelVersion ``<model>-v<N>``; tags, properties,
+        description and the framework go into the version's manifest."""
+        _refuse(
+            "register_model",
+            {
+                "datasets": (datasets, None),
+                "sample_input_dataset": (sample_input_dataset, None),
+                "sample_output_dataset": (sample_output_dataset, None),
+                "resource_configuration": (resource_configuration, None),
+            },
+            "torchyard has no datasets or deployment resources: keep such notes in "
+            "properties= (recorded in the version's manifest)",
+        )
         body = self._body()
         if body.get("status", {}).get("phase") != "Succeeded":
             raise TorchyardSdkError(
@@ -585,6 +838,11 @@ class Run:
             "properties": properties or {},
             "description": description or "",
         }
+        if model_framework or model_framework_version:
+            meta["framework"] = {
+                "name": model_framework or "",
+                "version": model_framework_version or "",
+            }
         try:
             manifest = self.experiment.workspace.registry().promote(
                 self._ns, model, self.id, model_path or "outputs", meta
@@ -643,6 +901,14 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model(name={self.name!r}, version={self.version})"
+
+
+def _refuse(where: str, given: dict[str, tuple[Any, Any]], advice: str) -> None:
+    """Raise for every argument given a value other than its default (value, default):
+    an argument torchyard cannot honour is refused, never silently dropped."""
+    bad = [name for name, (value, default) in given.items() if value != default]
+    if bad:
+        raise TorchyardSdkError(f"{where}: {', '.join(bad)} has no meaning here: {advice}")
 
 
 def _dns(name: str) -> str:

@@ -3,7 +3,11 @@
 What ``torchyard wait``/``logs``/``get``/``describe`` and the SDK's
 ``Run.wait_for_completion(show_output=True)`` share. Reads go through ``torchyard.k8s``;
 logs come from the apiserver (``pods/log``, from the node's kubelet) while the Pods
-exist, else from the run's archive in the registry service.
+exist, else from the run's archive in the registry service: node by node, every node
+whose live log did not deliver (the kubelet unreachable, the Pod gone, the run over
+before its stream answered) gets its archived log. Tested in
+``tests/unit/sdk/test_azureml_wait.py`` (a run that ends within one poll) and
+``tests/integration/test_cli.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
@@ -21,6 +26,10 @@ from torchyard.planning import names
 from torchyard.sdk.registry import RegistryClient, RegistryError
 
 TERMINAL = ("Succeeded", "Failed")
+# How long, once the run has ended, the live log streams may take to finish (their
+# containers have ended, so a working stream ends at once) before their nodes' archived
+# logs are read instead.
+LOG_GRACE_SECONDS = 10.0
 
 
 class RunNotFound(Exception):
@@ -32,6 +41,16 @@ def get(namespace: str, name: str) -> dict[str, Any]:
     if run is None:
         raise RunNotFound(f"TrainingRun {namespace}/{name} not found")
     return run
+
+
+def node_count(run: dict[str, Any]) -> int:
+    """How many node Pods the run has (``spec.distribution.nodeCount``, default 1)."""
+    dist = (run.get("spec") or {}).get("distribution") or {}
+    return int(dist.get("nodeCount") or 1)
+
+
+def node_rank(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["labels"][names.LABEL_NODE_RANK])
 
 
 def node_pods(namespace: str, name: str) -> list[dict[str, Any]]:
@@ -122,34 +141,80 @@ def summary_line(run: dict[str, Any], pods: list[dict[str, Any]]) -> str:
     return f"[{duration(elapsed(run))}] {st.get('phase', 'Pending')}  ({nodes})"
 
 
+@dataclass
+class NodeStream:
+    """One node Pod's live log stream, as the follower saw it."""
+
+    pod: str
+    lines: int = 0
+    error: str | None = None
+    done: bool = False
+
+
 class LogFollower:
     """One thread per node Pod, streaming its log with a ``[node n]`` prefix (the
-    launcher already prefixes each line with ``[rank r]``)."""
+    launcher already prefixes each line with ``[rank r]``). :meth:`finish` joins them and
+    says which nodes' live logs did not deliver."""
 
     def __init__(self, namespace: str, out: TextIO) -> None:
         self.namespace = namespace
         self.out = out
         self.lock = threading.Lock()
-        self.started: set[str] = set()
-        self.unavailable: list[str] = []
+        self.streams: dict[str, NodeStream] = {}
+        self.latest: dict[int, str] = {}  # node -> its current attempt's Pod
+        self.threads: dict[str, threading.Thread] = {}
+        self.muted = False
 
     def follow(self, pod: dict[str, Any], node: int) -> None:
         name = pod["metadata"]["name"]
-        if name in self.started:
-            return
-        self.started.add(name)
-        threading.Thread(target=self._stream, args=(name, node), daemon=True).start()
+        with self.lock:
+            self.latest[node] = name
+            if name in self.streams:
+                return
+            self.streams[name] = NodeStream(name)
+        thread = threading.Thread(target=self._stream, args=(name, node), daemon=True)
+        self.threads[name] = thread
+        thread.start()
 
     def _stream(self, pod: str, node: int) -> None:
+        stream = self.streams[pod]
         try:
             for line in k8s.pod_log_lines(self.namespace, pod, container="trainer", follow=True):
                 with self.lock:
+                    if self.muted:
+                        return
                     self.out.write(f"[node {node}] {line}\n")
                     self.out.flush()
+                    stream.lines += 1
         except (k8s.ApiError, OSError) as err:
             reason = err.message if isinstance(err, k8s.ApiError) else str(err)
             with self.lock:
-                self.unavailable.append(f"node {node}: {reason.splitlines()[0][:200]}")
+                stream.error = (reason.splitlines() or [type(err).__name__])[0][:200]
+        finally:
+            with self.lock:
+                stream.done = True
+
+    def finish(self, nodes: int, grace: float = LOG_GRACE_SECONDS) -> dict[int, str]:
+        """Wait (at most ``grace`` seconds) for the streams to end, then stop printing;
+        {node: why} for each of ``nodes`` whose live log did not deliver."""
+        deadline = time.monotonic() + grace
+        for thread in list(self.threads.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        missing: dict[int, str] = {}
+        with self.lock:
+            self.muted = True
+            for node in range(nodes):
+                pod = self.latest.get(node)
+                stream = self.streams.get(pod) if pod else None
+                if stream is None:
+                    missing[node] = "its Pod was not seen running"
+                elif stream.error:
+                    missing[node] = stream.error
+                elif not stream.done:
+                    missing[node] = f"no end of the stream within {grace:g}s"
+                elif not stream.lines:
+                    missing[node] = "the live log was empty"
+        return missing
 
 
 def wait(
@@ -162,10 +227,13 @@ def wait(
     timeout: float | None = None,
     on_change: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     registry: Callable[[], RegistryClient] | None = None,
+    log_grace: float = LOG_GRACE_SECONDS,
 ) -> dict[str, Any]:
     """Until the run Succeeds or Fails: a line whenever its phase or a node's state
-    changes, and (``show_output``) every node's log: live while the Pods run, else (the
-    kubelet unreachable, the Pods already gone) the archive in the registry service."""
+    changes, and (``show_output``) every node's log: live while the Pods run; for every
+    node whose live log did not deliver (the kubelet unreachable, the Pod already gone,
+    the run over before the stream answered: joined for ``log_grace`` seconds) the
+    archive in the registry service."""
     out = out or sys.stdout
     follower = LogFollower(namespace, out) if show_output else None
     deadline = time.monotonic() + timeout if timeout else None
@@ -193,38 +261,81 @@ def wait(
             if on_change:
                 on_change(run, pods)
         if follower:
-            for node, pod in enumerate(pods):
+            for pod in pods:
                 if pod.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed"):
-                    follower.follow(pod, node)
+                    follower.follow(pod, node_rank(pod))
         if phase in TERMINAL:
             break
         if deadline and time.monotonic() > deadline:
             raise TimeoutError(f"TrainingRun {name} did not finish within {timeout:.0f}s")
         time.sleep(poll)
-    if follower and follower.unavailable:
-        why = "; ".join(sorted(set(follower.unavailable)))
-        out.write(f"(live logs were not available: {why})\n")
-        try:
-            if registry is None:
-                raise RegistryError("no registry client")
-            for line in archived_logs(registry(), namespace, name):
-                out.write(line + "\n")
-        except RegistryError as err:
-            out.write(f"(nor the archived logs: {err}; try: torchyard logs {name})\n")
+    if follower:
+        # The run may end within one poll: the streams just started have not yet said
+        # whether they deliver. Join them first, then read the archive for the others.
+        missing = follower.finish(node_count(run), log_grace)
+        if missing:
+            out.write(fallback_note(missing) + "\n")
+            write_archived(out, registry, namespace, name, set(missing))
     return run
 
 
-def archived_logs(client: RegistryClient, namespace: str, name: str) -> Iterator[str]:
-    """Every archived log line, prefixed ``[node n] [rank r]`` (node by node)."""
+def fallback_note(missing: dict[int, str]) -> str:
+    why = "; ".join(f"node {n}: {reason}" for n, reason in sorted(missing.items()))
+    return f"(live logs were not available: {why}; the archived logs follow)"
+
+
+def write_archived(
+    out: TextIO,
+    registry: Callable[[], RegistryClient] | None,
+    namespace: str,
+    name: str,
+    nodes: Collection[int],
+) -> int:
+    """The archived logs of ``nodes``, each line to ``out``; how many lines, and a note
+    for every node the archive has nothing of."""
+    shown: dict[int, int] = dict.fromkeys(nodes, 0)
+    try:
+        if registry is None:
+            raise RegistryError("no registry client")
+        for node, line in archived_log_lines(registry(), namespace, name, nodes):
+            out.write(line + "\n")
+            shown[node] += 1
+    except (RegistryError, k8s.ApiError, OSError) as err:
+        # (no registry, no token for it, or it refused: said, never a crash)
+        why = err.message if isinstance(err, k8s.ApiError) else str(err)
+        out.write(f"(nor the archived logs: {why}; try: torchyard logs {name})\n")
+        return sum(shown.values())
+    for node in sorted(n for n, count in shown.items() if not count):
+        out.write(f"(node {node}: no archived log either)\n")
+    return sum(shown.values())
+
+
+def archived_logs(
+    client: RegistryClient, namespace: str, name: str, nodes: Collection[int] | None = None
+) -> Iterator[str]:
+    """Every archived log line (of ``nodes``, default all), prefixed ``[node n] [rank r]``
+    (node by node)."""
+    for _node, line in archived_log_lines(client, namespace, name, nodes):
+        yield line
+
+
+def archived_log_lines(
+    client: RegistryClient, namespace: str, name: str, nodes: Collection[int] | None = None
+) -> Iterator[tuple[int, str]]:
+    """(node, line) for every archived log line of ``nodes`` (default all)."""
     for path in client.run_files(namespace, name):
         parts = path.split("/")  # logs/node-N/rank-R.txt
-        if len(parts) != 3 or parts[0] != "logs":
+        if len(parts) != 3 or parts[0] != "logs" or not parts[1].startswith("node-"):
             continue
-        prefix = (
-            f"[{parts[1].replace('-', ' ')}] [{parts[2].removesuffix('.txt').replace('-', ' ')}]"
-        )
+        try:
+            node = int(parts[1].removeprefix("node-"))
+        except ValueError:
+            continue
+        if nodes is not None and node not in nodes:
+            continue
+        prefix = f"[node {node}] [{parts[2].removesuffix('.txt').replace('-', ' ')}]"
         for line in client.read_run_file(namespace, name, path).splitlines():
-            yield f"{prefix} {line}"
+            yield node, f"{prefix} {line}"
 
 
 def _waiting_on(run: dict[str, Any]) -> str:

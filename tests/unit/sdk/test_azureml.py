@@ -40,15 +40,24 @@ def test_a_command_runs_once_per_node_and_starts_the_processes_itself() -> None:
     assert src._distribution()["processCountPerNode"] == 4
 
 
-def test_mpi_configuration_and_arguments_as_strings() -> None:
+def test_arguments_become_strings() -> None:
     src = ScriptRunConfig(
         ".",
         script="train.py",
         arguments=["--num_epochs", 30, "--rank", "$RANK"],
-        distributed_job_config=MpiConfiguration(process_count_per_node=4, node_count=2),
+        distributed_job_config=PyTorchConfiguration(process_count=8, node_count=2),
     )
     assert src.arguments == ["--num_epochs", "30", "--rank", "$RANK"]
     assert src._distribution()["processCountPerNode"] == 4
+
+
+def test_mpi_configuration_is_not_silently_a_pytorch_run() -> None:
+    with pytest.raises(TorchyardSdkError, match=r"distribution\.type mpi is not supported yet"):
+        ScriptRunConfig(
+            ".",
+            script="train.py",
+            distributed_job_config=MpiConfiguration(process_count_per_node=4, node_count=2),
+        )
 
 
 def test_what_has_no_meaning_here_says_what_to_do() -> None:

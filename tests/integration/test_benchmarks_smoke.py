@@ -1,0 +1,77 @@
+"""Every benchmark in ``benchmarks/`` at its smallest size (``--smoke``), as a process of its
+own, so that none rots unnoticed: each must exit 0 and print the lines its README row is
+read from (its ratios against the baseline measured in the same run). The figures are not
+judged here (a shared test machine's timings say little); what is checked is that every
+part runs, including the counts that are exact (one build Job per recipe)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# script, the lines (regular expressions) its output must contain
+BENCHMARKS = [
+    (
+        "fanout.py",
+        [
+            r"round 3/3  N=   8  torchyard +\d+\.\d+s  ceiling +\d+\.\d+s  ratio +\d+\.\d+",
+            r"median of 3 interleaved rounds",
+            r"\n   8 +\d+\.\d+s \(\d+\.\d+-\d+\.\d+\) +\d+\.\d+s \(.*\) +\d+\.\d+ \(\d+\.\d+-",
+            r"target: ratio <= 1\.5 at N = 256 \(not measured in this run\)",
+        ],
+    ),
+    (
+        "env_cache.py",
+        [
+            r"cache hit Ready \(median of 2\): +\d+ ms",
+            r"ratio cache hit / curated: +\d+\.\d+",
+            r"build Jobs for 6 Environments sharing 2 recipes, all Building: 2 +"
+            r"\(target 2: target met\)",
+        ],
+    ),
+    (
+        "launch_overhead.py",
+        [
+            r"run 1/1 torchrun static +first step +\d+\.\d+s",
+            r"ratio torchyard / torchrun standalone +first step +\d+\.\d+ +total +\d+\.\d+",
+            r"ratio torchyard / torchrun static +first step +\d+\.\d+ +total +\d+\.\d+",
+        ],
+    ),
+    (
+        "registry_throughput.py",
+        [
+            r"file: 8 MiB, median of 1 interleaved rounds",
+            r"upload: +\d+\.\d+ MB/s +ratio +\d+\.\d+",
+            r"download: +\d+\.\d+ MB/s +ratio +\d+\.\d+",
+            r"service peak memory: +\d+\.\d+ MiB",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("script", "expected"), BENCHMARKS, ids=[b[0] for b in BENCHMARKS])
+def test_the_benchmark_runs_at_its_smallest_size(script: str, expected: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env["TORCHYARD_METRICS_PORT"] = "0"  # an in-process operator serves no /metrics
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, f"{script} failed after {took:.0f}s:\n{done.stdout}\n{done.stderr}"
+    for pattern in expected:
+        assert re.search(pattern, done.stdout), f"{script}: no {pattern!r} in:\n{done.stdout}"
+    print(f"\n[{script} --smoke: {took:.1f}s]\n{done.stdout}")

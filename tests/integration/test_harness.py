@@ -1,0 +1,112 @@
+"""The test control plane itself (``tests/cluster/harness.py``), kept up by hand with
+``python -m tests.cluster.harness``: a cluster handed out serves and validates every
+torchyard CRD at once (the first write of a test is never refused for a CRD still being
+set up), and SIGTERM stops every process the harness started and removes its folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.builders import TrainingRunBuilder
+from tests.cluster import binaries
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def processes_using(folder: Path) -> list[int]:
+    """The processes whose command line names ``folder`` (etcd, apiserver, ... of it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(folder) in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+class KeptCluster:
+    """``python -m tests.cluster.harness`` in a process of its own."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.cluster.harness"],
+            cwd=REPO,
+            env={k: v for k, v in os.environ.items() if k != "TORCHYARD_KEEP_CLUSTER_DIR"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.output: list[str] = []
+        for line in self.process.stdout:
+            self.output.append(line)
+            if line.startswith("logs in "):
+                break
+        text = "".join(self.output)
+        assert "control plane up" in text, text
+        self.workdir = Path(text.split("logs in ", 1)[1].split(";", 1)[0].strip())
+        self.kubeconfig = self.workdir / "kubeconfig"
+
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                str(binaries.TOOLS["kubernetes"].path("kubectl")),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--cache-dir={self.workdir / 'test-kubectl-cache'}",
+                *args,
+            ],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
+@pytest.fixture(scope="module")
+def kept() -> Iterator[KeptCluster]:
+    cluster = KeptCluster()
+    yield cluster
+    if cluster.process.poll() is None:
+        cluster.process.kill()
+        cluster.process.wait(30)
+    for pid in processes_using(cluster.workdir):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_cluster_handed_out_validates_each_crd_at_once(kept: KeptCluster) -> None:
+    # The very first requests, straight after "control plane up": each resource lists,
+    # and an invalid TrainingRun is refused by its schema, naming the field.
+    for plural in ("trainingruns", "environments", "modelversions"):
+        listed = kept.kubectl("get", f"{plural}.torchyard.dev", "-A", "-o", "name")
+        assert listed.returncode == 0, listed.stderr
+    body = TrainingRunBuilder("zero", "default").procs(0).obj()
+    refused = kept.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(body))
+    assert refused.returncode != 0
+    assert "spec.distribution.processCountPerNode" in refused.stderr, refused.stderr
+
+
+def test_sigterm_stops_every_process_of_the_kept_cluster(kept: KeptCluster) -> None:
+    started = processes_using(kept.workdir)
+    assert len(started) >= 5, f"etcd, apiserver, controller manager, scheduler, KWOK: {started}"
+    kept.process.send_signal(signal.SIGTERM)
+    code = kept.process.wait(60)
+    assert kept.process.stdout is not None
+    assert code == 0, "".join(kept.output) + kept.process.stdout.read()
+    deadline = time.monotonic() + 20
+    while processes_using(kept.workdir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_using(kept.workdir) == [], "the harness left its processes running"
+    assert not kept.workdir.exists(), "the harness left its folder behind"
