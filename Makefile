@@ -18,11 +18,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools crds lint typecheck layers unit integration e2e test demo bench clean help
+.PHONY: all venv tools crds lint typecheck layers unit integration e2e node test demo bench clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
-	@echo "make test   - set up and run lint, types, layers, unit, integration and e2e tests"
+	@echo "make test   - set up and run lint, types, layers, unit, integration, e2e and node tests"
 	@echo "make tools  - build (once per version) the test control plane's Go binaries"
 	@echo "make crds   - regenerate crds/ from the API models"
 	@echo "make bench  - run every benchmark (BENCH_ARGS=--smoke: each at its smallest size)"
@@ -80,6 +80,10 @@ integration: venv tools
 
 e2e: venv
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+
+# a real kubelet node (containerd, CNI, CoreDNS, kube-proxy) beside the control plane; root
+node: venv tools
+	@$(PY) -m pytest -m node $(PYTEST_ARGS)
 
 test: venv tools lint typecheck layers
 	@$(PY) -m pytest $(PYTEST_ARGS)

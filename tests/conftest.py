@@ -5,6 +5,8 @@
   starts a real control plane (``tests/cluster/harness.py``), ``operator`` runs the
   torchyard operator in-process against it, ``namespace`` gives each test its own.
 - ``tests/e2e/``: marked ``e2e``; real PyTorch training.
+- ``tests/node/``: marked ``node`` in the folder itself; a real kubelet node joins the
+  session's cluster (``tests/node/conftest.py``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ clone on the same machine) builds nothing. A build goes to a temporary folder th
 is renamed into place, so an interrupted build leaves no half-filled cache entry.
 
 Called by ``make tools`` (``python tests/cluster/binaries.py``) and by the pytest
-harness in ``tests/cluster/harness.py``.
+harness in ``tests/cluster/harness.py``. The real test node's binaries (``NODE_TOOLS``:
+kubelet, kube-proxy, CoreDNS, crictl) are built only when named
+(``python tests/cluster/binaries.py kubernetes-node coredns cri-tools``) or by
+``tests/cluster/realnode.py``, so the control-plane build stays as long as it was.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 REGISTRY_VERSION = "v3.1.2"
 HELM_VERSION = "v4.3.1"
+COREDNS_VERSION = "v1.15.0"
+CRI_TOOLS_VERSION = "v1.37.0"
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,34 @@ TOOLS: dict[str, Tool] = {
         },
         ldflags=_k8s_version_ldflags(KUBERNETES_VERSION),
     ),
+    # The real test node (tests/cluster/realnode.py): same module, version and ldflags as
+    # the control plane, a folder of its own so adding it rebuilds nothing above.
+    "kubernetes-node": Tool(
+        name="kubernetes-node",
+        version=KUBERNETES_VERSION,
+        module_dir="kubernetes",
+        commands={
+            "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+            "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+        },
+        ldflags=_k8s_version_ldflags(KUBERNETES_VERSION),
+    ),
+    "coredns": Tool(
+        name="coredns",
+        version=COREDNS_VERSION,
+        module_dir="coredns",
+        commands={"coredns": "github.com/coredns/coredns"},
+    ),
+    "cri-tools": Tool(
+        name="cri-tools",
+        version=CRI_TOOLS_VERSION,
+        module_dir="critools",
+        commands={"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
+        ldflags=(f"-X sigs.k8s.io/cri-tools/pkg/version.Version={CRI_TOOLS_VERSION}",),
+    ),
 }
+# Built only on request (by name, or by the real node), not by a bare `make tools`.
+NODE_TOOLS = ("kubernetes-node", "coredns", "cri-tools")
 
 
 def cache_root() -> Path:
@@ -161,12 +193,17 @@ def build(tool: Tool, *, log: bool = True) -> Path:
 
 
 def build_all(names: list[str] | None = None) -> dict[str, Path]:
-    return {name: build(TOOLS[name]) for name in (names or list(TOOLS))}
+    default = [name for name in TOOLS if name not in NODE_TOOLS]
+    return {name: build(TOOLS[name]) for name in (names or default)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("tools", nargs="*", help=f"any of {', '.join(TOOLS)} (default: all)")
+    parser.add_argument(
+        "tools",
+        nargs="*",
+        help=f"any of {', '.join(TOOLS)} (default: all but {', '.join(NODE_TOOLS)})",
+    )
     parser.add_argument("--print-dir", action="store_true", help="print each tool's folder")
     args = parser.parse_args(argv)
     unknown = [t for t in args.tools if t not in TOOLS]

@@ -1,0 +1,323 @@
+"""Container images for the real test node, made on this machine from Debian packages.
+
+No Docker and no public registry: the sandbox (``pause``) image is ``pause.c`` compiled
+with ``gcc -static``; the Python base image is a ``debootstrap --variant=minbase``
+Debian root file system with ``python3`` from the mirror apt already uses
+(``tests/cluster/debian.py``). Each is packed as a one-layer OCI image archive and
+cached **outside the clone**, keyed by a hash of its inputs:
+
+    ${TORCHYARD_CACHE:-~/.cache/torchyard}/images/<name>-<key>/image.tar
+
+so a second session only imports the archive into the node's containerd
+(``ctr -n k8s.io images import``). An image is referenced as
+``torchyard.local/<name>:<key>``; Pods use it with ``imagePullPolicy: Never``.
+
+Called by ``tests/cluster/realnode.py``; ``oci_archive`` and the cache keys are tested
+by ``tests/unit/cluster/test_images.py``, the images themselves by ``tests/node/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import platform
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import binaries, debian
+
+HERE = Path(__file__).resolve().parent
+PAUSE_SOURCE = HERE / "pause.c"
+REGISTRY_HOST = "torchyard.local"
+# Bump when the way an image is made changes without its inputs changing.
+RECIPE = "1"
+PYTHON_PACKAGES = ("python3", "python-is-python3")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+
+
+@dataclass(frozen=True)
+class Image:
+    """One locally made image: where its archive is cached and how Pods name it."""
+
+    name: str
+    key: str
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name) or not re.fullmatch(r"[0-9a-f]{12}", self.key):
+            raise ValueError(
+                f"image name {self.name!r} / key {self.key!r}: use lowercase letters, digits "
+                "and single '.', '_' or '-' for the name and 12 hex digits for the key"
+            )
+
+    @property
+    def ref(self) -> str:
+        return f"{REGISTRY_HOST}/{self.name}:{self.key}"
+
+    @property
+    def cache_dir(self) -> Path:
+        return binaries.cache_root() / "images" / f"{self.name}-{self.key}"
+
+    @property
+    def archive(self) -> Path:
+        return self.cache_dir / "image.tar"
+
+    def is_built(self) -> bool:
+        return self.archive.is_file()
+
+
+def input_key(*parts: str | bytes) -> str:
+    """12 hex digits of a hash over the inputs that decide an image's content."""
+    digest = hashlib.sha256()
+    for part in (RECIPE, *parts):
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()[:12]
+
+
+def oci_arch() -> str:
+    machine = platform.machine()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+
+
+# -- the two images -----------------------------------------------------------------
+
+
+def pause_image() -> Image:
+    gcc = _run(["gcc", "-dumpfullversion"]).strip() if shutil.which("gcc") else "no-gcc"
+    return Image("pause", input_key(PAUSE_SOURCE.read_bytes(), gcc, oci_arch()))
+
+
+def python_image(suite: str | None = None, mirror: str | None = None) -> Image:
+    suite = suite or debian.debian_suite()
+    mirror = mirror or debian.debian_mirror(suite)
+    return Image("python", input_key(suite, mirror, " ".join(PYTHON_PACKAGES), oci_arch()))
+
+
+def ensure_pause_image(*, log: bool = True) -> Image:
+    image = pause_image()
+
+    def make(rootfs: Path, work: Path) -> dict[str, Any]:
+        if shutil.which("gcc") is None:
+            raise debian.SetupError(
+                "gcc is needed once to build the sandbox image: apt-get install gcc libc6-dev"
+            )
+        _run(["gcc", "-static", "-Os", "-s", "-o", str(rootfs / "pause"), str(PAUSE_SOURCE)])
+        return {"Entrypoint": ["/pause"], "Env": [f"PATH={DEFAULT_PATH}"]}
+
+    return _ensure(image, make, log=log)
+
+
+def ensure_python_image(*, log: bool = True) -> Image:
+    suite = debian.debian_suite()
+    mirror = debian.debian_mirror(suite)
+    image = python_image(suite, mirror)
+
+    def make(rootfs: Path, work: Path) -> dict[str, Any]:
+        with _unmount_below(rootfs):
+            result = subprocess.run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(PYTHON_PACKAGES)}",
+                    suite,
+                    str(rootfs),
+                    mirror,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        if result.returncode != 0:
+            log_file = rootfs / "debootstrap" / "debootstrap.log"
+            detail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
+            raise debian.SetupError(
+                f"debootstrap {suite} from {mirror} failed ({result.returncode}):\n"
+                f"{result.stdout[-1000:]}{result.stderr[-1000:]}{detail}\n"
+                "check that the mirror is reachable (TORCHYARD_DEBIAN_MIRROR overrides it)"
+            )
+        # What a container runtime provides itself, and caches nobody needs.
+        for sub in ("dev", "proc", "sys", "run", "tmp", "var/cache/apt", "var/lib/apt/lists"):
+            path = rootfs / sub
+            if path.is_dir():
+                for child in path.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+        (rootfs / "tmp").chmod(0o1777)
+        return {
+            "Env": [f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8"],
+            "Cmd": ["python3"],
+        }
+
+    return _ensure(image, make, log=log)
+
+
+def _ensure(image: Image, make: Callable[[Path, Path], dict[str, Any]], *, log: bool) -> Image:
+    if image.is_built():
+        if log:
+            print(f"[node] image {image.ref}: cached in {image.cache_dir}", flush=True)
+        return image
+    started = time.monotonic()
+    if log:
+        print(f"[node] making image {image.ref} ...", flush=True)
+    image.cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{image.name}-", dir=image.cache_dir.parent))
+    try:
+        rootfs = tmp / "rootfs"
+        rootfs.mkdir(mode=0o755)
+        rootfs.chmod(0o755)  # the image's "/" (mkdtemp's umask would make it 0700)
+        config = make(rootfs, tmp)
+        out = tmp / "out"
+        out.mkdir()
+        oci_archive(rootfs, out / "image.tar", image.ref, config)
+        shutil.rmtree(rootfs)
+        if image.cache_dir.exists():  # another session finished the same image first
+            return image
+        out.rename(image.cache_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if log:
+        size = image.archive.stat().st_size / 2**20
+        print(f"[node] made {image.ref} ({size:.0f} MiB) in {time.monotonic() - started:.0f}s")
+    return image
+
+
+@contextlib.contextmanager
+def _unmount_below(root: Path) -> Iterator[None]:
+    """debootstrap mounts /proc (and more) in the target; never leave one behind."""
+    try:
+        yield
+    finally:
+        for mount in reversed(mounts_below(root)):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+
+
+def mounts_below(root: Path, mountinfo: str | None = None) -> list[str]:
+    """Mount points at or under ``root``, parents before children (from mountinfo)."""
+    text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
+    prefix = str(root).rstrip("/")
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(point)
+    return sorted(set(found), key=lambda p: (p.count("/"), p))
+
+
+# -- OCI image archives -------------------------------------------------------------
+
+
+def oci_archive(rootfs: Path, out: Path, ref: str, config: dict[str, Any]) -> str:
+    """Write ``rootfs`` as a one-layer OCI image archive named ``ref``; return its digest.
+
+    The archive is an OCI image layout in a tar (``oci-layout``, ``index.json``,
+    ``blobs/sha256/...``), with the ``io.containerd.image.name`` annotation that
+    ``ctr images import`` names the image by. The layer is an uncompressed tar made by
+    GNU tar (hard links, ownership and modes as they are on disk).
+    """
+    if not rootfs.is_dir():
+        raise ValueError(f"{rootfs} is not a directory")
+    with tempfile.TemporaryDirectory(dir=out.parent) as work:
+        layer = Path(work) / "layer.tar"
+        _run(["tar", "--numeric-owner", "--sort=name", "-C", str(rootfs), "-cf", str(layer), "."])
+        layer_digest, layer_size = _sha256_file(layer)
+        image_config = {
+            "architecture": oci_arch(),
+            "os": "linux",
+            "config": config,
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]},
+            "history": [{"created_by": "torchyard tests/cluster/images.py"}],
+        }
+        config_blob = _json(image_config)
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": "sha256:" + hashlib.sha256(config_blob).hexdigest(),
+                "size": len(config_blob),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": f"sha256:{layer_digest}",
+                    "size": layer_size,
+                }
+            ],
+        }
+        manifest_blob = _json(manifest)
+        manifest_digest = hashlib.sha256(manifest_blob).hexdigest()
+        index = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": f"sha256:{manifest_digest}",
+                    "size": len(manifest_blob),
+                    "platform": {"architecture": oci_arch(), "os": "linux"},
+                    "annotations": {
+                        "io.containerd.image.name": ref,
+                        "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[-1],
+                    },
+                }
+            ],
+        }
+        with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+            _add_bytes(tar, "oci-layout", _json({"imageLayoutVersion": "1.0.0"}))
+            _add_bytes(tar, "index.json", _json(index))
+            _add_bytes(tar, f"blobs/sha256/{manifest_digest}", manifest_blob)
+            _add_bytes(tar, "blobs/sha256/" + hashlib.sha256(config_blob).hexdigest(), config_blob)
+            tar.add(layer, arcname=f"blobs/sha256/{layer_digest}")
+    return f"sha256:{manifest_digest}"
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _sha256_file(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest(), path.stat().st_size
+
+
+def _run(cmd: list[str]) -> str:
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise debian.SetupError(f"{' '.join(cmd)} failed ({result.returncode}): {result.stderr}")
+    return result.stdout
+
+
+def import_image(ctr_address: Path, image: Image) -> None:
+    """Import ``image``'s archive into containerd's ``k8s.io`` namespace (the CRI's)."""
+    cmd = ["ctr", "--address", str(ctr_address), "-n", "k8s.io", "images", "import"]
+    result = subprocess.run([*cmd, str(image.archive)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise debian.SetupError(
+            f"ctr images import {image.archive} failed: {result.stderr.strip()}\n"
+            f"delete {image.cache_dir} to make the image again"
+        )
