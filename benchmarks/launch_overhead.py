@@ -21,7 +21,10 @@ to each baseline. Target: ratio <= 1.10 against both.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -56,17 +59,36 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def measure(commands: list[list[str]], cwd: Path) -> tuple[float, float]:
+class Hung(Exception):
+    """A launch did not end within its time limit (its processes were killed)."""
+
+
+def measure(commands: list[list[str]], cwd: Path, limit: float = 600) -> tuple[float, float]:
     """Start every command at once (one per node, or one); the last rank's first step
-    and the last exit, in seconds from the start."""
+    and the last exit, in seconds from the start. :class:`Hung` past ``limit`` seconds."""
     started = time.time()
     procs = [
-        subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # killed with every process it started
+        )
         for argv in commands
     ]
     outputs = []
     for argv, proc in zip(commands, procs, strict=True):
-        out, err = proc.communicate(timeout=600)
+        try:
+            out, err = proc.communicate(timeout=max(1.0, started + limit - time.time()))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(other.pid, signal.SIGKILL)
+            tails = [(o or "")[-600:] for o in (p.communicate()[0] for p in procs)]
+            what = " ".join(argv[:3])
+            raise Hung(f"{what}: no exit after {limit:.0f}s; output: {tails}") from None
         outputs.append(out + err)
         if proc.returncode != 0:
             for other in procs:
@@ -110,8 +132,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--smoke", action="store_true", help="1 repeat of 5 steps")
     args = parser.parse_args()
+    limit = 600.0
     if args.smoke:
-        args.repeats, args.steps = 1, 5
+        args.repeats, args.steps, limit = 1, 5, 90.0
     bindir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -154,7 +177,17 @@ def main() -> int:
                 ("torchyard", [torchyard]),
             )
             for name, commands in launches:
-                first, total = measure(commands, work)
+                try:
+                    first, total = measure(commands, work, limit)
+                except Hung as hung:
+                    if name == "torchyard":
+                        raise SystemExit(f"torchyard hung: {hung}") from None
+                    # A baseline's rendezvous on a port picked free beforehand can lose it
+                    # to another process on a busy machine; say so and measure it again.
+                    print(f"  run {i + 1} {name}: {hung}; measuring it again", flush=True)
+                    if name == "torchrun static":
+                        commands = static_nodes(bindir, args.steps)
+                    first, total = measure(commands, work, limit)
                 results[name].append((first, total))
                 print(
                     f"  run {i + 1}/{args.repeats} {name:19s} first step {first:6.2f}s  "
