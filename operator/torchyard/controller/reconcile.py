@@ -34,6 +34,7 @@ from torchyard.status.trainingruns import (
     archive_failures,
     first_failure,
     lost_failure,
+    settling,
 )
 
 Clock = Callable[[], datetime]
@@ -354,6 +355,13 @@ def trainingrun(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         else:
             result.requeue_after = left
     failure = first_failure(current)
+    if failure is not None and not observed.deadline_exceeded:
+        wait = settling(failure, current, now)
+        if wait is not None:
+            # Its peers on the other nodes may yet report an earlier exit: decide (and
+            # stop them) once they did or the settle time is over.
+            logger.debug("TrainingRun %s/%s: a node failed; deciding in %.1fs", ns, name, wait)
+            return Result(requeue_after=wait)
     if failure is None and previous.get("phase") == api.Phase.RUNNING.value:
         pod_names = [names.pod(name, i) for i in range(run.spec.distribution.node_count)]
         failure = lost_failure(pod_names, current)

@@ -11,7 +11,10 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
     TORCHYARD_NPROC_PER_NODE   processes on this node
     NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE, ...   the rank contract
     TORCHYARD_LOGS             folder for logs/rank-<r>.txt (default ./logs)
-    TORCHYARD_OUTPUTS          folder the ranks write their outputs to (default ./outputs)
+    TORCHYARD_OUTPUTS          folder the ranks write their outputs to (default ./outputs);
+                               either one that cannot be created (a working directory
+                               this user may not write) moves under the temporary
+                               directory, and the launcher says so
     TORCHYARD_TERMINATION_LOG  JSON termination message (default /dev/termination-log)
     TORCHYARD_DNS_TIMEOUT      seconds to wait for MASTER_ADDR to resolve (default 300)
     TORCHYARD_GRACE_PERIOD     seconds between SIGTERM and SIGKILL of the others (default 10)
@@ -30,8 +33,10 @@ and then:
 - fails fast: the first rank to exit non-zero decides; the others get SIGTERM, then
   SIGKILL after the grace period; the launcher exits with that rank's code;
 - forwards SIGTERM/SIGINT to the ranks;
-- writes a JSON termination message (at most 4 KiB): rank, exit code or signal, and the
-  tail of that rank's traceback.
+- writes a JSON termination message (at most 4 KiB): rank, exit code or signal, the
+  tail of that rank's traceback, and when it exited (``exitedAt``, Unix time), so that
+  the operator can name the rank that failed first when its peers on other nodes fail
+  a moment later because they lost it.
 - archives the logs (and node 0's outputs) to the registry service; when that fails
   after the ranks succeeded, the termination message says ArchiveFailed with the HTTP
   status and what to fix, and the launcher exits with ARCHIVE_FAILED_EXIT (3), unless
@@ -52,7 +57,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -146,6 +151,38 @@ def wait_for_dns(host: str, timeout: int, out: IO[str] = sys.stderr) -> None:
             delay = min(delay * 2, 2.0)
 
 
+def writable_folder(name: str, folder: str, say: Callable[[str], None]) -> str:
+    """``folder`` (the value of variable ``name``), created; where it cannot be (a non-root
+    user in an image whose working directory belongs to root, e.g. ``source: {image:
+    true}`` with ``spec.runAsUser``), a folder of the same name under the temporary
+    directory instead, said on stderr; LaunchError with what to do when neither can be."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if os.access(folder, os.W_OK | os.X_OK):
+            return folder
+        reason = "not writable"
+    except OSError as err:
+        reason = err.strerror or str(err)
+    import tempfile
+
+    where = os.path.abspath(folder)
+    fallback = os.path.join(tempfile.gettempdir(), "torchyard", os.path.basename(where))
+    advice = (
+        f"the working directory {os.getcwd()} is not writable by user {os.getuid()}: write "
+        f"to ${name}, or run as a user who may write there (spec.runAsUser), or ship the "
+        "code with source.configMap, source.git or a snapshot (they run in a writable "
+        "/workspace)"
+    )
+    try:
+        os.makedirs(fallback, exist_ok=True)
+    except OSError as err:
+        raise LaunchError(
+            f"cannot create {name} {where} ({reason}) nor {fallback} ({err.strerror}): " + advice
+        ) from None
+    say(f"{name}: cannot create {where} ({reason}); using {fallback} instead ({advice})")
+    return fallback
+
+
 def traceback_tail(lines: Sequence[str]) -> str:
     """The last Python traceback in ``lines`` (or the last lines when there is none)."""
     lines = list(lines)
@@ -207,12 +244,24 @@ class Rank:
         except OSError as err:
             self.log.close()
             raise LaunchError(f"cannot start {command[0]!r}: {err.strerror}") from None
+        # When it exited (time.time(), set by a thread that waits for it): which rank
+        # failed first, here and across nodes (``exitedAt`` in the termination message).
+        self.exited_at: float | None = None
         self.threads = [
             threading.Thread(target=self._pump, args=(self.proc.stdout, out, False), daemon=True),
             threading.Thread(target=self._pump, args=(self.proc.stderr, err, True), daemon=True),
+            threading.Thread(target=self._wait_exit, daemon=True),
         ]
         for t in self.threads:
             t.start()
+
+    def _wait_exit(self) -> None:
+        self.proc.wait()
+        self.exited_at = time.time()
+
+    def exit_code(self) -> int | None:
+        """The exit code once it exited (and ``exited_at`` says when), else None."""
+        return self.proc.returncode if self.exited_at is not None else None
 
     def _pump(self, pipe: IO[bytes], sink: IO[str], keep_tail: bool) -> None:
         prefix = (f"[{self.label}] ").encode()
@@ -283,11 +332,9 @@ class Launcher:
         if nproc > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("PYTHONUNBUFFERED", "1")
-        logs = env.setdefault("TORCHYARD_LOGS", os.path.abspath("logs"))
-        outputs = env.setdefault("TORCHYARD_OUTPUTS", os.path.abspath("outputs"))
-        for folder in (logs, outputs):
-            os.makedirs(folder, exist_ok=True)
-        return launch, nproc, node_rank, logs
+        for name, default in (("TORCHYARD_LOGS", "logs"), ("TORCHYARD_OUTPUTS", "outputs")):
+            env[name] = writable_folder(name, env.get(name) or os.path.abspath(default), self.say)
+        return launch, nproc, node_rank, env["TORCHYARD_LOGS"]
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.stopping is None:
@@ -432,19 +479,20 @@ class Launcher:
         failed: Rank | None = None
         kill_at: float | None = None
         while True:
-            alive = 0
-            for rank in self.ranks:
-                code = rank.proc.poll()
-                if code is None:
-                    alive += 1
-                elif code != 0 and failed is None and self.stopping is None:
-                    failed = rank
-                    self.say(
-                        f"{rank.label} exited with {_describe(code)}: stopping the other ranks"
-                    )
-                    for other in self.ranks:
-                        other.signal(signal.SIGTERM)
-                    kill_at = time.monotonic() + grace
+            codes = [(rank, rank.exit_code()) for rank in self.ranks]
+            alive = sum(1 for _, code in codes if code is None)
+            failing = [rank for rank, code in codes if code not in (None, 0)]
+            if failing and failed is None and self.stopping is None:
+                # The one that exited first: the others may only have lost it (a
+                # collective's "Connection closed by peer").
+                failed = min(failing, key=lambda rank: rank.exited_at or 0.0)
+                self.say(
+                    f"{failed.label} exited with {_describe(failed.proc.returncode)}: "
+                    "stopping the other ranks"
+                )
+                for other in self.ranks:
+                    other.signal(signal.SIGTERM)
+                kill_at = time.monotonic() + grace
             if alive == 0:
                 return failed
             if self.stopping is not None and kill_at is None:
@@ -492,6 +540,9 @@ class Launcher:
             "signal": -code if code < 0 else None,
             "reason": "Error",
             "message": message,
+            # Unix time the rank exited: the operator names the rank that failed first
+            # when peers on other nodes fail a moment later because they lost it.
+            "exitedAt": round(failed.exited_at, 6) if failed.exited_at is not None else None,
         }
         _write(path, termination_message({k: v for k, v in info.items() if v is not None}))
         return exit_code

@@ -1,7 +1,9 @@
 """TrainingRun status: phase, conditions, node counts and the failure, as pure functions.
 
 ``observe_failure`` reads one Pod (the launcher's JSON termination message, the Pod's
-and the container's reasons); ``lost_failure`` tells which node Pod a running gang lost;
+and the container's reasons); ``first_failure`` names the one that came first (by when the
+failing rank exited) and ``settling`` how long the controller waits for the gang's other
+Pods to report before deciding; ``lost_failure`` tells which node Pod a running gang lost;
 ``archive_failures`` which nodes succeeded without their archive (optional outputs);
 ``trainingrun_status`` folds the run, its Environment, its Pods, the failure the
 controller decided on and the admission decision into the status the controller patches
@@ -15,9 +17,10 @@ Tested as tables in ``tests/unit/status/``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
@@ -142,18 +145,71 @@ def observe_failure(pod: Mapping[str, Any]) -> dict[str, Any] | None:
         "message": info.get("message") or status.get("message") or term.get("message") or "",
         "platform": reason in PLATFORM_REASONS or disrupted,
         "finishedAt": term.get("finishedAt") or "",
+        "exitedAt": _exited_at(info, term),
     }
     if failure["node"] is None and info.get("nodeRank") is not None:
         failure["node"] = info["nodeRank"]
     return failure
 
 
+def _exited_at(info: Mapping[str, Any], term: Mapping[str, Any]) -> float | None:
+    """When the failure happened, as Unix time: the launcher's ``exitedAt`` (when the
+    failing rank exited, to the microsecond; a finite number, as the launcher writes it),
+    else the kubelet's ``finishedAt`` (to the second, and only once the whole container
+    ended), else None."""
+    exited = info.get("exitedAt")
+    if isinstance(exited, (int, float)) and not isinstance(exited, bool) and math.isfinite(exited):
+        return float(exited)
+    finished = term.get("finishedAt")
+    if not finished:
+        return None
+    try:
+        when = datetime.strptime(str(finished), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=timezone.utc).timestamp()
+
+
 def first_failure(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The failure that came first: the earliest finish, node rank breaking ties."""
+    """The failure that came first: the earliest exit, node rank breaking ties.
+
+    A rank that fails takes its peers on the other nodes down with it (gloo's or NCCL's
+    "Connection closed by peer" a few milliseconds later), often within the second the
+    kubelet's ``finishedAt`` counts in, and the culprit's Pod may end later still (its
+    launcher stops its siblings first): the launcher's ``exitedAt`` tells them apart."""
     failures = [f for f in (observe_failure(p) for p in pods) if f is not None]
     if not failures:
         return None
-    return min(failures, key=lambda f: (f["finishedAt"] or "~", f["node"] or 0))
+    return min(failures, key=lambda f: (f.get("exitedAt") or math.inf, f["node"] or 0))
+
+
+# How long after the first failure the controller waits for the gang's other Pods to
+# report theirs before deciding which came first (the kubelet notices a container's end
+# within about a second, then writes the Pod's status).
+FAILURE_SETTLE_SECONDS = 3.0
+
+
+def settling(
+    failure: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime
+) -> float | None:
+    """Seconds to wait before ``failure`` (``first_failure``'s) may decide the run, or
+    None to decide now: while another Pod of the gang still runs (and may yet report an
+    earlier failure: the culprit's peers often end first) and the failure is younger than
+    FAILURE_SETTLE_SECONDS. A failure time more than that ahead of ``now`` (clocks far
+    apart) or unknown is decided at once, so that no run waits for long."""
+    exited = failure.get("exitedAt")
+    if exited is None:
+        return None
+    others = [
+        p
+        for p in pods
+        if p.get("metadata", {}).get("name") != failure.get("pod")
+        and p.get("status", {}).get("phase") == "Running"
+    ]
+    if not others:
+        return None
+    left = float(exited) + FAILURE_SETTLE_SECONDS - now.timestamp()
+    return left if 0 < left <= 2 * FAILURE_SETTLE_SECONDS else None
 
 
 def _rank_label(pod: Mapping[str, Any]) -> int | None:
