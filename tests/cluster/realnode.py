@@ -15,9 +15,15 @@
   ``NODE_TOOLS``); CoreDNS runs as a host process on the bridge's gateway address and
   serves ``cluster.local`` from the apiserver; the kubelet registers the node labelled
   ``torchyard.dev/pool=real`` with cgroup v1 allowed (``failCgroupV1: false``);
-- the **pause** and **Python** images made locally (``tests/cluster/images.py``) and
-  imported into containerd; Pods use ``RealNode.images["python"].ref`` with
-  ``imagePullPolicy: Never``.
+- the **pause**, **Python** and CPU **PyTorch** images made locally
+  (``tests/cluster/images.py``) and the project's own **torchyard** image built from
+  ``images/operator/Dockerfile`` with buildah (``tests/cluster/buildah.py``), imported into
+  containerd; Pods use ``RealNode.images["python" | "pytorch" | "torchyard"].ref`` with
+  ``imagePullPolicy: Never``;
+- a **device-plugin stand-in** (``tests/cluster/deviceplugin.py``, its own process,
+  started once the kubelet is Ready) that registers ``gpus`` x ``nvidia.com/gpu`` through
+  the kubelet's device-plugin API, so GPU requests go through the kubelet's device manager
+  and containers get ``NVIDIA_VISIBLE_DEVICES``; ``RealNode.gpus`` are the advertised ids.
 
 ``RealNode.stop()`` undoes it: the Node object, every Pod sandbox (``crictl rmp``), the
 processes (and the shims containerd leaves running), the iptables chains of kube-proxy,
@@ -57,7 +63,7 @@ from typing import IO, Any
 
 import yaml
 
-from tests.cluster import binaries, debian, nodeconfig
+from tests.cluster import binaries, buildah, debian, deviceplugin, nodeconfig
 from tests.cluster import images as local_images
 from tests.cluster.harness import Cluster, free_port
 from tests.cluster.nodeconfig import POOL_LABEL, NodeNetwork
@@ -153,6 +159,14 @@ def prepare(*, log: bool = True) -> Prepared:
     made: dict[str, local_images.Image] = {}
     step("image pause", lambda: made.setdefault("pause", local_images.ensure_pause_image()))
     step("image python", lambda: made.setdefault("python", local_images.ensure_python_image()))
+    step("image pytorch", lambda: made.setdefault("pytorch", local_images.ensure_pytorch_image()))
+    # the project's own image, built from images/operator/Dockerfile over the python image
+    step(
+        "image torchyard",
+        lambda: made.setdefault(
+            "torchyard", buildah.ensure_project_image("torchyard", base=made["python"])
+        ),
+    )
     return Prepared(images=made, timings=timings)
 
 
@@ -172,6 +186,8 @@ class RealNode:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     images: dict[str, local_images.Image] = field(default_factory=dict)
+    gpu_count: int = deviceplugin.DEFAULT_COUNT  # nvidia.com/gpu the stand-in advertises
+    gpus: list[str] = field(default_factory=list)  # their ids, once started
     _lock: IO[str] | None = None
     _sysctls: dict[str, str] = field(default_factory=dict)
     _netns_before: set[str] = field(default_factory=set)
@@ -184,6 +200,7 @@ class RealNode:
         nodeconfig.validate_node_name(self.name)
         if not nodeconfig.DNS_LABEL.fullmatch(self.pool):
             raise ValueError(f"pool {self.pool!r}: use a DNS-1123 label such as 'real'")
+        deviceplugin.validate_count(self.gpu_count)  # a DeviceError (ValueError) says the range
         if self.workdir is None:  # only once the arguments are known to be good
             self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=WORKDIR_PARENT))
 
@@ -214,7 +231,9 @@ class RealNode:
             self._timed("import images", self._import_images)
             self._timed("coredns", self._start_coredns)
             self._timed("kubelet", self._start_kubelet)
+            self._timed("device plugin", self._start_device_plugin)
             self._timed("kube-proxy", self._start_kube_proxy)
+            self._timed("gpus allocatable", self._wait_for_gpus)  # meanwhile reported
             self.timings["start"] = time.monotonic() - t1
             self.timings["total"] = time.monotonic() - t0
         except BaseException:
@@ -244,6 +263,7 @@ class RealNode:
     def _teardown(self) -> None:
         problems: list[str] = []
         self._end("kubelet")  # first: it would restart the sandboxes removed next
+        self._stop_device_plugin()
         with contextlib.suppress(Exception):
             self.cluster.request("DELETE", f"/api/v1/nodes/{self.name}")
         self._remove_sandboxes(problems)
@@ -288,6 +308,9 @@ class RealNode:
         found += [f"mount {m}" for m in local_images.mounts_below(self.root)]
         found += [f"process {n} ({p.pid})" for n, p in self.processes.items() if p.poll() is None]
         found += [f"shim {pid}" for pid in self._shim_pids()]
+        found += [f"device plugin {pid}" for pid in self._device_plugin_pids()]
+        if deviceplugin.PLUGIN_DIR.joinpath(deviceplugin.ENDPOINT).is_socket():
+            found.append(f"socket {deviceplugin.PLUGIN_DIR / deviceplugin.ENDPOINT}")
         for key, value in self._sysctls.items():
             now = _read_sysctl(key)
             if now is not None and now != value:
@@ -523,7 +546,7 @@ class RealNode:
 
     def _import_images(self) -> None:
         for image in self.images.values():
-            local_images.import_image(self.containerd_socket, image)
+            local_images.import_image(self.containerd_socket, image, log=self.log)
 
     def _start_coredns(self) -> None:
         ready = free_port()
@@ -564,6 +587,80 @@ class RealNode:
                 "--v=1",
             ],
         )
+        self.wait_for(f"node {self.name} Ready", self.is_ready, timeout=120)
+
+    @property
+    def device_plugin_status(self) -> Path:
+        return self.root / "device-plugin.json"
+
+    def _start_device_plugin(self) -> None:
+        """The GPU stand-in, once the kubelet serves its device-plugin socket."""
+        self._start(
+            "device-plugin",
+            deviceplugin.command(
+                node=self.name, count=self.gpu_count, status_file=self.device_plugin_status
+            ),
+        )
+
+        def watched() -> dict[str, Any] | None:
+            status = deviceplugin.read_status(self.device_plugin_status)
+            return status if status and status["registrations"] and status["watches"] else None
+
+        status = self.wait_for(
+            "the device-plugin stand-in to register and be watched by the kubelet",
+            watched,
+            timeout=30,
+        )
+        self.gpus = list(status["devices"])
+
+    def allocatable(self, resource: str = deviceplugin.RESOURCE) -> str | None:
+        """The node's ``status.allocatable[resource]`` as the apiserver has it."""
+        value = self.node().get("status", {}).get("allocatable", {}).get(resource)
+        return str(value) if value is not None else None
+
+    def _wait_for_gpus(self) -> None:
+        # the kubelet reports device-plugin capacity with its next status update (2 s)
+        want = str(len(self.gpus))
+        self.wait_for(
+            f"{want} {deviceplugin.RESOURCE} allocatable on {self.name}",
+            lambda: self.allocatable() == want,
+            timeout=30,
+        )
+
+    def _device_plugin_pids(self) -> list[int]:
+        """Stand-ins serving this node (by their script and a path in this workdir)."""
+        script = deviceplugin.SCRIPT.name.encode()
+        marker = str(self.root).encode() + b"/"
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                if (
+                    len(argv) > 2
+                    and argv[1].rsplit(b"/", 1)[-1] == script
+                    and any(marker in arg for arg in argv[2:])
+                    and _running(int(proc.name))
+                ):
+                    pids.append(int(proc.name))
+        return pids
+
+    def _stop_device_plugin(self) -> None:
+        """SIGTERM: the stand-in removes its socket; one a killed session left is found
+        by its arguments; a socket left by a SIGKILL is removed here."""
+        self._end("device-plugin")
+        for pid in self._device_plugin_pids():
+            _terminate(pid, timeout=5)
+        deviceplugin.remove_socket(deviceplugin.PLUGIN_DIR / deviceplugin.ENDPOINT)
+
+    def restart_kubelet(self) -> None:
+        """Stop the kubelet and start it again with the same arguments, as an upgrade or
+        a crash would (containers keep running; the old log is kept as kubelet.log.1)."""
+        args = [str(a) for a in self.processes["kubelet"].args]
+        self._end("kubelet")
+        (self.root / "kubelet.log").replace(self.root / "kubelet.log.1")
+        self._start("kubelet", args)
         self.wait_for(f"node {self.name} Ready", self.is_ready, timeout=120)
 
     def node(self) -> dict[str, Any]:
@@ -855,6 +952,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  kubectl get nodes -L {POOL_LABEL}   # KWOK pools and the real node\n"
             f"  Pods: image {python}, imagePullPolicy: Never, nodeSelector "
             f"{POOL_LABEL}: {node.pool}\n"
+            f"  GPUs: {len(node.gpus)} x {deviceplugin.RESOURCE} (the device-plugin stand-in)\n"
             f"logs in {cluster.workdir} and {node.root}; Ctrl-C to stop",
             flush=True,
         )

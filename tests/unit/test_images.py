@@ -49,3 +49,15 @@ def test_the_operator_image_is_multi_stage_and_has_no_build_tools_left() -> None
     runtime = steps[[i for i, (op, _) in enumerate(steps) if op == "FROM"][1] :]
     assert not any(op == "COPY" and "operator" in arg for op, arg in runtime)
     assert ("ENTRYPOINT", '["torchyard"]') in runtime
+
+
+def test_the_cpu_image_takes_its_torch_index_as_a_build_argument_with_the_public_default() -> None:
+    steps = instructions(REPO / "images" / "pytorch-cpu" / "Dockerfile")
+    args = [arg for op, arg in steps if op == "ARG"]
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in args
+    froms = [i for i, (op, _) in enumerate(steps) if op == "FROM"]
+    declared = [i for i, (op, arg) in enumerate(steps) if op == "ARG" and "TORCH_INDEX" in arg]
+    assert declared[0] > froms[-1], "declared inside the stage, so RUN sees it"
+    runs = " ".join(arg for op, arg in steps if op == "RUN")
+    assert '--index-url "${TORCH_INDEX_URL}"' in runs
+    assert "download.pytorch.org" not in runs

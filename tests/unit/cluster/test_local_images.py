@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import images
+from tests.cluster import debian, images
 from tests.cluster.images import Image
 
 
@@ -144,3 +144,99 @@ def test_mounts_below_a_folder_parents_first_and_no_sibling_prefixes() -> None:
         "/tmp/torchyard-node-ab/with space",
         "/tmp/torchyard-node-ab/kubelet/pods/u/volumes/k~projected/t",
     ]
+
+
+def test_the_python_base_behaves_like_the_official_slim_image_for_dockerfiles() -> None:
+    # python, the python link, pip and CA certificates: what images/*/Dockerfile use
+    assert {"python3", "python-is-python3", "python3-pip", "ca-certificates"} <= set(
+        images.PYTHON_PACKAGES
+    )
+
+
+def test_the_training_image_is_the_base_plus_debians_torch_and_numpy() -> None:
+    assert images.TORCH_PACKAGES[: len(images.PYTHON_PACKAGES)] == images.PYTHON_PACKAGES
+    assert {"python3-torch", "python3-numpy"} <= set(images.TORCH_PACKAGES)
+    python = images.python_image("bookworm", "http://m/debian")
+    pytorch = images.pytorch_image("bookworm", "http://m/debian")
+    assert pytorch.ref.startswith("torchyard.local/pytorch:") and pytorch.key != python.key
+    assert images.pytorch_image("trixie", "http://m/debian") != pytorch
+
+
+def test_a_bootstrapped_root_is_slimmed_and_pip_installs_like_the_official_image(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "rootfs"
+    for sub in ("usr/lib/python3.11", "usr/share/man/man1", "usr/share/doc/python3",
+                "var/cache/apt/archives", "tmp/x", "proc/1"):  # fmt: skip
+        (root / sub).mkdir(parents=True)
+    (root / "usr/lib/python3.11/EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
+    (root / "usr/lib/python3.11/os.py").write_text("")
+    (root / "usr/share/man/man1/python3.1.gz").write_bytes(b"x")
+    (root / "usr/share/doc/python3/copyright").write_text("license")
+    (root / "var/cache/apt/archives/python3.deb").write_bytes(b"x")
+    images.slim_rootfs(root)
+    assert not (root / "usr/lib/python3.11/EXTERNALLY-MANAGED").exists()
+    assert (root / "usr/lib/python3.11/os.py").exists()
+    assert list((root / "usr/share/man").iterdir()) == []
+    assert (root / "usr/share/doc/python3/copyright").read_text() == "license"  # kept
+    assert list((root / "var/cache/apt").iterdir()) == []
+    assert list((root / "proc").iterdir()) == [] and list((root / "tmp").iterdir()) == []
+    assert (root / "tmp").stat().st_mode & 0o7777 == 0o1777
+
+
+def test_an_archive_is_only_moved_into_the_cache_once_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHYARD_CACHE", str(tmp_path / "cache"))
+    image = Image("probe", images.input_key("archive"))
+
+    def writes_nothing(archive: Path, work: Path) -> None:
+        (work / "half").write_text("x")
+
+    with pytest.raises(debian.SetupError, match="wrote no archive"):
+        images.ensure_archive(image, writes_nothing, log=False)
+    assert not image.is_built()
+    assert list((tmp_path / "cache" / "images").iterdir()) == []
+
+
+def test_the_training_image_backports_torchruns_python_311_fix(tmp_path: Path) -> None:
+    path = tmp_path / images.TORCHRUN_FILE
+    path.parent.mkdir(parents=True)
+    (path.parent / "__pycache__").mkdir()
+    stale = path.parent / "__pycache__" / "api.cpython-311.pyc"
+    stale.write_bytes(b"compiled from the buggy source")
+    before = "def from_str(cls, vm):\n        def to_std(v):\n" + images.TORCHRUN_BUG + "\n# end\n"
+    path.write_text(before)
+    images.patch_torchrun(tmp_path)
+    after = path.read_text()
+    assert images.TORCHRUN_BUG not in after and images.TORCHRUN_FIX in after
+    assert after.endswith("\n# end\n") and not stale.exists()
+    images.patch_torchrun(tmp_path)  # once fixed, left alone
+    assert path.read_text() == after
+    # the fix, run: it finds the zero member that Python 3.11's IntFlag loop skips
+    from enum import IntFlag
+
+    class Std(IntFlag):
+        NONE = 0
+        OUT = 1
+        ERR = 2
+        ALL = OUT | ERR
+
+    def compiled(body: str) -> Any:
+        scope: dict[str, Any] = {"Std": Std}
+        exec("def to_std(v):\n" + body.replace(" " * 12, "    "), scope)
+        return scope["to_std"]
+
+    assert compiled(images.TORCHRUN_FIX)("0") is Std.NONE
+    assert compiled(images.TORCHRUN_FIX)("3") is Std.ALL
+
+
+def test_a_torch_the_fix_does_not_know_is_refused_with_advice(tmp_path: Path) -> None:
+    with pytest.raises(debian.SetupError, match="not the one of python3-torch"):
+        images.patch_torchrun(tmp_path)  # no such file: another python3-torch
+    path = tmp_path / images.TORCHRUN_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text("def to_std(v):\n    return Std(v)\n")
+    with pytest.raises(debian.SetupError, match="then update patch_torchrun"):
+        images.patch_torchrun(tmp_path)
+    assert path.read_text() == "def to_std(v):\n    return Std(v)\n"
