@@ -294,7 +294,29 @@ def ensure_archive(image: Image, write: Callable[[Path, Path], None], *, log: bo
     if log:
         size = image.archive.stat().st_size / 2**20
         print(f"[node] made {image.ref} ({size:.0f} MiB) in {time.monotonic() - started:.0f}s")
+    for old in prune(image):
+        if log:
+            print(f"[node] removed the superseded image {old}", flush=True)
     return image
+
+
+KEEP_PER_NAME = 3
+
+
+def prune(image: Image, keep: int = KEEP_PER_NAME) -> list[Path]:
+    """Remove all but the ``keep`` newest cached archives of ``image``'s name (every change
+    under ``operator/`` makes a new torchyard image key); ``image`` itself always stays. The
+    folders removed. Other names, and folders that are not ``<name>-<12 hex>``, are left."""
+    folders = [
+        p
+        for p in image.cache_dir.parent.glob(f"{image.name}-*")
+        if re.fullmatch(rf"{re.escape(image.name)}-[0-9a-f]{{12}}", p.name) and p.is_dir()
+    ]
+    folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    stale = [p for p in folders[keep:] if p != image.cache_dir]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
 
 
 @contextlib.contextmanager

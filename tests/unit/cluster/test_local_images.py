@@ -240,3 +240,33 @@ def test_a_torch_the_fix_does_not_know_is_refused_with_advice(tmp_path: Path) ->
     with pytest.raises(debian.SetupError, match="then update patch_torchrun"):
         images.patch_torchrun(tmp_path)
     assert path.read_text() == "def to_std(v):\n    return Std(v)\n"
+
+
+def test_only_the_newest_archives_of_a_name_stay_and_the_one_just_made_always_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHYARD_CACHE", str(tmp_path / "cache"))
+    keys = [f"{i:012x}" for i in range(6)]
+    made = [images.Image("torchyard", k) for k in keys]
+    for age, image in enumerate(reversed(made)):  # made[0] is the oldest
+        image.cache_dir.mkdir(parents=True)
+        (image.cache_dir / "image.tar").write_bytes(b"x")
+        os.utime(image.cache_dir, (1000.0 - age, 1000.0 - age))
+    other = images.Image("python", "0" * 12).cache_dir
+    other.mkdir(parents=True)
+    os.utime(other, (1.0, 1.0))
+    odd = other.parent / "torchyard-notakey"
+    odd.mkdir()
+    os.utime(odd, (1.0, 1.0))
+
+    removed = images.prune(made[0], keep=3)  # the oldest one is the one just asked for
+
+    left = sorted(p.name for p in other.parent.iterdir())
+    assert sorted(p.name for p in removed) == [f"torchyard-{k}" for k in keys[1:3]]
+    assert left == sorted(
+        [
+            "python-" + "0" * 12,
+            "torchyard-notakey",
+            *(f"torchyard-{k}" for k in (keys[0], *keys[3:])),
+        ]
+    )
