@@ -214,3 +214,25 @@ def test_only_files_under_the_source_are_copied(
     with pytest.raises((ValueError, FileNotFoundError), match=error):
         local.run_local(run, src, files, registry=tmp_path / "r", workroot=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_rank_that_failed_first_is_blamed_not_its_peers_that_died_of_it() -> None:
+    """Node 1's rank raised; node 0's ranks then died of "Connection closed by peer" and
+    node 0 happens to have run for less time. The launcher's exitedAt decides."""
+    runner = object.__new__(local.LocalRun)
+    peer = local.NodeResult(
+        0, 1, 4.0, {"reason": "Error", "rank": 0, "nodeRank": 0, "exitedAt": 1000.20}
+    )
+    culprit = local.NodeResult(
+        1, 1, 4.5, {"reason": "Error", "rank": 3, "nodeRank": 1, "exitedAt": 1000.05}
+    )
+    stopped = local.NodeResult(2, 143, 3.0, {"reason": "Terminated", "nodeRank": 2})
+    failure = runner._first_failure([peer, culprit, stopped])
+    assert failure is not None and (failure["rank"], failure["node"]) == (3, 1)
+    # Without exitedAt (an older launcher) the shorter run time still decides.
+    unknown = [
+        local.NodeResult(0, 1, 4.0, {"rank": 0, "nodeRank": 0, "exitedAt": "soon"}),
+        local.NodeResult(1, 1, 4.5, {"rank": 3, "nodeRank": 1}),
+    ]
+    failure = runner._first_failure(unknown)
+    assert failure is not None and failure["rank"] == 0

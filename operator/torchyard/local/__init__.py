@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
@@ -297,9 +298,11 @@ class LocalRun:
         failed = [n for n in nodes if n.exit_code != 0]
         if not failed:
             return None
-        # The node whose failure came first; nodes stopped by us report 'Terminated'.
+        # The node whose failure came first; nodes stopped by us report 'Terminated'. Peers
+        # of a failing rank die of it a moment later ("Connection closed by peer"): the
+        # launcher's exitedAt (when its first rank failed) orders them, run time breaks ties.
         real = [n for n in failed if n.termination.get("reason") != "Terminated"] or failed
-        first = min(real, key=lambda n: n.seconds)
+        first = min(real, key=lambda n: (_exited_at(n.termination), n.seconds))
         info = dict(first.termination)
         info["node"] = info.pop("nodeRank", first.node)
         info.setdefault("exitCode", first.exit_code)
@@ -396,6 +399,15 @@ class LocalRun:
             result.failure = result.failure or {"reason": "FinalizeFailed", "message": str(err)}
         result.seconds = time.monotonic() - started
         return result
+
+
+def _exited_at(termination: dict[str, Any]) -> float:
+    """The launcher's ``exitedAt`` (Unix time) as a number; unknown or bad: infinity."""
+    try:
+        value = float(termination.get("exitedAt", math.inf))
+    except (TypeError, ValueError):
+        return math.inf
+    return value if math.isfinite(value) else math.inf
 
 
 def describe_failure(failure: dict[str, Any]) -> str:
