@@ -18,6 +18,7 @@ import torchyard
 from torchyard import api
 from torchyard.controller import options
 from torchyard.planning.pods import REGISTRY_AUDIENCE as AUDIENCE
+from torchyard.registry import store
 from torchyard.sdk.registry import DEFAULT_SERVICE
 
 if TYPE_CHECKING:
@@ -810,7 +811,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-upload-bytes",
         type=_size,
-        default=20 << 30,
+        default=store.MAX_UPLOAD_BYTES,
         metavar="SIZE",
         help="largest run file accepted, in bytes or as 512Mi, 20Gi (default 20Gi); "
         "larger ones get 413",
@@ -818,7 +819,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-snapshot-bytes",
         type=_size,
-        default=1 << 30,
+        default=store.MAX_SNAPSHOT_BYTES,
         metavar="SIZE",
         help="largest source snapshot accepted (default 1Gi); larger ones get 413",
     )

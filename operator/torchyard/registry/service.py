@@ -64,6 +64,8 @@ from aiohttp import web
 
 from torchyard import metrics
 from torchyard.registry.store import (
+    MAX_SNAPSHOT_BYTES,
+    MAX_UPLOAD_BYTES,
     TMP_PREFIX,
     OutsideNamespace,
     Store,
@@ -73,7 +75,6 @@ from torchyard.registry.store import (
 )
 
 CHUNK = 4 << 20
-GiB = 1 << 30
 TOKEN_HEADER = "X-Torchyard-Token"
 MAX_CACHED = 4096  # answers each cache of CachingAuthorizer holds at most
 # A TrainingRun deleted and created again under its name may change uid and ServiceAccount:
@@ -159,8 +160,8 @@ class Limits:
     --max-upload-bytes/--max-snapshot-bytes``, Helm ``registry.maxUploadBytes`` and
     ``registry.maxSnapshotBytes``); larger ones get 413 and leave nothing behind."""
 
-    upload_bytes: int = 20 * GiB
-    snapshot_bytes: int = 1 * GiB
+    upload_bytes: int = MAX_UPLOAD_BYTES
+    snapshot_bytes: int = MAX_SNAPSHOT_BYTES
 
 
 def _too_large(what: str, limit: int, flag: str, helm: str) -> web.HTTPRequestEntityTooLarge:

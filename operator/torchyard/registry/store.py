@@ -35,7 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchyard.launcher import SNAPSHOT_MAX_BYTES
+
 MANIFEST = "manifest.json"
+# The registry service's default body limits (`torchyard registry serve`, the chart): a run
+# file, and a source snapshot (the same bound the launcher and `submit` apply unpacked).
+MAX_UPLOAD_BYTES = 20 << 30
+MAX_SNAPSHOT_BYTES = SNAPSHOT_MAX_BYTES
 TMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
 STALE_SECONDS = 3600.0
