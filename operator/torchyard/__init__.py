@@ -1,16 +1,21 @@
 """torchyard: train PyTorch models at scale on Kubernetes.
 
-The package is layered (imports only point down; see ``ARCHITECTURE.md``):
+The package is layered: imports only point down, as pyproject.toml's import-linter
+contracts enforce (docs/architecture.md draws the layers and a TrainingRun's path):
 
 - ``torchyard.api``: typed, validated specs of the custom resources (pure).
 - ``torchyard.planning``: pure builders of every manifest and of the rank contract.
 - ``torchyard.status``: status as a pure function of a resource and its children.
-- ``torchyard.k8s``: the only module that talks to the Kubernetes API.
-- ``torchyard.controller``: the Kopf operator (the only module that imports kopf).
-- ``torchyard.launcher``: standard library only; starts the ranks inside a training Pod.
+- ``torchyard.registry``: the model registry's store, HTTP service and client.
+- ``torchyard.k8s``: the only package that talks to the Kubernetes API.
 - ``torchyard.local``: runs a TrainingRun on this machine with the same contract.
-- ``torchyard.registry``: the model registry store and service.
+- ``torchyard.controller``: the Kopf operator (the only package that imports kopf).
+- ``torchyard.registry_server``: ``torchyard registry serve``, the registry service with
+  its Kubernetes authorizer.
 - ``torchyard.sdk`` / ``torchyard.cli``: the user-facing Python SDK and command line.
+- ``torchyard.launcher``, ``torchyard.envbuild``, ``torchyard.metrics``: standard library
+  only; the launcher starts the ranks inside a training Pod, the Environment builder runs
+  in a build Job, ``metrics`` renders Prometheus metrics.
 """
 
 __version__ = "0.1.0"

@@ -193,7 +193,7 @@ def local_node_env(pod: dict[str, Any], workdir: Path, service_account: str) -> 
     """The environment of a node Pod's launcher run here as a process: the Pod's own
     variables, MASTER_ADDR on loopback, outputs, logs and the termination message in
     ``workdir``, and a registry token of ``service_account`` (as the projected one)."""
-    from torchyard.cli import AUDIENCE
+    from torchyard.api.wire import REGISTRY_AUDIENCE as AUDIENCE
 
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
     token = workdir / "token"

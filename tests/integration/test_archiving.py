@@ -221,8 +221,15 @@ def test_optional_outputs_let_the_run_succeed_with_a_warning_instead(
     assert archived["message"].startswith("the model was not registered")
     assert "HTTP 403" in archived["message"]
     assert "model" not in run["status"]
-    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=lenient")
-    assert any(e["type"] == "Warning" and e["reason"] == "ArchiveFailed" for e in events)
+    # The Events of a reconcile are recorded right after its status write: wait for them.
+    wait_for(
+        "the ArchiveFailed Warning",
+        lambda: any(
+            e["type"] == "Warning" and e["reason"] == "ArchiveFailed"
+            for e in k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=lenient")
+        ),
+        timeout=120,
+    )
 
 
 def launcher_alone(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

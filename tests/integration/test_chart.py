@@ -37,17 +37,17 @@ CHART = REPO / "charts" / "torchyard"
 # What torchyard's code and Kopf call, per (API group, resource): the operator's
 # ClusterRole in cluster-wide mode must grant exactly this, nothing more.
 OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
-    # Kopf watches them; handlers.reconcile_key gets them; reconcile.environment lists runs.
+    # Kopf watches them; workqueue.reconcile_key gets them; environments.reconcile lists runs.
     ("torchyard.dev", "trainingruns"): {"get", "list", "watch"},
     ("torchyard.dev", "environments"): {"get", "list", "watch"},
-    # reconcile._patch_status_if_changed: server-side apply of the status subresource.
+    # context.write: server-side apply of the status subresource.
     ("torchyard.dev", "trainingruns/status"): {"patch"},
     ("torchyard.dev", "environments/status"): {"patch"},
-    # reconcile._register: the new ModelVersion's Available condition.
+    # finalize.register: the new ModelVersion's Available condition.
     ("torchyard.dev", "modelversions/status"): {"patch"},
     # owner references with blockOwnerDeletion (planning.pods.owner_reference).
     ("torchyard.dev", "trainingruns/finalizers"): {"update"},
-    # reconcile._register: server-side apply creates the ModelVersion.
+    # finalize.register: server-side apply creates the ModelVersion.
     ("torchyard.dev", "modelversions"): {"create", "patch"},
     # node Pods: applied, listed (per run, cluster-wide for admission), watched, deleted.
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
@@ -206,7 +206,7 @@ def test_the_cluster_wide_operator_gets_exactly_what_its_code_calls(helm: Helm) 
     assert _grants(docs, "ClusterRole", "t-torchyard-registry") == {
         ("authentication.k8s.io", "tokenreviews"): {"create"},
         ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
-        # KubernetesAuthorizer.training_run: whose ServiceAccount may write a run's archive.
+        # ReviewAuthorizer.training_run: whose ServiceAccount may write a run's archive.
         ("torchyard.dev", "trainingruns"): {"get"},
     }
 

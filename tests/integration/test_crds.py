@@ -260,6 +260,16 @@ ENV_REJECTED = [
         "pip, conda and env need baseImage",
     ),
     ("build without registry", {"baseImage": "python:3.11"}, "needs registry.repository"),
+    (
+        "pip index on a prebuilt image",
+        {"image": "a", "pipIndexUrl": "http://mirror/simple"},
+        "pipIndexUrl needs baseImage",
+    ),
+    (
+        "pip index that is no http(s) URL",
+        {"baseImage": "b", "pipIndexUrl": "file:///etc", "registry": {"repository": "r"}},
+        "spec.pipIndexUrl",
+    ),
 ]
 
 

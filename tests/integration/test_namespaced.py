@@ -13,7 +13,7 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.integration.helpers import wait_for
 from torchyard import k8s
-from torchyard.controller import handlers
+from torchyard.controller import handlers, workqueue
 
 
 @pytest.fixture
@@ -45,10 +45,10 @@ def test_the_resync_lists_only_the_watched_namespaces(two_namespaces: tuple[str,
     watched, other = two_namespaces
     for ns in two_namespaces:
         k8s.create(TrainingRunBuilder("run", ns).obj())
-    mine = handlers.resync_keys([watched])
+    mine = workqueue.resync_keys([watched])
     assert ("TrainingRun", watched, "run") in mine
     assert {key[1] for key in mine} == {watched}
-    everywhere = handlers.resync_keys()
+    everywhere = workqueue.resync_keys()
     assert {("TrainingRun", watched, "run"), ("TrainingRun", other, "run")} <= set(everywhere)
 
 

@@ -27,9 +27,10 @@ from tests.cluster.harness import Cluster, free_port
 from tests.integration.helpers import sample, scrape
 from tests.unit.registry import hostile
 from torchyard import k8s
-from torchyard.cli import AUDIENCE, KubernetesAuthorizer
+from torchyard.api.wire import REGISTRY_AUDIENCE as AUDIENCE
 from torchyard.launcher import upload_file
 from torchyard.registry import Store, service
+from torchyard.registry_server import kubernetes_authorizer
 
 
 class Service:
@@ -49,7 +50,7 @@ class Service:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        app = service.create_app(Store(self.root), KubernetesAuthorizer(), self.limits)
+        app = service.create_app(Store(self.root), kubernetes_authorizer(), self.limits)
         self.runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self.runner.setup())
         self._loop.run_until_complete(web.TCPSite(self.runner, self.host, self.port).start())
@@ -359,7 +360,7 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-# -- hardening (issue #12) ----------------------------------------------------------------
+# -- hostile paths: traversal, links, odd names ------------------------------------------
 
 
 def test_no_path_variable_of_any_route_reaches_another_namespace(
@@ -376,7 +377,7 @@ def test_no_path_variable_of_any_route_reaches_another_namespace(
         planted = hostile.plant(registry.root, namespace, other)
         own = f"/v1/namespaces/{namespace}/models/own/versions/1/files/model.pt"
         assert registry.call("GET", own, token) == (200, hostile.OWN)  # the setup is sound
-        # The issue's request, verbatim but for the namespaces.
+        # Out of the namespace through an encoded '..' in the model name.
         code, body = registry.call(
             "GET",
             f"/v1/namespaces/{namespace}/models/..%2F..%2F{other}%2Fmodels%2Fsecret"

@@ -28,7 +28,7 @@ from tests.integration.conftest import _host_address, stand_in_service
 from tests.integration.test_registry_service import trainer_token, training_run
 from tests.unit.registry.test_tls_and_tokens import Pki, make_pki
 from torchyard import api, cli, k8s, launcher
-from torchyard.controller import reconcile
+from torchyard.controller import context, finalize
 from torchyard.planning import pods
 from torchyard.sdk import RegistryClient, RegistryError
 
@@ -108,7 +108,7 @@ def test_only_tokens_bound_to_the_registry_audience_are_accepted(
                 reg.client(token).models(ns)
             assert _status(err) == "401", why
         # A token for several audiences, the registry's among them, is the registry's too.
-        both = k8s.request_token(ns, "trainer", ["vault", cli.AUDIENCE])
+        both = k8s.request_token(ns, "trainer", ["vault", api.wire.REGISTRY_AUDIENCE])
         assert reg.client(both).models(ns) == {}
         # The admin's kubeconfig authenticates with a client certificate: the registry
         # takes no client certificates, so that is a request without a token.
@@ -196,17 +196,17 @@ def test_every_client_verifies_the_registrys_certificate(
         run = api.parse_trainingrun(body)
         log = logging.getLogger("test")
 
-        def promote(ca: str) -> tuple[object, str]:
+        def promote(ca: str) -> finalize.Registration:
             settings = pods.Settings(
                 registry_url=reg.url, registry_token_file=str(token_file), registry_ca=ca
             )
-            return reconcile._register(run, None, reconcile.Context(settings=settings), log)
+            return finalize.register(run, None, context.Context(settings=settings), log)
 
-        model, why = promote("")
-        assert model is None and "CERTIFICATE_VERIFY_FAILED" in why
-        model, why = promote(impostor.ca_pem)
-        assert model is None and "CERTIFICATE_VERIFY_FAILED" in why
-        assert promote(pem) == ({"name": "birds", "version": 1}, "")
+        refused = promote("")
+        assert refused.model is None and "CERTIFICATE_VERIFY_FAILED" in refused.waiting
+        refused = promote(impostor.ca_pem)
+        assert refused.model is None and "CERTIFICATE_VERIFY_FAILED" in refused.waiting
+        assert promote(pem) == finalize.Registration({"name": "birds", "version": 1})
         assert k8s.get(k8s.MODELVERSIONS, ns, "birds-v1")["spec"]["version"] == 1
 
 
@@ -267,7 +267,7 @@ def test_a_wrong_audience_through_the_header_the_proxy_forwards_is_refused(
         context = ssl.create_default_context(cafile=reg.pki.ca)
         for token, expected in (
             (k8s.request_token(ns, "trainer", []), 401),
-            (k8s.request_token(ns, "trainer", [cli.AUDIENCE]), 200),
+            (k8s.request_token(ns, "trainer", [api.wire.REGISTRY_AUDIENCE]), 200),
         ):
             req = urllib.request.Request(
                 f"{reg.url}/v1/namespaces/{ns}/models", headers={"X-Torchyard-Token": token}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import yaml
 import torchyard
 from tests.builders import TrainingRunBuilder, environment, model_version, pod
 from torchyard import api, status
-from torchyard.status.trainingruns import Observed
+from torchyard.status.trainingruns import Observed, first_failure
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "torchyard"
@@ -241,6 +242,8 @@ def _run(generation: int = 3, **spec: Any) -> dict[str, Any]:
 
 def _with_status(body: dict[str, Any], observed: Observed) -> dict[str, Any]:
     run = api.parse_trainingrun(body)
+    # The failure, as the controller's failure policy finds it and passes it on.
+    observed = replace(observed, failure=observed.failure or first_failure(observed.pods))
     return {**body, "status": status.trainingrun_status(run, observed, None, T0)}
 
 
@@ -354,7 +357,7 @@ def test_trainingrun_health_without_status_or_with_an_unobserved_spec_is_progres
 
 
 def test_trainingrun_health_of_a_restarting_gang_says_why() -> None:
-    """A restart writes phase Pending with Running=False/Restarting (reconcile._restart)."""
+    """A restart writes phase Pending with Running=False/Restarting (trainingruns._restart)."""
     obj = _with_status(_run(), Observed(environment=READY_ENV, pods=RUNNING))
     obj["status"]["phase"] = "Pending"
     obj["status"]["conditions"] = status.merge(

@@ -219,7 +219,6 @@ def test_only_files_under_the_source_are_copied(
 def test_the_rank_that_failed_first_is_blamed_not_its_peers_that_died_of_it() -> None:
     """Node 1's rank raised; node 0's ranks then died of "Connection closed by peer" and
     node 0 happens to have run for less time. The launcher's exitedAt decides."""
-    runner = object.__new__(local.LocalRun)
     peer = local.NodeResult(
         0, 1, 4.0, {"reason": "Error", "rank": 0, "nodeRank": 0, "exitedAt": 1000.20}
     )
@@ -227,12 +226,41 @@ def test_the_rank_that_failed_first_is_blamed_not_its_peers_that_died_of_it() ->
         1, 1, 4.5, {"reason": "Error", "rank": 3, "nodeRank": 1, "exitedAt": 1000.05}
     )
     stopped = local.NodeResult(2, 143, 3.0, {"reason": "Terminated", "nodeRank": 2})
-    failure = runner._first_failure([peer, culprit, stopped])
+    failure = local.first_failure([peer, culprit, stopped])
     assert failure is not None and (failure["rank"], failure["node"]) == (3, 1)
     # Without exitedAt (an older launcher) the shorter run time still decides.
     unknown = [
         local.NodeResult(0, 1, 4.0, {"rank": 0, "nodeRank": 0, "exitedAt": "soon"}),
         local.NodeResult(1, 1, 4.5, {"rank": 3, "nodeRank": 1}),
     ]
-    failure = runner._first_failure(unknown)
+    failure = local.first_failure(unknown)
     assert failure is not None and failure["rank"] == 0
+
+
+def test_the_package_is_a_face_and_run_local_names_its_options() -> None:
+    """``torchyard.local``'s code lives in modules by concern; ``__init__`` re-exports."""
+    import ast
+    import inspect
+
+    source = Path(local.__file__).read_text()
+    assert len(source.splitlines()) <= 40
+    assert all(isinstance(n, ast.ImportFrom | ast.Expr) for n in ast.parse(source).body)
+    for name in (
+        "LocalResult",
+        "LocalRun",
+        "NodeResult",
+        "describe_failure",
+        "first_failure",
+        "register_source",
+        "run_local",
+        "default_registry",
+        "default_workroot",
+    ):
+        assert hasattr(local, name), name
+    params = inspect.signature(local.run_local).parameters
+    assert inspect.Parameter.VAR_KEYWORD not in {p.kind for p in params.values()}
+    assert list(params) == [
+        "run", "source", "files", "registry", "workroot", "environment", "out", "grace_seconds"
+    ]  # fmt: skip
+    with pytest.raises(TypeError, match="unexpected keyword argument 'workdir'"):
+        local.run_local(None, Path("."), [], workdir=Path("."))  # type: ignore[arg-type, call-arg]

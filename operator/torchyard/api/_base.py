@@ -13,9 +13,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-GROUP = "torchyard.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+# Re-exported: defined once in wire.py.
+from torchyard.api.wire import API_VERSION as API_VERSION
+from torchyard.api.wire import GROUP as GROUP
+from torchyard.api.wire import VERSION as VERSION
+
 CATEGORY = "torchyard"
 
 # Kubernetes' own patterns, so that a value the API models accept is one the

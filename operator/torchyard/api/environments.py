@@ -20,6 +20,7 @@ from torchyard.api._base import (
     Model,
     with_rules,
 )
+from torchyard.api.wire import API_VERSION
 
 
 class EnvironmentPhase(str, Enum):
@@ -65,6 +66,11 @@ class EnvironmentSpec(Model):
             "a dockerfile says everything itself",
         },
         {
+            "rule": "!has(self.pipIndexUrl) || has(self.baseImage)",
+            "message": "pipIndexUrl needs baseImage: only a baseImage build runs pip",
+            "fieldPath": ".pipIndexUrl",
+        },
+        {
             "rule": "!(has(self.baseImage) || has(self.dockerfile)) || has(self.registry)",
             "message": "a build (baseImage or dockerfile) needs registry.repository to push to",
             "fieldPath": ".registry",
@@ -92,6 +98,15 @@ class EnvironmentSpec(Model):
     pip: list[str] = Field(
         default_factory=list,
         description="pip requirements to install, e.g. [torch==2.9.1, pillow].",
+    )
+    pip_index_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://[^\s/]+\S*$",
+        description="A PEP 503 simple index the build's pip installs from instead of PyPI "
+        "(pip --index-url), e.g. a mirror in the cluster: http://pypi.internal/simple. A "
+        "plain-http index is trusted as given (pip --trusted-host): use one only on a network "
+        "you trust.",
     )
     conda: str | None = Field(
         default=None,
@@ -128,6 +143,8 @@ class EnvironmentSpec(Model):
                 "pip, conda and env need baseImage: a prebuilt image is used as it is, a "
                 "dockerfile says everything itself"
             )
+        if self.base_image is None and self.pip_index_url is not None:
+            raise ValueError("pipIndexUrl needs baseImage: only a baseImage build runs pip")
         if self.image is None and self.registry is None:
             raise ValueError(
                 "a build (baseImage or dockerfile) needs registry.repository to push to"
@@ -162,7 +179,7 @@ class EnvironmentStatus(Model):
 class Environment(Model):
     """An Environment as the API holds it."""
 
-    api_version: str = Field(default="torchyard.dev/v1alpha1", description="APIVersion.")
+    api_version: str = Field(default=API_VERSION, description="APIVersion.")
     kind: Literal["Environment"] = Field(default="Environment", description="Kind.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard metadata.")
     spec: EnvironmentSpec = Field(description="Desired state.")

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from torchyard.api._base import CONDITIONS_FIELD_EXTRA, DNS1123_LABEL, Condition, Model
+from torchyard.api.wire import API_VERSION
 
 
 class ModelFile(Model):
@@ -67,7 +68,7 @@ class ModelVersionStatus(Model):
 class ModelVersion(Model):
     """A ModelVersion as the API holds it."""
 
-    api_version: str = Field(default="torchyard.dev/v1alpha1", description="APIVersion.")
+    api_version: str = Field(default=API_VERSION, description="APIVersion.")
     kind: Literal["ModelVersion"] = Field(default="ModelVersion", description="Kind.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard metadata.")
     spec: ModelVersionSpec = Field(description="What the version is.")

@@ -29,9 +29,9 @@ from torchyard.api._base import (
     with_rules,
 )
 from torchyard.api.quantities import quantity
+from torchyard.api.wire import API_VERSION, DEFAULT_MASTER_PORT, LABEL_POOL
 from torchyard.launcher import RANK_CONTRACT_VARIABLES
 
-DEFAULT_MASTER_PORT = 6105  # as Azure ML
 # Pods are named <run>-<node>, the headless Service <run>: DNS-1035 labels of <= 63 chars.
 RUN_NAME_MAX = 52
 RUN_NAME_RULE = (
@@ -164,7 +164,7 @@ class Distribution(Model):
         "and the PET_* variables set.",
     )
     master_port: int = Field(
-        default=6105,
+        default=DEFAULT_MASTER_PORT,
         ge=1024,
         le=65535,
         description="Port of the rendezvous on node 0 (MASTER_PORT), 1024-65535.",
@@ -268,7 +268,7 @@ class Compute(Model):
         default=None,
         max_length=63,
         pattern=DNS1123_LABEL,
-        description="Node pool: selects nodes labelled torchyard.dev/pool=<pool>.",
+        description=f"Node pool: selects nodes labelled {LABEL_POOL}=<pool>.",
     )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Extra node labels the node Pods require."
@@ -571,7 +571,7 @@ class TrainingRunStatus(Model):
 class TrainingRun(Model):
     """A TrainingRun as the API holds it (metadata kept as a plain mapping)."""
 
-    api_version: str = Field(default="torchyard.dev/v1alpha1", description="APIVersion.")
+    api_version: str = Field(default=API_VERSION, description="APIVersion.")
     kind: Literal["TrainingRun"] = Field(default="TrainingRun", description="Kind.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard metadata.")
     spec: TrainingRunSpec = Field(description="Desired state.")

@@ -1,7 +1,12 @@
 """The torchyard operator: Kopf handlers over the pure layers.
 
-- ``handlers``: the Kopf handlers (the only module that imports kopf, with ``operators``).
-- ``reconcile``: parse -> plan -> apply -> status, as plain functions.
+- ``handlers``: the Kopf handlers (the only module that imports kopf, with ``operators``);
+  they put keys on the ``workqueue``, whose workers call the reconcilers.
+- ``trainingruns``: the TrainingRun reconcile as one story (observe -> decide -> apply ->
+  write status once), over the policies beside it: ``admission`` (gangs),
+  ``failure_policy`` (deadline, restarts), ``finalize`` (model registration),
+  ``ttl_after_finished``; ``environments``: the Environment reconcile (image builds);
+  ``context``: what they share (Context, Result, the one status write).
 - ``operators``: :func:`run` (tests run it in a thread) and :func:`main`
   (``torchyard operator``, ``python -m torchyard.controller``).
 - ``options``: the command-line options, importable without Kopf.

@@ -1,103 +1,31 @@
-"""The Kopf handlers: they only put keys on a work queue.
+"""The Kopf handlers: they only put keys on the work queue (``workqueue``).
 
-Kopf watches TrainingRuns, Environments and the Pods torchyard made, and each event puts
-the key of the object to reconcile on :class:`WorkQueue` (a Pod's event the key of its
-run). Workers take keys one at a time per key, fetch the object fresh and call a
-reconciler from ``reconcile.py`` in a thread: many events for one run while it is being
-reconciled collapse into one more reconcile. A reconcile that fails for a passing reason
-(apiserver busy, conflict, network) is queued again with exponential backoff; one that
-asks for it (TTL, deadlines, waiting for old Pods to go) is queued again after that
-delay; every object is resynced every RESYNC_SECONDS. So the operator is level-triggered
-and keeps no state of its own on user objects (no finalizers, no annotations).
-With ``--namespace`` the queue, the resync and a lost node's clean-up keep to the
-watched namespaces (the operator's Roles grant nothing elsewhere).
+Kopf watches TrainingRuns, Environments, the Pods torchyard made, build Jobs and Nodes;
+each event puts the key of the object to reconcile on the queue (a Pod's event the key of
+its run), whose workers call the reconcilers. So the operator is level-triggered and
+keeps no state of its own on user objects (no finalizers, no annotations). A deleted
+Node's torchyard Pods are released at once, in the watched namespaces only (the
+operator's Roles grant nothing elsewhere).
 With ``controller.operators`` the only module that imports kopf.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
 
 from torchyard import api, k8s
-from torchyard.controller import reconcile, telemetry
+from torchyard.controller import context, telemetry, workqueue
 from torchyard.planning import names, pods
 from torchyard.status import timestamp
 
-RESYNC_SECONDS = 60.0
-RETRY_MIN, RETRY_MAX = 0.5, 60.0
 WORKERS = 8
-
-Key = tuple[str, str, str]  # (kind, namespace, name)
-Reconciler = Callable[[Mapping[str, Any], reconcile.Log, reconcile.Context], reconcile.Result]
-
-_RECONCILERS: dict[str, tuple[k8s.Resource, Reconciler]] = {
-    "TrainingRun": (k8s.TRAININGRUNS, reconcile.trainingrun),
-    "Environment": (k8s.ENVIRONMENTS, reconcile.environment),
-}
 logger = logging.getLogger("torchyard.controller")
-
-
-class WorkQueue:
-    """Keys to reconcile, each at most once at a time, with per-key due times.
-
-    With ``namespaces`` (a namespaced operator), keys of other namespaces are dropped:
-    gang admission sees every gang of the cluster, also another installation's, and
-    must not make this operator reconcile (and be refused) what it does not watch.
-    """
-
-    def __init__(self, namespaces: Sequence[str] = ()) -> None:
-        self.namespaces = frozenset(namespaces)
-        self._due: dict[Key, float] = {}
-        self._active: set[Key] = set()
-        self._failures: dict[Key, int] = {}
-        self._wake = asyncio.Event()
-
-    def watches(self, namespace: str) -> bool:
-        return not self.namespaces or namespace in self.namespaces
-
-    def add(self, key: Key, delay: float = 0.0) -> None:
-        if not self.watches(key[1]):
-            return
-        at = time.monotonic() + delay
-        if key not in self._due or self._due[key] > at:
-            self._due[key] = at
-        self._wake.set()
-
-    def backoff(self, key: Key) -> float:
-        n = self._failures.get(key, 0) + 1
-        self._failures[key] = n
-        delay: float = min(RETRY_MIN * (2.0 ** (n - 1)), RETRY_MAX)
-        self.add(key, delay)
-        return delay
-
-    def forget(self, key: Key) -> None:
-        self._failures.pop(key, None)
-
-    async def take(self) -> Key:
-        while True:
-            now = time.monotonic()
-            ready = [k for k, at in self._due.items() if at <= now and k not in self._active]
-            if ready:
-                key = min(ready, key=lambda k: self._due[k])
-                del self._due[key]
-                self._active.add(key)
-                return key
-            waits = [at - now for k, at in self._due.items() if k not in self._active]
-            self._wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=min(waits, default=1.0))
-
-    def done(self, key: Key) -> None:
-        self._active.discard(key)
-        self._wake.set()
 
 
 def _settings() -> pods.Settings:
@@ -123,81 +51,6 @@ def _registry_ca(path: str) -> str:
         raise RuntimeError(
             f"TORCHYARD_REGISTRY_CA_FILE: cannot read the registry's CA certificate: {err}"
         ) from None
-
-
-def reconcile_key(queue: WorkQueue, key: Key, ctx: reconcile.Context) -> None:
-    """Fetch the object fresh and reconcile it; never raises (runs in a thread)."""
-    kind, namespace, name = key
-    res, reconciler = _RECONCILERS[kind]
-    log = logging.getLogger(f"torchyard.{kind.lower()}")
-    started = time.monotonic()
-    try:
-        body = k8s.get(res, namespace, name)
-        body.setdefault("apiVersion", res.api_version)
-        body.setdefault("kind", kind)
-        result = reconciler(body, log, ctx)
-    except k8s.ApiError as err:
-        if err.not_found:  # deleted meanwhile: owner references clean up the children
-            queue.forget(key)
-            return
-        if err.status == 403 and "being terminated" in err.message:
-            queue.forget(key)  # its namespace is going away, and the object with it
-            return
-        telemetry.RECONCILE_ERRORS.inc(kind=kind)
-        delay = queue.backoff(key)
-        log.warning("%s %s/%s: %s; retrying in %.1fs", kind, namespace, name, err, delay)
-        return
-    except Exception:  # a bug: say it loudly, but keep the operator alive
-        telemetry.RECONCILE_ERRORS.inc(kind=kind)
-        delay = queue.backoff(key)
-        log.exception("%s %s/%s: reconcile failed; retrying in %.1fs", kind, namespace, name, delay)
-        return
-    finally:
-        telemetry.RECONCILE_SECONDS.observe(time.monotonic() - started, kind=kind)
-    queue.forget(key)
-    if result.requeue_after is not None:
-        queue.add(key, result.requeue_after)
-    for other in result.also:
-        queue.add(other)
-
-
-async def _worker(queue: WorkQueue, ctx: reconcile.Context) -> None:
-    loop = asyncio.get_running_loop()
-    while True:
-        key = await queue.take()
-        try:
-            await loop.run_in_executor(None, reconcile_key, queue, key, ctx)
-        finally:
-            queue.done(key)
-
-
-def _watched(namespaces: Sequence[str]) -> Sequence[str | None]:
-    """Where to list: each watched namespace, or the whole cluster (None)."""
-    return list(namespaces) or [None]
-
-
-def resync_keys(namespaces: Sequence[str] = ()) -> list[Key]:
-    """Every TrainingRun and Environment to reconcile again, listed per watched namespace
-    (a namespaced operator may not list cluster-wide)."""
-    keys: list[Key] = []
-    for kind, (res, _) in _RECONCILERS.items():
-        for namespace in _watched(namespaces):
-            try:
-                items = k8s.list_(res, namespace)
-            except k8s.ApiError as err:
-                logger.warning("resync of %s in %s failed: %s", res.plural, namespace, err)
-                continue
-            keys += [(kind, o["metadata"]["namespace"], o["metadata"]["name"]) for o in items]
-    return keys
-
-
-async def _resync(queue: WorkQueue) -> None:
-    loop = asyncio.get_running_loop()
-    while True:
-        await asyncio.sleep(RESYNC_SECONDS)
-        keys = await loop.run_in_executor(None, resync_keys, sorted(queue.namespaces))
-        for key in keys:
-            queue.add(key)
 
 
 @kopf.on.login()
@@ -229,12 +82,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = WORKERS + 4
-    queue = WorkQueue(memo.get("namespaces", ()))
+    queue = workqueue.WorkQueue(memo.get("namespaces", ()))
     telemetry.reset_run_phases()
-    ctx = reconcile.Context(settings=_settings())
+    ctx = context.Context(settings=_settings())
     memo.queue = queue
-    memo.tasks = [asyncio.create_task(_worker(queue, ctx)) for _ in range(WORKERS)]
-    memo.tasks.append(asyncio.create_task(_resync(queue)))
+    memo.tasks = [asyncio.create_task(workqueue.worker(queue, ctx)) for _ in range(WORKERS)]
+    memo.tasks.append(asyncio.create_task(workqueue.resync(queue)))
 
 
 @kopf.on.cleanup()
@@ -280,7 +133,7 @@ def release_pods_of_lost_node(node: str, namespaces: Sequence[str] = ()) -> list
     the Pod, which is gone by then)."""
     lost = [
         pod
-        for namespace in _watched(namespaces)
+        for namespace in workqueue.watched(namespaces)
         for pod in k8s.list_(
             k8s.PODS,
             namespace,
@@ -317,7 +170,7 @@ def _record_node_lost(pod: Mapping[str, Any], node: str) -> None:
     }
     rank = meta.get("labels", {}).get(names.LABEL_NODE_RANK, "?")
     message = f"node {node} was deleted: node Pod {meta['name']} (node rank {rank}) is lost with it"
-    k8s.record_event(run, "Warning", "NodeLost", message, now=timestamp(reconcile.utcnow()))
+    k8s.record_event(run, "Warning", "NodeLost", message, now=timestamp(context.utcnow()))
 
 
 @kopf.on.event("", "v1", "nodes")

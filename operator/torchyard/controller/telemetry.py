@@ -1,7 +1,8 @@
 """The operator's Prometheus metrics, and the server that exposes them on ``/metrics``.
 
-Updated by ``handlers`` (runs by phase from the watch, reconcile durations) and
-``reconcile`` (Pods created, admission waits, Environment builds); served by
+Updated by ``handlers`` (runs by phase from the watch), ``workqueue`` (reconcile
+durations and errors), ``admission`` (Pods created), ``trainingruns`` (admission waits)
+and ``environments`` (Environment builds); served by
 :func:`serve`, which ``operators.run`` calls once per process (an operator restarted in
 the same process, as the tests do, keeps the server and its counters).
 """

@@ -1,7 +1,7 @@
 """Environment builds: the content hash of the build inputs and the build Job.
 
-The hash covers what makes the image (base image, pip requirements, conda text, baked
-variables, the builder's format version), not the Environment's name, so two
+The hash covers what makes the image (base image, pip requirements and index, conda text,
+baked variables, the builder's format version), not the Environment's name, so two
 Environments with the same recipe share one image and one build Job (one per hash and
 repository). The Job runs the standard-library builder (``torchyard.envbuild``) **in
 the base image**, unprivileged. Pure builders; called by the controller and the CLI.
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 from typing import Any
 
-from torchyard.api import Environment
+from torchyard.api import Environment, wire
 from torchyard.envbuild import HASH_LABEL, PREFIX
 from torchyard.planning.pods import INIT_PYTHON, Settings
 
 BUILDKIT_IMAGE = "moby/buildkit:v0.23.2-rootless"
 BUILDER_FORMAT = "1"  # bump when the layer layout changes: every hash changes with it
 ENVBUILD_PATH = "/torchyard/envbuild.py"
-LABEL_HASH = "torchyard.dev/environment-hash"
 
 
 def content_hash(env: Environment) -> str:
@@ -34,8 +34,24 @@ def content_hash(env: Environment) -> str:
         "env": dict(sorted(spec.env.items())),
         "dockerfile": (spec.dockerfile or "").strip(),
     }
+    if spec.pip_index_url:  # only when set: the hashes of Environments without one stay
+        inputs["pipIndexUrl"] = spec.pip_index_url.strip()
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def pip_args(env: Environment) -> list[str]:
+    """pip's options for ``spec.pipIndexUrl``: the index, and a plain-http index's host
+    trusted (pip ignores a plain-http index otherwise; the spec asked for this one)."""
+    url = env.spec.pip_index_url
+    if not url:
+        return []
+    args = [f"--index-url={url}"]
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "http" and parts.hostname:
+        host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        args.append(f"--trusted-host={host}")
+    return args
 
 
 def image_tag(hash_: str) -> str:
@@ -81,6 +97,8 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
     ]
     for req in spec.pip:
         args += ["--pip", req]
+    # "--pip-arg=--x" in one word: a separate "--x" would be read as the builder's option
+    args += [f"--pip-arg={arg}" for arg in pip_args(env)]
     for key, value in sorted(spec.env.items()):
         args += ["--env", f"{key}={value}"]
     env_vars: list[dict[str, Any]] = [
@@ -163,7 +181,7 @@ def _push_secret_volume(secret: str) -> dict[str, Any]:
 
 def _labels(hash_: str) -> dict[str, str]:
     return {
-        LABEL_HASH: hash_.removeprefix("sha256:")[:63],
+        wire.LABEL_ENVIRONMENT_HASH: hash_.removeprefix("sha256:")[:63],
         "app.kubernetes.io/managed-by": "torchyard",
         "app.kubernetes.io/component": "environment-build",
     }

@@ -1,14 +1,18 @@
 """Every name torchyard gives to an object, from one place: deterministic, DNS-safe.
 
-Called by the planners (Pods, Service), local mode and the status computations.
+Called by the planners (Pods, Service, ModelVersions), the controller (finding a run's
+Pods and Service) and the SDK (following a run's node Pods).
 """
 
 from __future__ import annotations
 
-LABEL_RUN = "torchyard.dev/run"
-LABEL_NODE_RANK = "torchyard.dev/node-rank"
-LABEL_ENVIRONMENT = "torchyard.dev/environment"
-LABEL_MODEL = "torchyard.dev/model"
+from torchyard.api import wire
+
+# The labels (defined in torchyard.api.wire), under the names the planners use.
+LABEL_RUN = wire.LABEL_RUN
+LABEL_NODE_RANK = wire.LABEL_NODE_RANK
+LABEL_ENVIRONMENT = wire.LABEL_ENVIRONMENT
+LABEL_MODEL = wire.LABEL_MODEL
 
 
 def service(run: str) -> str:

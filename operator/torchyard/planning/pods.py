@@ -12,17 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard import __version__
-from torchyard.api import TrainingRun
+from torchyard.api import TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
 from torchyard.planning import names
 from torchyard.planning.rank import node_env
 
-GANG_GATE = "torchyard.dev/gang"
+GANG_GATE = wire.GANG_GATE
 GPU_RESOURCE = "nvidia.com/gpu"
-POOL_LABEL = "torchyard.dev/pool"
-ATTEMPT_LABEL = "torchyard.dev/attempt"
-# When the run was created: gangs are admitted first come, first served by it.
-QUEUED_AT_ANNOTATION = "torchyard.dev/queued-at"
+POOL_LABEL = wire.LABEL_POOL
+ATTEMPT_LABEL = wire.LABEL_ATTEMPT
+QUEUED_AT_ANNOTATION = wire.ANNOTATION_QUEUED_AT
 WORKDIR = "/workspace"
 TOOLS_DIR = "/torchyard"
 LAUNCHER_PATH = f"{TOOLS_DIR}/launcher.py"
@@ -30,7 +29,7 @@ SOURCE_MOUNT = f"{TOOLS_DIR}/source"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-REGISTRY_AUDIENCE = "torchyard-registry"
+REGISTRY_AUDIENCE = wire.REGISTRY_AUDIENCE
 REGISTRY_TOKEN_DIR = "/var/run/secrets/torchyard/registry"
 # The init containers run in the torchyard image (images/operator), whose interpreter this
 # is; the Environment's own (spec.python, e.g. /opt/conda/bin/python) runs the trainer.

@@ -1,4 +1,5 @@
-"""The rank contract: the variables every training process sees (ARCHITECTURE.md).
+"""The rank contract: the variables every training process sees (README.md, "From the
+Azure ML guide to torchyard").
 
 ``node_env`` is what a node's launcher gets; the launcher adds RANK and LOCAL_RANK per
 process with :func:`torchyard.launcher.process_env`. Pure; used by the Pod planner and

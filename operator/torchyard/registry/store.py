@@ -16,8 +16,8 @@ caller's metadata is limited to :data:`METADATA_KEYS` and never overrides them.
 :meth:`Store.publish_run` decides "this run already made a version" under the same lock
 as the publish, so promoting one run twice at once yields one version.
 
-Used by local mode (``torchyard.local``) and the registry service
-(``torchyard.registry.service``); tested in ``tests/unit/registry/``.
+Used by local mode (``torchyard.local``) and the registry service (its routes in
+``registry.archives`` and ``registry.versions``); tested in ``tests/unit/registry/``.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ STALE_SECONDS = 3600.0
 
 # What the store writes into every manifest; caller metadata never overrides these.
 SERVER_KEYS = frozenset({"model", "namespace", "version", "files", "totalBytes", "size", "created"})
-# What callers may add: the operator's promotion (controller.reconcile._register), the
-# SDK's register_model (sdk.azureml) and local mode (local.LocalRun).
+# What callers may add: planning.models.promote_metadata, which the operator's promotion
+# (controller.finalize), the SDK's register_model (sdk.azureml) and local mode all use.
 METADATA_KEYS = frozenset(
     {
         "run",  # {"name", "uid", "namespace"}: the run the version came from
@@ -62,6 +62,7 @@ METADATA_KEYS = frozenset(
         "tags",
         "properties",
         "description",
+        "framework",  # {"name", "version"}: register_model(model_framework=...)
         "mode",
     }
 )

@@ -1,4 +1,6 @@
-"""A client of the model registry service: list, show, download (sha256-verified), verify.
+"""The SDK's and CLI's client of the model registry service: the one HTTP client of
+``torchyard.registry.client`` (models, manifests, promote, run files) plus downloads
+(sha256-verified), verify, source snapshots, and tokens minted through Kubernetes.
 
 Talks HTTP(S) to the service (``TORCHYARD_REGISTRY_URL`` or an explicit URL) with a token
 bound to the registry's audience (``torchyard-registry``): from a file, from
@@ -13,37 +15,27 @@ sha256 before they are renamed into place.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import ssl
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from torchyard.planning.pods import REGISTRY_AUDIENCE
+from torchyard.api import wire
+from torchyard.registry import client
+from torchyard.registry.client import TOKEN_HEADER
+from torchyard.registry.client import RegistryError as RegistryError  # (re-exported)
 from torchyard.sdk.progress import Progress
 
 CHUNK = 1 << 20
 
-
-class RegistryError(Exception):
-    """The registry said no, or is not there; the message says which."""
-
-
-# The registry's token header when the request goes through the apiserver's service
-# proxy: the apiserver authenticates the caller and drops ``Authorization`` before
-# forwarding, so the registry token travels beside it.
-TOKEN_HEADER = "X-Torchyard-Token"
 # Where the Helm chart puts the registry service: ``[http:|https:]NS/NAME:PORT``, https
 # (the chart's registry.tls.enabled) unless it says ``http:``.
 DEFAULT_SERVICE = "torchyard-system/torchyard-registry:8080"
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a namespace's, a Service's
 
 
-class RegistryClient:
+class RegistryClient(client.RegistryClient):
     """``url`` + ``token``: talk to the service directly (in the cluster, or a port you
     reach). :meth:`through_kubernetes`: through the apiserver's service proxy, with a
     registry token minted for a ServiceAccount."""
@@ -63,16 +55,16 @@ class RegistryClient:
             raise RegistryError(
                 "no registry service: pass --registry-url or set TORCHYARD_REGISTRY_URL"
             )
-        self.url = url.rstrip("/")
-        self.token = token or os.environ.get("TORCHYARD_TOKEN", "")
-        if ssl_context is None and self.url.startswith("https:"):
+        if ssl_context is None and url.startswith("https:"):
             ssl_context = _registry_context(ca_file)
-        self.ssl_context = ssl_context
+        super().__init__(
+            url,
+            token or os.environ.get("TORCHYARD_TOKEN", ""),
+            ssl_context=ssl_context,
+            headers=headers,
+            token_header=token_header,
+        )
         self.progress = False  # progress bars on standard error for files over 1 MiB
-        self.headers = dict(headers or {})
-        if self.token:
-            bearer = token_header == "Authorization"
-            self.headers[token_header] = f"Bearer {self.token}" if bearer else self.token
 
     @classmethod
     def for_service_account(
@@ -94,7 +86,8 @@ class RegistryClient:
         (the namespace's ``default`` unless named) that TokenRequest mints for the
         registry's audience (the kubeconfig's user needs ``create`` on
         ``serviceaccounts/token`` for it; the ServiceAccount ``get``/``create`` on
-        ``modelversions``)."""
+        ``modelversions``). No kubeconfig, or an apiserver that does not answer, raises
+        ``k8s.Unreachable``, with the same advice as every other call to the API."""
         from torchyard import k8s
 
         scheme, ref = "https", service
@@ -106,10 +99,7 @@ class RegistryClient:
             raise RegistryError(
                 f"--registry-service {service!r}: expected [http:|https:]NAMESPACE/NAME:PORT"
             )
-        try:
-            conn = k8s.connection()
-        except Exception as err:  # no kubeconfig, unreadable certificate, ...
-            raise RegistryError(f"cannot reach the Kubernetes API: {err}") from None
+        conn = k8s.connection()  # (k8s.Unreachable, as every command's: no kubeconfig ...)
         token = _service_account_token(namespace, service_account or "default")
         url = conn.host + k8s.proxy_url(svc_ns, name, int(port), scheme=scheme)
         return cls(
@@ -119,52 +109,6 @@ class RegistryClient:
             headers=conn.headers,
             token_header=TOKEN_HEADER,
         )
-
-    # -- transport --------------------------------------------------------------------
-
-    def _open(
-        self,
-        path: str,
-        method: str = "GET",
-        data: Any = None,
-        headers: dict[str, str] | None = None,
-    ) -> Any:
-        req = urllib.request.Request(
-            self.url + urllib.parse.quote(path),
-            data=data,
-            method=method,
-            headers={**self.headers, **(headers or {})},
-        )
-        try:
-            return urllib.request.urlopen(req, timeout=300, context=self.ssl_context)
-        except urllib.error.HTTPError as err:
-            detail = (err.read() or b"")[:300].decode("utf-8", "replace")
-            raise RegistryError(f"{err.code} {detail}".strip()) from None
-        except (urllib.error.URLError, OSError) as err:
-            raise RegistryError(
-                f"the registry at {self.url} is not reachable: {getattr(err, 'reason', err)}"
-            ) from None
-
-    def _json(self, path: str) -> Any:
-        with self._open(path) as resp:
-            return json.loads(resp.read())
-
-    # -- models -----------------------------------------------------------------------
-
-    def models(self, namespace: str) -> dict[str, list[int]]:
-        data: dict[str, list[int]] = self._json(f"/v1/namespaces/{namespace}/models")["models"]
-        return data
-
-    def manifest(self, namespace: str, model: str, version: int | None = None) -> dict[str, Any]:
-        if version is None:
-            versions = self.models(namespace).get(model)
-            if not versions:
-                raise RegistryError(f"model {namespace}/{model} has no versions")
-            version = versions[-1]
-        data: dict[str, Any] = self._json(
-            f"/v1/namespaces/{namespace}/models/{model}/versions/{version}"
-        )
-        return data
 
     def _stream(self, path: str, dest: Path | None, sha256: str | None) -> str:
         """Download ``path`` (to ``dest`` when given); returns the sha256, checked if known."""
@@ -234,21 +178,6 @@ class RegistryClient:
                 bad.append(path)
         return manifest, bad
 
-    def promote(
-        self, namespace: str, model: str, run: str, path: str, metadata: dict[str, Any]
-    ) -> dict[str, Any]:
-        """A run's ``path`` (a file or folder of its archive) as the model's next version;
-        promoting the same run (uid in metadata) again returns the version it made."""
-        body = json.dumps({"run": run, "path": path, "metadata": metadata}).encode()
-        with self._open(
-            f"/v1/namespaces/{namespace}/models/{model}/versions",
-            method="POST",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        ) as resp:
-            manifest: dict[str, Any] = json.loads(resp.read())
-        return manifest
-
     # -- source snapshots ---------------------------------------------------------------
 
     def put_snapshot(
@@ -275,15 +204,6 @@ class RegistryClient:
 
     # -- runs -------------------------------------------------------------------------
 
-    def run_files(self, namespace: str, run: str) -> list[str]:
-        """Every archived file of a run (``outputs/...``, ``logs/node-N/...``)."""
-        files: list[str] = self._json(f"/v1/namespaces/{namespace}/runs/{run}")["files"]
-        return files
-
-    def read_run_file(self, namespace: str, run: str, path: str) -> str:
-        with self._open(f"/v1/namespaces/{namespace}/runs/{run}/{path}") as resp:
-            return str(resp.read().decode("utf-8", "replace"))
-
     def download_run_file(
         self, namespace: str, run: str, path: str, dest: Path, sha256: str | None = None
     ) -> Path:
@@ -300,7 +220,7 @@ def _service_account_token(namespace: str, name: str) -> str:
     from torchyard import k8s
 
     try:
-        return k8s.request_token(namespace, name, [REGISTRY_AUDIENCE])
+        return k8s.request_token(namespace, name, [wire.REGISTRY_AUDIENCE])
     except k8s.ApiError as err:
         if err.status == 403:
             raise RegistryError(

@@ -1,13 +1,13 @@
 """Following TrainingRuns from a laptop: state, per-node Pods, logs, the outcome.
 
-What ``torchyard wait``/``logs``/``get``/``describe`` and the SDK's
-``Run.wait_for_completion(show_output=True)`` share. Reads go through ``torchyard.k8s``;
-logs come from the apiserver (``pods/log``, from the node's kubelet) while the Pods
-exist, else from the run's archive in the registry service: node by node, every node
-whose live log did not deliver (the kubelet unreachable, the Pod gone, the run over
-before its stream answered) gets its archived log. Tested in
-``tests/unit/sdk/test_azureml_wait.py`` (a run that ends within one poll) and
-``tests/integration/test_cli.py``.
+What ``torchyard wait``/``logs``/``get``/``describe`` (``torchyard.cli.follow``,
+``torchyard.cli.inspect``) and the SDK's ``Run.wait_for_completion(show_output=True)``
+share. Reads go through ``torchyard.k8s``; logs come from the apiserver (``pods/log``,
+from the node's kubelet) while the Pods exist, else from the run's archive in the
+registry service: node by node, every node whose live log did not deliver (the kubelet
+unreachable, the Pod gone, the run over before its stream answered) gets its archived
+log. Tested in ``tests/unit/sdk/test_azureml_wait.py`` (a run that ends within one poll)
+and ``tests/integration/test_cli.py``.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ class LogFollower:
                     self.out.write(f"[node {node}] {line}\n")
                     self.out.flush()
                     stream.lines += 1
-        except (k8s.ApiError, OSError) as err:
+        except (k8s.ApiError, k8s.Unreachable, OSError) as err:
             reason = err.message if isinstance(err, k8s.ApiError) else str(err)
             with self.lock:
                 stream.error = (reason.splitlines() or [type(err).__name__])[0][:200]
@@ -300,7 +300,7 @@ def write_archived(
         for node, line in archived_log_lines(registry(), namespace, name, nodes):
             out.write(line + "\n")
             shown[node] += 1
-    except (RegistryError, k8s.ApiError, OSError) as err:
+    except (RegistryError, k8s.ApiError, k8s.Unreachable, OSError) as err:
         # (no registry, no token for it, or it refused: said, never a crash)
         why = err.message if isinstance(err, k8s.ApiError) else str(err)
         out.write(f"(nor the archived logs: {why}; try: torchyard logs {name})\n")
@@ -336,6 +336,59 @@ def archived_log_lines(
         prefix = f"[node {node}] [{parts[2].removesuffix('.txt').replace('-', ' ')}]"
         for line in client.read_run_file(namespace, name, path).splitlines():
             yield node, f"{prefix} {line}"
+
+
+def logs(
+    namespace: str,
+    name: str,
+    *,
+    out: TextIO,
+    notes: TextIO,
+    node: int | None = None,
+    rank: int | None = None,
+    follow: bool = False,
+    registry: Callable[[], RegistryClient] | None = None,
+) -> int:
+    """A run's logs to ``out``, node by node, each line ``[node n] [rank r] ...`` (only
+    ``node``'s, only ``rank``'s when given): live from the node's Pod; for every node whose
+    live log did not deliver (the kubelet unreachable, the Pod gone, an empty log) and, with
+    no run and no Pods, for every archived node, from the archive in the registry service.
+    Why a live log was unavailable goes to ``notes``. How many lines were shown."""
+    run = k8s.get_or_none(k8s.TRAININGRUNS, namespace, name)
+    pods = {node_rank(p): p for p in node_pods(namespace, name)}
+    nodes = set(pods) | set(range(node_count(run) if run else 0))
+    if node is not None:
+        nodes = {node}
+    shown, missing = 0, set()
+    for n in sorted(nodes):
+        live = 0
+        if n in pods:
+            pod = pods[n]["metadata"]["name"]
+            try:
+                for line in k8s.pod_log_lines(namespace, pod, container="trainer", follow=follow):
+                    live += 1  # the node delivered, whichever ranks are shown
+                    if rank is None or line.startswith(f"[rank {rank}]"):
+                        out.write(f"[node {n}] {line}\n")
+                        shown += 1
+            except k8s.ApiError as err:
+                notes.write(f"(node {n}: live log unavailable: {err.message[:200]})\n")
+        if not live:
+            missing.add(n)
+    if missing or not nodes:
+        if registry is None:
+            raise RegistryError("no registry client for the archived logs")
+        wanted = sorted(missing) if nodes else None
+        for line in archived_logs(registry(), namespace, name, wanted):
+            if rank is None or f"[rank {rank}] " in line:
+                out.write(line + "\n")
+                shown += 1
+    return shown
+
+
+def events(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Events about the run, oldest first."""
+    meta = run["metadata"]
+    return k8s.events_of(meta["namespace"], meta["name"], meta.get("uid"))
 
 
 def _waiting_on(run: dict[str, Any]) -> str:

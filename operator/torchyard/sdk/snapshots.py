@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torchyard import k8s, launcher
+from torchyard.api import wire
 from torchyard.sdk.progress import Progress, human
 from torchyard.sdk.registry import RegistryClient
 
@@ -406,12 +407,12 @@ def configmap(snap: Snapshot, namespace: str) -> dict[str, object]:
             "namespace": namespace,
             "labels": {
                 "app.kubernetes.io/managed-by": "torchyard",
-                "torchyard.dev/snapshot": snap.sha256[:63],
+                wire.LABEL_SNAPSHOT: snap.sha256[:63],
             },
             "annotations": {
-                "torchyard.dev/sha256": snap.sha256,
-                "torchyard.dev/files": str(len(snap.files)),
-                "torchyard.dev/size": str(snap.size),
+                wire.ANNOTATION_SNAPSHOT_SHA256: snap.sha256,
+                wire.ANNOTATION_SNAPSHOT_FILES: str(len(snap.files)),
+                wire.ANNOTATION_SNAPSHOT_SIZE: str(snap.size),
             },
         },
         "immutable": True,

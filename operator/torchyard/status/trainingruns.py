@@ -21,12 +21,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypedDict
 
-from torchyard.api import Phase, TrainingRun
+from torchyard.api import Phase, TrainingRun, wire
 from torchyard.status.conditions import condition, merge, progress, timestamp
 
-NODE_RANK_LABEL = "torchyard.dev/node-rank"
+NODE_RANK_LABEL = wire.LABEL_NODE_RANK
 TERMINAL = (Phase.SUCCEEDED.value, Phase.FAILED.value)
 # Failures of the platform, not of the user's code: retried without using backoffLimit.
 PLATFORM_REASONS = frozenset(
@@ -59,10 +59,29 @@ STUCK_REASONS = frozenset(
 ARCHIVE_FAILED = "ArchiveFailed"
 NOT_RESTARTED = STUCK_REASONS | {ARCHIVE_FAILED}
 # Reasons of the launcher's termination message that say more than the kubelet's
-# generic "Error" for the same exit.
-LAUNCHER_REASONS = frozenset({ARCHIVE_FAILED, "LaunchError"})
+# generic "Error" for the same exit (OOMKilled: the OOM killer ended one rank, not the
+# container's main process, which a runtime need not report as OOMKilled).
+LAUNCHER_REASONS = frozenset({ARCHIVE_FAILED, "LaunchError", "OOMKilled"})
 GENERIC = (None, "", "Error")
 NODE_LOST = "NodeLost"
+
+
+class Failure(TypedDict, total=False):
+    """A failure, as the controller's failure policy decides on it: the fields of
+    ``status.failure`` (see ``public_failure``) and bookkeeping keys that stay out of it:
+    ``platform`` (the platform's fault, not the user's code), ``finishedAt`` (the
+    kubelet's) and ``exitedAt`` (when the failing rank exited, Unix time)."""
+
+    reason: str
+    message: str
+    pod: str | None
+    node: int | None
+    rank: int | None
+    exitCode: int | None
+    signal: Any
+    platform: bool
+    finishedAt: str
+    exitedAt: float | None
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,8 @@ class Observed:
     model: Mapping[str, Any] | None = None  # {name, version} of the registered model
     finalizing_message: str = ""
     # The failure the controller's failure policy decided on (a lost node Pod, or the
-    # first failed Pod); None: the first failed Pod of ``pods``, if any.
-    failure: Mapping[str, Any] | None = None
+    # first failed Pod; see ``first_failure``), None when there is none: never recomputed.
+    failure: Failure | None = None
     # (reason, message) when the node Pods cannot be created yet (a missing
     # ServiceAccount): the run is Pending with Admitted=False for that reason.
     pending: tuple[str, str] | None = None
@@ -103,12 +122,12 @@ def _termination(message: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def observe_failure(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
     """The failure of one Pod, or None while it has not failed."""
     status = pod.get("status", {})
     meta = pod.get("metadata", {})
     node = meta.get("labels", {}).get(NODE_RANK_LABEL)
-    base: dict[str, Any] = {
+    base: Failure = {
         "pod": meta.get("name"),
         "node": int(node) if node is not None else None,
     }
@@ -136,7 +155,7 @@ def observe_failure(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     disrupted = any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions
     )
-    failure = {
+    failure: Failure = {
         **base,
         "rank": info.get("rank"),
         "exitCode": term.get("exitCode", info.get("exitCode")),
@@ -170,7 +189,7 @@ def _exited_at(info: Mapping[str, Any], term: Mapping[str, Any]) -> float | None
     return when.replace(tzinfo=timezone.utc).timestamp()
 
 
-def first_failure(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def first_failure(pods: Sequence[Mapping[str, Any]]) -> Failure | None:
     """The failure that came first: the earliest exit, node rank breaking ties.
 
     A rank that fails takes its peers on the other nodes down with it (gloo's or NCCL's
@@ -217,9 +236,7 @@ def _rank_label(pod: Mapping[str, Any]) -> int | None:
     return int(value) if value is not None and str(value).isdigit() else None
 
 
-def lost_failure(
-    pod_names: Sequence[str], pods: Sequence[Mapping[str, Any]]
-) -> dict[str, Any] | None:
+def lost_failure(pod_names: Sequence[str], pods: Sequence[Mapping[str, Any]]) -> Failure | None:
     """The NodeLost failure of a running gang that lost a node Pod, or None.
 
     ``pod_names[i]`` is the name of node ``i``'s Pod, ``pods`` the Pods of the current
@@ -231,7 +248,7 @@ def lost_failure(
     for rank, name in enumerate(pod_names):
         pod = by_rank.get(rank)
         who = f"node Pod {name} (node rank {rank})"
-        base = {"reason": NODE_LOST, "platform": True, "pod": name, "node": rank}
+        base: Failure = {"reason": NODE_LOST, "platform": True, "pod": name, "node": rank}
         if pod is None:
             return {
                 **base,
@@ -412,7 +429,7 @@ def _trainingrun_status(
         if prev.get(key):
             status[key] = prev[key]
 
-    def finish(phase: Phase, failure: dict[str, Any] | None = None) -> dict[str, Any]:
+    def finish(phase: Phase, failure: Failure | None = None) -> dict[str, Any]:
         status["phase"] = phase.value
         status["completionTime"] = timestamp(now)
         status.setdefault("startTime", timestamp(now))
@@ -487,9 +504,8 @@ def _trainingrun_status(
                 f"({run.spec.policy.active_deadline_seconds}s)",
             },
         )
-    failure = dict(observed.failure) if observed.failure is not None else first_failure(pods)
-    if failure is not None:
-        return finish(Phase.FAILED, failure)
+    if observed.failure is not None:
+        return finish(Phase.FAILED, observed.failure)
     counts = status["nodes"]
     if total and counts["succeeded"] == total:
         archived = _archive_condition(run, pods, gen)

@@ -147,3 +147,23 @@ def test_a_kubeconfig_names_the_component_user(tmp_path: Path) -> None:
     )
     assert kc["users"][0]["name"] == "system:kube-proxy"
     assert kc["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
+
+
+def test_containerd_reads_registry_hosts_from_its_own_folder(tmp_path: Path) -> None:
+    config = tomllib.loads(nodeconfig.containerd_config(tmp_path, "pause:1", "/usr/sbin/runc"))
+    registry = config["plugins"]["io.containerd.grpc.v1.cri"]["registry"]
+    assert registry == {"config_path": str(tmp_path / "certs.d")}
+
+
+def test_a_test_registry_is_pulled_from_over_plain_http() -> None:
+    hosts = tomllib.loads(nodeconfig.registry_hosts_toml("10.1.2.3:5000"))
+    assert hosts == {
+        "server": "http://10.1.2.3:5000",
+        "host": {"http://10.1.2.3:5000": {"capabilities": ["pull", "resolve"]}},
+    }
+
+
+@pytest.mark.parametrize("host", ["10.1.2.3", "../../etc:1", "a b:1", 'x"]\n[evil]:1', ""])
+def test_a_registry_host_must_be_host_and_port(host: str) -> None:
+    with pytest.raises(ValueError, match="give host:port"):
+        nodeconfig.registry_hosts_toml(host)

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from torchyard.controller import handlers, operators, options, telemetry
+from torchyard.controller import operators, options, telemetry, workqueue
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -47,8 +47,8 @@ def test_a_disabled_metrics_server_is_not_started() -> None:
 
 
 def test_a_namespaced_queue_drops_keys_of_other_namespaces() -> None:
-    async def scenario() -> list[handlers.Key]:
-        queue = handlers.WorkQueue(["team-a"])
+    async def scenario() -> list[workqueue.Key]:
+        queue = workqueue.WorkQueue(["team-a"])
         queue.add(("TrainingRun", "team-b", "theirs"))  # e.g. another install's gang
         queue.add(("TrainingRun", "team-a", "ours"))
         queue.backoff(("Environment", "team-b", "env"))
@@ -61,8 +61,8 @@ def test_a_namespaced_queue_drops_keys_of_other_namespaces() -> None:
 
 
 def test_a_cluster_wide_queue_takes_every_namespace() -> None:
-    async def scenario() -> set[handlers.Key]:
-        queue = handlers.WorkQueue()
+    async def scenario() -> set[workqueue.Key]:
+        queue = workqueue.WorkQueue()
         keys = {("TrainingRun", "team-a", "a"), ("TrainingRun", "team-b", "b")}
         for key in keys:
             queue.add(key)

@@ -107,6 +107,91 @@ def test_a_rank_killed_by_a_signal_is_reported_with_the_signal(tmp_path: Path) -
     assert info["signal"] == signal.SIGKILL and info["rank"] == 0
 
 
+def cgroup(root: Path, version: int, oom_kills: int, limit: str) -> None:
+    """A memory cgroup as runc mounts it in a container (v1: under memory/)."""
+    if version == 2:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "memory.events").write_text(f"low 0\nhigh 0\nmax 4\noom {oom_kills}\n"
+                                            f"oom_kill {oom_kills}\n")  # fmt: skip
+        (root / "memory.max").write_text(limit + "\n")
+    else:
+        (root / "memory").mkdir(parents=True, exist_ok=True)
+        (root / "memory" / "memory.oom_control").write_text(
+            f"oom_kill_disable 0\nunder_oom 0\noom_kill {oom_kills}\n"
+        )
+        (root / "memory" / "memory.limit_in_bytes").write_text(limit + "\n")
+
+
+# Rank 1 stands in for a rank the OOM killer ends: the kernel's count goes up, then SIGKILL.
+OOM_RANK = (
+    "import os, signal, sys, time\n"
+    "if os.environ['RANK'] == '1':\n"
+    "    print('allocating', flush=True)\n"
+    "    path = sys.argv[1]\n"
+    "    text = open(path).read().replace('oom_kill 0', 'oom_kill 1')\n"
+    "    open(path, 'w').write(text)\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_rank_the_oom_killer_ended_is_reported_as_oomkilled_with_the_limit(
+    tmp_path: Path, version: int
+) -> None:
+    root = tmp_path / "cgroup"
+    cgroup(root, version, 0, str(200 << 20))
+    events = root / ("memory.events" if version == 2 else "memory/memory.oom_control")
+    (tmp_path / "child.py").write_text(OOM_RANK)
+    env = {
+        "PATH": os.environ["PATH"],
+        "TORCHYARD_NPROC_PER_NODE": "2",
+        "NODE_RANK": "0",
+        "WORLD_SIZE": "2",
+        "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination.json"),
+        "TORCHYARD_GRACE_PERIOD": "2",
+        "TORCHYARD_CGROUP_ROOT": str(root),
+    }
+    argv = [sys.executable, str(LAUNCHER), "--", sys.executable, "child.py", str(events)]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, text=True, capture_output=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr
+    info = termination(tmp_path)
+    assert (info["reason"], info["rank"], info["exitCode"], info["signal"]) == (
+        "OOMKilled",
+        1,
+        137,
+        signal.SIGKILL,
+    ), info
+    message = str(info["message"])
+    assert message.startswith("rank 1 was killed by the kernel's OOM killer"), message
+    assert "over its memory limit (200Mi)" in message and "spec.resources.memory" in message
+
+
+def test_a_sigkill_without_an_oom_kill_is_not_called_oomkilled(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    cgroup(root, 1, 2, "9223372036854771712")  # earlier kills, no limit: count unchanged
+    done = launch(
+        tmp_path,
+        "import os, signal\nif os.environ['RANK'] == '0':\n"
+        "    print('bye', flush=True)\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+        nproc=1,
+        extra={"TORCHYARD_CGROUP_ROOT": str(root)},
+    )
+    assert done.returncode == 128 + signal.SIGKILL
+    info = termination(tmp_path)
+    assert info["reason"] == "Error" and "OOM" not in str(info.get("message")), info
+
+
+def test_the_memory_limit_reads_as_kubernetes_writes_it(tmp_path: Path) -> None:
+    for version, limit, shown in ((2, "max", None), (1, "9223372036854771712", None),
+                                  (2, str(3 << 30), "3Gi"), (1, "1000", "1000")):  # fmt: skip
+        root = tmp_path / f"v{version}-{limit}"
+        cgroup(root, version, 0, limit)
+        found = launcher.memory_limit(str(root))
+        assert (launcher._quantity(found) if found else None) == shown
+    assert launcher.oom_kills(str(tmp_path / "none")) is None
+
+
 def test_sigterm_is_forwarded_to_the_ranks(tmp_path: Path) -> None:
     proc = launch(
         tmp_path, "import time, os\nprint('up', flush=True)\ntime.sleep(60)\n", wait=False

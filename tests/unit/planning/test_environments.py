@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+
+import pytest
 
 from torchyard import api
 from torchyard.planning import environments
@@ -113,3 +116,52 @@ def test_conda_without_a_conda_tool_in_the_base_image_is_a_clear_error(tmp_path:
         envbuild.install(
             str(tmp_path / "prefix"), [], str(recipe), [], path=str(tmp_path)
         )  # a PATH with no conda tool on it
+
+
+def test_a_pip_index_reaches_pip_and_a_plain_http_one_is_trusted_by_host() -> None:
+    e = env(pipIndexUrl="http://10.1.2.3:8081/simple")
+    command = environments.build_job(e, environments.content_hash(e))["spec"]["template"]["spec"][
+        "containers"
+    ][0]["command"]
+    # one word each: the builder's argparse would read a bare "--index-url" as its own option
+    assert "--pip-arg=--index-url=http://10.1.2.3:8081/simple" in command
+    assert "--pip-arg=--trusted-host=10.1.2.3:8081" in command
+    https = env(pipIndexUrl="https://pypi.internal/simple")
+    args = environments.pip_args(https)
+    assert args == ["--index-url=https://pypi.internal/simple"]  # TLS: nothing to trust
+    assert environments.pip_args(env()) == []
+
+
+def test_the_pip_index_is_a_build_input_but_leaves_other_hashes_alone() -> None:
+    plain = environments.content_hash(env())
+    mirrored = environments.content_hash(env(pipIndexUrl="http://mirror/simple"))
+    other = environments.content_hash(env(pipIndexUrl="http://other/simple"))
+    assert len({plain, mirrored, other}) == 3
+    # an Environment without an index keeps the hash (and image) it had before the field
+    before = (
+        b'{"baseImage":"python:3.11-slim","builder":"1","conda":"","dockerfile":"","env":{},'
+        b'"pip":["torch==2.15.0"]}'
+    )
+    assert plain == "sha256:" + hashlib.sha256(before).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ({"pipIndexUrl": "ftp://mirror/simple"}, "should match pattern"),
+        ({"pipIndexUrl": "http://mirror/simple --pre"}, "should match pattern"),
+        (
+            {"baseImage": None, "image": "python:3.11", "pip": [], "pipIndexUrl": "http://m/s"},
+            "pipIndexUrl needs baseImage",
+        ),
+    ],
+)
+def test_a_bad_pip_index_is_refused(spec: dict[str, Any], says: str) -> None:
+    body = {
+        "baseImage": "python:3.11-slim",
+        "registry": {"repository": "registry.local:5000/envs"},
+        **spec,
+    }
+    body = {k: v for k, v in body.items() if v is not None}
+    with pytest.raises(api.InvalidSpec, match=says):
+        api.parse_environment({"kind": "Environment", "metadata": {"name": "e"}, "spec": body})

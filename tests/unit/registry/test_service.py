@@ -124,7 +124,7 @@ def put(svc: Served, run: str, path: str, data: bytes, token: str = WRITER) -> t
     return svc.call("PUT", f"/v1/namespaces/{A}/runs/{run}/outputs/{path}", token, data)
 
 
-# -- item 1: every path variable of every route, in one place ----------------------------
+# -- every path variable of every route, in one place ------------------------------------
 
 
 def test_no_variable_of_any_route_reaches_another_namespace(served: Served) -> None:
@@ -195,7 +195,7 @@ def test_file_path_rule(value: str, ok: bool) -> None:
     assert (service.path_problem(value) is None) is ok
 
 
-# -- item 6: a run's archive is written by that run's ServiceAccount only ---------------
+# -- a run's archive is written by that run's ServiceAccount only ------------------------
 
 
 def test_only_the_runs_service_account_writes_its_archive(served: Served) -> None:
@@ -247,7 +247,7 @@ def test_the_authorizers_caches_are_bounded_and_expire() -> None:
     assert inner.calls.count(("user", USER)) == 1
 
 
-# -- item 3: the manifest's own keys are the server's ------------------------------------
+# -- the manifest's own keys are the server's --------------------------------------------
 
 
 def test_caller_metadata_cannot_replace_the_file_list(served: Served) -> None:
@@ -284,7 +284,7 @@ def test_concurrent_promotions_of_one_run_make_one_version(served: Served) -> No
     assert code == 409 and "not the uid of TrainingRun" in text
 
 
-# -- item 4: size limits -----------------------------------------------------------------
+# -- size limits -------------------------------------------------------------------------
 
 
 def test_an_upload_over_the_limit_is_413_and_leaves_nothing(served: Served) -> None:

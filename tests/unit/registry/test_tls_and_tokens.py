@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from torchyard import api, cli, k8s, launcher
+from torchyard import api, cli, k8s, launcher, registry_server
 from torchyard.controller import handlers
 from torchyard.planning import pods
 from torchyard.registry import service
@@ -178,14 +178,14 @@ def test_serve_uses_https_with_a_certificate_and_warns_without(
 
     monkeypatch.setattr(service.web, "run_app", run_app)
     with caplog.at_level(logging.WARNING, logger="torchyard.registry"):
-        service.serve(tmp_path / "plain", cli.KubernetesAuthorizer(), port=1)
+        service.serve(tmp_path / "plain", registry_server.kubernetes_authorizer(), port=1)
     assert ran[-1]["ssl_context"] is None
     assert "serving plain HTTP" in caplog.text and "--tls-cert" in caplog.text
     caplog.clear()
     pki = make_pki(tmp_path / "pki", "registry")
     tls = service.TLSFiles(pki.cert, pki.key)
     with caplog.at_level(logging.WARNING, logger="torchyard.registry"):
-        service.serve(tmp_path / "tls", cli.KubernetesAuthorizer(), port=1, tls=tls)
+        service.serve(tmp_path / "tls", registry_server.kubernetes_authorizer(), port=1, tls=tls)
     assert ran[-1]["ssl_context"] is tls.context
     assert "plain HTTP" not in caplog.text
     assert len(ran[-1]["app"].cleanup_ctx) > len(ran[0]["app"].cleanup_ctx)  # the reloader
@@ -195,17 +195,17 @@ def test_serve_uses_https_with_a_certificate_and_warns_without(
 
 
 def test_the_registry_audience_has_one_definition() -> None:
-    assert cli.AUDIENCE == pods.REGISTRY_AUDIENCE == "torchyard-registry"
+    assert api.wire.REGISTRY_AUDIENCE == pods.REGISTRY_AUDIENCE == "torchyard-registry"
     defined = [
         str(path.relative_to(OPERATOR))
         for path in OPERATOR.rglob("*.py")
         if re.search(r"""["']torchyard-registry["']""", path.read_text())
     ]
-    assert defined == ["planning/pods.py"]
+    assert defined == ["api/wire.py"]
 
 
 def _tokenreviews(monkeypatch: pytest.MonkeyPatch, answer: dict[str, Any]) -> list[dict[str, Any]]:
-    """k8s.create answering every TokenReview with ``answer``; the reviews asked."""
+    """k8s.rest.create answering every TokenReview with ``answer``; the reviews asked."""
     asked: list[dict[str, Any]] = []
 
     def create(body: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +213,7 @@ def _tokenreviews(monkeypatch: pytest.MonkeyPatch, answer: dict[str, Any]) -> li
         asked.append(body["spec"])
         return {"status": answer}
 
-    monkeypatch.setattr(k8s, "create", create)
+    monkeypatch.setattr(k8s.rest, "create", create)  # what k8s.review_token sends through
     return asked
 
 
@@ -223,7 +223,7 @@ def test_the_authorizer_asks_for_the_registry_audience_only(
     # The apiserver says a kubeconfig/automounted token is not for torchyard-registry:
     # no second review with the apiserver's audience (the fallback this replaced).
     asked = _tokenreviews(monkeypatch, {"authenticated": False})
-    assert cli.KubernetesAuthorizer().user("apiserver-token") is None
+    assert registry_server.kubernetes_authorizer().user("apiserver-token") is None
     assert asked == [{"token": "apiserver-token", "audiences": ["torchyard-registry"]}]
 
 
@@ -242,7 +242,7 @@ def test_a_review_must_vouch_for_the_registry_audience(
 ) -> None:
     user = {"username": "system:serviceaccount:team:trainer", "uid": "u1"}
     _tokenreviews(monkeypatch, {**status, "user": user})
-    assert cli.KubernetesAuthorizer().user("t") == (user if allowed else None)
+    assert registry_server.kubernetes_authorizer().user("t") == (user if allowed else None)
 
 
 # -- the CLI and SDK mint a registry token -----------------------------------------------

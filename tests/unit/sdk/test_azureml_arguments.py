@@ -36,7 +36,7 @@ NS = "team"
 def node(name: str, ready: bool = True, instance_type: str | None = None) -> dict[str, Any]:
     labels = {"torchyard.dev/pool": "a100"}
     if instance_type:
-        labels[azureml.INSTANCE_TYPE_LABEL] = instance_type
+        labels[azureml.compute.INSTANCE_TYPE_LABEL] = instance_type
     return {
         "metadata": {"name": name, "labels": labels},
         "status": {
@@ -270,12 +270,12 @@ def test_wait_for_completion_waits_for_min_node_count_until_its_timeout(
         sleeps.append(seconds)
         nodes[1] = node("a100-1")  # the second node becomes Ready meanwhile
 
-    monkeypatch.setattr(azureml.time, "sleep", sleep)
+    monkeypatch.setattr(azureml.compute.time, "sleep", sleep)
     target.wait_for_completion(min_node_count=2, timeout_in_minutes=1)
     assert len(sleeps) == 1, "it looked again instead of failing at once"
     nodes[1] = node("a100-1", ready=False)
     target = ComputeTarget(ws(), "a100")
-    monkeypatch.setattr(azureml.time, "sleep", lambda s: None)
+    monkeypatch.setattr(azureml.compute.time, "sleep", lambda s: None)
     with pytest.raises(ComputeTargetException, match="fewer than 2, after 0 minutes"):
         target.wait_for_completion(min_node_count=2, timeout_in_minutes=0)
     with pytest.raises(ComputeTargetException, match="never deletes node pools"):

@@ -11,7 +11,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder, pod
 from torchyard import api, status
-from torchyard.status.trainingruns import Observed, observe_failure
+from torchyard.status.trainingruns import Observed, first_failure, observe_failure
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 READY_ENV = {"status": {"phase": "Ready", "image": "img"}}
@@ -29,6 +29,8 @@ def compute(
     previous: dict[str, Any] | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
+    # The failure, as the controller's failure policy finds it and passes it on.
+    kw.setdefault("failure", first_failure(pods))
     return status.trainingrun_status(
         run_2x2(), Observed(environment=env, pods=pods, **kw), previous, T0
     )
@@ -309,6 +311,54 @@ def test_a_failed_archive_fails_the_run_with_the_launchers_reason() -> None:
         pod("r", 0, phase="Failed", exit_code=137, reason="OOMKilled", message=TERMINATION)
     )
     assert oom is not None and oom["reason"] == "OOMKilled"
+
+
+def oom_killed(node: int, rank: int) -> str:
+    """What the launcher writes when the OOM killer ended one of its ranks."""
+    return json.dumps(
+        {
+            "rank": rank,
+            "localRank": 0,
+            "nodeRank": node,
+            "exitCode": 137,
+            "signal": 9,
+            "reason": "OOMKilled",
+            "message": f"rank {rank} was killed by the kernel's OOM killer: this node Pod's "
+            "processes went over its memory limit (200Mi). Give the run more memory",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "kubelet_reason",
+    ["OOMKilled", "Error"],  # a runtime that saw the OOM kill, or only the exit status
+)
+def test_a_rank_the_oom_killer_ended_fails_the_run_as_oomkilled_naming_it(
+    kubelet_reason: str,
+) -> None:
+    st = compute(
+        [
+            pod("r", 0, phase="Running"),
+            pod(
+                "r",
+                1,
+                phase="Failed",
+                exit_code=137,
+                reason=kubelet_reason,
+                message=oom_killed(1, 3),
+            ),
+        ]
+    )
+    assert st["phase"] == "Failed"
+    failure = st["failure"]
+    assert (failure["reason"], failure["rank"], failure["node"], failure["exitCode"]) == (
+        "OOMKilled",
+        3,
+        1,
+        137,
+    )
+    assert "over its memory limit (200Mi)" in failure["message"]
+    assert conds(st)["Failed"] == ("True", "OOMKilled")
 
 
 def test_optional_outputs_succeed_with_a_warning_condition() -> None:

@@ -18,9 +18,17 @@ privileges are needed. It
     python envbuild.py --base REF --target REPO:TAG [--pip REQ ...] [--conda-file F]
                        [--env K=V ...] [--label K=V ...] [--pip-arg ARG ...]
 
+(or ``python -m torchyard.envbuild ...`` where torchyard is installed; the build Job's init
+container runs ``python -m torchyard.envbuild --install /torchyard/envbuild.py`` to copy it).
+It is one module, several hundred lines, because it travels as one file into base images we
+do not control: splitting it would mean copying a package into every build Pod.
+
 Registry credentials come from a ``kubernetes.io/dockerconfigjson`` file named by
 ``TORCHYARD_REGISTRY_AUTH``; ``TORCHYARD_INSECURE_REGISTRIES`` lists hosts spoken to
-over plain HTTP. The operator uses :class:`Registry` too (does the image exist?).
+over plain HTTP. The operator uses :class:`Registry` too (does the image exist?), and
+``torchyard.planning.environments`` builds the Job around :data:`PREFIX`/:data:`HASH_LABEL`.
+Tested in ``tests/unit/test_envbuild_image.py`` and ``tests/integration/test_envbuild.py``
+(a real registry), and on the real node in ``tests/node/test_environments_on_node.py``.
 """
 
 from __future__ import annotations
@@ -474,11 +482,26 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> None:
 
 
 def site_packages(prefix: str) -> str | None:
+    """Where pip put the packages under ``prefix``, for ``PYTHONPATH``.
+
+    ``lib/pythonX.Y/site-packages`` for upstream Python (``python:3.11-slim``); Debian's
+    and Ubuntu's own Python installs ``--prefix P`` into ``P/local/lib/pythonX.Y/dist-packages``
+    (its ``posix_local`` scheme), so both names count. The first one found, sorted.
+    """
     for dirpath, dirnames, _ in os.walk(prefix):
-        if os.path.basename(dirpath) == "site-packages":
+        if os.path.basename(dirpath) in ("site-packages", "dist-packages"):
             return dirpath
         dirnames.sort()
     return None
+
+
+def script_dirs(prefix: str) -> list[str]:
+    """Where console scripts go: ``P/bin``, and ``P/local/bin`` under Debian's Python."""
+    found = [os.path.join(prefix, "bin")]
+    local = os.path.join(prefix, "local", "bin")
+    if os.path.isdir(local):
+        found.append(local)
+    return found
 
 
 # -- the image ------------------------------------------------------------------------------
@@ -491,12 +514,13 @@ def new_config(
     pythonpath: str | None,
     env: dict[str, str],
     labels: dict[str, str],
+    bin_dirs: list[str] | None = None,
 ) -> dict[str, Any]:
     config = json.loads(json.dumps(base))
     inner = config.setdefault("config", {})
     variables = dict(e.split("=", 1) for e in inner.get("Env") or [] if "=" in e)
     path = variables.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    variables["PATH"] = f"{prefix}/bin:{path}"
+    variables["PATH"] = ":".join([*(bin_dirs or [f"{prefix}/bin"]), path])
     if pythonpath:
         old = variables.get("PYTHONPATH")
         variables["PYTHONPATH"] = pythonpath + (":" + old if old else "")
@@ -509,6 +533,31 @@ def new_config(
     )
     config["created"] = FIXED_TIME
     return dict(config)
+
+
+def new_manifest(
+    base: dict[str, Any],
+    config_digest: str,
+    config_size: int,
+    layer: dict[str, Any],
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    """The new image's OCI manifest: the base image's layers, then ``layer``.
+
+    Each base layer keeps its own media type: an uncompressed (``...tar``) or zstd layer
+    declared ``tar+gzip`` is one that the container runtime cannot unpack.
+    """
+    layers = [
+        {"mediaType": e.get("mediaType") or OCI_LAYER, "digest": e["digest"], "size": e["size"]}
+        for e in base["layers"]
+    ]
+    return {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": config_size},
+        "layers": [*layers, layer],
+        "annotations": labels,
+    }
 
 
 def build(
@@ -527,7 +576,8 @@ def build(
     b_host, b_repo, b_ref = parse_reference(base_ref)
     target = Registry(t_host, auth)
     base_reg = target if b_host == t_host else Registry(b_host, auth)
-    print(f"[envbuild] base {base_ref}, target {target_ref}", flush=True)
+    # the user too: a build that cannot write somewhere is easier to explain with it
+    print(f"[envbuild] base {base_ref}, target {target_ref}, uid {os.getuid()}", flush=True)
     base_manifest, _, _ = base_reg.manifest(b_repo, b_ref)
     base_config = json.loads(base_reg.blob(b_repo, base_manifest["config"]["digest"]).read())
 
@@ -546,27 +596,14 @@ def build(
                 target.upload(t_repo, entry["digest"], copy, entry["size"])
         layer.seek(0)
         target.upload(t_repo, digest, layer, size)
-    config = new_config(base_config, diff_id, prefix, site_packages(prefix), env, labels)
+    config = new_config(
+        base_config, diff_id, prefix, site_packages(prefix), env, labels, script_dirs(prefix)
+    )
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     config_digest = _digest(config_bytes)
     target.upload(t_repo, config_digest, io.BytesIO(config_bytes), len(config_bytes))
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": len(config_bytes)},
-        "layers": [
-            {
-                "mediaType": OCI_LAYER
-                if "oci" in str(e.get("mediaType", ""))
-                else e.get("mediaType", OCI_LAYER),
-                "digest": e["digest"],
-                "size": e["size"],
-            }
-            for e in base_manifest["layers"]
-        ]
-        + [{"mediaType": OCI_LAYER, "digest": digest, "size": size}],
-        "annotations": labels,
-    }
+    layer_entry = {"mediaType": OCI_LAYER, "digest": digest, "size": size}
+    manifest = new_manifest(base_manifest, config_digest, len(config_bytes), layer_entry, labels)
     body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     pushed = target.put_manifest(t_repo, t_tag, body, OCI_MANIFEST)
     host = "docker.io" if t_host == "registry-1.docker.io" else t_host

@@ -4,6 +4,8 @@ Standard library only, Python >= 3.8, one file: an init container copies this fi
 any training image and the node Pod runs ``python launcher.py -- <command...>``
 (or ``python -m torchyard.launcher -- <command...>`` where torchyard is installed).
 Local mode runs the very same file once per node.
+It is one module, about a thousand lines, because it travels as one file: splitting it
+would mean copying a package into every image.
 
 It reads its configuration from variables that ``torchyard.planning`` sets:
 
@@ -23,6 +25,8 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
     TORCHYARD_OUTPUTS_OPTIONAL "1": a failed archive upload does not fail the node
     TORCHYARD_SNAPSHOT_MAX_BYTES, TORCHYARD_SNAPSHOT_MAX_FILES
                                what ``--install`` may unpack (default 1 GiB, 100000 entries)
+    TORCHYARD_CGROUP_ROOT      where the container's cgroups are mounted (default
+                               /sys/fs/cgroup): the OOM killer's count and the memory limit
 
 and then:
 - waits until MASTER_ADDR resolves (headless-Service DNS appears a moment after the Pod);
@@ -36,7 +40,9 @@ and then:
 - writes a JSON termination message (at most 4 KiB): rank, exit code or signal, the
   tail of that rank's traceback, and when it exited (``exitedAt``, Unix time), so that
   the operator can name the rank that failed first when its peers on other nodes fail
-  a moment later because they lost it.
+  a moment later because they lost it. A rank SIGKILLed while the kernel's OOM killer
+  struck in this container's memory cgroup (its ``oom_kill`` count went up) is reported
+  with reason ``OOMKilled``, the container's memory limit and what to do;
 - archives the logs (and node 0's outputs) to the registry service; when that fails
   after the ranks succeeded, the termination message says ArchiveFailed with the HTTP
   status and what to fix, and the launcher exits with ARCHIVE_FAILED_EXIT (3), unless
@@ -183,6 +189,58 @@ def writable_folder(name: str, folder: str, say: Callable[[str], None]) -> str:
     return fallback
 
 
+def oom_kills(root: str) -> int | None:
+    """How many processes the kernel's OOM killer has killed in the memory cgroup mounted
+    at ``root`` (cgroup v2 ``memory.events``, v1 ``memory/memory.oom_control``, whose
+    ``oom_kill`` line needs Linux 4.13); None where neither says."""
+    for name in ("memory.events", os.path.join("memory", "memory.oom_control")):
+        try:
+            with open(os.path.join(root, name)) as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def memory_limit(root: str) -> int | None:
+    """The memory limit of the cgroup mounted at ``root`` in bytes (v2 ``memory.max``,
+    v1 ``memory/memory.limit_in_bytes``); None when there is none."""
+    for name in ("memory.max", os.path.join("memory", "memory.limit_in_bytes")):
+        try:
+            with open(os.path.join(root, name)) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        # cgroup v1 says "no limit" with a huge number (a page-aligned LONG_MAX)
+        if value.isdigit() and int(value) < 1 << 62:
+            return int(value)
+        return None
+    return None
+
+
+def _quantity(size: int) -> str:
+    """Bytes as Kubernetes writes memory (``200Mi``, ``4Gi``), exact or else in bytes."""
+    for unit, suffix in ((1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def oom_message(label: str, limit: int | None) -> str:
+    """What a termination message says of a rank the OOM killer ended."""
+    over = f"its memory limit ({_quantity(limit)})" if limit else "the memory it may use"
+    return (
+        f"{label} was killed by the kernel's OOM killer: this node Pod's processes went over "
+        f"{over}. Give the run more memory (spec.resources.memory, which is per node Pod "
+        "and shared by its ranks) or make each rank use less (a smaller batch, fewer "
+        "DataLoader workers, fewer processCountPerNode)"
+    )
+
+
 def traceback_tail(lines: Sequence[str]) -> str:
     """The last Python traceback in ``lines`` (or the last lines when there is none)."""
     lines = list(lines)
@@ -308,6 +366,8 @@ class Launcher:
         self.ranks: list[Rank] = []
         self.stopping: int | None = None  # the signal we were asked to stop with
         self._lock = threading.Lock()
+        self.cgroup = self.env.get("TORCHYARD_CGROUP_ROOT") or "/sys/fs/cgroup"
+        self._oom_kills = oom_kills(self.cgroup)  # before any rank ran
 
     def say(self, text: str) -> None:
         with self._lock:
@@ -532,13 +592,18 @@ class Launcher:
             found = _TORCHRUN_RANK.findall("".join(failed.tail))
             rank = int(found[0]) if found else None
         exit_code = code if code >= 0 else 128 - code
+        reason = "Error"
+        if code == -signal.SIGKILL and self._oom_kills is not None:
+            now = oom_kills(self.cgroup)
+            if now is not None and now > self._oom_kills:
+                reason, message = "OOMKilled", oom_message(failed.label, memory_limit(self.cgroup))
         info: dict[str, Any] = {
             "rank": rank,
             "localRank": failed.local_rank,
             "nodeRank": node_rank,
             "exitCode": exit_code,
             "signal": -code if code < 0 else None,
-            "reason": "Error",
+            "reason": reason,
             "message": message,
             # Unix time the rank exited: the operator names the rank that failed first
             # when peers on other nodes fail a moment later because they lost it.

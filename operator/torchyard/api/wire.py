@@ -1,0 +1,46 @@
+"""The names torchyard puts on the wire, defined once: API group and version, labels,
+annotations, the registry token's audience and the default rendezvous port.
+
+The lowest layer that needs them: ``planning`` (Pods, Services, ModelVersions, build
+Jobs), ``status`` (reading a Pod's node rank), ``k8s`` (the REST paths of torchyard's
+kinds), the API models and the SDK (snapshots, experiments) all import them from here.
+The launcher and the Environment builder are standard-library files copied into images
+alone, so they keep literal copies; tests/unit/api/test_wire.py checks that those copies
+match.
+"""
+
+from __future__ import annotations
+
+GROUP = "torchyard.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Labels of the objects torchyard makes (and of the nodes it schedules on).
+LABEL_RUN = f"{GROUP}/run"
+LABEL_NODE_RANK = f"{GROUP}/node-rank"
+LABEL_ENVIRONMENT = f"{GROUP}/environment"
+LABEL_MODEL = f"{GROUP}/model"
+LABEL_POOL = f"{GROUP}/pool"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+# The scheduling gate a node Pod waits behind until its whole gang fits.
+GANG_GATE = f"{GROUP}/gang"
+# When the run was created: gangs are admitted first come, first served by it.
+ANNOTATION_QUEUED_AT = f"{GROUP}/queued-at"
+# An Environment build Job's: the content hash of its build inputs (hex, first 63).
+LABEL_ENVIRONMENT_HASH = f"{GROUP}/environment-hash"
+# A TrainingRun the Azure ML SDK's Experiment.submit made: the experiment, DNS-safe, and
+# its name as the script gave it.
+LABEL_EXPERIMENT = f"{GROUP}/experiment"
+ANNOTATION_EXPERIMENT_NAME = f"{GROUP}/experiment-name"
+# A source snapshot's ConfigMap: its sha256 (first 63 as the label), file count and size.
+LABEL_SNAPSHOT = f"{GROUP}/snapshot"
+ANNOTATION_SNAPSHOT_SHA256 = f"{GROUP}/sha256"
+ANNOTATION_SNAPSHOT_FILES = f"{GROUP}/files"
+ANNOTATION_SNAPSHOT_SIZE = f"{GROUP}/size"
+
+# The audience of the ServiceAccount tokens the registry service accepts (node Pods'
+# projected tokens, the operator's, the ones the CLI and SDK mint).
+REGISTRY_AUDIENCE = "torchyard-registry"
+
+# spec.distribution.masterPort when unset, as Azure ML.
+DEFAULT_MASTER_PORT = 6105

@@ -1,0 +1,95 @@
+"""The ``torchyard`` command: its parser, the dispatch to a command, and the one place that
+turns a user's mistake into ``torchyard: error: <message>`` and an exit code.
+
+Each command lives in the module of its concern and adds its own parser: ``servers``
+(``operator``, ``registry serve``: the only commands that start server parts), ``local``
+(``run --local``), ``submit`` (``submit``, ``validate``, ``crds``), ``follow`` (``wait``,
+``logs``), ``inspect`` (``get``, ``describe``), ``models`` (``models ...``,
+``runs download``). Commands raise :class:`CliError` or let the SDK's errors through;
+:func:`main` catches them once (:data:`EXITS`), so no command shows a traceback for a
+missing kubeconfig, a cluster that is down, a file that is not there or a refusal.
+
+Called by the console scripts ``torchyard`` and ``kubectl-torchyard`` and
+``python -m torchyard``; tested in tests/unit/test_cli.py, tests/unit/cli/ and
+tests/integration/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import yaml
+
+import torchyard
+from torchyard import api
+from torchyard.cli import follow, inspect, local, models, servers, submit
+from torchyard.cli.errors import CliError
+from torchyard.sdk import clusters, runs, snapshots
+from torchyard.sdk.registry import RegistryError
+
+# The errors a command may end with, the exit code of each, and what goes before the
+# message; the first that matches wins (TimeoutError is an OSError: ``wait`` turns its own
+# into a CliError first).
+EXITS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...] = (
+    (api.InvalidSpec, 2, "invalid resource: "),
+    (snapshots.SnapshotError, 2, ""),
+    ((clusters.ApiError, clusters.Unreachable, RegistryError, runs.RunNotFound), 1, ""),
+    ((OSError, yaml.YAMLError), 2, ""),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchyard",
+        description="Train PyTorch models at scale on Kubernetes: Environments, distributed "
+        "TrainingRuns and a model registry.",
+    )
+    parser.add_argument("--version", action="version", version=f"torchyard {torchyard.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    servers.add_operator(sub)
+    local.add_run(sub)
+    submit.add_submit(sub)
+    follow.add_wait(sub)
+    follow.add_logs(sub)
+    inspect.add_get(sub)
+    inspect.add_describe(sub)
+    servers.add_registry(sub)
+    models.add_models(sub)
+    models.add_runs(sub)
+    submit.add_crds(sub)
+    submit.add_validate(sub)
+    return parser
+
+
+def failure(err: BaseException) -> CliError | None:
+    """``err`` as what the user reads and the exit code, or None when it is a bug."""
+    if isinstance(err, CliError):
+        return err
+    for kinds, code, prefix in EXITS:
+        if isinstance(err, kinds):
+            message = err.message if isinstance(err, clusters.ApiError) else str(err)
+            return CliError(prefix + message, code)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        if args.command != "submit" and hasattr(args, "context") and args.namespace is None:
+            args.namespace = clusters.default_namespace(args.kubeconfig, args.context)
+        result: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:
+        error = failure(err)
+        if error is None:
+            raise
+        print(f"torchyard: error: {error.message}", file=sys.stderr)
+        return error.code
+    return result

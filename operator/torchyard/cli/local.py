@@ -1,0 +1,90 @@
+"""``torchyard run FILE --local``: a TrainingRun on this machine, with the cluster's rank
+contract (``torchyard.sdk.local_runs``). Called by ``torchyard.cli.app``; tested in
+tests/unit/test_local_mode.py and tests/e2e/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from torchyard import api
+from torchyard.cli.errors import CliError
+from torchyard.cli.options import load_documents, pick
+from torchyard.sdk import local_runs
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a TrainingRun; today on this machine (--local)."""
+    if not args.local:
+        raise CliError(
+            "`torchyard run` needs --local (run on this machine); to run on a cluster, "
+            "`kubectl apply -f` the file with the operator installed",
+            2,
+        )
+    docs = load_documents(args.file)
+    body = pick(docs, "TrainingRun", args.name)
+    if body is None:
+        raise CliError(f"no TrainingRun in {args.file}", 2)
+    run = api.parse_trainingrun(body)
+    env_body = pick(docs, "Environment", run.spec.environment)
+    environment = api.parse_environment(env_body) if env_body else None
+    root = Path(args.source) if args.source else Path(args.file).resolve().parent
+    registry = Path(args.registry).expanduser() if args.registry else local_runs.default_registry()
+    workroot = Path(args.workdir).expanduser() if args.workdir else local_runs.default_workroot()
+    source = local_runs.collect_source(root, registry, workroot)
+    print(f"[torchyard] {source.report()}", file=sys.stderr)
+    try:
+        result = local_runs.run(
+            run, source, registry=registry, workroot=workroot, environment=environment
+        )
+    except (OSError, ValueError) as err:
+        raise CliError(str(err), 1) from None
+    if result.failure is not None:
+        print(
+            f"\nTrainingRun {run.name} failed after {result.seconds:.1f}s: "
+            f"{local_runs.describe_failure(result.failure)}",
+            file=sys.stderr,
+        )
+        return result.exit_code or 1
+    print(f"\nTrainingRun {run.name} succeeded in {result.seconds:.1f}s")
+    if result.archive is not None:
+        print(f"  outputs and logs: {result.archive}")
+    if result.model is not None:
+        print(
+            f"  model: {result.model.model} version {result.model.version} "
+            f"({result.model.manifest['size']}, {len(result.model.manifest['files'])} files) "
+            f"at {result.model.path}"
+        )
+    return 0
+
+
+def add_run(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a TrainingRun (--local: on this machine, same rank contract as the cluster)",
+        description="Run the TrainingRun in FILE. With --local it trains on this machine: "
+        "one launcher per node, MASTER_ADDR 127.0.0.1, outputs archived to a local registry.",
+    )
+    p.add_argument("file", help="YAML with a TrainingRun (and optionally its Environment)")
+    p.add_argument("--local", action="store_true", help="run on this machine, no cluster")
+    p.add_argument(
+        "--source",
+        metavar="DIR",
+        help="folder with the training code (default: the YAML file's folder); each node "
+        "gets the files `submit --source` would snapshot, less --workdir and --registry",
+    )
+    p.add_argument(
+        "--registry",
+        metavar="DIR",
+        help="local registry folder (default: ~/.torchyard/registry or $TORCHYARD_REGISTRY)",
+    )
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="where node working folders go (default: ~/.torchyard/runs)",
+    )
+    p.add_argument("--name", help="which TrainingRun, when FILE holds several")
+    p.set_defaults(func=cmd_run)

@@ -1,0 +1,106 @@
+"""The model registry from a laptop: ``torchyard models list|show|download|verify`` and
+``torchyard runs download`` (an archived run file), over ``torchyard.sdk.RegistryClient``.
+
+Called by ``torchyard.cli.app``; tested in tests/integration/test_models_cli.py and
+test_registry_tls.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from torchyard.cli.errors import CliError
+from torchyard.cli.options import registry, registry_options
+
+
+def model_ref(ref: str) -> tuple[str, int | None]:
+    """NAME[:VERSION] as (name, version or None for the latest)."""
+    name, _, version = ref.partition(":")
+    if version and not version.isdigit():
+        raise CliError(f"{ref!r}: the version after ':' is a number")
+    return name, int(version) if version else None
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    client = registry(args)
+    if args.models_command == "list":
+        models = client.models(args.namespace)
+        print(f"{'MODEL':30s} {'VERSIONS':>8s} {'LATEST':>6s}")
+        for name, versions in sorted(models.items()):
+            latest = str(versions[-1]) if versions else "-"
+            print(f"{name:30s} {len(versions):8d} {latest:>6s}")
+        return 0
+    name, version = model_ref(args.model)
+    if args.models_command == "show":
+        m = client.manifest(args.namespace, name, version)
+        print(
+            f"{m['model']} version {m['version']}  ({m.get('size', '')}, created "
+            f"{m.get('created', '?')})"
+        )
+        run = m.get("run") or {}
+        print(f"  run:   {run.get('name', '?')} (uid {run.get('uid') or '?'})")
+        if m.get("environmentImage"):
+            print(f"  image: {m['environmentImage']}")
+        for key, value in sorted((m.get("metrics") or {}).items()):
+            print(f"  metric {key} = {value}")
+        for f in m["files"]:
+            print(f"  {f['sha256'][:16]}  {f['size']:>12d}  {f['path']}")
+        return 0
+    if args.models_command == "download":
+        dest = Path(args.output)
+        m = client.download(args.namespace, name, version, dest)
+        print(
+            f"downloaded {m['model']} version {m['version']}: {len(m['files'])} file(s), "
+            f"sha256 verified, into {dest}"
+        )
+        return 0
+    m, bad = client.verify(args.namespace, name, version)
+    if bad:
+        print(
+            f"{m['model']} version {m['version']}: {len(bad)} file(s) do not match "
+            f"the manifest: {', '.join(bad)}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{m['model']} version {m['version']}: all {len(m['files'])} file(s) match their sha256")
+    return 0
+
+
+def cmd_runs_download(args: argparse.Namespace) -> int:
+    dest = Path(args.output or Path(args.path).name)
+    registry(args).download_run_file(args.namespace, args.run, args.path, dest)
+    print(f"downloaded {args.run}/{args.path} to {dest}")
+    return 0
+
+
+def add_models(sub: Any) -> None:
+    p = sub.add_parser("models", help="registered models: list, show, download, verify")
+    models = p.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
+    p = models.add_parser("list", help="models and their versions")
+    registry_options(p)
+    p.set_defaults(func=cmd_models)
+    for name, text in (
+        ("show", "a version's files, sha256, run and metrics"),
+        ("verify", "check every file of a version against its sha256"),
+        ("download", "download a version, verifying sha256"),
+    ):
+        p = models.add_parser(name, help=text)
+        p.add_argument("model", metavar="NAME[:VERSION]", help="model (default: latest)")
+        if name == "download":
+            p.add_argument("-o", "--output", required=True, help="folder to download into")
+        registry_options(p)
+        p.set_defaults(func=cmd_models)
+
+
+def add_runs(sub: Any) -> None:
+    p = sub.add_parser("runs", help="archived run files")
+    runs = p.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+    p = runs.add_parser("download", help="download an archived file (~ run.download_file)")
+    p.add_argument("run")
+    p.add_argument("path", help="outputs/... or logs/node-N/...")
+    p.add_argument("-o", "--output", help="where to write it (default: its file name)")
+    registry_options(p)
+    p.set_defaults(func=cmd_runs_download)

@@ -1,0 +1,166 @@
+"""What every reconcile shares: its :class:`Context`, its :class:`Result`, and the one
+place where it writes status and Events.
+
+A reconcile decides what to write into an :class:`Outcome` (the new status and the
+Events that go with it) and hands it to :func:`write` once, at its end: the status is
+applied only when it changed, then the Events are recorded. ``Context.k8s`` is the
+facade of ``torchyard.k8s`` the reconcilers call (the module itself; the unit tests pass
+an in-memory fake, tests/unit/controller/fake_k8s.py). Used by ``environments``,
+``trainingruns`` and the policy modules beside them; ``handlers`` builds the Context.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol
+
+from torchyard import k8s, status
+from torchyard.planning import pods
+
+Clock = Callable[[], datetime]
+Log = logging.Logger | logging.LoggerAdapter[Any]
+Key = tuple[str, str, str]  # (kind, namespace, name) of an object to reconcile
+EventType = Literal["Normal", "Warning"]
+_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="torchyard-apply")
+
+
+class K8s(Protocol):
+    """The calls of ``torchyard.k8s`` that reconciling makes (the module fits as it is)."""
+
+    def get(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any]: ...
+
+    def get_or_none(
+        self, res: k8s.Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None: ...
+
+    def list_(
+        self,
+        res: k8s.Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+    def apply(
+        self, manifest: dict[str, Any], *, field_manager: str = ..., subresource: str = ...
+    ) -> dict[str, Any]: ...
+
+    def apply_status(
+        self, manifest: dict[str, Any], *, field_manager: str = ...
+    ) -> dict[str, Any]: ...
+
+    def delete(
+        self,
+        res: k8s.Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str = ...,
+        grace_period_seconds: int | None = ...,
+    ) -> bool: ...
+
+    def record_event(
+        self, obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
+    ) -> dict[str, Any] | None: ...
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Context:
+    """Operator-wide inputs of every reconcile: builder settings, the clock, the API."""
+
+    settings: pods.Settings = field(default_factory=pods.Settings)
+    clock: Clock = utcnow
+    k8s: K8s = k8s
+
+
+@dataclass
+class Result:
+    """What the work queue should do next with this object."""
+
+    requeue_after: float | None = None
+    also: list[Key] = field(default_factory=list)  # other objects to reconcile
+
+
+@dataclass(frozen=True)
+class Event:
+    """A core/v1 Event about the reconciled object."""
+
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass
+class Outcome:
+    """What one reconcile writes, once, at its end: the status and then the Events."""
+
+    status: dict[str, Any]
+    at: datetime
+    events: list[Event] = field(default_factory=list)
+
+
+def phase_events(previous: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
+    """The Event a phase change deserves (none while the phase stays)."""
+    event = status.phase_event(previous, new)
+    if event is None:
+        return []
+    type_, reason, message = event
+    return [Event("Warning" if type_ == "Warning" else "Normal", reason, message)]
+
+
+def write(ctx: Context, body: Mapping[str, Any], outcome: Outcome) -> bool:
+    """Apply ``outcome.status`` unless the object already shows exactly that, then record
+    its Events; True when the status was written. The only status write of a reconcile."""
+    changed = dict(body.get("status") or {}) != outcome.status
+    if changed:
+        meta = body["metadata"]
+        ctx.k8s.apply_status(
+            {
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": outcome.status,
+            }
+        )
+    now = status.timestamp(outcome.at)
+    for event in outcome.events:
+        ctx.k8s.record_event(dict(body), event.type, event.reason, event.message, now=now)
+    return changed
+
+
+def parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> None:
+    """``fn`` over ``items`` on a shared thread pool (many Pods at once); an error of one
+    call is raised here."""
+    for future in [_POOL.submit(fn, item) for item in items]:
+        future.result()
+
+
+def live(pod: Mapping[str, Any]) -> bool:
+    """The Pod has not finished (it may still hold its node's GPUs)."""
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def delete_pods(ctx: Context, namespace: str, victims: Iterable[Mapping[str, Any]]) -> None:
+    """Delete Pods (those not already being deleted), with a short grace period."""
+    parallel(
+        lambda p: ctx.k8s.delete(
+            k8s.PODS, namespace, p["metadata"]["name"], grace_period_seconds=5
+        ),
+        [p for p in victims if not p["metadata"].get("deletionTimestamp")],
+    )
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """A status timestamp (``2026-01-01T12:00:00Z``) as an aware datetime."""
+    if not value:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)

@@ -1,0 +1,140 @@
+"""The failure policy: the deadline, and what a failed or lost node Pod means for the run.
+
+Pure functions, called by ``trainingruns.reconcile`` between observing and applying.
+:func:`decide` finds the failure (the first failed Pod of the current attempt, else a
+node Pod that a running gang lost), holds it while the gang's other Pods may still
+report an earlier one (``status.trainingruns.settling``), and says whether the gang
+restarts or the run fails with it: platform failures (a lost node, an eviction) are
+restarted within ``policy.platformRestartLimit``, failures of the user's code within
+``policy.backoffLimit``, and a stuck Pod or a failed archive upload never (training
+again would not help). ``policy.activeDeadlineSeconds`` counts from the run's start.
+The :class:`Verdict` carries the failure on to the status: it is not computed again.
+Tested as tables in tests/unit/controller/test_failure_policy.py and through the
+reconcile tables of tests/unit/controller/test_reconcile.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from torchyard import api
+from torchyard.planning import names
+from torchyard.status import trainingruns as run_status
+from torchyard.status.trainingruns import Failure
+
+RestartKind = Literal["platform", "user"]
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """The run's restart bookkeeping, as its status keeps it."""
+
+    restarts: int = 0  # gang restarts so far: the current attempt's number
+    failed_attempts: int = 0  # of those, the ones the user's code caused (backoffLimit)
+
+    @classmethod
+    def of(cls, previous: Mapping[str, Any]) -> Attempts:
+        return cls(int(previous.get("restarts") or 0), int(previous.get("failedAttempts") or 0))
+
+    @property
+    def platform_restarts(self) -> int:
+        return self.restarts - self.failed_attempts
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Restart the whole gang: the counts after this restart, and what the Event says."""
+
+    kind: RestartKind
+    attempts: Attempts
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the failure policy decided for this reconcile."""
+
+    failure: Failure | None = None  # the failure that ends the run
+    restart: Restart | None = None  # restart the gang instead of failing
+    settle_seconds: float | None = None  # decide nothing yet: look again after this long
+    deadline_exceeded: bool = False
+    deadline_seconds_left: float | None = None  # look again then
+
+
+def deadline_left(run: api.TrainingRun, started: datetime | None, now: datetime) -> float | None:
+    """Seconds left before ``activeDeadlineSeconds`` (0 or less: exceeded), None if none."""
+    deadline = run.spec.policy.active_deadline_seconds
+    if not deadline or started is None:
+        return None
+    return (started + timedelta(seconds=deadline) - now).total_seconds()
+
+
+def restart_kind(run: api.TrainingRun, failure: Failure, attempts: Attempts) -> RestartKind | None:
+    """'platform' or 'user' when the gang should be restarted, None when the run fails."""
+    if failure.get("platform"):
+        limit = run.spec.policy.platform_restart_limit
+        return "platform" if attempts.platform_restarts < limit else None
+    if failure.get("reason") in run_status.NOT_RESTARTED:
+        return None
+    return "user" if attempts.failed_attempts < run.spec.policy.backoff_limit else None
+
+
+def restart(
+    run: api.TrainingRun, failure: Failure, kind: RestartKind, attempts: Attempts
+) -> Restart:
+    """The restart of the gang after ``failure``, counted by ``kind``."""
+    after = Attempts(attempts.restarts + 1, attempts.failed_attempts + (1 if kind == "user" else 0))
+    if kind == "platform":
+        counted = "a platform failure, not counted against backoffLimit"
+    else:
+        counted = f"{after.failed_attempts}/{run.spec.policy.backoff_limit} of backoffLimit used"
+    why = run_status.failure_message(failure)
+    message = f"restarting the gang (restart {after.restarts}, {counted}): {why}"
+    return Restart(kind, after, message)
+
+
+def final(run: api.TrainingRun, failure: Failure, attempts: Attempts) -> Failure:
+    """The failure that ends the run: a platform one says that no restart was left."""
+    if not failure.get("platform"):
+        return failure
+    limit = run.spec.policy.platform_restart_limit
+    left = (
+        f"no platform restart left ({attempts.platform_restarts} of "
+        f"policy.platformRestartLimit {limit} used)"
+    )
+    message = str(failure.get("message") or "").strip()
+    return {**failure, "message": f"{message}; {left}" if message else left}
+
+
+def decide(
+    run: api.TrainingRun,
+    pods: Sequence[Mapping[str, Any]],
+    attempts: Attempts,
+    phase: str | None,
+    started: datetime | None,
+    now: datetime,
+) -> Verdict:
+    """The deadline, then the failure of the current attempt's ``pods`` (see the module
+    docstring); ``phase`` is the run's phase before this reconcile."""
+    left = deadline_left(run, started, now)
+    if left is not None and left <= 0:
+        return Verdict(deadline_exceeded=True)
+    failure = run_status.first_failure(pods)
+    if failure is not None:
+        wait = run_status.settling(failure, pods, now)
+        if wait is not None:
+            # Its peers on the other nodes may yet report an earlier exit: decide (and
+            # stop them) once they did or the settle time is over.
+            return Verdict(settle_seconds=wait)
+    elif phase == api.Phase.RUNNING.value:
+        pod_names = [names.pod(run.name, i) for i in range(run.spec.distribution.node_count)]
+        failure = run_status.lost_failure(pod_names, pods)
+    if failure is None:
+        return Verdict(deadline_seconds_left=left)
+    kind = restart_kind(run, failure, attempts)
+    if kind is not None:
+        return Verdict(restart=restart(run, failure, kind, attempts))
+    return Verdict(failure=final(run, failure, attempts), deadline_seconds_left=left)

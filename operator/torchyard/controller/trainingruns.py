@@ -1,0 +1,284 @@
+"""The TrainingRun reconcile, as one story: observe, decide, apply, write once.
+
+:func:`reconcile` reads top to bottom, as JobSet's ``Reconcile``:
+
+1. **parse** the spec (one torchyard cannot run is Failed, said once, never retried);
+2. **observe** the run's world into one :class:`Observed`: its status as it was, its
+   Pods (of this attempt, and stale ones of earlier attempts) and its Environment;
+3. a **finished** run only stops its live Pods and waits for its TTL
+   (``ttl_after_finished``);
+4. **decide** with pure functions: the deadline and the failure policy
+   (``failure_policy``: wait for the gang to settle, restart it, or fail);
+5. **apply** children: delete stale Pods, else create the Service and node Pods and
+   admit the gang (``admission``); register the model once every node succeeded
+   (``finalize``);
+6. **write** the status and its Events once, at the end, only when they changed
+   (``context.write``), from ``status.trainingrun_status`` fed with what was observed
+   and decided: the failure decided in step 4 travels with it, never computed again.
+
+Called by ``handlers`` (work queue workers); tested as tables against an in-memory
+fake of ``torchyard.k8s`` in tests/unit/controller/test_reconcile.py, and against a
+real control plane in tests/integration/test_trainingruns.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from torchyard import api, k8s, status
+from torchyard.controller import admission, context, failure_policy, finalize, telemetry
+from torchyard.controller import ttl_after_finished as ttl
+from torchyard.controller.context import Context, Event, Log, Outcome, Result
+from torchyard.planning import names, pods
+from torchyard.status import trainingruns as run_status
+
+# How soon a run whose old attempt's Pods are still going is looked at again.
+STALE_RETRY_SECONDS = 1.0
+# How soon a gang being restarted is looked at again (its new Pods are created then).
+RESTART_RETRY_SECONDS = 0.5
+# How soon a run whose model could not be registered yet tries again.
+REGISTER_RETRY_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one reconcile saw of a run's world, read once at its start."""
+
+    previous: Mapping[str, Any]  # the run's status as it was
+    attempts: failure_policy.Attempts
+    started: datetime | None  # status.startTime
+    completed: datetime | None  # status.completionTime
+    children: list[dict[str, Any]]  # this run's Pods, every attempt
+    current: list[dict[str, Any]]  # those of the current attempt
+    stale: list[dict[str, Any]]  # those of earlier attempts, still there
+    environment: Mapping[str, Any] | None = None  # None: missing (or not looked at)
+
+    @property
+    def phase(self) -> str | None:
+        return self.previous.get("phase")
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in run_status.TERMINAL
+
+    @property
+    def environment_ready(self) -> bool:
+        return bool((self.environment or {}).get("status", {}).get("phase") == "Ready")
+
+
+def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
+    """Reconcile one TrainingRun (see the module docstring)."""
+    outcome, result = _reconcile(body, logger, ctx)
+    if outcome is not None:
+        context.write(ctx, body, outcome)
+    return result
+
+
+def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outcome | None, Result]:
+    """The story's steps: what to write at the end (None: nothing), and what to queue."""
+    meta = body["metadata"]
+    previous = dict(body.get("status") or {})
+    now = ctx.clock()
+    try:
+        run = _parse(body, ctx)
+    except api.InvalidSpec as err:
+        logger.warning("TrainingRun %s is invalid: %s", meta["name"], err)
+        return _invalid(meta.get("generation"), str(err), previous, now), Result()
+    if meta.get("deletionTimestamp"):
+        return None, Result()  # being deleted: owner references take the children away
+
+    seen = observe(ctx, run, previous)
+    if seen.finished:
+        return None, ttl.finished(ctx, run, seen.children, seen.completed, now)
+
+    verdict = failure_policy.decide(run, seen.current, seen.attempts, seen.phase, seen.started, now)
+    if verdict.settle_seconds is not None:
+        logger.debug(
+            "TrainingRun %s/%s: a node failed; deciding in %.1fs",
+            run.namespace,
+            run.name,
+            verdict.settle_seconds,
+        )
+        return None, Result(requeue_after=verdict.settle_seconds)
+    if verdict.restart is not None:
+        return _restart(ctx, run, seen, verdict.restart, logger, now)
+
+    result = Result(requeue_after=verdict.deadline_seconds_left)
+    applied = None
+    if seen.environment_ready and verdict.failure is None and not verdict.deadline_exceeded:
+        applied = _apply_children(ctx, run, seen, result, logger, now)
+        if applied is not None and applied.refused:
+            logger.warning("TrainingRun %s/%s: %s", run.namespace, run.name, applied.refused)
+            return _invalid(run.generation, applied.refused, previous, now), Result()
+    inputs = _status_inputs(seen, verdict, applied)
+    if finalize.needs_registering(run, seen.current):
+        registration = finalize.register(run, seen.environment, ctx, logger)
+        inputs = replace(
+            inputs,
+            finalized=registration.done,
+            model=registration.model,
+            finalizing_message=registration.waiting,
+        )
+        if not registration.done:
+            result.requeue_after = REGISTER_RETRY_SECONDS
+    return _conclude(ctx, run, seen, inputs, result, logger, now), result
+
+
+def _parse(body: Mapping[str, Any], ctx: Context) -> api.TrainingRun:
+    run = api.parse_trainingrun(dict(body))
+    if run.spec.source.snapshot and not ctx.settings.registry_url:
+        raise api.InvalidSpec(
+            "source.snapshot needs the model registry service, and this operator has "
+            "none (install the chart with the registry, or set TORCHYARD_REGISTRY_URL); "
+            "or submit a folder under ~900 KiB, which goes into a ConfigMap"
+        )
+    return run
+
+
+def observe(ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any]) -> Observed:
+    """The run's Pods (its own, not a deleted namesake's) and, unless it finished, its
+    Environment."""
+    uid = run.metadata.get("uid")
+    children = [
+        p
+        for p in ctx.k8s.list_(
+            k8s.PODS, run.namespace, label_selector=f"{names.LABEL_RUN}={run.name}"
+        )
+        if any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences", []))
+    ]
+    attempts = failure_policy.Attempts.of(previous)
+    current = [p for p in children if _attempt(p) == attempts.restarts]
+    seen = Observed(
+        previous=previous,
+        attempts=attempts,
+        started=context.parse_time(previous.get("startTime")),
+        completed=context.parse_time(previous.get("completionTime")),
+        children=children,
+        current=current,
+        stale=[p for p in children if _attempt(p) != attempts.restarts],
+    )
+    if seen.finished:
+        return seen
+    environment = ctx.k8s.get_or_none(k8s.ENVIRONMENTS, run.namespace, run.spec.environment)
+    return replace(seen, environment=environment)
+
+
+def _attempt(pod: Mapping[str, Any]) -> int:
+    return int(pod["metadata"].get("labels", {}).get(pods.ATTEMPT_LABEL, "0"))
+
+
+def _apply_children(
+    ctx: Context, run: api.TrainingRun, seen: Observed, result: Result, logger: Log, now: datetime
+) -> admission.Admission | None:
+    """Delete an earlier attempt's Pods first (None); else the node Pods this attempt
+    wants, created and admitted (``admission.admit``)."""
+    if seen.stale:
+        context.delete_pods(ctx, run.namespace, seen.stale)
+        result.requeue_after = STALE_RETRY_SECONDS
+        return None
+    env_status = (seen.environment or {}).get("status", {})
+    env_spec = (seen.environment or {}).get("spec", {})
+    wanted = pods.pods(
+        run,
+        image=str(env_status.get("image") or env_spec.get("image") or ""),
+        python=str(env_spec.get("python") or "python3"),
+        attempt=seen.attempts.restarts,
+        settings=ctx.settings,
+    )
+    applied = admission.admit(ctx, run, wanted, seen.current)
+    if applied.pending is not None:
+        result.requeue_after = admission.SERVICE_ACCOUNT_RETRY_SECONDS
+    result.also.extend(applied.others)
+    decision = applied.decision
+    if decision is not None and decision.admit:
+        logger.info("TrainingRun %s/%s admitted: %s", run.namespace, run.name, decision.message)
+        created = context.parse_time(str(run.metadata.get("creationTimestamp") or ""))
+        if seen.attempts.restarts == 0 and created is not None:
+            telemetry.ADMISSION_WAIT_SECONDS.observe(max(0.0, (now - created).total_seconds()))
+    return applied
+
+
+def _status_inputs(
+    seen: Observed, verdict: failure_policy.Verdict, applied: admission.Admission | None
+) -> run_status.Observed:
+    """What the status is computed from: what was observed, decided and applied."""
+    decision = applied.decision if applied is not None else None
+    return run_status.Observed(
+        environment=seen.environment,
+        pods=applied.pods if applied is not None else seen.current,
+        restarts=seen.attempts.restarts,
+        failed_attempts=seen.attempts.failed_attempts,
+        deadline_exceeded=verdict.deadline_exceeded,
+        failure=verdict.failure,
+        pending=applied.pending if applied is not None else None,
+        queued_message=decision.message if decision is not None and not decision.admit else None,
+    )
+
+
+def _conclude(
+    ctx: Context,
+    run: api.TrainingRun,
+    seen: Observed,
+    inputs: run_status.Observed,
+    result: Result,
+    logger: Log,
+    now: datetime,
+) -> Outcome:
+    """The new status and its Events; a run that just failed stops its surviving ranks,
+    and one that finished is looked at again at its TTL and lets waiting gangs in."""
+    new = status.trainingrun_status(run, inputs, seen.previous, now)
+    outcome = Outcome(new, now, context.phase_events(seen.previous, new))
+    warning = finalize.archive_warning(seen.previous, new)
+    if warning is not None:
+        outcome.events.append(warning)
+    if new.get("phase") == api.Phase.FAILED.value and seen.phase != new["phase"]:
+        # No surviving rank burns a GPU.
+        context.delete_pods(ctx, run.namespace, [p for p in inputs.pods if context.live(p)])
+        logger.warning(
+            "TrainingRun %s/%s failed: %s", run.namespace, run.name, _failed_message(new)
+        )
+    if new.get("phase") in run_status.TERMINAL:
+        after = run.spec.policy.ttl_seconds_after_finished
+        if after is not None:
+            result.requeue_after = float(after) + ttl.MARGIN_SECONDS
+        result.also.extend(admission.waiting_runs(ctx))
+    return outcome
+
+
+def _restart(
+    ctx: Context,
+    run: api.TrainingRun,
+    seen: Observed,
+    restart: failure_policy.Restart,
+    logger: Log,
+    now: datetime,
+) -> tuple[Outcome, Result]:
+    """Restart the whole gang: delete this attempt's Pods; the status counts the restart
+    and goes back to Pending, and a ``Restarting`` Event (not a ``Pending`` one) says why."""
+    context.delete_pods(ctx, run.namespace, seen.current)
+    logger.warning("TrainingRun %s/%s: %s", run.namespace, run.name, restart.message)
+    new = status.restarting_status(
+        seen.previous,
+        run.generation,
+        restart.attempts.restarts,
+        restart.attempts.failed_attempts,
+        restart.message,
+        now,
+    )
+    outcome = Outcome(new, now, [Event("Warning", "Restarting", restart.message)])
+    return outcome, Result(requeue_after=RESTART_RETRY_SECONDS)
+
+
+def _invalid(
+    generation: int | None, message: str, previous: Mapping[str, Any], now: datetime
+) -> Outcome:
+    new = status.invalid_trainingrun_status(generation, message, previous, now)
+    return Outcome(new, now, context.phase_events(previous, new))
+
+
+def _failed_message(new_status: Mapping[str, Any]) -> str:
+    failed = status.find(new_status.get("conditions"), "Failed") or {}
+    return str(failed.get("message", ""))

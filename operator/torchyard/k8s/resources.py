@@ -1,0 +1,111 @@
+"""Where each kind torchyard touches lives in the REST API: a small table, so no discovery
+round-trips are made.
+
+:class:`Resource` builds the paths; :func:`resource_of` finds the row of a manifest. Used
+by every other module of ``torchyard.k8s`` and, through the package, by the controller,
+the SDK and the CLI (``k8s.PODS``, ``k8s.TRAININGRUNS`` ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torchyard.api import wire
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind of object lives in the REST API."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+TRAININGRUNS = Resource(wire.GROUP, wire.VERSION, "trainingruns")
+ENVIRONMENTS = Resource(wire.GROUP, wire.VERSION, "environments")
+MODELVERSIONS = Resource(wire.GROUP, wire.VERSION, "modelversions")
+PODS = Resource("", "v1", "pods")
+SERVICES = Resource("", "v1", "services")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+EVENTS = Resource("", "v1", "events")
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
+NODES = Resource("", "v1", "nodes", namespaced=False)
+JOBS = Resource("batch", "v1", "jobs")
+SECRETS = Resource("", "v1", "secrets")
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
+ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+TOKENREVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+SUBJECTACCESSREVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
+)
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+
+_BY_KIND: dict[tuple[str, str], Resource] = {
+    (wire.API_VERSION, "TrainingRun"): TRAININGRUNS,
+    (wire.API_VERSION, "Environment"): ENVIRONMENTS,
+    (wire.API_VERSION, "ModelVersion"): MODELVERSIONS,
+    ("v1", "Pod"): PODS,
+    ("v1", "Service"): SERVICES,
+    ("v1", "ConfigMap"): CONFIGMAPS,
+    ("v1", "Event"): EVENTS,
+    ("v1", "Namespace"): NAMESPACES,
+    ("v1", "Node"): NODES,
+    ("batch/v1", "Job"): JOBS,
+    ("v1", "Secret"): SECRETS,
+    ("v1", "ServiceAccount"): SERVICEACCOUNTS,
+    ("rbac.authorization.k8s.io/v1", "Role"): ROLES,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ROLEBINDINGS,
+    ("authentication.k8s.io/v1", "TokenReview"): TOKENREVIEWS,
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): SUBJECTACCESSREVIEWS,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
+}
+
+
+def resource_of(manifest: dict[str, Any]) -> Resource:
+    key = (manifest.get("apiVersion", ""), manifest.get("kind", ""))
+    try:
+        return _BY_KIND[key]
+    except KeyError:
+        raise ValueError(f"torchyard does not manage {key[1]} ({key[0]})") from None
+
+
+__all__ = [
+    "CONFIGMAPS",
+    "CRDS",
+    "ENVIRONMENTS",
+    "EVENTS",
+    "JOBS",
+    "MODELVERSIONS",
+    "NAMESPACES",
+    "NODES",
+    "PODS",
+    "ROLEBINDINGS",
+    "ROLES",
+    "SECRETS",
+    "SERVICEACCOUNTS",
+    "SERVICES",
+    "SUBJECTACCESSREVIEWS",
+    "TOKENREVIEWS",
+    "TRAININGRUNS",
+    "Resource",
+    "resource_of",
+]

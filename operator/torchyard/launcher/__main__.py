@@ -1,7 +1,0 @@
-"""``python -m torchyard.launcher -- <command...>``."""
-
-import sys
-
-from torchyard.launcher import main
-
-sys.exit(main())

@@ -1,0 +1,76 @@
+"""What a local run did: each node's exit (:class:`NodeResult`), the whole run
+(:class:`LocalResult`), and which node's failure is the run's (:func:`first_failure`,
+ordered by the launcher's ``exitedAt`` as the operator orders failed Pods). Pure; used by
+``local.runs`` and the CLI; tested in tests/unit/test_local_mode.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchyard.registry import Version
+from torchyard.status.trainingruns import failure_message
+
+
+@dataclass
+class NodeResult:
+    node: int
+    exit_code: int
+    seconds: float
+    termination: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LocalResult:
+    """What a local run did: exit code, failure, where its files went."""
+
+    exit_code: int
+    workdir: Path
+    nodes: list[NodeResult]
+    archive: Path | None = None
+    model: Version | None = None
+    failure: dict[str, Any] | None = None
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+
+def first_failure(nodes: Sequence[NodeResult]) -> dict[str, Any] | None:
+    """The termination message of the node whose failure came first, with ``node`` and
+    ``exitCode``; None when every node succeeded."""
+    failed = [n for n in nodes if n.exit_code != 0]
+    if not failed:
+        return None
+    # Nodes stopped by us report 'Terminated'. Peers of a failing rank die of it a moment
+    # later ("Connection closed by peer"): the launcher's exitedAt (when its first rank
+    # failed) orders them, run time breaks ties.
+    real = [n for n in failed if n.termination.get("reason") != "Terminated"] or failed
+    first = min(real, key=lambda n: (_exited_at(n.termination), n.seconds))
+    info = dict(first.termination)
+    info["node"] = info.pop("nodeRank", first.node)
+    info.setdefault("exitCode", first.exit_code)
+    return info
+
+
+def _exited_at(termination: dict[str, Any]) -> float:
+    """The launcher's ``exitedAt`` (Unix time) as a number; unknown or bad: infinity."""
+    try:
+        value = float(termination.get("exitedAt", math.inf))
+    except (TypeError, ValueError):
+        return math.inf
+    return value if math.isfinite(value) else math.inf
+
+
+def describe_failure(failure: dict[str, Any]) -> str:
+    """'rank 3 (node 1) failed (Error, exit code 1):' followed by the whole traceback."""
+    return failure_message(failure, full=True)
+
+
+__all__ = ["LocalResult", "NodeResult", "describe_failure", "first_failure"]

@@ -1,0 +1,272 @@
+"""One local execution of a TrainingRun (:class:`LocalRun`, started by :func:`run_local`):
+a working folder per node holding a copy of the selected source files, one launcher
+process per node with the variables of ``torchyard.planning.node_env`` and MASTER_ADDR
+127.0.0.1 on a free port, a progress line per node, and a failing node stopping the
+others (as the operator deletes sibling Pods). Then ``local.finalize`` archives and
+registers. Called through ``torchyard.local`` by the SDK's ``local_runs``; tested in
+tests/unit/test_local_mode.py and tests/e2e/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+import torchyard.launcher
+from torchyard.api import Environment, TrainingRun
+from torchyard.local.checks import missing_packages
+from torchyard.local.finalize import archive_and_register
+from torchyard.local.results import LocalResult, NodeResult, first_failure
+from torchyard.planning import node_env
+from torchyard.registry import Store
+
+LAUNCHER_FILE = Path(torchyard.launcher.__file__)
+
+
+def default_registry() -> Path:
+    return Path(os.environ.get("TORCHYARD_REGISTRY", "~/.torchyard/registry")).expanduser()
+
+
+def default_workroot() -> Path:
+    return Path(os.environ.get("TORCHYARD_LOCAL_RUNS", "~/.torchyard/runs")).expanduser()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalRun:
+    """One local execution of a TrainingRun (see the module docstring); made by
+    :func:`run_local`, which fills in the defaults."""
+
+    def __init__(
+        self,
+        run: TrainingRun,
+        source: Path,
+        files: Sequence[str],
+        environment: Environment | None,
+        *,
+        store_root: Path,
+        workroot: Path,
+        out: IO[str],
+        grace: int,
+    ) -> None:
+        self.run = run
+        self.source = source.resolve()
+        # Relative /-separated paths under source; nothing else is copied.
+        self.files = list(files)
+        self.store_root = store_root.expanduser().resolve()
+        # Absolute: the launchers run in the node folders, and their TORCHYARD_OUTPUTS
+        # and TORCHYARD_LOGS are paths under it (a relative --workdir nested them).
+        self.workroot = workroot.expanduser().resolve()
+        self.environment = environment
+        self.out = out
+        self.grace = grace
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.workdir = self.workroot / f"{run.namespace}-{run.name}-{stamp}-{os.getpid()}"
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def say(self, text: str) -> None:
+        self.out.write(f"[torchyard] {text}\n")
+        self.out.flush()
+
+    def node_dir(self, node: int) -> Path:
+        return self.workdir / f"node-{node}"
+
+    def _check_source(self) -> None:
+        """Every file to copy is a regular file (or a link to one) under the source folder."""
+        if not self.source.is_dir():
+            raise FileNotFoundError(f"source folder {self.source} does not exist")
+        for rel in self.files:
+            parts = PurePosixPath(rel).parts
+            if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+                raise ValueError(f"source file {rel!r} is not a path inside {self.source}")
+            if not (self.source / rel).is_file():  # a link to a file is copied as the file
+                raise FileNotFoundError(f"source file {self.source / rel} is not a regular file")
+
+    def _claim_workdir(self) -> None:
+        """Create this run's folder; '-2', '-3'... when a run of the same second has it."""
+        self.workroot.mkdir(parents=True, exist_ok=True)
+        base, n = self.workdir, 1
+        while True:
+            try:
+                self.workdir.mkdir()
+                return
+            except FileExistsError:
+                n += 1
+                self.workdir = base.with_name(f"{base.name}-{n}")
+
+    def _prepare(self) -> list[str]:
+        warnings = []
+        missing = missing_packages(self.environment)
+        if missing:
+            warnings.append(
+                f"Environment {self.run.spec.environment}: not installed in this Python "
+                f"({sys.executable}): {', '.join(missing)}; the run may fail to import them"
+            )
+        for node in range(self.run.spec.distribution.node_count):
+            self.node_dir(node).mkdir()
+            for rel in self.files:
+                target = self.node_dir(node) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.source / rel, target)
+        return warnings
+
+    def _env(self, node: int, port: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            node_env(
+                self.run,
+                node,
+                master_addr="127.0.0.1",
+                master_port=port,
+                workdir=str(self.node_dir(node)),
+            )
+        )
+        env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
+        env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
+        # The current interpreter's scripts (torchrun, ...) come first, as in its venv.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        return env
+
+    def _start(self) -> None:
+        port = free_port()
+        for node in range(self.run.spec.distribution.node_count):
+            self.procs[node] = subprocess.Popen(
+                [sys.executable, str(LAUNCHER_FILE), "--", *self.run.spec.command],
+                cwd=self.node_dir(node),
+                env=self._env(node, port),
+                start_new_session=True,
+            )
+            nproc = self.run.spec.distribution.process_count_per_node
+            what = (
+                f"{nproc} process(es)"
+                if self.run.spec.distribution.launch == "process"
+                else "the command once (launch: node)"
+            )
+            self.say(f"node {node} started: {what}, pid {self.procs[node].pid}")
+
+    def _stop_all(self, signum: int = signal.SIGTERM) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signum)
+
+    def _wait(self, started: float) -> list[NodeResult]:
+        done: dict[int, NodeResult] = {}
+        stop_deadline: float | None = None
+        while len(done) < len(self.procs):
+            for node, proc in self.procs.items():
+                code = proc.poll()
+                if code is None or node in done:
+                    continue
+                result = NodeResult(node, code, time.monotonic() - started, self._termination(node))
+                done[node] = result
+                verdict = "succeeded" if code == 0 else f"failed (exit code {code})"
+                self.say(f"node {node} {verdict} after {result.seconds:.1f}s")
+                if code != 0 and stop_deadline is None:
+                    self.say("stopping the other nodes")
+                    self._stop_all()
+                    stop_deadline = time.monotonic() + self.grace + 5
+            if stop_deadline is not None and time.monotonic() > stop_deadline:
+                self._stop_all(signal.SIGKILL)
+            time.sleep(0.05)
+        return [done[n] for n in sorted(done)]
+
+    def _termination(self, node: int) -> dict[str, Any]:
+        path = self.node_dir(node) / "termination-log.json"
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    def execute(self) -> LocalResult:
+        dist = self.run.spec.distribution
+        self._check_source()
+        self._claim_workdir()
+        self.say(
+            f"TrainingRun {self.run.namespace}/{self.run.name}: {dist.node_count} node(s) x "
+            f"{dist.process_count_per_node} process(es) = world size {dist.world_size}, "
+            f"launch: {dist.launch}, locally in {self.workdir}"
+        )
+        started = time.monotonic()
+        warnings = self._prepare()
+        for warning in warnings:
+            self.say(f"warning: {warning}")
+        try:
+            self._start()
+            nodes = self._wait(started)
+        except KeyboardInterrupt:
+            self.say("interrupted: stopping every node")
+            self._stop_all()
+            for proc in self.procs.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(self.grace + 5)
+            self._stop_all(signal.SIGKILL)
+            raise
+        failure = first_failure(nodes)
+        exit_code = 0 if failure is None else int(failure.get("exitCode") or 1)
+        result = LocalResult(exit_code, self.workdir, nodes, failure=failure, warnings=warnings)
+        try:
+            folders = [self.node_dir(n) for n in range(len(self.procs))]
+            store = Store(self.store_root)
+            archive_and_register(self.run, self.environment, store, folders, result, self.say)
+        except (OSError, RuntimeError) as err:
+            self.say(f"finalizing failed: {err}")
+            result.exit_code = result.exit_code or 1
+            result.failure = result.failure or {"reason": "FinalizeFailed", "message": str(err)}
+        result.seconds = time.monotonic() - started
+        return result
+
+
+def run_local(
+    run: TrainingRun,
+    source: Path,
+    files: Sequence[str],
+    *,
+    registry: Path | None = None,
+    workroot: Path | None = None,
+    environment: Environment | None = None,
+    out: IO[str] | None = None,
+    grace_seconds: int = 10,
+) -> LocalResult:
+    """Run ``run`` on this machine with ``files`` of ``source`` in every node's folder.
+
+    ``registry``: the local registry folder (default :func:`default_registry`);
+    ``workroot``: where each run's folder is made (default :func:`default_workroot`);
+    ``environment``: the run's Environment, whose pip packages are checked in this Python
+    and whose image is recorded with the model; ``out``: where progress lines go
+    (standard error); ``grace_seconds``: how long a stopped node has to exit."""
+    return LocalRun(
+        run,
+        source,
+        files,
+        environment,
+        store_root=registry or default_registry(),
+        workroot=workroot or default_workroot(),
+        out=out or sys.stderr,
+        grace=grace_seconds,
+    ).execute()
+
+
+__all__ = [
+    "LAUNCHER_FILE",
+    "LocalRun",
+    "default_registry",
+    "default_workroot",
+    "free_port",
+    "run_local",
+]

@@ -1,0 +1,109 @@
+"""Who is asking the registry service, and what one request may touch.
+
+:class:`Access` reads the caller's Kubernetes bearer token (``Authorization: Bearer``, or
+``X-Torchyard-Token`` through the apiserver's service proxy), asks the service's
+:class:`~torchyard.registry.auth.Authorizer` who it is (401 without a valid token) and
+whether it may ``get`` or ``create`` modelversions in the route's namespace (403), checks
+that the writer of a run's archive is that run's ServiceAccount, and keeps every path the
+service opens under ``<root>/<namespace>/`` (``Store.inside``: 400 for ``..`` or a planted
+symbolic link). The Authorizer's calls block, so they run in the executor.
+
+Used by the handlers of ``registry.archives`` and ``registry.versions``; tested in
+``tests/unit/registry/test_service.py`` and ``tests/integration/test_registry_service.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from torchyard.registry.auth import Authorizer, RunIdentity
+from torchyard.registry.client import TOKEN_HEADER
+from torchyard.registry.store import OutsideNamespace, Store
+
+
+def token(request: web.Request) -> str:
+    """``Authorization: Bearer``, or ``X-Torchyard-Token`` when the request came through
+    the apiserver's service proxy (which authenticates the caller itself and drops
+    ``Authorization`` before forwarding)."""
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        return header[7:].strip()
+    return request.headers.get(TOKEN_HEADER, "").strip()
+
+
+class Access:
+    """The service's store, and the authorizer every caller is asked of."""
+
+    def __init__(self, store: Store, authorizer: Authorizer) -> None:
+        self.store = store
+        self.authorizer = authorizer
+
+    async def caller(self, request: web.Request, verb: str) -> tuple[str, dict[str, Any]]:
+        """(namespace, user) of a request that may ``verb`` modelversions there."""
+        bearer = token(request)
+        if not bearer:
+            raise web.HTTPUnauthorized(
+                text="a Kubernetes bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+        loop = asyncio.get_running_loop()
+        user = await loop.run_in_executor(None, self.authorizer.user, bearer)
+        if user is None:
+            raise web.HTTPUnauthorized(
+                text="the token is not valid for the registry",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        ns = request.match_info["ns"]  # checked by variables.checked_variables
+        if not await loop.run_in_executor(None, self.authorizer.allowed, user, verb, ns):
+            raise web.HTTPForbidden(
+                text=f"{user.get('username')} may not {verb} modelversions in {ns}"
+            )
+        return ns, user
+
+    async def namespace(self, request: web.Request, verb: str) -> str:
+        """The request's namespace, once the caller may ``verb`` modelversions there."""
+        return (await self.caller(request, verb))[0]
+
+    async def training_run(self, ns: str, run: str) -> RunIdentity | None:
+        """TrainingRun ``ns/run`` as the registry sees it, None when there is none."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.authorizer.training_run, ns, run)
+
+    async def archive_writer(self, request: web.Request) -> str:
+        """Writing run ``{run}``'s archive: ``create`` on modelversions, and the caller is
+        the ServiceAccount that run's node Pods run as, no other identity."""
+        ns, user = await self.caller(request, "create")
+        run = request.match_info["run"]
+        found = await self.training_run(ns, run)
+        if found is None:
+            raise web.HTTPNotFound(
+                text=f"there is no TrainingRun {run} in {ns}: a run's archive is written by "
+                "its node Pods while the TrainingRun exists"
+            )
+        expected = f"system:serviceaccount:{ns}:{found.service_account}"
+        if user.get("username") != expected:
+            raise web.HTTPForbidden(
+                text=f"{user.get('username')} may not write the archive of TrainingRun "
+                f"{ns}/{run}: only its node Pods may, as ServiceAccount "
+                f"{found.service_account} (the run's spec.serviceAccountName)"
+            )
+        return ns
+
+    def inside(self, ns: str, path: Path) -> Path:
+        """``path`` resolved, when it stays under ``<root>/<ns>/``; 400 otherwise."""
+        try:
+            return self.store.inside(ns, path)
+        except OutsideNamespace:
+            raise web.HTTPBadRequest(
+                text=f"the path leads out of namespace {ns} in the registry (through '..' or "
+                "a symbolic link): refused"
+            ) from None
+
+    def run_file(self, request: web.Request) -> Path:
+        """The file of a ``runs/{run}/{kind}/{path}`` route."""
+        info = request.match_info
+        ns = info["ns"]
+        return self.inside(ns, self.store.run_dir(ns, info["run"]) / info["kind"] / info["path"])

@@ -1,0 +1,208 @@
+"""``Experiment`` and ``Run``: ``Experiment.submit(ScriptRunConfig)`` snapshots the source
+folder (as ``torchyard submit --source`` does) and creates a ``TrainingRun`` labelled with
+the experiment; a ``Run`` follows it (``get_status``, ``get_details``,
+``wait_for_completion``), reads its archived files (``get_file_names``,
+``download_file``) and registers a model from it (``register_model``, in ``models``).
+Tested in tests/unit/sdk/test_azureml*.py and tests/integration/test_azureml.py.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchyard import api, k8s
+from torchyard.api import wire
+from torchyard.sdk import runs, snapshots
+from torchyard.sdk.azureml import models
+from torchyard.sdk.azureml.common import ActivityFailedException, dns_name, refuse
+from torchyard.sdk.azureml.compute import ComputeTarget
+from torchyard.sdk.azureml.run_configs import ScriptRunConfig
+
+if TYPE_CHECKING:
+    from torchyard.sdk.azureml.workspaces import Workspace
+
+# Azure run states by torchyard phase.
+STATUS = {
+    "Pending": "Queued",
+    "Preparing": "Preparing",
+    "Queued": "Queued",
+    "Running": "Running",
+    "Finalizing": "Finalizing",
+    "Succeeded": "Completed",
+    "Failed": "Failed",
+}
+
+
+class Experiment:
+    def __init__(self, workspace: Workspace, name: str) -> None:
+        self.workspace = workspace
+        self.name = name
+
+    def submit(self, config: ScriptRunConfig, tags: dict[str, str] | None = None) -> Run:
+        ws = self.workspace
+        ns = ws.namespace
+        env = config.environment
+        env_name = "default"
+        if env is not None:
+            if not env._registered or env.python.conda_yaml or env.python.pip_requirements:
+                env.register(ws)
+            env_name = dns_name(env.name)
+        snap = snapshots.snapshot(Path(config.source_directory))
+        try:
+            print(snap.report(), file=sys.stderr)
+            snapshots.store(snap, ns, ws.registry)
+            source = snap.source
+        finally:
+            snap.close()
+        python = env.python.interpreter_path if env else "python"
+        command = (
+            [*(str(c) for c in config.command), *config.arguments]
+            if config.command
+            else [python, str(config.script), *config.arguments]
+        )
+        dist = config._distribution()
+        spec: dict[str, Any] = {
+            "environment": env_name,
+            "source": source,
+            "command": command,
+            "distribution": dist,
+        }
+        target = config.compute_target
+        if isinstance(target, str):
+            target = ComputeTarget(ws, target)
+        if target is not None:
+            spec["compute"] = {"pool": target.pool}
+            if target.gpus_per_node:
+                per_node = dist["processCountPerNode"] if dist.get("launch") != "node" else 1
+                spec["resources"] = {"gpusPerNode": min(per_node, target.gpus_per_node)}
+        if config.max_run_duration_seconds:
+            spec["policy"] = {"activeDeadlineSeconds": config.max_run_duration_seconds}
+        if ws.service_account:
+            # The node Pods run as it, so their registry token is its (item: serviceAccount).
+            spec["serviceAccountName"] = ws.service_account
+        exp = dns_name(self.name)[:40].rstrip("-")
+        name = f"{exp}-{secrets.token_hex(3)}"
+        body = {
+            "apiVersion": api.API_VERSION,
+            "kind": "TrainingRun",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": {wire.LABEL_EXPERIMENT: exp, **(tags or {})},
+                "annotations": {wire.ANNOTATION_EXPERIMENT_NAME: self.name},
+            },
+            "spec": spec,
+        }
+        api.parse_trainingrun(body)
+        k8s.create(body)
+        print(f"TrainingRun {ns}/{name} submitted (experiment {self.name})", file=sys.stderr)
+        return Run(self, name)
+
+
+class Run:
+    def __init__(self, experiment: Experiment, run_id: str) -> None:
+        self.experiment = experiment
+        self.id = run_id
+        self.name = run_id
+
+    @property
+    def _ns(self) -> str:
+        return self.experiment.workspace.namespace
+
+    def _body(self) -> dict[str, Any]:
+        return runs.get(self._ns, self.id)
+
+    def get_status(self) -> str:
+        return STATUS.get(self._body().get("status", {}).get("phase", "Pending"), "NotStarted")
+
+    def get_details(self) -> dict[str, Any]:
+        body = self._body()
+        st = body.get("status", {})
+        details: dict[str, Any] = {
+            "runId": self.id,
+            "target": (body["spec"].get("compute") or {}).get("pool"),
+            "status": STATUS.get(st.get("phase", "Pending"), "NotStarted"),
+            "startTimeUtc": st.get("startTime"),
+            "endTimeUtc": st.get("completionTime"),
+            "properties": {"namespace": self._ns, "environment": body["spec"]["environment"]},
+            "runDefinition": body["spec"],
+        }
+        if st.get("phase") == "Failed":
+            details["error"] = {"message": runs.failure_text(body)}
+        return details
+
+    def wait_for_completion(
+        self,
+        show_output: bool = False,
+        wait_post_processing: bool = False,
+        raise_on_error: bool = True,
+    ) -> dict[str, Any]:
+        """Until the run Succeeds or Fails (``show_output``: its states and every rank's
+        log). A run is Succeeded only after its Finalizing phase (outputs archived, model
+        registered), so this always waits for post-processing, as
+        ``wait_post_processing=True`` asks."""
+        body = runs.wait(
+            self._ns, self.id, show_output=show_output, registry=self.experiment.workspace.registry
+        )
+        code, text = runs.outcome(body)
+        if show_output:
+            print(text)
+        if code and raise_on_error:
+            raise ActivityFailedException(text)
+        return self.get_details()
+
+    def get_file_names(self) -> list[str]:
+        return self.experiment.workspace.registry().run_files(self._ns, self.id)
+
+    def download_file(self, name: str, output_file_path: str | None = None) -> None:
+        dest = Path(output_file_path or Path(name).name)
+        if dest.is_dir():
+            dest = dest / Path(name).name
+        self.experiment.workspace.registry().download_run_file(self._ns, self.id, name, dest)
+
+    def register_model(
+        self,
+        model_name: str,
+        model_path: str | None = None,
+        tags: dict[str, str] | None = None,
+        properties: dict[str, Any] | None = None,
+        model_framework: str | None = None,
+        model_framework_version: str | None = None,
+        description: str | None = None,
+        datasets: Any = None,
+        sample_input_dataset: Any = None,
+        sample_output_dataset: Any = None,
+        resource_configuration: Any = None,
+    ) -> models.Model:
+        """Promote ``model_path`` of the run's archive (default: outputs) to the model's
+        next version, recorded as the ModelVersion ``<model>-v<N>``; tags, properties,
+        description and the framework go into the version's manifest."""
+        refuse(
+            "register_model",
+            {
+                "datasets": (datasets, None),
+                "sample_input_dataset": (sample_input_dataset, None),
+                "sample_output_dataset": (sample_output_dataset, None),
+                "resource_configuration": (resource_configuration, None),
+            },
+            "torchyard has no datasets or deployment resources: keep such notes in "
+            "properties= (recorded in the version's manifest)",
+        )
+        return models.register(
+            self,
+            model_name,
+            model_path or "outputs",
+            tags=tags or {},
+            properties=properties or {},
+            framework=(model_framework or "", model_framework_version or ""),
+            description=description or "",
+        )
+
+    def __repr__(self) -> str:
+        return f"Run(id={self.id!r}, namespace={self._ns!r})"
+
+
+__all__ = ["Experiment", "Run"]

@@ -1,0 +1,68 @@
+"""torchyard's resources in a cluster, as a user handles them: submitting Environments and
+TrainingRuns (server-side apply under the caller's field manager), the dry run of a
+submission (exactly the manifests the operator would make, from its own planner), and
+reading runs, environments and models.
+
+Called by ``torchyard submit`` and ``torchyard get`` (``torchyard.cli.submit``,
+``torchyard.cli.inspect``) and by scripts; reads and writes go through ``torchyard.k8s``,
+manifests come from ``torchyard.planning``. Tested in tests/unit/test_cli.py (the dry run)
+and tests/integration/test_cli.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from torchyard import api, k8s
+from torchyard.planning import pods
+from torchyard.sdk import snapshots
+
+Kind = Literal["runs", "envs", "models"]
+KINDS: dict[Kind, k8s.Resource] = {
+    "runs": k8s.TRAININGRUNS,
+    "envs": k8s.ENVIRONMENTS,
+    "models": k8s.MODELVERSIONS,
+}
+
+
+def get(kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+    """One run, environment or model (ApiError 404 when there is none)."""
+    return k8s.get(KINDS[kind], namespace, name)
+
+
+def list_(kind: Kind, namespace: str) -> list[dict[str, Any]]:
+    """Every run, environment or model of the namespace."""
+    return k8s.list_(KINDS[kind], namespace)
+
+
+def apply(body: dict[str, Any], *, field_manager: str) -> dict[str, Any]:
+    """Create or update an Environment or TrainingRun (server-side apply, forced, under
+    ``field_manager``: the fields the caller sets are the caller's)."""
+    return k8s.apply(body, field_manager=field_manager)
+
+
+def dry_run(
+    runs: Iterable[dict[str, Any]],
+    environments: dict[str, dict[str, Any]],
+    namespace: str,
+    snapshot: snapshots.Snapshot | None = None,
+) -> list[dict[str, Any]]:
+    """What submitting ``runs`` (with ``environments``, by name, and the source
+    ``snapshot``) would create: the snapshot's ConfigMap when it fits one, the
+    Environments, then each run with its headless Service and node Pods, as the operator
+    plans them (with the Environment's image when it names one)."""
+    out: list[dict[str, Any]] = []
+    if snapshot is not None and snapshot.fits_configmap:
+        out.append(snapshots.configmap(snapshot, namespace))
+    out += list(environments.values())
+    for body in runs:
+        run = api.parse_trainingrun(body)
+        env = environments.get(run.spec.environment, {}).get("spec", {})
+        image = env.get("image") or f"<image of Environment {run.spec.environment}>"
+        out += [body, pods.service(run)]
+        out += pods.pods(run, image=image, python=env.get("python", "python3"))
+    return out
+
+
+__all__ = ["KINDS", "Kind", "apply", "dry_run", "get", "list_"]

@@ -1,0 +1,184 @@
+"""An in-memory stand-in of ``torchyard.k8s``, the facade the reconcilers call.
+
+It keeps objects by (resource, namespace, name) and records every write: status
+applies, applied manifests, deletions and Events, in order, so that a test reads what
+one reconcile did. Label selectors (``key=value`` or ``key``) and the field selectors
+the controller uses (``status.phase!=...``, ``spec.nodeName=...``) are honoured.
+``refuse`` makes the next applies of a kind answer with an :class:`k8s.ApiError`, as
+the apiserver's admission would. Passed to the reconcilers as ``Context(k8s=fake)``
+(kopf tests its handlers the same way, on the level of its own API wrappers).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from typing import Any
+
+from torchyard import k8s
+
+Stored = tuple[str, str | None, str]  # (plural, namespace, name)
+
+
+class FakeK8s:
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.objects: dict[Stored, dict[str, Any]] = {}
+        self.statuses: list[dict[str, Any]] = []  # every status apply's manifest
+        self.applied: list[dict[str, Any]] = []  # every (non-status) apply's manifest
+        self.deleted: list[tuple[str, str]] = []  # (kind plural, name)
+        self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
+        self.refusals: dict[str, k8s.ApiError] = {}  # kind -> the error its apply raises
+        self._lock = threading.Lock()
+        self._uids = itertools.count(1)
+        for obj in objects:
+            self.put(obj)
+
+    # -- test helpers -------------------------------------------------------------------
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store ``obj`` as the apiserver would hold it (no writes recorded)."""
+        res = k8s.resource_of(obj)
+        meta = obj["metadata"]
+        self.objects[
+            (res.plural, meta.get("namespace") if res.namespaced else None, meta["name"])
+        ] = copy.deepcopy(obj)
+        return obj
+
+    def refuse(self, kind: str, status: int, reason: str, message: str) -> None:
+        self.refusals[kind] = k8s.ApiError(status, reason, message)
+
+    def pods(self) -> list[dict[str, Any]]:
+        return [o for (plural, _, _), o in self.objects.items() if plural == "pods"]
+
+    def pod_names(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.pods())
+
+    def reset_writes(self) -> None:
+        self.statuses.clear()
+        self.applied.clear()
+        self.deleted.clear()
+        self.events.clear()
+
+    # -- the facade ---------------------------------------------------------------------
+
+    def _key(self, res: k8s.Resource, namespace: str | None, name: str) -> Stored:
+        return (res.plural, namespace if res.namespaced else None, name)
+
+    def get(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        found = self.get_or_none(res, namespace, name)
+        if found is None:
+            raise k8s.ApiError(404, "NotFound", f'{res.plural} "{name}" not found')
+        return found
+
+    def get_or_none(
+        self, res: k8s.Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        with self._lock:
+            found = self.objects.get(self._key(res, namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def list_(
+        self,
+        res: k8s.Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        with self._lock:
+            items = [
+                copy.deepcopy(o)
+                for (plural, ns, _), o in self.objects.items()
+                if plural == res.plural and (namespace is None or ns == namespace)
+            ]
+        return [
+            o
+            for o in items
+            if _labels_match(o, label_selector) and _fields_match(o, field_selector)
+        ]
+
+    def apply(
+        self, manifest: dict[str, Any], *, field_manager: str = "", subresource: str = ""
+    ) -> dict[str, Any]:
+        refusal = self.refusals.get(manifest["kind"])
+        if refusal is not None:
+            raise refusal
+        res = k8s.resource_of(manifest)
+        key = self._key(res, manifest["metadata"].get("namespace"), manifest["metadata"]["name"])
+        with self._lock:
+            self.applied.append(copy.deepcopy(manifest))
+            old = self.objects.get(key)
+            new = copy.deepcopy(manifest)
+            if old is not None:
+                new["metadata"] = {**old["metadata"], **new["metadata"]}
+                new.setdefault("status", old.get("status"))
+            else:
+                new["metadata"].setdefault("uid", f"uid-{next(self._uids)}")
+                new["metadata"].setdefault("creationTimestamp", "2026-01-01T12:00:00Z")
+                new["metadata"]["generation"] = 1
+            if manifest["kind"] == "Pod":
+                new.setdefault("status", {"phase": "Pending"})
+            self.objects[key] = new
+            return copy.deepcopy(new)
+
+    def apply_status(self, manifest: dict[str, Any], *, field_manager: str = "") -> dict[str, Any]:
+        res = k8s.resource_of(manifest)
+        key = self._key(res, manifest["metadata"].get("namespace"), manifest["metadata"]["name"])
+        with self._lock:
+            self.statuses.append(copy.deepcopy(manifest))
+            stored = self.objects.get(key)
+            if stored is None:
+                raise k8s.ApiError(404, "NotFound", f"{res.plural} not found")
+            stored["status"] = copy.deepcopy(manifest["status"])
+            return copy.deepcopy(stored)
+
+    def delete(
+        self,
+        res: k8s.Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str = "Background",
+        grace_period_seconds: int | None = None,
+    ) -> bool:
+        with self._lock:
+            self.deleted.append((res.plural, name))
+            return self.objects.pop(self._key(res, namespace, name), None) is not None
+
+    def record_event(
+        self, obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
+    ) -> dict[str, Any] | None:
+        with self._lock:
+            self.events.append((type_, reason, message))
+        return None
+
+
+def _labels_match(obj: dict[str, Any], selector: str | None) -> bool:
+    labels = obj["metadata"].get("labels", {})
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        key, _, value = term.partition("=")
+        if key not in labels or ("=" in term and labels[key] != value):
+            return False
+    return True
+
+
+def _fields_match(obj: dict[str, Any], selector: str | None) -> bool:
+    values = {
+        "status.phase": obj.get("status", {}).get("phase"),
+        "spec.nodeName": obj.get("spec", {}).get("nodeName"),
+    }
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if values[key] == value:
+                return False
+        else:
+            key, value = term.split("=", 1)
+            if values[key] != value:
+                return False
+    return True

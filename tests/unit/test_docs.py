@@ -1,0 +1,104 @@
+"""The repository's own documentation tells the truth about itself: docstrings and comments
+cite only files that are in the repository, no text speaks of the project's history
+("later issues add ..."), and docs/architecture.md exists, is linked from the README's
+Layout section and names every layer of pyproject.toml's import-linter contract."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR = ROOT / "operator"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+CITED = re.compile(r"[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md\b")
+# Words about the project's past or its issue tracker, which a reader of the code lacks.
+HISTORY = re.compile(
+    r"later issues?|with later|parenthesised layers|\bissue #\d|\(issue \d", re.IGNORECASE
+)
+
+
+def _python(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _prose(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of every docstring and comment of a Python file."""
+    source = path.read_text()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring:
+                yield getattr(node, "lineno", 1), docstring
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+
+
+def _toml_comments(path: Path) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            yield number, line
+
+
+def _exists(cited: str, beside: Path) -> bool:
+    return any((base / cited).exists() for base in (ROOT, beside, OPERATOR / "torchyard"))
+
+
+def test_docstrings_and_comments_cite_only_files_in_the_repository() -> None:
+    missing = []
+    sources = [(p, _prose(p)) for p in _python(OPERATOR)]
+    sources.append((ROOT / "pyproject.toml", _toml_comments(ROOT / "pyproject.toml")))
+    for path, prose in sources:
+        for line, text in prose:
+            for cited in CITED.findall(text):
+                if not _exists(cited, path.parent):
+                    missing.append(f"{path.relative_to(ROOT)}:{line} cites {cited}")
+    # Test modules' docstrings too (their bodies make up file names on purpose).
+    for path in _python(ROOT / "tests"):
+        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+        for cited in CITED.findall(docstring):
+            if not _exists(cited, path.parent):
+                missing.append(f"{path.relative_to(ROOT)} cites {cited}")
+    assert not missing, "files that are not in the repository:\n" + "\n".join(missing)
+
+
+def test_no_text_speaks_of_the_projects_history() -> None:
+    texts = [*_python(OPERATOR), *_python(ROOT / "tests"), ROOT / "pyproject.toml"]
+    texts += [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in texts
+        if path != Path(__file__).resolve()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+    assert not found, "history words:\n" + "\n".join(found)
+
+
+def test_the_architecture_page_is_linked_and_names_every_layer() -> None:
+    page = ARCHITECTURE.read_text()
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("\n## Layout") :]
+    assert "(docs/architecture.md)" in layout
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c["layers"] for c in contracts["contracts"] if c["type"] == "layers")
+    packages = [name.strip() for row in layers for name in row.split("|")]
+    assert len(packages) >= 10
+    for package in packages:
+        assert f"`{package.removeprefix('torchyard.')}`" in page, package
+    for step in ("kubectl apply", "torchyard submit", "CEL", "launcher", "ModelVersion"):
+        assert step in page, step
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/architecture.md"])
+def test_the_documentation_stands_on_its_own(path: str) -> None:
+    text = (ROOT / path).read_text()
+    assert "../shared" not in text and "/work/shared" not in text
