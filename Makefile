@@ -89,10 +89,11 @@ test: venv tools lint typecheck layers
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 # The benchmarks print each figure beside its baseline from the same run; `make test` runs
-# them at their smallest size (tests/integration/test_benchmarks_smoke.py).
+# them at their smallest size (tests/integration/test_benchmarks_smoke.py; real_launch, which
+# needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
 bench: venv tools
-	@for b in launch_overhead fanout env_cache registry_throughput; do \
+	@for b in launch_overhead fanout env_cache registry_throughput real_launch; do \
 	  echo "[bench] $$b $(BENCH_ARGS)"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) || exit 1; done
 
 demo: venv

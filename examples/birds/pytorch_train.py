@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -141,6 +142,26 @@ def checksum(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def export_onnx(model: nn.Module, path: Path) -> None:
+    """``model`` as ONNX (input ``image``, output ``logits``; the batch size may vary),
+    with the TorchScript exporter on every torch: torch 2.x must be told
+    ``dynamo=False`` (its default became the dynamo exporter, which needs onnxscript),
+    while torch 1.x has no such argument and refuses it."""
+    model.eval()
+    options: dict[str, object] = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        options["dynamo"] = False
+    torch.onnx.export(
+        model,
+        (torch.zeros(1, 3, birds_data.SIZE, birds_data.SIZE),),
+        str(path),
+        input_names=["image"],
+        output_names=["logits"],
+        dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+        **options,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num_epochs", type=int, default=10, help="fine-tuning epochs")
@@ -221,15 +242,7 @@ def main() -> None:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
         (out / "history.json").write_text(json.dumps(history, indent=2))
         if os.environ.get("TORCHYARD_EXPORT_ONNX") == "1":
-            model.eval()
-            torch.onnx.export(
-                model,
-                (torch.zeros(1, 3, birds_data.SIZE, birds_data.SIZE),),
-                str(out / "model.onnx"),
-                input_names=["image"],
-                output_names=["logits"],
-                dynamo=False,
-            )
+            export_onnx(model, out / "model.onnx")
             print("exported outputs/model.onnx", flush=True)
         print(f"val accuracy {metrics['val_accuracy']:.3f}; saved {out / 'model.pt'}", flush=True)
     if dist.is_initialized():

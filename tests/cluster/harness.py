@@ -1,7 +1,9 @@
 """A real Kubernetes control plane on loopback, for integration tests and benchmarks.
 
 ``Cluster.start()`` runs etcd, kube-apiserver (RBAC on, service-account signing keys,
-client-certificate auth, loopback only), kube-controller-manager (garbage collection,
+client-certificate auth; clients use loopback, while the ``kubernetes`` Service points at
+this machine's own address so that Pods of a real node reach it, as
+``hack/local-up-cluster.sh`` does), kube-controller-manager (garbage collection,
 service-account tokens, ...) and kube-scheduler from the binaries that
 ``tests/cluster/binaries.py`` builds, waits for ``/readyz`` and the ``default``
 namespace, applies ``crds/`` and waits until each is served, not only ``Established``
@@ -13,7 +15,8 @@ nodes: a GPU pool (4 nodes x 8 ``nvidia.com/gpu``, ``torchyard.dev/pool=a100``, 
 process it started (each in its own process group) and removes the working folder.
 
 Used by ``tests/conftest.py`` (one cluster per pytest session) and ``benchmarks/``;
-``python -m tests.cluster.harness`` keeps one up for manual use.
+``python -m tests.cluster.harness`` keeps one up for manual use (``--real-node``: with
+the real kubelet node of ``tests/cluster/realnode.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +67,23 @@ DEFAULT_POOLS = (
 )
 
 
+# The first address of the apiserver's --service-cluster-ip-range: the `kubernetes` Service.
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+
+
+def host_address() -> str | None:
+    """This machine's own non-loopback IPv4 address (the default route's source), which a
+    Pod's network namespace can reach; None on a machine without such a route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the source
+        except OSError:
+            return None
+        address: str = s.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -105,6 +125,9 @@ class Cluster:
     verbose: bool = False
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # What the `kubernetes` Service's endpoint is (set by start()): this machine's address,
+    # or None when it has none (then the Service has no endpoint and Pods cannot reach it).
+    advertise_address: str | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -188,7 +211,14 @@ class Cluster:
     def _pki(self) -> None:
         """A CA, the apiserver's serving certificate, an admin client certificate, SA keys."""
         w = self.workdir
-        (w / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        # Clients on this machine use 127.0.0.1; Pods reach the `kubernetes` Service (its
+        # ClusterIP, DNS names) whose endpoint is this machine's address: all verify.
+        self.advertise_address = host_address()
+        names = ["IP:127.0.0.1", "DNS:localhost", f"IP:{KUBERNETES_SERVICE_IP}", "DNS:kubernetes"]
+        names += [f"DNS:kubernetes.default{d}" for d in ("", ".svc", ".svc.cluster.local")]
+        if self.advertise_address:
+            names.append(f"IP:{self.advertise_address}")
+        (w / "san.cnf").write_text(f"subjectAltName={','.join(names)}\n")
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         self._openssl(
             "req",
@@ -282,14 +312,19 @@ class Cluster:
 
     def _start_apiserver(self) -> None:
         w = self.workdir
+        if self.advertise_address:
+            # As hack/local-up-cluster.sh: every address (loopback for the clients here,
+            # this machine's for Pods), and this machine's as the `kubernetes` Service's
+            # endpoint, which kube-proxy on a real node routes 10.96.0.1:443 to.
+            address = ["--bind-address=0.0.0.0", f"--advertise-address={self.advertise_address}"]
+        else:
+            # loopback may not be published as the kubernetes Service endpoint
+            address = ["--bind-address=127.0.0.1", "--endpoint-reconciler-type=none"]
         self._start(
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # loopback may not be published as the kubernetes Service endpoint
-                "--endpoint-reconciler-type=none",
+                *address,
                 f"--secure-port={self.apiserver_port}",
                 f"--tls-cert-file={w / 'apiserver.crt'}",
                 f"--tls-private-key-file={w / 'apiserver.key'}",
@@ -304,7 +339,7 @@ class Cluster:
                 f"--service-account-signing-key-file={w / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 "--api-audiences=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
                 "--v=1",
@@ -519,9 +554,27 @@ def _interrupted(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Keep a cluster up until Ctrl-C or SIGTERM, printing how to reach it; either stops
-    every process it started."""
+    every process it started. ``--real-node`` adds the real kubelet node
+    (``tests/cluster/realnode.py``, root): then stopping also undoes what the node changed
+    on the host, and the exit status is 1 if anything was left."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.cluster.harness", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also join a real kubelet node (containerd, CNI, CoreDNS, kube-proxy; as root) "
+        "labelled torchyard.dev/pool=real",
+    )
+    args = parser.parse_args(argv)
+    if args.real_node:
+        from tests.cluster import realnode  # imports this module: only when asked for
+
+        return realnode.main([])
     # While starting, SIGTERM unwinds like Ctrl-C (Cluster.start stops what it started).
     signal.signal(signal.SIGTERM, _interrupted)
     cluster = Cluster()

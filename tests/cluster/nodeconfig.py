@@ -126,6 +126,32 @@ def containerd_config(work: Path, sandbox_image: str, runc: str) -> str:
             bin_dir = {q(str(CNI_BIN_DIR))}
             conf_dir = {q(str(work / "net.d"))}
             max_conf_num = 1
+
+          # one folder per registry host (registry_hosts_toml), read at every pull
+          [plugins."io.containerd.grpc.v1.cri".registry]
+            config_path = {q(str(work / "certs.d"))}
+        """
+    )
+
+
+_HOST_PORT = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?:[0-9]{1,5}$")
+
+
+def registry_hosts_toml(host: str) -> str:
+    """containerd's ``certs.d/<host>/hosts.toml`` for a plain-HTTP registry ``host:port``
+    (a test registry: containerd otherwise speaks HTTPS to every registry)."""
+    if not _HOST_PORT.fullmatch(host):
+        raise ValueError(
+            f"registry {host!r}: give host:port (e.g. 10.1.2.3:5000); containerd keys its "
+            "registry folders by it"
+        )
+    q = json.dumps
+    return textwrap.dedent(
+        f"""\
+        server = {q("http://" + host)}
+
+        [host.{q("http://" + host)}]
+          capabilities = ["pull", "resolve"]
         """
     )
 

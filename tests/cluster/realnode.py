@@ -19,7 +19,8 @@
   (``tests/cluster/images.py``) and the project's own **torchyard** image built from
   ``images/operator/Dockerfile`` with buildah (``tests/cluster/buildah.py``), imported into
   containerd; Pods use ``RealNode.images["python" | "pytorch" | "torchyard"].ref`` with
-  ``imagePullPolicy: Never``;
+  ``imagePullPolicy: Never``; containerd pulls from a plain-HTTP test registry once
+  ``RealNode.pull_over_http(host)`` wrote its ``certs.d/<host>/hosts.toml``;
 - a **device-plugin stand-in** (``tests/cluster/deviceplugin.py``, its own process,
   started once the kubelet is Ready) that registers ``gpus`` x ``nvidia.com/gpu`` through
   the kubelet's device-plugin API, so GPU requests go through the kubelet's device manager
@@ -33,7 +34,8 @@ working folder; ``leftovers()`` lists whatever is still there. One real node per
 (a lock file says whose); a node left by a killed session is cleaned up by the next start.
 
 Needs root, cgroups and Debian/Ubuntu's apt. Used by ``tests/node/conftest.py``;
-``python -m tests.cluster.realnode`` keeps a cluster with the real node up by hand. The
+``python -m tests.cluster.realnode`` (or ``python -m tests.cluster.harness --real-node``)
+keeps a cluster with the real node up by hand. The
 configuration files come from ``tests/cluster/nodeconfig.py`` (pure); the bookkeeping here
 is tested in ``tests/unit/cluster/test_realnode.py``, the node itself by ``tests/node/``.
 """
@@ -540,6 +542,15 @@ class RealNode:
             timeout=30,
         )
 
+    def pull_over_http(self, host: str) -> None:
+        """Let containerd pull from the plain-HTTP registry ``host:port`` (a test registry,
+        e.g. where Environment builds push): its ``certs.d/<host>/hosts.toml``, read at the
+        next pull, no restart."""
+        folder = self.root / "containerd" / "certs.d" / host
+        text = nodeconfig.registry_hosts_toml(host)  # checks host before making folders
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts.toml").write_text(text)
+
     def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = ["ctr", "--address", str(self.containerd_socket), "-n", "k8s.io", *args]
         return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=120)
@@ -952,6 +963,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  kubectl get nodes -L {POOL_LABEL}   # KWOK pools and the real node\n"
             f"  Pods: image {python}, imagePullPolicy: Never, nodeSelector "
             f"{POOL_LABEL}: {node.pool}\n"
+            f"  images: {' '.join(f'{k}={v.ref}' for k, v in sorted(node.images.items()))}\n"
             f"  GPUs: {len(node.gpus)} x {deviceplugin.RESOURCE} (the device-plugin stand-in)\n"
             f"logs in {cluster.workdir} and {node.root}; Ctrl-C to stop",
             flush=True,
@@ -961,6 +973,11 @@ def main(argv: list[str] | None = None) -> int:
         if node is not None:
             node.stop()
         cluster.stop()
+    left = node.leftovers() if node is not None else []
+    if left:
+        print("[node] left on the host:\n  " + "\n  ".join(left), flush=True)
+        return 1
+    print("[node] stopped; nothing left on the host", flush=True)
     return 0
 
 

@@ -3,6 +3,11 @@
 Built from Go modules like the rest of the harness (``tests/cluster/go/registry``);
 ``OciRegistry`` runs it with filesystem storage in a temporary folder, plain HTTP on
 127.0.0.1, and tells the builder and the operator so via TORCHYARD_INSECURE_REGISTRIES.
+With ``address=`` (this machine's non-loopback address) it serves where the real node's
+Pods and containerd reach it too (tests/node/test_environments_on_node.py);
+``anonymous_pull=True`` lets anyone pull while pushing needs the credentials, as a
+public registry does. ``push_archive`` pushes a locally made image archive
+(``tests/cluster/images.py``) into it with the builder's own client.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
@@ -21,9 +27,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import IO, Any
 
 from tests.cluster import binaries
 from tests.cluster.harness import free_port
+from torchyard import envbuild
 
 
 class TokenServer:
@@ -33,8 +41,16 @@ class TokenServer:
     ``x5c`` and grant exactly the scopes asked for, to the one user it knows.
     """
 
-    def __init__(self, workdir: Path, user: str, password: str) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        user: str,
+        password: str,
+        address: str = "127.0.0.1",
+        anonymous_pull: bool = False,
+    ) -> None:
         self.workdir, self.user, self.password = workdir, user, password
+        self.anonymous_pull = anonymous_pull
         self.issued = 0
         subprocess.run(
             [
@@ -69,12 +85,15 @@ class TokenServer:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 expected = base64.b64encode(f"{server.user}:{server.password}".encode())
-                if self.headers.get("Authorization", "") != "Basic " + expected.decode():
-                    self.send_response(401)
-                    self.end_headers()
-                    return
+                given = self.headers.get("Authorization", "")
                 query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
                 scopes = " ".join(query.get("scope", [])).split()
+                if given != "Basic " + expected.decode():
+                    if given or not server.anonymous_pull:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                    scopes = [_pull_only(s) for s in scopes]  # anonymous: pull, nothing more
                 body = json.dumps({"token": server.token(query["service"][0], scopes)})
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -84,8 +103,8 @@ class TokenServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.realm = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
+        self.httpd = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.realm = f"http://{address}:{self.httpd.server_address[1]}/token"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def token(self, service: str, scopes: list[str]) -> str:
@@ -96,7 +115,9 @@ class TokenServer:
         access = []
         for scope in scopes:
             kind, name, actions = scope.split(":")
-            access.append({"type": kind, "name": name, "actions": actions.split(",")})
+            access.append(
+                {"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]}
+            )
         header = {"alg": "RS256", "typ": "JWT", "x5c": [self.x5c]}
         claims = {
             "iss": "torchyard-test",
@@ -121,18 +142,35 @@ class TokenServer:
 
     def stop(self) -> None:
         self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _pull_only(scope: str) -> str:
+    """``repository:NAME:pull,push`` -> ``repository:NAME:pull`` (no actions if no pull)."""
+    kind, _, rest = scope.partition(":")
+    name, _, actions = rest.rpartition(":")
+    kept = [a for a in actions.split(",") if a == "pull"]
+    return f"{kind}:{name}:{','.join(kept)}"
 
 
 class OciRegistry:
     def __init__(
-        self, htpasswd: tuple[str, str] | None = None, token: tuple[str, str] | None = None
+        self,
+        htpasswd: tuple[str, str] | None = None,
+        token: tuple[str, str] | None = None,
+        address: str = "127.0.0.1",
+        anonymous_pull: bool = False,
     ) -> None:
+        if anonymous_pull and token is None:
+            raise ValueError("anonymous_pull needs token=(user, password): the push credentials")
         self.htpasswd = htpasswd
         self.token = token
+        self.anonymous_pull = anonymous_pull
+        self.address = address
         self.token_server: TokenServer | None = None
         self.workdir = Path(tempfile.mkdtemp(prefix="torchyard-registry-"))
         self.port = free_port()
-        self.host = f"127.0.0.1:{self.port}"
+        self.host = f"{address}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OciRegistry:
@@ -154,7 +192,9 @@ class OciRegistry:
             path = self.workdir / "htpasswd"
             text += f"auth: {{htpasswd: {{realm: torchyard-test, path: {path}}}}}\n"
         if self.token is not None:
-            self.token_server = TokenServer(self.workdir, *self.token)
+            self.token_server = TokenServer(
+                self.workdir, *self.token, address=self.address, anonymous_pull=self.anonymous_pull
+            )
             text += (
                 "auth: {token: {"
                 f"realm: '{self.token_server.realm}', service: torchyard-test-registry, "
@@ -196,3 +236,40 @@ class OciRegistry:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(10)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def push_archive(
+    registry: OciRegistry, archive: Path, repo: str, tag: str, auth: dict[str, Any] | None = None
+) -> str:
+    """Push the one image of an OCI image-layout archive (as ``tests/cluster/images.py``
+    caches them) to ``registry`` as ``repo:tag`` with the builder's own client; blobs
+    stream from the archive. Returns ``host/repo:tag``."""
+    client = envbuild.Registry(registry.host, auth, insecure=True, timeout=120)
+    with tarfile.open(archive) as tar:
+
+        def blob(digest: str) -> tuple[IO[bytes], int]:
+            member = tar.getmember("blobs/sha256/" + digest.removeprefix("sha256:"))
+            data = tar.extractfile(member)
+            if data is None:
+                raise ValueError(f"{archive}: blob {digest} is not a file")
+            return data, member.size
+
+        index = json.load(_blob_file(tar, "index.json"))
+        entries = index.get("manifests", [])
+        if len(entries) != 1:
+            raise ValueError(f"{archive}: expected one image in index.json, found {len(entries)}")
+        data, _ = blob(entries[0]["digest"])
+        body = data.read()
+        manifest = json.loads(body)
+        for entry in [manifest["config"], *manifest["layers"]]:
+            data, size = blob(entry["digest"])
+            client.upload(repo, entry["digest"], data, size)
+        client.put_manifest(repo, tag, body, manifest.get("mediaType") or envbuild.OCI_MANIFEST)
+    return f"{registry.host}/{repo}:{tag}"
+
+
+def _blob_file(tar: tarfile.TarFile, name: str) -> IO[bytes]:
+    data = tar.extractfile(name)
+    if data is None:
+        raise ValueError(f"{tar.name!r}: {name} is not a file")
+    return data

@@ -1,10 +1,13 @@
 """The test control plane itself (``tests/cluster/harness.py``), kept up by hand with
 ``python -m tests.cluster.harness``: a cluster handed out serves and validates every
 torchyard CRD at once (the first write of a test is never refused for a CRD still being
-set up), and SIGTERM stops every process the harness started and removes its folder."""
+set up), and SIGTERM stops every process the harness started and removes its folder.
+With ``--real-node`` (marker ``node``, root) the kept cluster has the real kubelet node,
+and SIGTERM or SIGINT also leaves nothing of the node on the host."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -110,3 +113,79 @@ def test_sigterm_stops_every_process_of_the_kept_cluster(kept: KeptCluster) -> N
         time.sleep(0.2)
     assert processes_using(kept.workdir) == [], "the harness left its processes running"
     assert not kept.workdir.exists(), "the harness left its folder behind"
+
+
+@pytest.mark.node
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_kept_cluster_with_the_real_node_stops_cleanly_on_a_signal(signum: int) -> None:
+    """``python -m tests.cluster.harness --real-node`` (root): a cluster with the real
+    kubelet node Ready, and after SIGTERM or SIGINT nothing of either on the host. In
+    the integration tier on purpose: it runs before the node tier's session node, as
+    there is one real node per machine (``tests/cluster/realnode.py``)."""
+    from tests.cluster import realnode
+
+    chains_before = realnode.iptables_chains()
+    paths_before = {p for p in realnode.HOST_PATHS if p.exists()}
+    netns_before = realnode._netns()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.cluster.harness", "--real-node"],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k != "TORCHYARD_KEEP_CLUSTER_DIR"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # ends at "logs in ...", or when the process exits
+            output.append(line)
+            if line.startswith("logs in "):
+                break
+        text = "".join(output)
+        assert "; Ctrl-C to stop" in text, text
+        kubeconfig = Path(text.split("export KUBECONFIG=", 1)[1].split()[0])
+        cluster_dir, node_dir = text.split("logs in ", 1)[1].split(";", 1)[0].split(" and ")
+        workdirs = [Path(cluster_dir.strip()), Path(node_dir.strip())]
+        kubectl = [
+            str(binaries.TOOLS["kubernetes"].path("kubectl")),
+            f"--kubeconfig={kubeconfig}",
+            f"--cache-dir={workdirs[1] / 'test-kubectl-cache'}",
+        ]
+        node = subprocess.run(
+            [*kubectl, "get", "node", "real-0", "-o", "yaml"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        body = yaml.safe_load(node)
+        assert body["metadata"]["labels"]["torchyard.dev/pool"] == "real"
+        assert "kwok.x-k8s.io/node" not in body["metadata"].get("annotations", {})
+        ready = {c["type"]: c["status"] for c in body["status"]["conditions"]}["Ready"]
+        assert ready == "True", body["status"]["conditions"]
+        assert len(processes_using(workdirs[1])) >= 4  # containerd, kubelet, kube-proxy, CoreDNS
+
+        process.send_signal(signum)
+        code = process.wait(180)
+        output.append(process.stdout.read())
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    text = "".join(output)
+    assert code == 0, text
+    assert "[node] stopped; nothing left on the host" in text, text
+    # checked from outside too: no process of either folder, no folder, no bridge, no new
+    # network namespace, chain or host folder, and the machine's node lock is free again
+    deadline = time.monotonic() + 20
+    while any(processes_using(w) for w in workdirs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [processes_using(w) for w in workdirs] == [[], []], "processes left running"
+    assert [w for w in workdirs if w.exists()] == [], "folders left behind"
+    assert not realnode._link_exists(realnode.NodeNetwork().bridge)
+    assert realnode._netns() - netns_before == set()
+    assert [p for p in realnode.HOST_PATHS if p.exists() and p not in paths_before] == []
+    for key, chains in realnode.iptables_chains().items():
+        new = {c for c in chains - chains_before.get(key, set()) if realnode.OUR_CHAINS.match(c)}
+        assert not new, f"{key}: chains left {new}"
+    with realnode.lock_path().open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a node holds it
+        fcntl.flock(lock, fcntl.LOCK_UN)

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -327,7 +328,7 @@ def test_the_birds_run_archives_and_registers_a_model_the_cli_downloads(
     body = (
         ddp_run(name, ns, real_node)
         .command(*BIRDS_COMMAND)
-        .register("pytorch-birds", path="outputs")
+        .register("pytorch-birds", path="outputs", exportOnnx=True)
         .with_("spec.serviceAccountName", "trainer")  # the archive's only writer
         .obj()
     )
@@ -364,7 +365,7 @@ def test_the_birds_run_archives_and_registers_a_model_the_cli_downloads(
             assert f"param-checksum rank {rank} {checksums[rank]}" in rank_log
     mv = k8s.get(k8s.MODELVERSIONS, ns, "pytorch-birds-v1")
     files = {f["path"]: f for f in mv["spec"]["files"]}
-    assert sorted(files) == ["history.json", "metrics.json", "model.pt"], files
+    assert sorted(files) == ["history.json", "metrics.json", "model.onnx", "model.pt"], files
     assert mv["spec"]["run"]["uid"] == run["metadata"]["uid"]
     assert mv["spec"]["environmentImage"] == real_node.images["pytorch"].ref
     assert mv["spec"]["metrics"]["world_size"] == 4  # written by rank 0 of the 4
@@ -385,6 +386,43 @@ def test_the_birds_run_archives_and_registers_a_model_the_cli_downloads(
     saved = torch.load(out / "model.pt", map_location="cpu")
     assert saved["classes"] == ["chicken", "turkey"]
     assert checksum(saved["state_dict"]) == checksums[0]
+    # exportOnnx: rank 0 exported it with the image's torch 1.13, and it RUNS here
+    # (onnxruntime) on fresh birds images, agreeing with the PyTorch model it came from
+    assert "[rank 0] exported outputs/model.onnx" in logs(cluster, ns, f"{name}-0")
+    onnx = (out / "model.onnx").read_bytes()
+    assert hashlib.sha256(onnx).hexdigest() == files["model.onnx"]["sha256"]
+    logits, expected = onnx_and_torch_logits(out, saved)
+    assert logits.shape == expected.shape == (24, 2)
+    assert np.allclose(logits, expected, atol=1e-4), abs(logits - expected).max()
+    assert (logits.argmax(1) == expected.argmax(1)).all()
+
+
+def onnx_and_torch_logits(folder: Path, saved: dict[str, Any]) -> tuple[Any, Any]:
+    """The logits of ``folder/model.onnx`` (onnxruntime) and of the example's Classifier
+    with ``saved``'s weights (torch) on 24 birds images the run never saw."""
+    import importlib
+
+    import onnxruntime
+    import torch
+
+    sys.path.insert(0, str(BIRDS))
+    try:
+        birds_data = importlib.import_module("birds_data")
+        train = importlib.import_module("pytorch_train")
+    finally:
+        sys.path.remove(str(BIRDS))
+    images, _labels = birds_data.birds(24, seed=7)
+    session = onnxruntime.InferenceSession(
+        str(folder / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    assert [i.name for i in session.get_inputs()] == ["image"]
+    (logits,) = session.run(["logits"], {"image": images})
+    model = train.Classifier(train.Backbone(), len(saved["classes"]))
+    model.load_state_dict(saved["state_dict"])
+    model.eval()
+    with torch.no_grad():
+        expected = model(torch.from_numpy(images)).numpy()
+    return logits, expected
 
 
 SLEEPER = (

@@ -143,12 +143,12 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 */}}
 {{- define "torchyard.operatorNamespacedRules" -}}
 # Kopf watches TrainingRuns and Environments; the reconcilers get them fresh and list the
-# runs of an Environment (controller/handlers.py, reconcile.py).
+# runs of an Environment (controller/handlers.py, controller/environments.py).
 - apiGroups: ["torchyard.dev"]
   resources: ["trainingruns", "environments"]
   verbs: ["get", "list", "watch"]
 # Status is written by server-side apply of the status subresource (k8s.apply_status);
-# a new ModelVersion gets its Available condition (reconcile._register).
+# a new ModelVersion gets its Available condition (controller/finalize.py).
 - apiGroups: ["torchyard.dev"]
   resources: ["trainingruns/status", "environments/status", "modelversions/status"]
   verbs: ["patch"]
@@ -210,7 +210,7 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
   resources: ["nodes"]
   verbs: ["list", "watch"]
 # Gang admission counts every running Pod of the cluster against the nodes' capacity, and
-# a lost node's torchyard Pods are found cluster-wide (reconcile._cluster_pods,
+# a lost node's torchyard Pods are found cluster-wide (controller/admission.py,
 # handlers._release_pods_of_lost_node): list, never read or change them.
 - apiGroups: [""]
   resources: ["pods"]
