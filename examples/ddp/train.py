@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -38,6 +39,14 @@ CONTRACT = (
 )
 
 
+def say(line: str) -> None:
+    """One line in one write: under torchrun a node's workers share one stdout, and with
+    PYTHONUNBUFFERED (the launcher sets it) ``print`` writes the text and its newline
+    separately, so two workers' lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=60)
@@ -45,7 +54,7 @@ def main() -> None:
     parser.add_argument("--output_dir", default="./outputs")
     args = parser.parse_args()
 
-    print("rank-contract " + json.dumps({k: os.environ.get(k) for k in CONTRACT}), flush=True)
+    say("rank-contract " + json.dumps({k: os.environ.get(k) for k in CONTRACT}))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -54,7 +63,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(rank)
     for step in range(args.steps):
         if step == 5:
-            print(f"first training step done on rank {rank}", flush=True)
+            say(f"first training step done on rank {rank}")
         x = torch.rand(32, 1, generator=gen)
         loss = nn.functional.mse_loss(model(x), 3 * x + 2)
         opt.zero_grad()
@@ -63,10 +72,7 @@ def main() -> None:
         if rank == args.fail_rank and step == 10:
             raise RuntimeError(f"rank {rank} failed on purpose: loss became NaN at step {step}")
     weight, bias = (float(p.detach()) for p in model.module.parameters())
-    print(
-        f"rank {rank}/{world}: loss {loss.item():.4f} weight {weight:.3f} bias {bias:.3f}",
-        flush=True,
-    )
+    say(f"rank {rank}/{world}: loss {loss.item():.4f} weight {weight:.3f} bias {bias:.3f}")
     if rank == 0:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from tests.node.test_real_node import on_real_node
 pytestmark = pytest.mark.node
 
 REPO = Path(__file__).resolve().parents[2]
-LAUNCHER = REPO / "operator" / "torchyard" / "launcher" / "__init__.py"
+LAUNCHER = REPO / "operator" / "torchyard" / "launcher.py"
 INSTALLED = "/opt/torchyard/launcher.py"
 
 RESTRICTED = {
