@@ -93,7 +93,7 @@ test: venv tools lint typecheck layers
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
 bench: venv tools
-	@for b in launch_overhead fanout env_cache registry_throughput real_launch; do \
+	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch; do \
 	  echo "[bench] $$b $(BENCH_ARGS)"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) || exit 1; done
 
 demo: venv

@@ -169,8 +169,8 @@ def test_wait_on_a_failing_run_exits_non_zero_with_the_traceback(
     table = torchyard(cluster, "get", "runs", "-n", namespace, "-o", "wide")
     assert table.returncode == 0
     header, row = table.stdout.splitlines()[:2]
-    assert header.split()[:4] == ["NAME", "PHASE", "NODES", "READY"]
-    assert row.split()[:3] == ["gpt", "Failed", "2"] and "rank 3 exit 1" in row
+    assert header.split()[:5] == ["NAME", "PHASE", "QUEUE", "NODES", "READY"]
+    assert row.split()[:4] == ["gpt", "Failed", "-", "2"] and "rank 3 exit 1" in row
     as_json = torchyard(cluster, "get", "runs", "gpt", "-n", namespace, "-o", "json")
     assert '"phase": "Failed"' in as_json.stdout
 

@@ -53,6 +53,7 @@ def test_short_names_and_printer_columns(cluster: Cluster, namespace: str) -> No
         "PHASE",
         "NODES",
         "PROCESSES",
+        "QUEUE",
         "MODEL",
         "VERSION",
         "AGE",

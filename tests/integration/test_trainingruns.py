@@ -4,7 +4,9 @@ operator restart in the middle of a 64-node fan-out."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder, environment
-from tests.cluster.harness import Cluster, Pool, node_manifest
+from tests.cluster.harness import KWOK_NODE_ANNOTATION, Cluster, Pool, node_manifest
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
     conditions,
@@ -472,3 +474,160 @@ def test_deleting_a_run_removes_its_children(cluster: Cluster, env: str) -> None
         lambda: not run_pods(ns, "doomed") and not k8s.list_(k8s.SERVICES, ns),
         timeout=30,
     )
+
+
+@pytest.fixture
+def no_resync(operator: InProcessOperator) -> Iterator[None]:
+    """The operator restarted with a resync period far longer than the test: whatever
+    it does in the test, it does on watch events."""
+    operator.stop()
+    os.environ["TORCHYARD_RESYNC_SECONDS"] = "3600"
+    try:
+        operator.start()
+        yield
+    finally:
+        operator.stop()
+        os.environ.pop("TORCHYARD_RESYNC_SECONDS", None)
+        operator.start()
+
+
+def one_gpu_node_run(ns: str, name: str, pool: str) -> None:
+    k8s.create(
+        TrainingRunBuilder(name, ns)
+        .environment("pytorch")
+        .nodes(1)
+        .procs(8)
+        .gpus(8)
+        .pool(pool)
+        .obj()
+    )
+
+
+def queue_of(ns: str, name: str) -> dict[str, Any] | None:
+    place: dict[str, Any] | None = (
+        k8s.get(k8s.TRAININGRUNS, ns, name).get("status", {}).get("queue")
+    )
+    return place
+
+
+@pytest.mark.parametrize("extra_pool", [(1, 8)], indirect=True)
+def test_a_freed_slot_is_refilled_by_the_next_gang_without_a_resync(
+    cluster: Cluster, env: str, extra_pool: Pool, no_resync: None
+) -> None:
+    ns, pool = env, extra_pool.name
+    one_gpu_node_run(ns, "first", pool)
+    running(ns, "first", timeout=120)
+    for name in ("second", "third"):
+        one_gpu_node_run(ns, name, pool)
+    wait_for(
+        "second 1st, third 2nd in the pool's queue",
+        lambda: (
+            (queue_of(ns, "second"), queue_of(ns, "third"))
+            == ({"pool": pool, "position": 1}, {"pool": pool, "position": 2})
+        ),
+        timeout=120,
+    )
+    table = cluster.kubectl("get", "tr", "third", "-n", ns)
+    assert table.split()[:6] == ["NAME", "PHASE", "NODES", "PROCESSES", "QUEUE", "MODEL"]
+    assert table.splitlines()[1].split()[:5] == ["third", "Queued", "0/1", "8", "2"]
+    # Deleting a run sends the operator no event of its own that names the waiting runs:
+    # only its Pods' deletion, which the admission pass acts on.
+    k8s.delete(k8s.TRAININGRUNS, ns, "first")
+    second = running(ns, "second", timeout=45)
+    assert "queue" not in second["status"]
+    assert all("schedulingGates" not in p["spec"] for p in run_pods(ns, "second"))
+    wait_for(
+        "third 1st", lambda: queue_of(ns, "third") == {"pool": pool, "position": 1}, timeout=45
+    )
+
+
+@pytest.mark.parametrize("extra_pool", [(2, 8)], indirect=True)
+def test_a_node_that_becomes_not_ready_takes_its_capacity_out_of_admission(
+    cluster: Cluster, env: str, extra_pool: Pool, no_resync: None
+) -> None:
+    ns, pool = env, extra_pool.name
+    node = f"{pool}-1"
+    # KWOK lets go of the node, which then says NotReady (as a kubelet that lost its GPUs).
+    cluster.kubectl("annotate", "node", node, f"{KWOK_NODE_ANNOTATION}-")
+    cluster.kubectl(
+        "patch",
+        "node",
+        node,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "False",
+                            "reason": "KubeletNotReady",
+                            "message": "test",
+                        }
+                    ]
+                }
+            }
+        ),
+    )
+    k8s.create(
+        TrainingRunBuilder("pair", ns)
+        .environment("pytorch")
+        .nodes(2)
+        .procs(8)
+        .gpus(8)
+        .pool(pool)
+        .obj()
+    )
+    queued = wait_status(k8s.TRAININGRUNS, ns, "pair", lambda s: s.get("phase") == "Queued")
+    assert (
+        "the pool cannot hold it even when idle (1 matching node(s))"
+        in (conditions(queued)["Admitted"]["message"])
+    )
+    assert queued["status"]["queue"] == {"pool": pool, "position": 1}
+    assert all("schedulingGates" in p["spec"] for p in run_pods(ns, "pair"))
+    # KWOK takes the node back and says Ready: the Node's events alone admit the gang.
+    cluster.kubectl("annotate", "node", node, f"{KWOK_NODE_ANNOTATION}=fake")
+    pair = running(ns, "pair", timeout=90)
+    assert sorted(p["spec"]["nodeName"] for p in run_pods(ns, "pair")) == [f"{pool}-0", node]
+    assert "queue" not in pair["status"]
+
+
+@pytest.mark.parametrize("extra_pool", [(1, 8)], indirect=True)
+def test_gpus_that_another_pod_frees_are_refilled_without_a_resync(
+    cluster: Cluster, env: str, extra_pool: Pool, no_resync: None
+) -> None:
+    ns, pool = env, extra_pool.name
+    k8s.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "someone-else", "namespace": ns},
+            "spec": {
+                "nodeSelector": {"torchyard.dev/pool": pool},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                    }
+                ],
+            },
+        }
+    )
+    wait_for(
+        "someone else's Pod running",
+        lambda: k8s.get(k8s.PODS, ns, "someone-else").get("status", {}).get("phase") == "Running",
+        timeout=120,
+    )
+    one_gpu_node_run(ns, "after", pool)
+    queued = wait_status(k8s.TRAININGRUNS, ns, "after", lambda s: s.get("phase") == "Queued")
+    assert conditions(queued)["Admitted"]["message"].endswith("; 0 fit now")
+    # Let the events of the run's own creation (its Pods, its status) pass first: the
+    # pause cannot make the run Running, it only leaves the deletion as the one event
+    # that can admit it (an operator that polled its waiting runs would miss it).
+    time.sleep(5)
+    k8s.delete(k8s.PODS, ns, "someone-else", grace_period_seconds=0)
+    running(ns, "after", timeout=45)

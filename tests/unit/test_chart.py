@@ -24,7 +24,8 @@ import yaml
 import torchyard
 from tests.builders import TrainingRunBuilder, environment, model_version, pod
 from torchyard import api, status
-from torchyard.status.trainingruns import Observed, first_failure
+from torchyard.status.failures import first_failure
+from torchyard.status.trainingruns import Observed
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "torchyard"

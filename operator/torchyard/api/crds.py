@@ -71,6 +71,12 @@ KINDS: tuple[Kind, ...] = (
                 "description": "World size: nodeCount x processCountPerNode",
             },
             {
+                "name": "Queue",
+                "type": "integer",
+                "jsonPath": ".status.queue.position",
+                "description": "Place in its pool's queue while Queued",
+            },
+            {
                 "name": "Environment",
                 "type": "string",
                 "jsonPath": ".spec.environment",

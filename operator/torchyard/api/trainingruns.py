@@ -3,7 +3,8 @@
 Typed spec and status, with the field descriptions that ``kubectl explain`` shows and the
 CEL rules the apiserver enforces (the CRD in ``crds/`` is generated from these models by
 ``torchyard.api.crds``). Parsed once per event by the controller, by local mode and by
-the SDK; no I/O here.
+the SDK; no I/O here. Long because it is one concern: every field of the spec and status
+with the description users read in ``kubectl explain`` and the rules that check it.
 """
 
 from __future__ import annotations
@@ -511,6 +512,15 @@ class NodeCounts(Model):
     ready: str = Field(default="0/0", description="running/total, for display.")
 
 
+class QueuePlace(Model):
+    """Where a Queued run waits: its pool's queue and its place in it."""
+
+    pool: str = Field(description="The pool (compute.pool, else the node selector).")
+    position: int = Field(
+        description="1-based place in the pool's queue (priority class value, then age)."
+    )
+
+
 class Failure(Model):
     """Which rank failed first, and why."""
 
@@ -555,6 +565,10 @@ class TrainingRunStatus(Model):
         default=None, description="Total processes: nodeCount x processCountPerNode."
     )
     nodes: NodeCounts | None = Field(default=None, description="Node Pods by state.")
+    queue: QueuePlace | None = Field(
+        default=None,
+        description="While Queued: the run's place in its pool's queue (updated when it moves).",
+    )
     restarts: int | None = Field(
         default=None, description="Times the gang was restarted (for any reason)."
     )

@@ -32,7 +32,7 @@ def age(obj: dict[str, Any]) -> str:
 
 
 def _run_rows(items: list[dict[str, Any]], wide: bool) -> list[list[str]]:
-    rows = [["NAME", "PHASE", "NODES", "READY", "ELAPSED", "MODEL", "AGE"]]
+    rows = [["NAME", "PHASE", "QUEUE", "NODES", "READY", "ELAPSED", "MODEL", "AGE"]]
     if wide:
         rows[0] += ["ENVIRONMENT", "FAILURE"]
     for r in items:
@@ -41,6 +41,7 @@ def _run_rows(items: list[dict[str, Any]], wide: bool) -> list[list[str]]:
         row = [
             r["metadata"]["name"],
             st.get("phase", "Pending"),
+            _queue(st.get("queue")),
             str(r["spec"].get("distribution", {}).get("nodeCount", 1)),
             (st.get("nodes") or {}).get("ready", "0/0"),
             runs.duration(runs.elapsed(r)),
@@ -55,6 +56,13 @@ def _run_rows(items: list[dict[str, Any]], wide: bool) -> list[list[str]]:
             ]
         rows.append(row)
     return rows
+
+
+def _queue(place: Any) -> str:
+    """``3 (a100)``: the place in the pool's queue of a Queued run; ``-`` otherwise."""
+    if not isinstance(place, dict) or not place.get("position"):
+        return "-"
+    return f"{place['position']} ({place.get('pool', '')})"
 
 
 def _env_rows(items: list[dict[str, Any]]) -> list[list[str]]:

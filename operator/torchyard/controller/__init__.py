@@ -7,6 +7,8 @@
   ``failure_policy`` (deadline, restarts), ``finalize`` (model registration),
   ``ttl_after_finished``; ``environments``: the Environment reconcile (image builds);
   ``context``: what they share (Context, Result, the one status write).
+- ``cache``: the watch-fed view of Nodes and Pods that gang admission decides over; the
+  admission pass over every pool's queue is ``admission.run_pass``, run by ``handlers``.
 - ``operators``: :func:`run` (tests run it in a thread) and :func:`main`
   (``torchyard operator``, ``python -m torchyard.controller``).
 - ``options``: the command-line options, importable without Kopf.

@@ -1,33 +1,41 @@
-"""Gang admission: create a run's missing node Pods, and admit the gang when it fits whole.
+"""Gang admission: create a run's missing node Pods, and admit gangs when they fit whole.
 
-:func:`admit` is the "apply children" step of ``trainingruns.reconcile``. A fresh gang
-that fits the pool is created without scheduling gates (one write per Pod); one that does
-not is created gated, and admitted later by lifting every gate together. The decision
-itself is pure (``planning.admission.decide``) over the cluster's Nodes and unfinished
-Pods, which are read here under one lock, so that the next decision sees these Pods'
-claim on the pool. A run with ``scheduling.queueName`` is left to Kueue. The apiserver's
-refusals that a user must fix come back as :class:`Admission` fields rather than errors:
-a missing ServiceAccount (the run waits for it) and Pod Security (the run cannot run).
-Tested in tests/unit/controller/test_reconcile.py and against a real control plane in
+Waiting gangs are kept in one queue per pool (``planning.admission.order``: priority class
+value, then age) and admitted in one pass over every queue, :func:`run_pass`, over the
+watch-fed :class:`~torchyard.controller.cache.Cache` (``Context.cache``): no list of the
+cluster's Pods or Nodes in a reconcile. ``handlers`` runs a pass whenever what admission
+sees changes (a Pod finished, deleted or bound, a Node changed); a pass marks the gangs
+it admits in the cache, so that they take their room at once, queues their runs (whose
+reconcile lifts the gates and says Running), and queues the runs whose place in their
+pool's queue changed (their status shows it). A reconcile that creates a gang, through
+:func:`admit` (the "apply children" step of ``trainingruns.reconcile``), makes the same
+pass with the new gang in it: a gang that fits is created without scheduling gates (one
+write per Pod), one that does not is created gated. A run with ``scheduling.queueName``
+is left to Kueue. Until the cache is primed (``prime``, at start-up) nothing is admitted.
+The apiserver's refusals that a user must fix come back as :class:`Admission` fields
+rather than errors: a missing ServiceAccount (the run waits for it) and Pod Security (the
+run cannot run). Tested in tests/unit/controller/test_admission_pass.py and
+tests/unit/controller/test_reconcile.py, and against a real control plane in
 tests/integration/test_trainingruns.py.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchyard import api, k8s
+from torchyard.controller import cache as caches
 from torchyard.controller import context, telemetry
 from torchyard.controller.context import Context, Key
 from torchyard.planning import admission as gangs
-from torchyard.planning import names, pods
+from torchyard.planning import pods
 
 SERVICE_ACCOUNT_RETRY_SECONDS = 10.0
-_LOCK = threading.Lock()
+# Before the first pass after a restart has placed a gang: what its status said is kept.
+WAITING_MESSAGE = "waiting for the admission pass"
+OUTSIDE_REFRESH_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ class Admission:
     # (reason, message): the Pods cannot be created yet (a missing ServiceAccount).
     pending: tuple[str, str] | None = None
     refused: str = ""  # the namespace's Pod Security admission refuses the Pods: why
+    queue: dict[str, Any] | None = None  # {pool, position}: the run's place in its queue
 
 
 def admit(
@@ -47,11 +56,13 @@ def admit(
     run: api.TrainingRun,
     wanted: list[dict[str, Any]],
     current: list[dict[str, Any]],
+    previous: Mapping[str, Any] | None = None,
 ) -> Admission:
     """Create the missing node Pods of ``wanted`` (``current`` exist) and admit the gang
-    when it fits; the apiserver's refusals that a user must fix are told apart."""
+    when it fits; the apiserver's refusals that a user must fix are told apart.
+    ``previous`` (the run's status) is kept while no pass has placed the gang yet."""
     try:
-        return _create_and_admit(ctx, run, wanted, current)
+        return _create_and_admit(ctx, run, wanted, current, previous or {})
     except k8s.ApiError as err:
         if err.status == 403 and no_service_account(err.message):
             # The run waits for it (its creation sends this operator no event).
@@ -86,7 +97,11 @@ def service_account_missing(run: api.TrainingRun) -> tuple[str, str]:
 
 
 def _create_and_admit(
-    ctx: Context, run: api.TrainingRun, wanted: list[dict[str, Any]], current: list[dict[str, Any]]
+    ctx: Context,
+    run: api.TrainingRun,
+    wanted: list[dict[str, Any]],
+    current: list[dict[str, Any]],
+    previous: Mapping[str, Any],
 ) -> Admission:
     ns = run.namespace
     key = (ns, run.name)
@@ -94,6 +109,7 @@ def _create_and_admit(
     missing = [p for p in wanted if p["metadata"]["name"] not in have]
     gated = [p for p in current if gangs.is_gated(p)]
     if not missing and not gated:
+        ctx.cache.forget_run(key)
         return Admission(current)  # created and admitted: nothing to decide
     if missing:
         ctx.k8s.apply(pods.service(run))
@@ -103,77 +119,204 @@ def _create_and_admit(
         # An admitted gang that lost some Pods before they were all created (operator
         # restart): finish it ungated.
         return _create(ctx, ns, current, [pods.ungate(p) for p in missing])
-    with _LOCK:
-        cluster_pods = _cluster_pods(ctx)
-        waiting = [g for g in _gangs(cluster_pods) if g.key != key]
-        waiting.append(_gang_of(run, wanted))
-        decisions = gangs.decide(waiting, ctx.k8s.list_(k8s.NODES), cluster_pods)
-        decision = decisions[key]
-        if decision.admit:
-            by_name = {p["metadata"]["name"]: p for p in wanted}
-            context.parallel(
-                ctx.k8s.apply,
-                [pods.ungate(p) for p in missing]
-                + [pods.ungate(by_name[p["metadata"]["name"]]) for p in gated],
-            )
-        else:
-            context.parallel(ctx.k8s.apply, missing)
     if missing:
-        telemetry.PODS_CREATED.inc(len(missing), namespace=ns)
-    others = [("TrainingRun", k[0], k[1]) for k, d in decisions.items() if d.admit and k != key]
-    return Admission(current + missing, decision, others)
+        return _create_gang(ctx, run, wanted, current, missing)
+    if key in ctx.cache.admitted:  # a pass admitted it: lift every gate together
+        by_name = {p["metadata"]["name"]: p for p in wanted}
+        _write(ctx, [pods.ungate(by_name[p["metadata"]["name"]]) for p in gated])
+        ctx.cache.forget_run(key)
+        return Admission(current, _admitted(run, wanted))
+    return _queued(ctx, key, current, previous)
+
+
+def _create_gang(
+    ctx: Context,
+    run: api.TrainingRun,
+    wanted: list[dict[str, Any]],
+    current: list[dict[str, Any]],
+    missing: list[dict[str, Any]],
+) -> Admission:
+    """Create the gang's missing Pods, ungated when a pass with the gang in it admits
+    it. With a PriorityClass (whose value only the apiserver knows), or before the cache
+    is primed, they are created gated, and the next pass places them."""
+    key = (run.namespace, run.name)
+    cache = ctx.cache
+    with cache.lock:
+        decisions: dict[tuple[str, str], gangs.Decision] = {}
+        if cache.ready and not run.spec.compute.priority_class_name:
+            gang = gangs.gang_of(key, _queued_at(run), len(wanted), wanted[0])
+            decisions = _decide(cache, gang)
+        admit_it = key in decisions and decisions[key].admit
+        planned = [pods.ungate(p) for p in missing] if admit_it else missing
+        for p in planned:  # taken (or queued) at once, before the apiserver answers
+            cache.assume(p)
+        admitted, moved = _record(cache, decisions, skip=key)
+        others = admitted + moved
+        if not admit_it:
+            cache.dirty = True
+    try:
+        _write(ctx, planned)
+    except Exception:
+        for p in planned:
+            cache.pod_event("DELETED", p)
+        raise
+    telemetry.PODS_CREATED.inc(len(missing), namespace=run.namespace)
+    created = current + missing
+    if admit_it:
+        return Admission(created, _admitted(run, wanted), others)
+    decision = decisions.get(key)
+    if decision is None:
+        return Admission(created, gangs.Decision(False, 0, WAITING_MESSAGE), others)
+    gang = gangs.gang_of(key, _queued_at(run), len(wanted), wanted[0])
+    return Admission(created, decision, others, queue=_queue_field(pool_name(gang), decision))
+
+
+def _queued(
+    ctx: Context, key: tuple[str, str], current: list[dict[str, Any]], previous: Mapping[str, Any]
+) -> Admission:
+    """A gated gang that no pass has admitted: its place in its pool's queue, as the
+    last pass saw it (before the first pass, what its status said)."""
+    with ctx.cache.lock:
+        place = ctx.cache.places.get(key)
+    if place is None:
+        said = next(
+            (
+                c.get("message", "")
+                for c in previous.get("conditions") or []
+                if c.get("type") == "Admitted" and c.get("reason") == "Queued"
+            ),
+            "",
+        )
+        queue = previous.get("queue")
+        return Admission(
+            current,
+            gangs.Decision(False, 0, said or WAITING_MESSAGE),
+            queue=dict(queue) if isinstance(queue, Mapping) else None,
+        )
+    decision = gangs.Decision(False, 0, place.message, place.position)
+    return Admission(current, decision, queue=_queue_field(place.pool, decision))
+
+
+def _admitted(run: api.TrainingRun, wanted: list[dict[str, Any]]) -> gangs.Decision:
+    gang = gangs.gang_of((run.namespace, run.name), "", len(wanted), wanted[0])
+    return gangs.Decision(True, gang.size, f"{gangs.describe_need(gang)}: all fit")
+
+
+def _queued_at(run: api.TrainingRun) -> str:
+    return str(run.metadata.get("creationTimestamp", ""))
+
+
+def _queue_field(pool: str, decision: gangs.Decision) -> dict[str, Any] | None:
+    return {"pool": pool, "position": decision.position} if decision.position else None
+
+
+def pool_name(gang: gangs.Gang) -> str:
+    """The name a pool's queue goes by: its pool label, else its node selector."""
+    return gang.pool or ",".join(f"{k}={v}" for k, v in gang.pool_key) or "default"
+
+
+def _write(ctx: Context, manifests: list[dict[str, Any]]) -> None:
+    """Apply ``manifests`` (Pods) and tell the cache what the apiserver holds now."""
+    written: list[dict[str, Any]] = []
+    context.parallel(lambda p: written.append(ctx.k8s.apply(p)), manifests)
+    for pod in written:
+        ctx.cache.assume(pod)
 
 
 def _create(
     ctx: Context, ns: str, current: list[dict[str, Any]], missing: list[dict[str, Any]]
 ) -> Admission:
     """Create ``missing`` as they are, with no admission decision."""
-    context.parallel(ctx.k8s.apply, missing)
+    _write(ctx, missing)
     telemetry.PODS_CREATED.inc(len(missing), namespace=ns)
     return Admission(current + missing)
 
 
-def _gangs(cluster_pods: list[dict[str, Any]]) -> list[gangs.Gang]:
-    """The runs whose Pods all still carry the gang gate, from a cluster-wide Pod list."""
-    by_run: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for p in cluster_pods:
-        run = p["metadata"].get("labels", {}).get(names.LABEL_RUN)
-        if run and gangs.is_gated(p) and not p["metadata"].get("deletionTimestamp"):
-            by_run[(p["metadata"]["namespace"], run)].append(p)
-    found = []
-    for key, members in by_run.items():
-        first = min(members, key=lambda p: p["metadata"].get("creationTimestamp", ""))
-        created = first["metadata"].get("creationTimestamp", "")
-        queued_at = first["metadata"].get("annotations", {}).get(pods.QUEUED_AT_ANNOTATION, created)
-        found.append(_gang(key, queued_at, len(members), first))
-    return found
+# -- the admission pass -------------------------------------------------------------------
 
 
-def _gang_of(run: api.TrainingRun, wanted: list[dict[str, Any]]) -> gangs.Gang:
-    created = str(run.metadata.get("creationTimestamp", ""))
-    return _gang((run.namespace, run.name), created, len(wanted), wanted[0])
+def prime(ctx: Context) -> None:
+    """The one list at start-up that the watches then keep current: Nodes, and the
+    unfinished Pods (the cache keeps torchyard's and those that hold GPUs)."""
+    ctx.cache.prime(ctx.k8s.list_(k8s.NODES), _live_pods(ctx))
 
 
-def _gang(key: tuple[str, str], created: str, size: int, pod: Mapping[str, Any]) -> gangs.Gang:
-    """A gang of ``size`` Pods like ``pod``."""
-    spec = pod["spec"]
-    return gangs.Gang(
-        key=key,
-        created=created,
-        size=size,
-        request=gangs.pod_requests(pod),
-        selector=spec.get("nodeSelector", {}),
-        tolerations=spec.get("tolerations", []),
-        pool=spec.get("nodeSelector", {}).get(pods.POOL_LABEL, ""),
-    )
-
-
-def _cluster_pods(ctx: Context) -> list[dict[str, Any]]:
+def _live_pods(ctx: Context) -> list[dict[str, Any]]:
     return ctx.k8s.list_(
         k8s.PODS, None, field_selector="status.phase!=Succeeded,status.phase!=Failed"
     )
 
 
-def waiting_runs(ctx: Context) -> list[Key]:
-    """Runs waiting for admission: reconcile them when capacity frees up."""
-    return [("TrainingRun", g.key[0], g.key[1]) for g in _gangs(_cluster_pods(ctx))]
+def refresh_outside(ctx: Context, namespaces: Sequence[str]) -> bool:
+    """A namespaced operator watches its namespaces only, but other installations' gangs
+    and GPU Pods share the nodes: this list (every ``OUTSIDE_REFRESH_SECONDS``, not per
+    reconcile) keeps them current in the cache. True when they changed."""
+    return ctx.cache.replace_outside(namespaces, _live_pods(ctx))
+
+
+@dataclass(frozen=True)
+class Passed:
+    """The runs an admission pass wants reconciled."""
+
+    admitted: list[Key] = field(default_factory=list)  # their gates are to be lifted: soon
+    moved: list[Key] = field(default_factory=list)  # their place in the queue changed
+
+    @property
+    def keys(self) -> list[Key]:
+        return self.admitted + self.moved
+
+
+def run_pass(ctx: Context, *, force: bool = False) -> Passed:
+    """One admission pass over every pool's queue, when the cache changed since the
+    last one (or ``force``): the runs to reconcile (admitted, or moved in their queue)."""
+    cache = ctx.cache
+    with cache.lock:
+        cache.drain()
+        if not cache.ready or not (cache.dirty or force):
+            return Passed()
+        cache.dirty = False
+        return Passed(*_record(cache, _decide(cache, None), skip=None))
+
+
+def _decide(cache: caches.Cache, extra: gangs.Gang | None) -> dict[tuple[str, str], gangs.Decision]:
+    """The decisions over the cache's queues (with ``extra``, a gang not created yet).
+    Admitted gangs whose gates are lifted (or that are gone) stop being held as such."""
+    cache.drain()
+    for key in list(cache.admitted):
+        if not any(gangs.is_gated(p) for p in cache.run_pods(key)):
+            cache.admitted.discard(key)
+    held = cache.pods()
+    waiting = [g for g in gangs.waiting_gangs(held) if extra is None or g.key != extra.key]
+    if extra is not None:
+        waiting.append(extra)
+    return gangs.decide(waiting, cache.nodes(), held)
+
+
+def _record(
+    cache: caches.Cache,
+    decisions: Mapping[tuple[str, str], gangs.Decision],
+    skip: tuple[str, str] | None,
+) -> tuple[list[Key], list[Key]]:
+    """Hold the admitted gangs as admitted and every waiting run's place; the runs (but
+    ``skip``, the run being reconciled) admitted, and those whose place changed."""
+    if not decisions:
+        return [], []
+    admitted: list[Key] = []
+    moved: list[Key] = []
+    gang_pools = {g.key: pool_name(g) for g in gangs.waiting_gangs(cache.pods())}
+    for (ns, name), decision in decisions.items():
+        key = (ns, name)
+        if decision.admit:
+            cache.admitted.add(key)
+            cache.places.pop(key, None)
+            if key != skip:
+                admitted.append(("TrainingRun", ns, name))
+            continue
+        place = caches.Place(gang_pools.get(key, ""), decision.position, decision.message)
+        if cache.places.get(key) != place:
+            cache.places[key] = place
+            if key != skip:
+                moved.append(("TrainingRun", ns, name))
+    for key in set(cache.places) - set(decisions):
+        del cache.places[key]  # admitted or gone
+    return admitted, moved

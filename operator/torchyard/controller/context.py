@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
 from torchyard import k8s, status
+from torchyard.controller import cache as caches
 from torchyard.planning import pods
 
 Clock = Callable[[], datetime]
@@ -75,11 +76,13 @@ def utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class Context:
-    """Operator-wide inputs of every reconcile: builder settings, the clock, the API."""
+    """Operator-wide inputs of every reconcile: builder settings, the clock, the API, and
+    the watch-fed cache gang admission decides over (``admission``)."""
 
     settings: pods.Settings = field(default_factory=pods.Settings)
     clock: Clock = utcnow
     k8s: K8s = k8s
+    cache: caches.Cache = field(default_factory=caches.Cache)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Pure functions, called by ``trainingruns.reconcile`` between observing and applying.
 :func:`decide` finds the failure (the first failed Pod of the current attempt, else a
 node Pod that a running gang lost), holds it while the gang's other Pods may still
-report an earlier one (``status.trainingruns.settling``), and says whether the gang
+report an earlier one (``failures.settling``), and says whether the gang
 restarts or the run fails with it: platform failures (a lost node, an eviction) are
 restarted within ``policy.platformRestartLimit``, failures of the user's code within
 ``policy.backoffLimit``, and a stuck Pod or a failed archive upload never (training
@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from torchyard import api
 from torchyard.planning import names
-from torchyard.status import trainingruns as run_status
-from torchyard.status.trainingruns import Failure
+from torchyard.status import failures
+from torchyard.status.failures import Failure
 
 RestartKind = Literal["platform", "user"]
 
@@ -77,7 +77,7 @@ def restart_kind(run: api.TrainingRun, failure: Failure, attempts: Attempts) -> 
     if failure.get("platform"):
         limit = run.spec.policy.platform_restart_limit
         return "platform" if attempts.platform_restarts < limit else None
-    if failure.get("reason") in run_status.NOT_RESTARTED:
+    if failure.get("reason") in failures.NOT_RESTARTED:
         return None
     return "user" if attempts.failed_attempts < run.spec.policy.backoff_limit else None
 
@@ -91,7 +91,7 @@ def restart(
         counted = "a platform failure, not counted against backoffLimit"
     else:
         counted = f"{after.failed_attempts}/{run.spec.policy.backoff_limit} of backoffLimit used"
-    why = run_status.failure_message(failure)
+    why = failures.failure_message(failure)
     message = f"restarting the gang (restart {after.restarts}, {counted}): {why}"
     return Restart(kind, after, message)
 
@@ -122,16 +122,16 @@ def decide(
     left = deadline_left(run, started, now)
     if left is not None and left <= 0:
         return Verdict(deadline_exceeded=True)
-    failure = run_status.first_failure(pods)
+    failure = failures.first_failure(pods)
     if failure is not None:
-        wait = run_status.settling(failure, pods, now)
+        wait = failures.settling(failure, pods, now)
         if wait is not None:
             # Its peers on the other nodes may yet report an earlier exit: decide (and
             # stop them) once they did or the settle time is over.
             return Verdict(settle_seconds=wait)
     elif phase == api.Phase.RUNNING.value:
         pod_names = [names.pod(run.name, i) for i in range(run.spec.distribution.node_count)]
-        failure = run_status.lost_failure(pod_names, pods)
+        failure = failures.lost_failure(pod_names, pods)
     if failure is None:
         return Verdict(deadline_seconds_left=left)
     kind = restart_kind(run, failure, attempts)

@@ -22,7 +22,7 @@ from torchyard import api, status
 from torchyard.controller.context import Context, Event, Log
 from torchyard.planning import models
 from torchyard.registry.client import RegistryClient, RegistryError
-from torchyard.status import trainingruns as run_status
+from torchyard.status import failures
 
 
 class ModelRef(TypedDict):
@@ -50,7 +50,7 @@ def needs_registering(run: api.TrainingRun, pods: Sequence[Mapping[str, Any]]) -
         run.spec.outputs.register_ is not None
         and len(pods) == run.spec.distribution.node_count
         and all(p.get("status", {}).get("phase") == "Succeeded" for p in pods)
-        and 0 not in run_status.archive_failures(pods)
+        and 0 not in failures.archive_failures(pods)
     )
 
 
@@ -133,4 +133,4 @@ def archive_warning(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Even
         return None
     if previous.get("phase") == api.Phase.FINALIZING.value:
         return None  # said when it began finalizing
-    return Event("Warning", run_status.ARCHIVE_FAILED, str(archived.get("message") or ""))
+    return Event("Warning", failures.ARCHIVE_FAILED, str(archived.get("message") or ""))

@@ -5,7 +5,11 @@ each event puts the key of the object to reconcile on the queue (a Pod's event t
 its run), whose workers call the reconcilers. So the operator is level-triggered and
 keeps no state of its own on user objects (no finalizers, no annotations). A deleted
 Node's torchyard Pods are released at once, in the watched namespaces only (the
-operator's Roles grant nothing elsewhere).
+operator's Roles grant nothing elsewhere). The Pod and Node events also feed the cache
+gang admission decides over (``cache``; other Pods that hold GPUs are watched for it
+too), primed by one list at start-up; when what admission sees changed,
+:func:`admission_loop` runs an admission pass (``admission.run_pass``) and queues the
+runs it admitted or moved in their pool's queue.
 With ``controller.operators`` the only module that imports kopf.
 """
 
@@ -20,7 +24,7 @@ from typing import Any
 import kopf
 
 from torchyard import api, k8s
-from torchyard.controller import context, telemetry, workqueue
+from torchyard.controller import admission, cache, context, telemetry, workqueue
 from torchyard.planning import names, pods
 from torchyard.status import timestamp
 
@@ -85,8 +89,26 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     queue = workqueue.WorkQueue(memo.get("namespaces", ()))
     telemetry.reset_run_phases()
     ctx = context.Context(settings=_settings())
+    # The watches start after the start-up handlers: what they deliver is newer than this.
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, admission.prime, ctx)
+    except k8s.ApiError as err:
+        raise kopf.TemporaryError(
+            f"gang admission needs the cluster's Nodes and Pods, and listing them failed "
+            f"({err}); the operator's ServiceAccount needs list and watch on nodes and pods "
+            "cluster-wide (the chart's ClusterRole grants them); retrying",
+            delay=10,
+        ) from err
     memo.queue = queue
+    memo.ctx = ctx
+    memo.admission_wake = asyncio.Event()
+    memo.admission_wake.set()
     memo.tasks = [asyncio.create_task(workqueue.worker(queue, ctx)) for _ in range(WORKERS)]
+    memo.tasks.append(asyncio.create_task(admission_loop(queue, ctx, memo.admission_wake)))
+    if queue.namespaces:
+        memo.tasks.append(
+            asyncio.create_task(outside_refresh(ctx, sorted(queue.namespaces), memo.admission_wake))
+        )
     memo.tasks.append(asyncio.create_task(workqueue.resync(queue)))
 
 
@@ -96,10 +118,57 @@ async def stop_workers(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
 
 
-def _enqueue(memo: Any, kind: str, namespace: str | None, name: str) -> None:
+async def admission_loop(
+    queue: workqueue.WorkQueue, ctx: context.Context, wake: asyncio.Event
+) -> None:
+    """An admission pass each time ``wake`` is set (events that come during a pass make
+    one more); the runs it admitted or moved are queued."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await wake.wait()
+        wake.clear()
+        try:
+            passed = await loop.run_in_executor(None, admission.run_pass, ctx)
+        except Exception:  # a bug: say it loudly, and try again on the next event
+            logger.exception("the admission pass failed")
+            continue
+        for key in passed.admitted:  # their gates are lifted by their reconcile: at once
+            queue.add(key, lane=workqueue.STATUS)
+        for key in passed.moved:  # a new place in the queue: behind the events
+            queue.add(key, lane=workqueue.BACKGROUND)
+
+
+async def outside_refresh(ctx: context.Context, namespaces: list[str], wake: asyncio.Event) -> None:
+    """A namespaced operator's view of the Pods in the other namespaces, listed again
+    every ``admission.OUTSIDE_REFRESH_SECONDS`` (its watches do not see them)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(admission.OUTSIDE_REFRESH_SECONDS)
+        try:
+            changed = await loop.run_in_executor(None, admission.refresh_outside, ctx, namespaces)
+        except k8s.ApiError as err:
+            logger.warning("the Pods outside the watched namespaces could not be listed: %s", err)
+            continue
+        if changed:
+            wake.set()
+
+
+def _cache_event(memo: Any, kind: str, type_: str | None, body: Mapping[str, Any]) -> None:
+    """Hand a watch event to the admission cache and wake the pass (which takes it in,
+    and decides only when admission sees a change)."""
+    ctx, wake = memo.get("ctx"), memo.get("admission_wake")
+    if ctx is None or wake is None:
+        return
+    ctx.cache.feed(kind, type_, body)
+    wake.set()
+
+
+def _enqueue(
+    memo: Any, kind: str, namespace: str | None, name: str, lane: int = workqueue.EVENTS
+) -> None:
     queue = memo.get("queue")
     if queue is not None and namespace:
-        queue.add((kind, namespace, name))
+        queue.add((kind, namespace, name), lane=lane)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
@@ -122,8 +191,26 @@ async def environment_event(
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_RUN: kopf.PRESENT})
-async def pod_event(labels: Mapping[str, str], namespace: str | None, memo: Any, **_: Any) -> None:
-    _enqueue(memo, "TrainingRun", namespace, labels[names.LABEL_RUN])
+async def pod_event(
+    type: str | None,
+    body: Mapping[str, Any],
+    labels: Mapping[str, str],
+    namespace: str | None,
+    memo: Any,
+    **_: Any,
+) -> None:
+    _cache_event(memo, "Pod", type, body)
+    _enqueue(memo, "TrainingRun", namespace, labels[names.LABEL_RUN], workqueue.STATUS)
+
+
+def _holds_gpus(body: Mapping[str, Any], **_: Any) -> bool:
+    return cache.holds_gpus(body)
+
+
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_RUN: kopf.ABSENT}, when=_holds_gpus)
+async def gpu_pod_event(type: str | None, body: Mapping[str, Any], memo: Any, **_: Any) -> None:
+    """Another's Pod that asks for GPUs: it takes room gang admission must count."""
+    _cache_event(memo, "Pod", type, body)
 
 
 def release_pods_of_lost_node(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
@@ -174,7 +261,10 @@ def _record_node_lost(pod: Mapping[str, Any], node: str) -> None:
 
 
 @kopf.on.event("", "v1", "nodes")
-async def node_event(type: str, name: str, memo: Any, **_: Any) -> None:
+async def node_event(
+    type: str | None, name: str, body: Mapping[str, Any], memo: Any, **_: Any
+) -> None:
+    _cache_event(memo, "Node", type, body)
     if type != "DELETED":
         return
     loop = asyncio.get_running_loop()

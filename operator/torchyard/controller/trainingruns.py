@@ -188,7 +188,7 @@ def _apply_children(
         attempt=seen.attempts.restarts,
         settings=ctx.settings,
     )
-    applied = admission.admit(ctx, run, wanted, seen.current)
+    applied = admission.admit(ctx, run, wanted, seen.current, seen.previous)
     if applied.pending is not None:
         result.requeue_after = admission.SERVICE_ACCOUNT_RETRY_SECONDS
     result.also.extend(applied.others)
@@ -215,6 +215,7 @@ def _status_inputs(
         failure=verdict.failure,
         pending=applied.pending if applied is not None else None,
         queued_message=decision.message if decision is not None and not decision.admit else None,
+        queue=applied.queue if applied is not None else None,
     )
 
 
@@ -228,7 +229,7 @@ def _conclude(
     now: datetime,
 ) -> Outcome:
     """The new status and its Events; a run that just failed stops its surviving ranks,
-    and one that finished is looked at again at its TTL and lets waiting gangs in."""
+    and one that finished is looked at again at its TTL."""
     new = status.trainingrun_status(run, inputs, seen.previous, now)
     outcome = Outcome(new, now, context.phase_events(seen.previous, new))
     warning = finalize.archive_warning(seen.previous, new)
@@ -241,10 +242,10 @@ def _conclude(
             "TrainingRun %s/%s failed: %s", run.namespace, run.name, _failed_message(new)
         )
     if new.get("phase") in run_status.TERMINAL:
+        # Waiting gangs are let in by the admission pass, on the Pods' events.
         after = run.spec.policy.ttl_seconds_after_finished
         if after is not None:
             result.requeue_after = float(after) + ttl.MARGIN_SECONDS
-        result.also.extend(admission.waiting_runs(ctx))
     return outcome
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.registry import Version
-from torchyard.status.trainingruns import failure_message
+from torchyard.status.failures import failure_message
 
 
 @dataclass

@@ -3,24 +3,29 @@
 A run's node Pods are created with a scheduling gate; the operator lifts the gates of
 all of them together, only when every Pod can be placed at once on the nodes of its
 pool (node selector, taints tolerated, free ``nvidia.com/gpu``, cpu, memory and Pod
-slots, after the Pods already bound and those admitted but not yet bound). Runs wait
-first-come, first-served per pool: while the oldest waiting run of a pool does not fit,
-no younger run of that pool is admitted, so two half-admitted runs can never deadlock
-the pool and a big run is never starved by small ones.
+slots, after the Pods already bound and those admitted but not yet bound). Runs wait in
+one queue per pool, in :func:`order` (higher priority class value first, then first
+come, first served): while the first waiting run of a pool does not fit, no run behind
+it in that pool is admitted, so two half-admitted runs can never deadlock the pool and a
+big run is never starved by small ones. Each decision carries the run's position in its
+pool's queue.
 
-Pure: ``decide`` takes the observed nodes and Pods and the waiting gangs, and returns a
-decision per gang. Called by the controller under one lock.
+Pure: ``decide`` takes the observed nodes and Pods and the waiting gangs (``waiting_gangs``
+finds them among the Pods), and returns a decision per gang. Called by the controller's
+admission pass (``controller.admission``) under one lock, over its watch-fed cache
+(``controller.cache``). Tested in tests/unit/planning/test_admission.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from torchyard.api.quantities import quantity as quantity  # re-exported: one parser
-from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE
+from torchyard.planning.names import LABEL_RUN
+from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE, POOL_LABEL, QUEUED_AT_ANNOTATION
 
 TRACKED = ("cpu", "memory", GPU_RESOURCE, "pods")
 
@@ -121,6 +126,7 @@ class Gang:
     selector: Mapping[str, str]
     tolerations: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     pool: str = ""  # for messages
+    priority: int = 0  # the Pods' priority (their PriorityClass's value): higher goes first
 
     @property
     def pool_key(self) -> tuple[tuple[str, str], ...]:
@@ -132,9 +138,47 @@ class Decision:
     admit: bool
     fit_now: int
     message: str
+    position: int = 0  # 1-based place in its pool's queue when not admitted; 0 when admitted
 
 
-def _describe_need(gang: Gang) -> str:
+def order(waiting: Iterable[Gang]) -> list[Gang]:
+    """The order in which a pool's gangs are served: priority value, then age."""
+    return sorted(waiting, key=lambda g: (-g.priority, g.created, g.key))
+
+
+def gang_of(key: tuple[str, str], created: str, size: int, pod: Mapping[str, Any]) -> Gang:
+    """A gang of ``size`` Pods like ``pod``, waiting since ``created``."""
+    spec = pod["spec"]
+    return Gang(
+        key=key,
+        created=created,
+        size=size,
+        request=pod_requests(pod),
+        selector=spec.get("nodeSelector", {}),
+        tolerations=spec.get("tolerations", []),
+        pool=spec.get("nodeSelector", {}).get(POOL_LABEL, ""),
+        priority=int(spec.get("priority") or 0),
+    )
+
+
+def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[Gang]:
+    """The runs whose Pods all still carry the gang gate (not being deleted)."""
+    by_run: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for p in pods:
+        meta = p["metadata"]
+        run = meta.get("labels", {}).get(LABEL_RUN)
+        if run and is_gated(p) and not meta.get("deletionTimestamp"):
+            by_run.setdefault((meta["namespace"], run), []).append(p)
+    found = []
+    for key, members in by_run.items():
+        first = min(members, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        created = first["metadata"].get("creationTimestamp", "")
+        queued_at = first["metadata"].get("annotations", {}).get(QUEUED_AT_ANNOTATION, created)
+        found.append(gang_of(key, queued_at, len(members), first))
+    return found
+
+
+def describe_need(gang: Gang) -> str:
     gpus = gang.request.get(GPU_RESOURCE, Decimal(0))
     what = f"{gang.size} node(s)"
     if gpus:
@@ -162,7 +206,8 @@ def decide(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
 ) -> dict[tuple[str, str], Decision]:
-    """Admit the waiting gangs, oldest first, that fit whole; block younger ones per pool."""
+    """Admit the waiting gangs, in :func:`order`, that fit whole; block those behind the
+    first one that does not fit, per pool; number the rest per pool."""
     pods, nodes = list(pods), list(nodes)
     free = free_nodes(nodes, pods)
     empty = free_nodes(nodes, [])
@@ -178,8 +223,8 @@ def decide(
                     break
     decisions: dict[tuple[str, str], Decision] = {}
     blocked_pools: dict[tuple[tuple[str, str], ...], tuple[str, str]] = {}
-    for gang in sorted(waiting, key=lambda g: (g.created, g.key)):
-        need = _describe_need(gang)
+    for gang in order(waiting):
+        need = describe_need(gang)
         candidates = [n for n in free if eligible(n, gang.selector, gang.tolerations)]
         if not candidates:
             decisions[gang.key] = Decision(
@@ -201,6 +246,7 @@ def decide(
         if fit == gang.size and blocker is None:
             place(gang, free)
             decisions[gang.key] = Decision(True, fit, f"{need}: all fit")
+            continue
         elif blocker is not None:
             decisions[gang.key] = Decision(
                 False,
@@ -211,4 +257,17 @@ def decide(
         else:
             blocked_pools[gang.pool_key] = gang.key
             decisions[gang.key] = Decision(False, fit, f"needs {need}; {fit} fit now")
+    return _numbered(order(waiting), decisions)
+
+
+def _numbered(
+    ordered: Sequence[Gang], decisions: dict[tuple[str, str], Decision]
+) -> dict[tuple[str, str], Decision]:
+    """The decisions with each waiting gang's 1-based position in its pool's queue."""
+    seen: dict[tuple[tuple[str, str], ...], int] = {}
+    for gang in ordered:
+        decision = decisions[gang.key]
+        if not decision.admit:
+            seen[gang.pool_key] = seen.get(gang.pool_key, 0) + 1
+            decisions[gang.key] = replace(decision, position=seen[gang.pool_key])
     return decisions

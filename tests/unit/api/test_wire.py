@@ -16,7 +16,7 @@ import torchyard.launcher
 from torchyard import api, k8s
 from torchyard.api import wire
 from torchyard.planning import names, pods
-from torchyard.status import trainingruns as run_status
+from torchyard.status import failures
 
 OPERATOR = Path(api.__file__).resolve().parents[1]
 # Standard-library single files: they may not import torchyard.api, so they copy.
@@ -94,7 +94,7 @@ def test_the_kinds_paths_and_labels_use_the_wire_names() -> None:
         assert res.api_version == wire.API_VERSION
     for kind in ("TrainingRun", "Environment", "ModelVersion"):
         assert k8s.resource_of({"apiVersion": wire.API_VERSION, "kind": kind}).group == wire.GROUP
-    assert run_status.NODE_RANK_LABEL == names.LABEL_NODE_RANK == wire.LABEL_NODE_RANK
+    assert failures.NODE_RANK_LABEL == names.LABEL_NODE_RANK == wire.LABEL_NODE_RANK
     assert pods.REGISTRY_AUDIENCE == wire.REGISTRY_AUDIENCE
     # the names already on objects in clusters: they never change
     assert {"environment-hash", "snapshot", "sha256", "files", "size"} <= {

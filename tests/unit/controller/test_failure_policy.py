@@ -11,7 +11,7 @@ from tests.builders import TrainingRunBuilder, pod
 from torchyard import api
 from torchyard.controller import admission, failure_policy, ttl_after_finished
 from torchyard.controller.failure_policy import Attempts
-from torchyard.status.trainingruns import Failure
+from torchyard.status.failures import Failure
 
 PLATFORM: Failure = {"reason": "NodeLost", "platform": True, "message": "node Pod r-1 disappeared"}
 USER: Failure = {"reason": "Error", "platform": False, "message": "ValueError"}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.unit.controller.world import T0, env, node_pod, reconcile, run, status, world
-from torchyard.status.trainingruns import FAILURE_SETTLE_SECONDS
+from torchyard.status.failures import FAILURE_SETTLE_SECONDS
 
 RUNNING = {"phase": "Running", "startTime": "2026-01-01T11:59:00Z", "restarts": 0}
 

@@ -33,7 +33,7 @@ from tests.unit.controller.world import (
 )
 from torchyard import k8s
 from torchyard.planning import pods
-from torchyard.status.trainingruns import FAILURE_SETTLE_SECONDS
+from torchyard.status.failures import FAILURE_SETTLE_SECONDS
 
 RUNNING = {"phase": "Running", "startTime": "2026-01-01T11:59:00Z", "restarts": 0}
 QUEUED = {"phase": "Queued", "restarts": 0}
@@ -507,13 +507,15 @@ def test_a_run_being_deleted_is_left_alone() -> None:
     assert (fake.statuses, fake.applied, fake.deleted, fake.events) == ([], [], [], [])
 
 
-def test_a_run_that_finished_names_the_runs_waiting_for_room() -> None:
+def test_a_run_that_finished_leaves_the_waiting_runs_to_the_admission_pass() -> None:
+    # The pass over the cache admits them on the Pods' events (test_admission_pass.py);
+    # the finished run's reconcile lists nothing and queues no one.
     waiting = node_pod(0, gated=True)
     waiting["metadata"].update(name="other-0", labels={**waiting["metadata"]["labels"]})
     waiting["metadata"]["labels"]["torchyard.dev/run"] = "other"
     fake = world(run(status=RUNNING), env(), *NODES, *succeeded(), waiting)
-    result = reconcile(fake)
-    assert ("TrainingRun", "ns", "other") in result.also
+    assert reconcile(fake).also == []
+    assert status(fake)["phase"] == "Succeeded"
 
 
 class Registry(http.server.BaseHTTPRequestHandler):

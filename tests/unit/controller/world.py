@@ -10,7 +10,7 @@ from typing import Any
 from tests.builders import TrainingRunBuilder, environment, pod
 from tests.unit.controller.fake_k8s import FakeK8s
 from torchyard import k8s
-from torchyard.controller import context, trainingruns
+from torchyard.controller import admission, context, trainingruns
 from torchyard.planning import pods
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -82,13 +82,16 @@ def world(body: dict[str, Any], *objects: dict[str, Any]) -> FakeK8s:
 def reconcile(
     fake: FakeK8s, at: float = 0.0, settings: pods.Settings | None = None
 ) -> context.Result:
-    """One reconcile of run ``r`` as the work queue makes it, ``at`` seconds after T0."""
+    """One reconcile of run ``r`` as the work queue makes it, ``at`` seconds after T0,
+    after the admission pass that the watches' events (the fake's objects) made."""
     body = fake.get(k8s.TRAININGRUNS, NS, "r")
     ctx = context.Context(
         settings=settings or pods.Settings(),
         clock=lambda: T0 + timedelta(seconds=at),
         k8s=fake,
     )
+    admission.prime(ctx)
+    admission.run_pass(ctx)
     return trainingruns.reconcile(body, logging.getLogger("test"), ctx)
 
 

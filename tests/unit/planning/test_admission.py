@@ -112,3 +112,25 @@ def test_gpu_pool_is_tainted_for_pods_without_toleration() -> None:
         tolerations=(),
     )
     assert not admission.decide([g], NODES, [])[("ns", "cpu-job")].admit
+
+
+def test_a_higher_priority_goes_first_and_the_rest_are_numbered_per_pool() -> None:
+    urgent = admission.Gang(
+        **{**gang("urgent", 4, 8, created="2026-01-01T00:09:00Z").__dict__, "priority": 100}
+    )
+    waiting = [
+        gang("old", 4, 8, created="2026-01-01T00:00:00Z"),
+        gang("young", 4, 8, created="2026-01-01T00:05:00Z"),
+        urgent,
+        gang("elsewhere", 1, 8, pool="nope"),
+    ]
+    busy = [busy_pod(n["metadata"]["name"], 4) for n in NODES if "a100" in n["metadata"]["name"]]
+    d = admission.decide(waiting, NODES, busy)
+    assert [g.key[1] for g in admission.order(waiting)][:3] == ["urgent", "elsewhere", "old"]
+    assert {k[1]: v.position for k, v in d.items()} == {
+        "urgent": 1,
+        "old": 2,
+        "young": 3,
+        "elsewhere": 1,
+    }
+    assert "waiting behind ns/urgent" in d[("ns", "old")].message

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.builders import pod
-from torchyard.status.trainingruns import (
+from torchyard.status.failures import (
     FAILURE_SETTLE_SECONDS,
     first_failure,
     observe_failure,

@@ -11,7 +11,9 @@ import pytest
 
 from tests.builders import TrainingRunBuilder, pod
 from torchyard import api, status
-from torchyard.status.trainingruns import Observed, first_failure, observe_failure
+from torchyard.status import failures
+from torchyard.status.failures import first_failure, observe_failure
+from torchyard.status.trainingruns import Observed
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 READY_ENV = {"status": {"phase": "Ready", "image": "img"}}
@@ -429,7 +431,7 @@ LOST: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None, str]] = [
 def test_a_lost_node_pod_is_named(
     case: str, pods: list[dict[str, Any]], named: dict[str, Any] | None, message: str
 ) -> None:
-    failure = status.trainingruns.lost_failure(NAMES, pods)
+    failure = failures.lost_failure(NAMES, pods)
     if named is None:
         assert failure is None
         return
@@ -442,7 +444,7 @@ def test_a_lost_node_pod_is_named(
 def test_the_failure_the_controller_decided_on_reaches_the_status() -> None:
     # The gang lost node 1's Pod and no platform restart is left: Failed, NodeLost, named,
     # although the Pods that are left show no failure of their own.
-    lost = status.trainingruns.lost_failure(NAMES, [pod("r", 0, phase="Running")])
+    lost = failures.lost_failure(NAMES, [pod("r", 0, phase="Running")])
     assert lost is not None
     st = compute([pod("r", 0, phase="Running", node_name="n0")], failure=lost)
     assert st["phase"] == "Failed"

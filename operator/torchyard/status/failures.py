@@ -1,0 +1,294 @@
+"""TrainingRun failures as pure functions of the node Pods: which failed, why, and first.
+
+``observe_failure`` reads one Pod (the launcher's JSON termination message, the Pod's
+and the container's reasons); ``first_failure`` names the one that came first (by when the
+failing rank exited) and ``settling`` how long the controller waits for the gang's other
+Pods to report before deciding; ``lost_failure`` tells which node Pod a running gang lost;
+``archive_failures`` which nodes succeeded without their archive (optional outputs);
+``public_failure`` and ``failure_message`` are what ``status.failure`` and Events show.
+The controller's failure policy decides with these; ``status.trainingruns`` folds the
+decided failure into the status; local mode names its failing rank with the same
+``failure_message``. Tested as tables in ``tests/unit/status/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypedDict
+
+from torchyard.api import wire
+
+NODE_RANK_LABEL = wire.LABEL_NODE_RANK
+# Failures of the platform, not of the user's code: retried without using backoffLimit.
+PLATFORM_REASONS = frozenset(
+    {
+        "Evicted",
+        "NodeLost",
+        "PodLost",
+        "Preempting",
+        "Preempted",
+        "Shutdown",
+        "NodeShutdown",
+        "Terminated",
+        "UnexpectedAdmissionError",
+        "NodeAffinity",
+        "OutOfcpu",
+        "OutOfmemory",
+    }
+)
+# Waiting reasons that never resolve by themselves with restartPolicy Never.
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+# The launcher's outputs could not be archived: training again would not help.
+ARCHIVE_FAILED = "ArchiveFailed"
+NOT_RESTARTED = STUCK_REASONS | {ARCHIVE_FAILED}
+# Reasons of the launcher's termination message that say more than the kubelet's
+# generic "Error" for the same exit (OOMKilled: the OOM killer ended one rank, not the
+# container's main process, which a runtime need not report as OOMKilled).
+LAUNCHER_REASONS = frozenset({ARCHIVE_FAILED, "LaunchError", "OOMKilled"})
+GENERIC = (None, "", "Error")
+NODE_LOST = "NodeLost"
+
+
+class Failure(TypedDict, total=False):
+    """A failure, as the controller's failure policy decides on it: the fields of
+    ``status.failure`` (see ``public_failure``) and bookkeeping keys that stay out of it:
+    ``platform`` (the platform's fault, not the user's code), ``finishedAt`` (the
+    kubelet's) and ``exitedAt`` (when the failing rank exited, Unix time)."""
+
+    reason: str
+    message: str
+    pod: str | None
+    node: int | None
+    rank: int | None
+    exitCode: int | None
+    signal: Any
+    platform: bool
+    finishedAt: str
+    exitedAt: float | None
+
+
+def _trainer(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+        if cs.get("name") == "trainer":
+            return dict(cs)
+    return {}
+
+
+def _termination(message: str) -> dict[str, Any]:
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return {"message": message.strip()} if message.strip() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
+    """The failure of one Pod, or None while it has not failed."""
+    status = pod.get("status", {})
+    meta = pod.get("metadata", {})
+    node = meta.get("labels", {}).get(NODE_RANK_LABEL)
+    base: Failure = {
+        "pod": meta.get("name"),
+        "node": int(node) if node is not None else None,
+    }
+    trainer = _trainer(pod)
+    waiting = trainer.get("state", {}).get("waiting") or {}
+    if waiting.get("reason") in STUCK_REASONS:
+        return {
+            **base,
+            "reason": waiting["reason"],
+            "message": waiting.get("message", ""),
+            "platform": False,
+            "finishedAt": "",
+        }
+    if status.get("phase") != "Failed":
+        return None
+    term = trainer.get("state", {}).get("terminated") or {}
+    info = _termination(term.get("message") or "")
+    # The Pod's reason (Evicted, DeadlineExceeded, ...) first, then the container's
+    # (OOMKilled, ...); the launcher's own reason where both only say "Error".
+    specific = [r for r in (status.get("reason"), term.get("reason")) if r not in GENERIC]
+    launcher = [info["reason"]] if info.get("reason") in LAUNCHER_REASONS else []
+    fallback = [status.get("reason"), term.get("reason"), info.get("reason"), "Error"]
+    reason = next(r for r in [*specific, *launcher, *fallback] if r)
+    conditions = status.get("conditions", []) or []
+    disrupted = any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions
+    )
+    failure: Failure = {
+        **base,
+        "rank": info.get("rank"),
+        "exitCode": term.get("exitCode", info.get("exitCode")),
+        "signal": term.get("signal", info.get("signal")),
+        "reason": reason,
+        "message": info.get("message") or status.get("message") or term.get("message") or "",
+        "platform": reason in PLATFORM_REASONS or disrupted,
+        "finishedAt": term.get("finishedAt") or "",
+        "exitedAt": _exited_at(info, term),
+    }
+    if failure["node"] is None and info.get("nodeRank") is not None:
+        failure["node"] = info["nodeRank"]
+    return failure
+
+
+def _exited_at(info: Mapping[str, Any], term: Mapping[str, Any]) -> float | None:
+    """When the failure happened, as Unix time: the launcher's ``exitedAt`` (when the
+    failing rank exited, to the microsecond; a finite number, as the launcher writes it),
+    else the kubelet's ``finishedAt`` (to the second, and only once the whole container
+    ended), else None."""
+    exited = info.get("exitedAt")
+    if isinstance(exited, (int, float)) and not isinstance(exited, bool) and math.isfinite(exited):
+        return float(exited)
+    finished = term.get("finishedAt")
+    if not finished:
+        return None
+    try:
+        when = datetime.strptime(str(finished), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=timezone.utc).timestamp()
+
+
+def first_failure(pods: Sequence[Mapping[str, Any]]) -> Failure | None:
+    """The failure that came first: the earliest exit, node rank breaking ties.
+
+    A rank that fails takes its peers on the other nodes down with it (gloo's or NCCL's
+    "Connection closed by peer" a few milliseconds later), often within the second the
+    kubelet's ``finishedAt`` counts in, and the culprit's Pod may end later still (its
+    launcher stops its siblings first): the launcher's ``exitedAt`` tells them apart."""
+    failures = [f for f in (observe_failure(p) for p in pods) if f is not None]
+    if not failures:
+        return None
+    return min(failures, key=lambda f: (f.get("exitedAt") or math.inf, f["node"] or 0))
+
+
+# How long after the first failure the controller waits for the gang's other Pods to
+# report theirs before deciding which came first (the kubelet notices a container's end
+# within about a second, then writes the Pod's status).
+FAILURE_SETTLE_SECONDS = 3.0
+
+
+def settling(
+    failure: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime
+) -> float | None:
+    """Seconds to wait before ``failure`` (``first_failure``'s) may decide the run, or
+    None to decide now: while another Pod of the gang still runs (and may yet report an
+    earlier failure: the culprit's peers often end first) and the failure is younger than
+    FAILURE_SETTLE_SECONDS. A failure time more than that ahead of ``now`` (clocks far
+    apart) or unknown is decided at once, so that no run waits for long."""
+    exited = failure.get("exitedAt")
+    if exited is None:
+        return None
+    others = [
+        p
+        for p in pods
+        if p.get("metadata", {}).get("name") != failure.get("pod")
+        and p.get("status", {}).get("phase") == "Running"
+    ]
+    if not others:
+        return None
+    left = float(exited) + FAILURE_SETTLE_SECONDS - now.timestamp()
+    return left if 0 < left <= 2 * FAILURE_SETTLE_SECONDS else None
+
+
+def _rank_label(pod: Mapping[str, Any]) -> int | None:
+    value = pod.get("metadata", {}).get("labels", {}).get(NODE_RANK_LABEL)
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def lost_failure(pod_names: Sequence[str], pods: Sequence[Mapping[str, Any]]) -> Failure | None:
+    """The NodeLost failure of a running gang that lost a node Pod, or None.
+
+    ``pod_names[i]`` is the name of node ``i``'s Pod, ``pods`` the Pods of the current
+    attempt. A Pod is lost when it is gone (its node was deleted and the Pod with it, or
+    someone deleted it) or is being deleted before it finished (evicted from a node that
+    stayed NotReady past its toleration, or deleted). The lowest node rank is named.
+    """
+    by_rank = {_rank_label(p): p for p in pods}
+    for rank, name in enumerate(pod_names):
+        pod = by_rank.get(rank)
+        who = f"node Pod {name} (node rank {rank})"
+        base: Failure = {"reason": NODE_LOST, "platform": True, "pod": name, "node": rank}
+        if pod is None:
+            return {
+                **base,
+                "message": f"{who} disappeared while the run was running: its node was "
+                "deleted or lost, or the Pod was deleted (the run's Events name the node)",
+            }
+        if not pod.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue  # it finished before it went: its own exit decides
+        node = pod.get("spec", {}).get("nodeName") or "(not scheduled)"
+        disruption = next(
+            (
+                c
+                for c in pod.get("status", {}).get("conditions", []) or []
+                if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            ),
+            None,
+        )
+        if disruption is not None and disruption.get("reason") == "DeletionByTaintManager":
+            how = f"was evicted from node {node}, which is NotReady or unreachable"
+        elif disruption is not None:
+            how = f"on node {node} is being deleted ({disruption.get('reason')})"
+        else:
+            how = f"on node {node} is being deleted"
+        return {**base, "message": f"{who} {how}"}
+    return None
+
+
+def archive_failures(pods: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """Node rank -> what the launcher said, for the Pods that succeeded although their
+    archive upload failed (``outputs.optional``: the launcher exits 0 all the same)."""
+    failed: dict[int, str] = {}
+    for pod in pods:
+        if pod.get("status", {}).get("phase") != "Succeeded":
+            continue
+        term = _trainer(pod).get("state", {}).get("terminated") or {}
+        info = _termination(term.get("message") or "")
+        if info.get("reason") == ARCHIVE_FAILED:
+            rank = _rank_label(pod)
+            node = rank if rank is not None else info.get("nodeRank")
+            failed[int(node or 0)] = str(info.get("message") or "the archive upload failed")
+    return failed
+
+
+def public_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``status.failure`` (drops the bookkeeping keys)."""
+    keep = ("rank", "node", "pod", "exitCode", "signal", "reason", "message")
+    return {k: failure[k] for k in keep if failure.get(k) not in (None, "")}
+
+
+def failure_message(failure: Mapping[str, Any], *, full: bool = False) -> str:
+    """'rank 3 (node 1) failed (Error, exit code 1): ValueError: bad' (``full``: the whole
+    traceback on the following lines). Used by the conditions, Events and local mode."""
+    if failure.get("rank") is not None:
+        who = f"rank {failure['rank']} (node {failure.get('node')})"
+    elif failure.get("node") is not None:
+        who = f"node {failure['node']}"
+    else:
+        who = "the run"
+    how = []
+    if failure.get("exitCode") is not None:
+        how.append(f"exit code {failure['exitCode']}")
+    if failure.get("signal"):
+        how.append(f"signal {failure['signal']}")
+    head = (
+        f"{who} failed ({failure.get('reason') or 'Error'}{', ' + ', '.join(how) if how else ''})"
+    )
+    text = str(failure.get("message") or "").strip()
+    if not text:
+        return head
+    return f"{head}:\n{text}" if full else f"{head}: {text.splitlines()[-1]}"

@@ -1,0 +1,191 @@
+"""The work queue: first-due-first order, one entry per key, the events lane before the
+background lane, and a resync that queues only what changed unseen, spread over its period
+(operator/torchyard/controller/workqueue.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import pytest
+
+from torchyard.controller import workqueue
+from torchyard.controller.workqueue import BACKGROUND, EVENTS, STATUS, WorkQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return self.now
+
+
+def run(name: str) -> workqueue.Key:
+    return ("TrainingRun", "team-a", name)
+
+
+def drain(queue: WorkQueue) -> list[workqueue.Key]:
+    taken = []
+    while (key := queue.take_nowait()) is not None:
+        taken.append(key)
+        queue.done(key)
+    return taken
+
+
+def test_keys_are_served_in_the_order_they_became_due() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    queue.add(run("later"), delay=5)
+    queue.add(run("first"))
+    clock.now += 1
+    queue.add(run("second"))
+    queue.add(run("first"))  # again: keeps its place, not moved to the back
+    clock.now += 10  # "later" is due now, after the two others became due
+    queue.add(run("third"))
+    assert drain(queue) == [run("first"), run("second"), run("later"), run("third")]
+
+
+def test_a_key_is_held_once_however_often_it_is_added() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    for delay in (0, 0, 3, 60):
+        queue.add(run("busy"), delay=delay)
+    assert len(queue) == 1
+    assert drain(queue) == [run("busy")]
+    clock.now += 100  # the delayed adds were folded into the one that came due first
+    assert drain(queue) == []
+
+
+def test_an_earlier_due_time_wins_over_a_later_one() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    queue.add(run("ttl"), delay=60)
+    queue.add(run("ttl"), delay=2)
+    clock.now += 2
+    assert drain(queue) == [run("ttl")]
+    clock.now += 100
+    assert drain(queue) == []
+
+
+def test_an_add_while_the_key_is_reconciled_queues_it_once_more_after() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    queue.add(run("a"))
+    key = queue.take_nowait()
+    assert key == run("a")
+    queue.add(run("a"))  # e.g. its Pod changed meanwhile
+    queue.add(run("a"))
+    assert queue.take_nowait() is None  # never two reconciles of one key at once
+    queue.done(key)
+    assert drain(queue) == [run("a")]
+
+
+def test_events_are_served_before_resync_and_backoff_keys() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    for i in range(100):
+        queue.add(run(f"resync-{i}"), lane=BACKGROUND)
+    queue.add(run("retry"), delay=0, lane=BACKGROUND)
+    clock.now += 1
+    queue.add(run("pod-went-running"))  # a Pod's phase change: its run's status is due
+    queue.add(run("resync-50"), lane=EVENTS)  # an event for a key waiting in the background
+    taken = drain(queue)
+    assert taken[:2] == [run("pod-went-running"), run("resync-50")]
+    assert taken[2:] == [run(f"resync-{i}") for i in range(100) if i != 50] + [run("retry")]
+
+
+def test_backoff_doubles_on_the_background_lane_and_forget_resets_it() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    assert [queue.backoff(run("flaky")) for _ in range(3)] == [0.5, 1.0, 2.0]
+    queue.forget(run("flaky"))
+    assert queue.backoff(run("flaky")) == 0.5
+    clock.now += 0.5
+    queue.add(run("event"))
+    assert drain(queue) == [run("event"), run("flaky")]
+
+
+def test_a_failed_reconcile_backs_off_and_a_gone_object_is_forgotten() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    workqueue.follow_up(queue, run("ok"), workqueue.Followup(version="7", also=(run("other"),)))
+    assert queue.seen == {run("ok"): "7"}
+    assert drain(queue) == [run("other")]
+    workqueue.follow_up(queue, run("bad"), workqueue.Followup(failed=True))
+    assert drain(queue) == []  # not before its backoff
+    clock.now += 0.5
+    assert drain(queue) == [run("bad")]
+    workqueue.follow_up(queue, run("ok"), workqueue.Followup(gone=True))
+    assert queue.seen == {}
+
+
+def test_the_resync_queues_only_what_changed_unseen_spread_over_the_period() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    versions = {run(f"r{i}"): "1" for i in range(2000)}
+    for key in list(versions)[:1000]:
+        queue.seen[key] = "1"  # reconciled at this version: nothing to do
+    queue.seen[run("deleted")] = "3"
+    versions[run("r0")] = "2"  # changed, and the event was missed
+    period = 600.0
+    queued = workqueue.schedule_resync(queue, versions, period)
+    assert set(queued) == {run("r0")} | {run(f"r{i}") for i in range(1000, 2000)}
+    assert run("deleted") not in queue.seen
+    assert queue.take_nowait() is None  # nothing all at once
+    # Spread: every tenth of the period brings about a tenth of the keys.
+    per_tenth = collections.Counter()
+    for tenth in range(10):
+        clock.now += period / 10
+        per_tenth[tenth] = len(drain(queue))
+    assert sum(per_tenth.values()) == len(queued)
+    assert all(60 <= n <= 140 for n in per_tenth.values()), per_tenth
+
+
+def test_a_keys_resync_offset_is_stable_and_within_the_period() -> None:
+    offsets = [workqueue.offset(run(f"r{i}"), 600.0) for i in range(500)]
+    assert offsets == [workqueue.offset(run(f"r{i}"), 600.0) for i in range(500)]
+    assert min(offsets) >= 0 and max(offsets) < 600.0
+
+
+def test_an_idle_queue_sleeps_until_an_add_without_polling() -> None:
+    clock = Clock()
+
+    async def scenario() -> tuple[int, workqueue.Key]:
+        queue = WorkQueue(clock=clock)
+        taker = asyncio.create_task(queue.take())
+        await asyncio.sleep(1.5)  # an idle operator: no timer, no event
+        calls_while_idle = clock.calls
+        queue.add(run("new"))
+        return calls_while_idle, await asyncio.wait_for(taker, 5)
+
+    calls, key = asyncio.run(scenario())
+    assert key == run("new")
+    assert calls <= 3  # looked once, then slept: no tick every second
+
+
+def test_the_resync_period_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCHYARD_RESYNC_SECONDS", raising=False)
+    assert workqueue.resync_seconds() == 600.0
+    monkeypatch.setenv("TORCHYARD_RESYNC_SECONDS", "1800")
+    assert workqueue.resync_seconds() == 1800.0
+    for bad in ("0", "-5", "ten minutes"):
+        monkeypatch.setenv("TORCHYARD_RESYNC_SECONDS", bad)
+        with pytest.raises(ValueError, match="not a positive number of seconds; set it to"):
+            workqueue.resync_seconds()
+
+
+def test_a_runs_own_pod_event_goes_before_new_runs_and_resync() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    queue.add(run("resync"), lane=BACKGROUND)
+    for i in range(1000):  # a burst of new runs, applied at once
+        queue.add(run(f"new-{i}"))
+    clock.now += 1
+    queue.add(run("its-pod-went-running"), lane=STATUS)
+    queue.add(run("new-999"), lane=STATUS)  # admitted by the pass: its gates are due
+    taken = drain(queue)
+    assert taken[:2] == [run("its-pod-went-running"), run("new-999")]
+    assert taken[-1] == run("resync")
