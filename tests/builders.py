@@ -7,7 +7,11 @@ Each returns a plain wire-form dict, exactly what a user would ``kubectl apply``
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import zipfile
+from pathlib import Path
 from typing import Any
 
 
@@ -161,3 +165,28 @@ def role_binding(namespace: str, name: str, role: str, service_account: str) -> 
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
     }
+
+
+def wheel(folder: Path, name: str, version: str, module: str, script: str) -> Path:
+    """A pure-Python wheel made by hand (offline): package ``name`` whose ``__init__`` is
+    ``module``, and one console script ``script`` (``"cmd = pkg:func"``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": module,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: torchyard-test\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": f"[console_scripts]\n{script}\n",
+    }
+    record = []
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, text in files.items():
+            data = text.encode()
+            zf.writestr(member, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{member},sha256={digest.decode()},{len(data)}")
+        record.append(f"{info}/RECORD,,")
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return path

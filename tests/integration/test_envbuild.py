@@ -4,7 +4,6 @@ pulled back and checked; building twice gives the same layer."""
 
 from __future__ import annotations
 
-import base64
 import gzip
 import hashlib
 import io
@@ -13,12 +12,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.builders import wheel
 from tests.cluster.registry import OciRegistry
 from torchyard import envbuild
 from torchyard.envbuild import Registry
@@ -28,25 +27,8 @@ ENVBUILD = Path(envbuild.__file__)
 
 def make_wheel(folder: Path) -> Path:
     """A tiny pure-Python wheel with a console script, made by hand (offline)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / "birdnet-1.0-py3-none-any.whl"
-    files = {
-        "birdnet/__init__.py": "def hello():\n    return 'chirp'\n",
-        "birdnet-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: birdnet\nVersion: 1.0\n",
-        "birdnet-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
-        "Root-Is-Purelib: true\nTag: py3-none-any\n",
-        "birdnet-1.0.dist-info/entry_points.txt": "[console_scripts]\nchirp = birdnet:hello\n",
-    }
-    record = []
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for name, text in files.items():
-            data = text.encode()
-            zf.writestr(name, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            record.append(f"{name},sha256={digest.decode()},{len(data)}")
-        record.append("birdnet-1.0.dist-info/RECORD,,")
-        zf.writestr("birdnet-1.0.dist-info/RECORD", "\n".join(record) + "\n")
-    return wheel
+    module = "def hello():\n    return 'chirp'\n"
+    return wheel(folder, "birdnet", "1.0", module, "chirp = birdnet:hello")
 
 
 def push_base_image(reg: OciRegistry, repo: str = "base", tag: str = "1") -> str:

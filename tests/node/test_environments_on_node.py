@@ -33,19 +33,17 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import http.server
 import json
 import threading
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder, environment, wheel
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.cluster.registry import OciRegistry, push_archive
@@ -69,26 +67,8 @@ BUILD_TIMEOUT = 420  # pulling the ~190 MB base image and building on 2 shared c
 
 def make_wheel(folder: Path, name: str, version: str) -> Path:
     """A pure-Python wheel (a module that knows its version, a console script), offline."""
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"__version__ = {version!r}\n\ndef song():\n    return 'tweet'\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: torchyard-test\n"
-        "Root-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{info}/entry_points.txt": f"[console_scripts]\n{name} = {name}:song\n",
-    }
-    record = []
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for path, text in files.items():
-            data = text.encode()
-            zf.writestr(path, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            record.append(f"{path},sha256={digest.decode()},{len(data)}")
-        record.append(f"{info}/RECORD,,")
-        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    return wheel
+    module = f"__version__ = {version!r}\n\ndef song():\n    return 'tweet'\n"
+    return wheel(folder, name, version, module, f"{name} = {name}:song")
 
 
 @pytest.fixture(scope="module")
