@@ -111,7 +111,9 @@ def test_a_failed_build_fails_the_environment_and_its_waiting_runs(
     assert conditions(env)["Stalled"]["status"] == "True"
     assert conditions(env)["Stalled"]["reason"] == "BuildFailed"
     assert conditions(env)["Reconciling"]["status"] == "False"
-    # The build metrics: one more failed build, with its duration from the Job.
+    # The build metrics: one more failed build, with its duration from the Job. They are
+    # counted just after the status write that the wait above saw, so wait for them too.
+    wait_for("the failed build's metric", lambda: telemetry.BUILDS.value(result="failed") > failed)
     assert telemetry.BUILDS.value(result="failed") == failed + 1
     assert telemetry.BUILD_SECONDS.count(result="failed") == timed + 1
     events = k8s.list_(k8s.EVENTS, namespace, field_selector="involvedObject.name=broken")
