@@ -57,7 +57,9 @@ def test_an_image_already_in_the_registry_is_ready_without_a_job(
     assert env["status"]["image"].startswith(f"{oci_registry.host}/envs@sha256:")
     assert conditions(env)["Ready"]["reason"] == "Cached"
     assert build_jobs(namespace) == []
-    assert telemetry.CACHE_HITS.value() == hits + 1  # the operator's /metrics counter
+    # the operator's /metrics counter, counted just after the status write seen above
+    wait_for("the cache hit's metric", lambda: telemetry.CACHE_HITS.value() > hits)
+    assert telemetry.CACHE_HITS.value() == hits + 1
 
 
 def test_a_new_recipe_gets_one_restricted_build_job_shared_by_its_twins(
@@ -113,7 +115,10 @@ def test_a_failed_build_fails_the_environment_and_its_waiting_runs(
     assert conditions(env)["Reconciling"]["status"] == "False"
     # The build metrics: one more failed build, with its duration from the Job. They are
     # counted just after the status write that the wait above saw, so wait for them too.
-    wait_for("the failed build's metric", lambda: telemetry.BUILDS.value(result="failed") > failed)
+    wait_for(
+        "the failed build's metrics",
+        lambda: telemetry.BUILD_SECONDS.count(result="failed") > timed,
+    )
     assert telemetry.BUILDS.value(result="failed") == failed + 1
     assert telemetry.BUILD_SECONDS.count(result="failed") == timed + 1
     events = k8s.list_(k8s.EVENTS, namespace, field_selector="involvedObject.name=broken")
