@@ -7,6 +7,8 @@
 - ``tests/e2e/``: marked ``e2e``; real PyTorch training.
 - ``tests/node/``: marked ``node`` in the folder itself; a real kubelet node joins the
   session's cluster (``tests/node/conftest.py``).
+- marked ``peers`` (``tests/integration/test_peers.py``): Kubeflow's operators beside the
+  control plane (``tests/cluster/peers.py``); deselected unless pytest runs with ``--peers``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,27 @@ import pytest
 TIERS = ("unit", "integration", "e2e")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--peers",
+        action="store_true",
+        help="also run the tests marked `peers`: Kubeflow Trainer, JobSet and Training "
+        "Operator built from their Go modules beside the control plane (tests/cluster/peers.py)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).parts
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+    # The peers' tests need their Go builds: only with --peers (deselected, not skipped).
+    if not config.getoption("--peers"):
+        peers = [item for item in items if item.get_closest_marker("peers")]
+        if peers:
+            config.hook.pytest_deselected(items=peers)
+            items[:] = [item for item in items if not item.get_closest_marker("peers")]
 
 
 @pytest.fixture(scope="session")
