@@ -1,10 +1,20 @@
-"""Prometheus metrics without a dependency: counters, gauges and histograms, rendered in
-the text exposition format 0.0.4, and a small HTTP server for ``/metrics``.
+"""Prometheus metrics through ``prometheus_client``: one registry per component, with the
+process and platform collectors, exposed with content negotiation (the text format 0.0.4,
+or OpenMetrics when the scraper asks for it).
 
-Standard library only (like the launcher), so that every layer may use it. Each
-component keeps its own :class:`Registry`: the operator's metrics are defined in
-``controller/telemetry.py``, the registry service's in ``registry/service.py``. Every
-metric is thread-safe: reconcilers run in worker threads, the server in its own.
+Each component keeps its own :class:`Registry` (a ``prometheus_client.CollectorRegistry``
+with ``process_*`` (RSS, CPU, open files) and ``python_info`` registered): the operator's
+metrics are defined in ``controller/telemetry.py`` and served by :func:`serve`; the registry
+service's are defined in ``registry/service.py`` and served by its aiohttp app
+(``prometheus_client.aiohttp`` over :attr:`Registry.collectors`). The small wrappers
+below keep the call sites short (``PODS_CREATED.inc(2, namespace=ns)``) and let tests
+read a value back (:meth:`Counter.value`, :meth:`Histogram.count`) through the
+registry's public ``collect()``. Every metric is thread-safe: reconcilers run in worker threads.
+
+The launcher and the Environment builder do not import this module (they are standard
+library only; pyproject.toml's import-linter contracts forbid it). Tested in
+``tests/unit/test_metrics.py``; scraped in ``tests/integration/test_observability.py``
+and ``test_registry_service.py``.
 
     registry = Registry()
     pods = registry.counter("torchyard_pods_created_total", "Pods created.", ["namespace"])
@@ -16,194 +26,146 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+import prometheus_client
+from prometheus_client import exposition
+from prometheus_client.samples import Sample
+
+CONTENT_TYPE = exposition.CONTENT_TYPE_PLAIN_0_0_4
+OPENMETRICS_CONTENT_TYPE = exposition.CONTENT_TYPE_LATEST
 # Seconds, from a quick reconcile to a long wait for capacity.
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-LabelValues = tuple[str, ...]
-
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _escape_help(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _labels(names: Sequence[str], values: Sequence[str]) -> str:
-    if not names:
-        return ""
-    pairs = ",".join(f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True))
-    return "{" + pairs + "}"
+PATH = "/metrics"
 
 
 class _Metric:
-    kind = ""
+    """A ``prometheus_client`` metric with keyword labels checked against its label names."""
 
-    def __init__(self, name: str, help: str, labelnames: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, metric: Any, labelnames: Sequence[str]) -> None:
+        self._metric = metric
         self.name = name
-        self.help = help
         self.labelnames = tuple(labelnames)
-        self._lock = threading.Lock()
 
-    def _key(self, labels: Mapping[str, str]) -> LabelValues:
+    def _child(self, labels: Mapping[str, str]) -> Any:
         if set(labels) != set(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {sorted(labels)}")
-        return tuple(str(labels[n]) for n in self.labelnames)
+        return self._metric.labels(**labels) if self.labelnames else self._metric
 
-    def samples(self) -> Iterator[str]:
-        raise NotImplementedError
-
-    def render(self) -> str:
-        head = [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.kind}"]
-        return "\n".join([*head, *self.samples()]) + "\n"
-
-
-class _Scalar(_Metric):
-    """One number per label set."""
-
-    def __init__(self, name: str, help: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help, labelnames)
-        self._values: dict[LabelValues, float] = {} if labelnames else {(): 0.0}
-
-    def _add(self, amount: float, labels: Mapping[str, str]) -> None:
-        key = self._key(labels)
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
-
-    def value(self, **labels: str) -> float:
-        with self._lock:
-            return self._values.get(self._key(labels), 0.0)
-
-    def samples(self) -> Iterator[str]:
-        with self._lock:
-            items = sorted(self._values.items())
-        for key, value in items:
-            yield f"{self.name}{_labels(self.labelnames, key)} {_number(value)}"
+    def _sample(self, suffix: str, labels: Mapping[str, str]) -> float:
+        """The value of sample ``<name><suffix>{labels}`` now (0 when it has none yet)."""
+        if set(labels) != set(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {sorted(labels)}")
+        wanted = {k: str(v) for k, v in labels.items()}
+        for family in self._metric.collect():
+            for sample in family.samples:
+                if sample.name == self.name + suffix and sample.labels == wanted:
+                    return float(sample.value)
+        return 0.0
 
 
-class Counter(_Scalar):
+class Counter(_Metric):
     """A value that only goes up (name it ``..._total``)."""
-
-    kind = "counter"
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
         if amount < 0:
             raise ValueError(f"{self.name}: a counter cannot go down ({amount})")
-        self._add(amount, labels)
+        self._child(labels).inc(amount)
+
+    def value(self, **labels: str) -> float:
+        return self._sample("", labels)
 
 
-class Gauge(_Scalar):
+class Gauge(_Metric):
     """A value that goes up and down; :meth:`replace` swaps every labelled value at once."""
 
-    kind = "gauge"
+    def __init__(self, name: str, metric: Any, labelnames: Sequence[str]) -> None:
+        super().__init__(name, metric, labelnames)
+        self._keys: set[tuple[str, ...]] = set()  # the label values of every series
+        # what replace() last set, so that the next one touches only what changed
+        self._replaced: dict[tuple[str, ...], float] = {}
+        self._lock = threading.Lock()
+
+    def _remember(self, labels: Mapping[str, str]) -> Any:
+        child = self._child(labels)
+        if self.labelnames:
+            key = tuple(str(labels[n]) for n in self.labelnames)
+            self._keys.add(key)
+            self._replaced.pop(key, None)
+        return child
 
     def set(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
         with self._lock:
-            self._values[key] = float(value)
+            self._remember(labels).set(value)
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        self._add(amount, labels)
+        with self._lock:
+            self._remember(labels).inc(amount)
 
     def dec(self, amount: float = 1.0, **labels: str) -> None:
-        self._add(-amount, labels)
+        with self._lock:
+            self._remember(labels).dec(amount)
 
     def replace(self, values: Iterable[tuple[Mapping[str, str], float]]) -> None:
-        """Set exactly these labelled values (the others disappear)."""
-        new = {self._key(labels): float(v) for labels, v in values}
+        """Set exactly these labelled values (the others disappear). The new values are set
+        before the old series are removed, so a scrape in between never misses a series
+        that stays."""
         with self._lock:
-            self._values = new
+            new: dict[tuple[str, ...], float] = {}
+            for labels, value in values:
+                if set(labels) != set(self.labelnames):
+                    raise ValueError(
+                        f"{self.name} takes labels {self.labelnames}, got {sorted(labels)}"
+                    )
+                new[tuple(str(labels[n]) for n in self.labelnames)] = float(value)
+            for key, value in new.items():  # a watch event changes one or two of them
+                if self._replaced.get(key) != value:
+                    (self._metric.labels(*key) if key else self._metric).set(value)
+            for key in self._keys - new.keys():
+                self._metric.remove(*key)
+            self._keys, self._replaced = set(new), new
+
+    def value(self, **labels: str) -> float:
+        return self._sample("", labels)
 
 
 class Histogram(_Metric):
     """Observations counted into cumulative buckets, with their sum and count."""
 
-    kind = "histogram"
-
     def __init__(
-        self,
-        name: str,
-        help: str,
-        labelnames: Sequence[str] = (),
-        buckets: Sequence[float] = DEFAULT_BUCKETS,
+        self, name: str, metric: Any, labelnames: Sequence[str], buckets: Sequence[float]
     ) -> None:
-        super().__init__(name, help, labelnames)
-        if "le" in self.labelnames:
-            raise ValueError("a histogram's own label is le")
-        bounds = sorted(float(b) for b in buckets)
-        self.buckets = (*(b for b in bounds if not math.isinf(b)), math.inf)
-        # per label values: [count per bucket (not cumulative)..., sum]
-        self._values: dict[LabelValues, list[float]] = {}
-        if not labelnames:
-            self._values[()] = [0.0] * (len(self.buckets) + 1)
+        super().__init__(name, metric, labelnames)
+        self.buckets = (*sorted(float(b) for b in buckets if not math.isinf(b)), math.inf)
 
     def observe(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
-        index = next(i for i, bound in enumerate(self.buckets) if value <= bound)
-        with self._lock:
-            cells = self._values.setdefault(key, [0.0] * (len(self.buckets) + 1))
-            cells[index] += 1
-            cells[-1] += value
+        self._child(labels).observe(value)
 
     def count(self, **labels: str) -> float:
-        with self._lock:
-            cells = self._values.get(self._key(labels))
-            return sum(cells[:-1]) if cells else 0.0
+        return self._sample("_count", labels)
 
     def sum(self, **labels: str) -> float:
-        with self._lock:
-            cells = self._values.get(self._key(labels))
-            return cells[-1] if cells else 0.0
-
-    def samples(self) -> Iterator[str]:
-        with self._lock:
-            items = sorted((k, list(v)) for k, v in self._values.items())
-        names = (*self.labelnames, "le")
-        for key, cells in items:
-            running = 0.0
-            for bound, n in zip(self.buckets, cells[:-1], strict=True):
-                running += n
-                labels = _labels(names, (*key, _number(bound)))
-                yield f"{self.name}_bucket{labels} {_number(running)}"
-            plain = _labels(self.labelnames, key)
-            yield f"{self.name}_sum{plain} {_number(cells[-1])}"
-            yield f"{self.name}_count{plain} {_number(running)}"
+        return self._sample("_sum", labels)
 
 
 class Registry:
-    """The metrics one component exposes, rendered together."""
+    """The metrics one component exposes, with the process and platform collectors."""
 
     def __init__(self) -> None:
-        self._metrics: dict[str, _Metric] = {}
-        self._lock = threading.Lock()
-
-    def _add(self, metric: _Metric) -> None:
-        with self._lock:
-            if metric.name in self._metrics:
-                raise ValueError(f"metric {metric.name} is already registered")
-            self._metrics[metric.name] = metric
+        self.collectors = prometheus_client.CollectorRegistry()
+        prometheus_client.ProcessCollector(registry=self.collectors)
+        prometheus_client.PlatformCollector(registry=self.collectors)
 
     def counter(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Counter:
-        metric = Counter(name, help, labelnames)
-        self._add(metric)
-        return metric
+        metric = prometheus_client.Counter(name, help, labelnames, registry=self.collectors)
+        return Counter(name, metric, labelnames)
 
     def gauge(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Gauge:
-        metric = Gauge(name, help, labelnames)
-        self._add(metric)
-        return metric
+        metric = prometheus_client.Gauge(name, help, labelnames, registry=self.collectors)
+        return Gauge(name, metric, labelnames)
 
     def histogram(
         self,
@@ -212,36 +174,44 @@ class Registry:
         labelnames: Sequence[str] = (),
         buckets: Sequence[float] = DEFAULT_BUCKETS,
     ) -> Histogram:
-        metric = Histogram(name, help, labelnames, buckets)
-        self._add(metric)
-        return metric
+        if "le" in labelnames:
+            raise ValueError("a histogram's own label is le")
+        metric = prometheus_client.Histogram(
+            name, help, labelnames, registry=self.collectors, buckets=buckets
+        )
+        return Histogram(name, metric, labelnames, buckets)
 
-    def render(self) -> str:
-        with self._lock:
-            metrics = list(self._metrics.values())
-        return "".join(m.render() for m in metrics)
+    def samples(self) -> Iterator[Sample]:
+        for family in self.collectors.collect():
+            yield from family.samples
+
+    def render(self, accept: str = "") -> str:
+        """The exposition a scraper sending ``Accept: accept`` gets."""
+        encoder, _ = exposition.choose_encoder(accept)
+        return encoder(self.collectors).decode()
 
 
-def serve(registry: Registry, host: str = "0.0.0.0", port: int = 9090) -> ThreadingHTTPServer:
-    """Serve ``GET /metrics`` in a daemon thread; raises OSError when the port is taken."""
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] != "/metrics":
-                self.send_error(404)
-                return
-            body = registry.render().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # one line per scrape is noise
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # one line per scrape is noise
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+
+def serve(registry: Registry, host: str = "0.0.0.0", port: int = 9090) -> WSGIServer:
+    """Serve ``GET /metrics`` (404 elsewhere) in a daemon thread; raises OSError when the
+    port is taken."""
+    app = prometheus_client.make_wsgi_app(registry.collectors)
+
+    def only_metrics(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("PATH_INFO") != PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: metrics are on /metrics\n"]
+        return app(environ, start_response)
+
+    server = make_server(host, port, only_metrics, _Server, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()
     return server

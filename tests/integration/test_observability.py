@@ -47,6 +47,14 @@ def scrape_when(url: str, what: str, check: Any) -> dict[Any, float]:
     return result
 
 
+def test_the_operator_exposes_its_own_memory_and_cpu(metrics_url: str) -> None:
+    # prometheus_client's process collector: what a user watches at scale (RSS, CPU).
+    page = scrape(metrics_url)
+    assert sample(page, "process_resident_memory_bytes") > 10 << 20
+    assert sample(page, "process_cpu_seconds_total") > 0
+    assert sample(page, "process_open_fds") > 0
+
+
 def test_metrics_move_while_a_run_goes_from_creation_to_success(
     cluster: Cluster, namespace: str, metrics_url: str
 ) -> None:

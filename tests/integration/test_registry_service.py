@@ -196,6 +196,21 @@ def test_metrics_count_the_bytes_of_files_in_and_out(registry: Service, namespac
     assert sample(after, "torchyard_registry_sent_bytes_total") == 1000 + len(weights)
 
 
+def test_metrics_carry_the_process_and_speak_openmetrics_when_asked(registry: Service) -> None:
+    page = scrape(f"{registry.url}/metrics")
+    assert sample(page, "process_resident_memory_bytes") > 1 << 20  # this process's RSS
+    assert ("process_cpu_seconds_total", frozenset()) in page
+    request = urllib.request.Request(
+        f"{registry.url}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = resp.read().decode()
+    assert "# TYPE torchyard_registry_received_bytes counter" in text.splitlines()
+    assert text.endswith("# EOF\n")
+
+
 def test_a_corrupted_upload_is_refused(registry: Service, namespace: str) -> None:
     token = trainer_token(namespace)
     training_run(namespace, "r", "trainer")

@@ -1,4 +1,5 @@
-"""The operator's Prometheus metrics, and the server that exposes them on ``/metrics``.
+"""The operator's Prometheus metrics, and the server that exposes them on ``/metrics``
+(``prometheus_client`` through ``torchyard.metrics``: with the process's RSS and CPU).
 
 Updated by ``handlers`` (runs by phase from the watch), ``workqueue`` (reconcile
 durations and errors), ``admission`` (Pods created), ``trainingruns`` (admission waits)
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from http.server import ThreadingHTTPServer
+from wsgiref.simple_server import WSGIServer
 
 from torchyard import api, metrics
 
@@ -64,8 +65,9 @@ CACHE_HITS = REGISTRY.counter(
 )
 
 _PHASES: dict[tuple[str, str], str] = {}
+_COUNTS: dict[tuple[str, str], int] = {}  # (namespace, phase) -> runs, kept with _PHASES
 _PHASES_LOCK = threading.Lock()
-_SERVERS: dict[int, ThreadingHTTPServer] = {}
+_SERVERS: dict[int, WSGIServer] = {}
 _SERVERS_LOCK = threading.Lock()
 logger = logging.getLogger("torchyard.controller")
 
@@ -74,16 +76,26 @@ def run_phase(namespace: str, name: str, phase: str | None) -> None:
     """Record a run's phase (None: the run is gone) and recount the gauge, zeros included,
     so that a phase nobody is in any more reads 0 rather than its last value."""
     with _PHASES_LOCK:
-        if phase is None:
-            _PHASES.pop((namespace, name), None)
+        # Counted as they change, not recounted per event: a watch event of one run among
+        # thousands costs the event loop a few dictionary operations.
+        was = _PHASES.get((namespace, name))
+        now = None if phase is None else (phase or api.Phase.PENDING.value)
+        if was == now:
+            return
+        if now is None:
+            del _PHASES[(namespace, name)]
         else:
-            _PHASES[(namespace, name)] = phase or api.Phase.PENDING.value
-        namespaces = {ns for ns, _ in _PHASES}
-        counts = {(ns, p.value): 0 for ns in namespaces for p in api.Phase}
-        for (ns, _), p in _PHASES.items():
-            counts[(ns, p)] = counts.get((ns, p), 0) + 1
+            _PHASES[(namespace, name)] = now
+            _COUNTS[(namespace, now)] = _COUNTS.get((namespace, now), 0) + 1
+        if was is not None:
+            _COUNTS[(namespace, was)] -= 1
+        namespaces = {ns for (ns, _), n in _COUNTS.items() if n > 0}
+        for key in [k for k, n in _COUNTS.items() if n <= 0 and k[0] not in namespaces]:
+            del _COUNTS[key]  # a namespace with no runs left: its series go
         TRAININGRUNS.replace(
-            ({"namespace": ns, "phase": p}, float(n)) for (ns, p), n in counts.items()
+            ({"namespace": ns, "phase": p.value}, float(_COUNTS.get((ns, p.value), 0)))
+            for ns in sorted(namespaces)
+            for p in api.Phase
         )
 
 
@@ -91,10 +103,11 @@ def reset_run_phases() -> None:
     """Forget every run (a starting operator learns them again from its watch)."""
     with _PHASES_LOCK:
         _PHASES.clear()
+        _COUNTS.clear()
         TRAININGRUNS.replace(())
 
 
-def serve(port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer | None:
+def serve(port: int, host: str = "0.0.0.0") -> WSGIServer | None:
     """Serve ``/metrics`` on ``port`` once per process (0: not at all). A port that is
     taken is logged, not fatal: metrics are not worth stopping the operator for."""
     if port == 0:

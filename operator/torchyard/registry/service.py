@@ -45,7 +45,7 @@ Tested in ``tests/unit/registry/`` (``test_service.py`` with the hostile request
     GET  /v1/namespaces/{ns}/models                              models and versions
     GET  /v1/namespaces/{ns}/models/{model}/versions/{v}         manifest
     GET  /v1/namespaces/{ns}/models/{model}/versions/{v}/files/{path}   download (Range)
-    GET  /metrics                                                Prometheus (bytes in/out)
+    GET  /metrics                                                Prometheus (bytes, RSS, CPU)
     PUT  /v1/namespaces/{ns}/snapshots/{sha256}                 a source snapshot
     GET  /v1/namespaces/{ns}/snapshots/{sha256}                 (HEAD: is it there?)
 """
@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 from torchyard import metrics
 from torchyard.registry.access import Access
@@ -113,7 +114,9 @@ def create_app(
 
 def _add_metrics(app: web.Application) -> None:
     """``GET /metrics`` (Prometheus, no token: counters only) with the bytes of files the
-    service received (uploads of run files and snapshots) and sent (downloads)."""
+    service received (uploads of run files and snapshots) and sent (downloads), and the
+    process's own (``process_resident_memory_bytes``, CPU seconds) through
+    ``prometheus_client``; OpenMetrics for a scraper that asks for it."""
     registry = metrics.Registry()
     received = registry.counter(
         "torchyard_registry_received_bytes_total",
@@ -137,14 +140,15 @@ def _add_metrics(app: web.Application) -> None:
         if isinstance(response, web.FileResponse) and request.method != "HEAD":
             sent.inc(response.content_length or 0)
 
+    expose = make_aiohttp_handler(registry.collectors)  # content negotiation
+
     async def scrape(request: web.Request) -> web.StreamResponse:
-        return web.Response(
-            body=registry.render().encode(), headers={"Content-Type": metrics.CONTENT_TYPE}
-        )
+        response: web.StreamResponse = await expose(request)
+        return response
 
     app.middlewares.append(count_received)
     app.on_response_prepare.append(count_sent)
-    app.router.add_get("/metrics", scrape)
+    app.router.add_get(metrics.PATH, scrape)
 
 
 def serve(

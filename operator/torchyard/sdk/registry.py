@@ -15,9 +15,12 @@ sha256 before they are renamed into place.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import ssl
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +120,6 @@ class RegistryClient(client.RegistryClient):
         if dest is not None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.part")
-        buf = memoryview(bytearray(4 * CHUNK))  # large reads: fewer trips through Python
         try:
             with self._open(path) as resp:
                 # O_NOFOLLOW: a link planted at the temporary name is not written through
@@ -130,12 +132,7 @@ class RegistryClient(client.RegistryClient):
                     else None
                 )
                 try:
-                    while n := _fill(resp, buf):
-                        digest.update(buf[:n])  # releases the GIL
-                        if fd >= 0:
-                            os.write(fd, buf[:n])
-                        if bar:
-                            bar.update(n)
+                    _receive(resp, digest, fd, bar.update if bar else None)
                     if bar:
                         bar.done()
                     if fd >= 0:
@@ -293,6 +290,40 @@ def _entries(manifest: Any, dest: Path | None) -> list[tuple[str, str, Path | No
             )
         checked.append((str(path), sha256, target))
     return checked
+
+
+def _receive(
+    resp: Any, digest: Any, fd: int, progress: Callable[[int], None] | None = None
+) -> None:
+    """Read the body into rotating 4 MiB buffers while one thread hashes and another writes
+    (to ``fd``, unless it is -1) the ones already read: hashlib, os.write and the socket
+    read all release the GIL, so the three overlap on the cores there are. Hashing and
+    writing each keep the body's order; a buffer is refilled only once both are done."""
+    buffers = [memoryview(bytearray(4 * CHUNK)) for _ in range(3)]
+    pending: list[list[Future[Any]]] = [[] for _ in buffers]
+    with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(1) as writer:
+        try:
+            for i in itertools.cycle(range(len(buffers))):
+                for done in pending[i]:
+                    done.result()  # an error writing (disk full) stops the download
+                buf = buffers[i]
+                n = _fill(resp, buf)
+                if not n:
+                    break
+                pending[i] = [hasher.submit(digest.update, buf[:n])]
+                if fd >= 0:
+                    pending[i].append(writer.submit(_write_all, fd, buf[:n]))
+                if progress:
+                    progress(n)
+        finally:
+            for futures in pending:
+                for future in futures:
+                    future.result()
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def _fill(resp: Any, buf: memoryview) -> int:
