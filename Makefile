@@ -18,7 +18,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools crds lint typecheck layers unit integration e2e node test demo bench clean help
+.PHONY: all venv tools peers crds lint typecheck layers unit integration e2e node test demo bench clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
@@ -26,6 +26,7 @@ help:
 	@echo "make tools  - build (once per version) the test control plane's Go binaries"
 	@echo "make crds   - regenerate crds/ from the API models"
 	@echo "make bench  - run every benchmark (BENCH_ARGS=--smoke: each at its smallest size)"
+	@echo "make peers  - build (once per version) Kubeflow's operators the benchmarks compare with"
 
 all: test
 
@@ -52,6 +53,10 @@ venv: $(VENV)/.ok
 
 tools: venv
 	@$(PY) tests/cluster/binaries.py
+
+# Kubeflow Trainer, JobSet and Training Operator for benchmarks/peers.py and `pytest --peers`
+peers: venv
+	@$(PY) tests/cluster/peers.py
 
 crds: venv
 	@$(PY) -m torchyard.api.crds crds/
@@ -92,8 +97,8 @@ test: venv tools lint typecheck layers
 # them at their smallest size (tests/integration/test_benchmarks_smoke.py; real_launch, which
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
-bench: venv tools
-	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch; do \
+bench: venv tools peers
+	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead; do \
 	  echo "[bench] $$b $(BENCH_ARGS)"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) || exit 1; done
 
 demo: venv

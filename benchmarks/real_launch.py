@@ -9,9 +9,10 @@ headless Service):
   - torchyard: the code is snapshotted as ``torchyard submit --source`` does (the archive
     is made before the clock starts; creating its ConfigMap is timed), then the
     TrainingRun is created (2 nodes x 2 processes, ``launch: process``, a curated
-    Environment). The in-process operator gang-admits and creates the headless Service and
-    the node Pods; their init container (the torchyard image) copies the launcher and
-    unpacks the snapshot; the launcher waits for ``MASTER_ADDR`` and starts the ranks;
+    Environment). The in-process operator applies the launcher's ConfigMap (once per
+    namespace), gang-admits the run and creates the headless Service and the node Pods
+    (ungated: the gang fits); the launcher, a read-only ConfigMap volume, unpacks the
+    snapshot, waits for ``MASTER_ADDR`` and starts the ranks (no init container);
   - bare Pods: a ConfigMap with the script, a hand-made headless Service
     (``publishNotReadyAddresses``) and two Pods (``hostname``/``subdomain``) created at
     once, each running the guide's per-node launch ``python -m torch.distributed.run
@@ -23,7 +24,7 @@ step, as the ranks themselves print it (``first-step <unix time>``, read back th
 have run on the real node (``spec.nodeName``), else the benchmark fails. Polling the Pods
 meanwhile, it also notes when every node Pod's main container (torchyard's launcher,
 torchrun) was running: the share of the time the Pods took before any process of the
-run started (for torchyard: gang admission, the init container). Each repetition
+run started (for torchyard: gang admission and the Pods' creation). Each repetition
 runs both arms one after the other, the order alternating, each cleaned up (Pods gone)
 before the next, after ``--warmup`` unmeasured rounds; it prints every run, the medians
 with their spread and the ratio of the medians (target <= 1.15).
@@ -408,8 +409,8 @@ def compare(
 ) -> dict[str, list[Launch]]:
     """Both arms ``repeats`` times, alternating which goes first, after ``warmup``
     unmeasured rounds (the first Pods of an image on a fresh node pay for its snapshot).
-    Needs the in-process operator running with ``TORCHYARD_INIT_IMAGE`` set to the node's
-    torchyard image. Prints every run and the summary; returns the launches per arm."""
+    Needs the in-process operator running (its node Pods need no torchyard image). Prints
+    every run and the summary; returns the launches per arm."""
     image = node.images["pytorch"].ref
     k8s.apply(
         {
@@ -517,7 +518,6 @@ def main() -> int:
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
         k8s.reset()
         node = RealNode(cluster).start()
-        os.environ["TORCHYARD_INIT_IMAGE"] = node.images["torchyard"].ref
         cluster.create_namespace(NS)
         op = InProcessOperator()
         op.start()

@@ -2,8 +2,9 @@
 
 Against the test control plane (tests/cluster/harness.py), the operator runs as a
 subprocess (so that its CPU time and RSS are read from /proc), once built from this tree
-and once from a baseline git revision (``git archive REV operator``, run with PYTHONPATH
-pointing at it), each on a fresh namespace after the other's runs are gone. For each:
+and once from a baseline git revision (``git archive REV operator crds``, run with
+PYTHONPATH pointing at it, after its own CRDs are applied), each on a fresh namespace
+after the other's runs are gone. For each:
   - apply: N runs (one node, one GPU each) applied server-side, and the time until every
     run has a phase (32 Running, the rest Queued);
   - refill: a Running run deleted (a freed GPU), and the time until the next gang's Pod is
@@ -18,6 +19,7 @@ Every figure is printed for both, then the ratios (baseline / this tree).
 
     .venv/bin/python benchmarks/scale.py [--runs 1000] [--baseline 1cce3b7] [--refills 3]
         [--tree DIR]   # measure another operator/ folder as "this tree"
+        [--profile DIR]   # the operator under benchmarks/sampler.py: where time goes
     .venv/bin/python benchmarks/scale.py --smoke   # 50 runs (tests run this)
 """
 
@@ -77,6 +79,11 @@ class World:
     run_running_at: dict[str, float] = field(default_factory=dict)
     pod_ungated_at: dict[str, float] = field(default_factory=dict)
     pod_running_at: dict[str, float] = field(default_factory=dict)
+    # The same two moments as the objects say them (second resolution): the run's Running
+    # condition's lastTransitionTime and its Pod's container startedAt. These do not
+    # depend on how soon this process's watches deliver (a busy benchmark lags behind).
+    run_running_stamp: dict[str, str] = field(default_factory=dict)
+    pod_running_stamp: dict[str, str] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run_event(self, kind: str, obj: dict[str, Any]) -> None:
@@ -90,6 +97,9 @@ class World:
                 self.phase[name] = phase
             if phase == "Running":
                 self.run_running_at.setdefault(name, time.monotonic())
+                for c in (obj.get("status") or {}).get("conditions") or []:
+                    if c.get("type") == "Running" and c.get("status") == "True":
+                        self.run_running_stamp.setdefault(name, c.get("lastTransitionTime", ""))
 
     def pod_event(self, kind: str, obj: dict[str, Any]) -> None:
         run = (obj["metadata"].get("labels") or {}).get(LABEL_RUN)
@@ -101,6 +111,10 @@ class World:
                 self.pod_ungated_at.setdefault(run, now)
             if (obj.get("status") or {}).get("phase") == "Running":
                 self.pod_running_at.setdefault(run, now)
+                for c in (obj.get("status") or {}).get("containerStatuses") or []:
+                    started = ((c.get("state") or {}).get("running") or {}).get("startedAt")
+                    if started:
+                        self.pod_running_stamp.setdefault(run, str(started))
 
     def count(self, phase: str | None = None) -> int:
         with self.lock:
@@ -180,8 +194,12 @@ def wait(what: str, check: Any, timeout: float) -> float | None:
 class Operator:
     """The operator as a subprocess from ``pythonpath``, with its /metrics on a free port."""
 
-    def __init__(self, pythonpath: str, kubeconfig: Path, log: Path) -> None:
+    def __init__(
+        self, pythonpath: str, kubeconfig: Path, log: Path, profile: Path | None = None
+    ) -> None:
         self.pythonpath, self.kubeconfig, self.log = pythonpath, kubeconfig, log
+        self.profile = profile  # where benchmarks/sampler.py writes its counts, if at all
+        self.starts = 0
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
@@ -195,9 +213,14 @@ class Operator:
             TORCHYARD_METRICS_PORT=str(self.port),
         )
         self.started = time.monotonic()
+        self.starts += 1
+        command = [sys.executable, "-m", "torchyard.controller"]
+        if self.profile is not None:
+            out_file = f"{self.profile}-{self.starts}.txt"
+            command[1:1] = [str(REPO / "benchmarks" / "sampler.py"), out_file]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "torchyard.controller"],
+                command,
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -241,6 +264,11 @@ class Operator:
             int(peak.group(1)) / 1024 if peak else 0.0,
         )
 
+    def cut(self) -> None:
+        """End a window of the sampled profile (--profile), if there is one."""
+        if self.profile is not None and self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
@@ -278,12 +306,15 @@ def measure(
     )
     world = World()
     start_watches(world, ns)
-    op = Operator(pythonpath, cluster.kubeconfig, workdir / f"operator-{label}.log")
+    profile = args.profile / f"profile-{label}" if args.profile else None
+    logs = args.profile or workdir
+    op = Operator(pythonpath, cluster.kubeconfig, logs / f"operator-{label}.log", profile)
     op.start()
     figures: dict[str, float | None] = {}
     n, running_wanted = args.runs, min(args.runs, SLOTS)
     try:
         print(f"[{label}] applying {n} runs", flush=True)
+        cpu_at_start, reconciles_at_start = op.cpu_seconds(), op.reconciles() or 0
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             list(
@@ -300,12 +331,16 @@ def measure(
             lambda: world.count("Running") >= running_wanted,
             args.timeout,
         )
+        op.cut()  # profile window 1: applying until all phased
+        figures["apply_cpu"] = op.cpu_seconds() - cpu_at_start
+        figures["reconciles_per_run"] = ((op.reconciles() or 0) - reconciles_at_start) / n
         print(f"[{label}] all phased; idle for {args.idle:.0f}s", flush=True)
         time.sleep(2)
         cpu0, t0 = op.cpu_seconds(), time.monotonic()
         time.sleep(args.idle)
         figures["idle_cpu"] = 100 * (op.cpu_seconds() - cpu0) / (time.monotonic() - t0)
         figures["rss"], figures["rss_peak"] = op.memory_mib()
+        op.cut()  # profile window 2: idle
         ungated, running = [], []
         for i in range(args.refills if n > SLOTS else 0):
             with world.lock:
@@ -336,6 +371,7 @@ def measure(
                 f"Running {running[-1]:.2f}s",
                 flush=True,
             )
+        op.cut()  # profile window 3: refills
         figures["refill_ungated"] = statistics.median(ungated) if ungated else None
         figures["refill_running"] = statistics.median(running) if running else None
         with world.lock:
@@ -344,6 +380,22 @@ def measure(
                 for r in world.run_running_at
                 if r in world.pod_running_at
             ]
+            worst = sorted(
+                (world.run_running_at[r] - world.pod_running_at[r], r)
+                for r in world.run_running_at
+                if r in world.pod_running_at
+            )[-3:]
+        print(
+            f"[{label}] slowest status lags: "
+            + ", ".join(
+                f"{r} {lag:.2f}s (its Pod Running {world.pod_running_at[r] - started:.1f}s "
+                f"after the first apply; as the objects say it: Pod started "
+                f"{world.pod_running_stamp.get(r, '?')}, run Running "
+                f"{world.run_running_stamp.get(r, '?')})"
+                for lag, r in reversed(worst)
+            ),
+            flush=True,
+        )
         figures["lag_p50"] = percentile(lags, 0.5) if lags else None
         figures["lag_p99"] = percentile(lags, 0.99) if lags else None
         figures["lag_n"] = len(lags)
@@ -387,7 +439,8 @@ def cleanup(cluster: Cluster, ns: str) -> None:
 
 
 def baseline_tree(rev: str, into: Path) -> str:
-    """``operator/`` of ``rev`` unpacked under ``into``; the PYTHONPATH that runs it."""
+    """``operator/`` and ``crds/`` of ``rev`` unpacked under ``into``; the PYTHONPATH that
+    runs it."""
     found = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         capture_output=True,
@@ -398,7 +451,7 @@ def baseline_tree(rev: str, into: Path) -> str:
             f"--baseline {rev}: no such commit in {REPO} (fetch it, or name another revision)"
         )
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", found.stdout.strip(), "operator"],
+        ["git", "-C", str(REPO), "archive", found.stdout.strip(), "operator", "crds"],
         capture_output=True,
         check=True,
     )
@@ -417,6 +470,8 @@ def show(value: float | None, unit: str, fmt: str = "{:.2f}") -> str:
 ROWS = [
     ("apply", "apply (server-side, 16 at a time)", "s"),
     ("phased", "every run has a phase", "s"),
+    ("apply_cpu", "operator CPU until all phased", "s"),
+    ("reconciles_per_run", "reconciles per run until then", ""),
     ("refill_ungated", "freed slot -> next gang ungated", "s"),
     ("refill_running", "freed slot -> its status Running", "s"),
     ("lag_p50", "status lag p50", "s"),
@@ -457,6 +512,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="limit per wait (s)")
     parser.add_argument("--refill-timeout", type=float, default=300.0)
     parser.add_argument("--smoke", action="store_true", help="50 runs, 1 refill, 5 s idle")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="folder for the operator's sampled profile (benchmarks/sampler.py) and its log",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.refills, args.idle, args.refill_timeout = 50, 1, 5.0, 75.0
@@ -471,7 +531,14 @@ def main() -> int:
             os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
             k8s.reset()
             mine = measure("tree", str(args.tree.resolve()), cluster, args, work)
-            base = measure("base", base_path, cluster, args, work) if base_path else {}
+            base = {}
+            if base_path:
+                # The baseline's own CRDs: this tree's add defaulted fields that an older
+                # operator's strict models refuse (every run Failed, "Extra inputs").
+                cluster.kubectl(
+                    "apply", "--server-side", "--force-conflicts", "-f", str(work / "crds")
+                )
+                base = measure("base", base_path, cluster, args, work)
     report(args.runs, args.baseline, mine, base)
     return 0
 

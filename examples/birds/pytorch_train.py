@@ -12,6 +12,12 @@ Distributed with DistributedDataParallel when WORLD_SIZE > 1 (gloo on CPU, nccl 
 from the rank contract torchyard sets (MASTER_ADDR, RANK, LOCAL_RANK, ...), exactly as
 under ``torchrun``. Rank 0 writes ``model.pt``, ``metrics.json``, ``history.json`` and,
 when TORCHYARD_EXPORT_ONNX=1 (``outputs.register.exportOnnx``), ``model.onnx``.
+
+With the TrainingRun's spec.checkpoints, every rank saves its state at the end of an epoch
+through ``torchyard.checkpoint`` (a step is an epoch, pre-training's first: every
+``interval`` epochs, and once more when its Pod is being stopped), and a restarted gang
+continues from the newest complete checkpoint (TORCHYARD_RESUME_FROM); without it,
+nothing is saved.
 """
 
 from __future__ import annotations
@@ -30,6 +36,38 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+try:  # shipped with the launcher into every node Pod, and installed in local mode
+    from torchyard import checkpoint
+except ImportError:  # run by hand, outside torchyard: no checkpoints
+    checkpoint = None
+
+
+def save(step: int, model: nn.Module, opt: torch.optim.Optimizer, history: list) -> None:
+    """This rank's state after epoch ``step`` (counted over both phases), when it is due."""
+    if checkpoint is None or not checkpoint.should_save(step):
+        return
+    rank = int(os.environ.get("RANK", "0"))
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "history": history,
+        "rng": torch.get_rng_state(),  # the DataLoaders draw their seeds from it
+    }
+    torch.save(state, Path(checkpoint.save_dir(step)) / f"rank-{rank}.pt")
+    checkpoint.done(step)
+
+
+def resumed(rank: int) -> dict | None:
+    """This rank's state from the checkpoint torchyard resumes from, if any."""
+    folder = os.environ.get("TORCHYARD_RESUME_FROM")
+    if not folder:
+        return None
+    # This run's own file (older torch's weights_only loader refuses optimizer state).
+    state = torch.load(Path(folder) / f"rank-{rank}.pt", weights_only=False)
+    print(f"rank {rank}: resumed after epoch {state['step']}", flush=True)
+    return state
 
 
 class Backbone(nn.Module):
@@ -97,14 +135,26 @@ def train(
     label: str,
     history: list[dict[str, float]] | None = None,
     evaluate: callable | None = None,
+    first_step: int = 0,
+    state: dict | None = None,
 ) -> None:
+    """``first_step``: the epochs before this phase; ``state``: a checkpoint of this phase
+    to continue from (its epochs are skipped)."""
     params = [p for p in model.parameters() if p.requires_grad]
     # Adam (betas[0] = the guide's momentum) converges in few steps on this small data.
     opt = torch.optim.Adam(params, lr=lr, betas=(momentum, 0.999))
+    start = 0
+    if state is not None:
+        unwrapped(model).load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = int(state["step"]) - first_step
+        torch.set_rng_state(state["rng"])  # as it was after that epoch
+        if history is not None:
+            history[:] = state["history"]
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=16, sampler=sampler)
     loss_fn = nn.CrossEntropyLoss()
-    for epoch in range(epochs):
+    for epoch in range(start, epochs):
         sampler.set_epoch(epoch)
         model.train()
         total, count = 0.0, 0
@@ -123,6 +173,11 @@ def train(
         if rank == 0:
             shown = " ".join(f"{k} {v:.3f}" for k, v in extra.items())
             print(f"{label} epoch {epoch + 1}/{epochs} loss {loss:.4f} {shown}", flush=True)
+        save(first_step + epoch + 1, unwrapped(model), opt, history or [])
+
+
+def unwrapped(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 @torch.no_grad()
@@ -175,6 +230,8 @@ def main() -> None:
     started = time.time()
     rank, world, device = setup()
     torch.manual_seed(0)  # every rank starts from the same weights
+    state = resumed(rank)
+    done = int(state["step"]) if state is not None else 0
 
     # 1. Pre-train a backbone on the related task (shapes).
     shape_x, shape_y = birds_data.shapes(1600, seed=0)
@@ -183,17 +240,19 @@ def main() -> None:
     if world > 1:
         pretrain = DistributedDataParallel(pretrain)
     print(f"rank {rank}: first training step at {time.time():.3f}", flush=True)
-    train(
-        pretrain,
-        TensorDataset(torch.from_numpy(shape_x), torch.from_numpy(shape_y)),
-        args.pretrain_epochs,
-        0.003,
-        0.9,
-        device,
-        rank,
-        world,
-        "pretrain",
-    )
+    if done <= args.pretrain_epochs:  # else the checkpoint holds the pre-trained backbone
+        train(
+            pretrain,
+            TensorDataset(torch.from_numpy(shape_x), torch.from_numpy(shape_y)),
+            args.pretrain_epochs,
+            0.003,
+            0.9,
+            device,
+            rank,
+            world,
+            "pretrain",
+            state=state if state is not None and done <= args.pretrain_epochs else None,
+        )
 
     # 2. Freeze it; 3. fine-tune a new head on the birds.
     for p in backbone.parameters():
@@ -217,6 +276,8 @@ def main() -> None:
         "finetune",
         history,
         evaluate=lambda: {"val_accuracy": accuracy(model, val_x, val_y, device)},
+        first_step=args.pretrain_epochs,
+        state=state if state is not None and done > args.pretrain_epochs else None,
     )
 
     print(f"param-checksum rank {rank} {checksum(model)}", flush=True)

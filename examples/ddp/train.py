@@ -5,6 +5,11 @@ ranks fit y = 3x + 2 together with DDP (gloo on CPU). ``--fail_rank N`` makes ra
 raise, to see how torchyard reports a failing rank. Used by examples/ddp (launch:
 process, torchyard starts every rank) and examples/torchrun (launch: node, torchrun
 starts them), and by the e2e tests.
+
+With the TrainingRun's spec.checkpoints, every rank saves its state through
+``torchyard.checkpoint`` (every ``interval`` steps, and once more when its Pod is being
+stopped) and a restarted gang continues from the newest complete checkpoint
+(TORCHYARD_RESUME_FROM); without it, nothing is saved.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+try:  # shipped with the launcher into every node Pod, and installed in local mode
+    from torchyard import checkpoint
+except ImportError:  # run by hand, outside torchyard: no checkpoints
+    checkpoint = None
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -61,7 +71,17 @@ def main() -> None:
     model = DistributedDataParallel(nn.Linear(1, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(rank)
-    for step in range(args.steps):
+    start = 0
+    resume = os.environ.get("TORCHYARD_RESUME_FROM")
+    if resume:  # every rank's own state: the model, the optimizer and its data stream
+        # This run's own file (older torch's weights_only loader refuses optimizer state).
+        state = torch.load(Path(resume) / f"rank-{rank}.pt", weights_only=False)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["generator"])
+        start = int(state["step"])
+        say(f"rank {rank} resumed from step {start}")
+    for step in range(start, args.steps):
         if step == 5:
             say(f"first training step done on rank {rank}")
         x = torch.rand(32, 1, generator=gen)
@@ -71,6 +91,15 @@ def main() -> None:
         opt.step()
         if rank == args.fail_rank and step == 10:
             raise RuntimeError(f"rank {rank} failed on purpose: loss became NaN at step {step}")
+        if checkpoint is not None and checkpoint.should_save(step + 1):
+            state = {
+                "model": model.module.state_dict(),
+                "optimizer": opt.state_dict(),
+                "generator": gen.get_state(),
+                "step": step + 1,
+            }
+            torch.save(state, Path(checkpoint.save_dir(step + 1)) / f"rank-{rank}.pt")
+            checkpoint.done(step + 1)
     weight, bias = (float(p.detach()) for p in model.module.parameters())
     say(f"rank {rank}/{world}: loss {loss.item():.4f} weight {weight:.3f} bias {bias:.3f}")
     if rank == 0:

@@ -13,9 +13,10 @@ contracts enforce (docs/architecture.md draws the layers and a TrainingRun's pat
 - ``torchyard.registry_server``: ``torchyard registry serve``, the registry service with
   its Kubernetes authorizer.
 - ``torchyard.sdk`` / ``torchyard.cli``: the user-facing Python SDK and command line.
-- ``torchyard.launcher``, ``torchyard.envbuild``, ``torchyard.metrics``: standard library
-  only; the launcher starts the ranks inside a training Pod, the Environment builder runs
-  in a build Job, ``metrics`` renders Prometheus metrics.
+- ``torchyard.launcher``, ``torchyard.envbuild``: standard library only; the launcher
+  starts the ranks inside a training Pod, the Environment builder runs in a build Job.
+- ``torchyard.metrics``: Prometheus metrics through ``prometheus_client`` (the bottom
+  layer beside the launcher; it imports no other torchyard package).
 """
 
 __version__ = "0.1.0"

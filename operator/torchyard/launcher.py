@@ -1,8 +1,11 @@
 """The torchyard launcher: starts the ranks of one node and reports exactly which failed.
 
-Standard library only, Python >= 3.8, one file: an init container copies this file into
-any training image and the node Pod runs ``python launcher.py -- <command...>``
-(or ``python -m torchyard.launcher -- <command...>`` where torchyard is installed).
+Standard library only, Python >= 3.8, one file: it reaches any training image as a
+read-only ConfigMap volume (a ``torchyard/`` package folder with the other shipped
+modules) and the node Pod runs ``python .../torchyard/launcher.py [--copy SRC DIR |
+--fetch SHA256 DIR] -- <command...>`` (or ``python -m torchyard.launcher -- <command...>``
+where torchyard is installed): ``--copy``/``--fetch`` put the source into the working
+folder first (:func:`prepare`).
 Local mode runs the very same file once per node.
 It is one module, about a thousand lines, because it travels as one file: splitting it
 would mean copying a package into every image.
@@ -24,9 +27,28 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
                                where to archive ./logs and ./outputs, and the token to show
     TORCHYARD_OUTPUTS_OPTIONAL "1": a failed archive upload does not fail the node
     TORCHYARD_SNAPSHOT_MAX_BYTES, TORCHYARD_SNAPSHOT_MAX_FILES
-                               what ``--install`` may unpack (default 1 GiB, 100000 entries)
+                               what ``--copy``/``--fetch`` may unpack (default 1 GiB,
+                               100000 entries)
+    TORCHYARD_SHIPPED_PATH     the folder holding the shipped ``torchyard`` package: put
+                               first on the ranks' PYTHONPATH
+    TORCHYARD_MPI_END_WAIT     MPI runs: seconds a worker node waits, after its orted ended,
+                               for node 0 to say how mpirun ended (default 30)
     TORCHYARD_CGROUP_ROOT      where the container's cgroups are mounted (default
                                /sys/fs/cgroup): the OOM killer's count and the memory limit
+    TORCHYARD_PROGRESS_INTERVAL  seconds between the node's ``[torchyard] progress`` lines
+                               (default 5), from the ranks' ``@@torchyard`` lines
+    TORCHYARD_STALL_TIMEOUT    seconds without progress that fail a rank (default adaptive:
+                               max(TORCHYARD_STALL_FLOOR (300), 5 x the slowest step))
+    TORCHYARD_LOG_RULES        JSON ``[{"pattern", "action"}]``: policy.logRules
+    TORCHYARD_GPUS_PER_NODE    > 0: PyTorch's NCCL flight recorder is switched on
+    TORCHYARD_CHECKPOINT_DIR   the run's shared checkpoint folder (``torchyard.checkpoint``):
+                               the ranks get TORCHYARD_RESUME_FROM/STEP of the newest
+                               complete checkpoint; node 0 writes COMPLETE.json, keeps the
+                               newest TORCHYARD_CHECKPOINT_KEEP and, after a failure with
+                               no progress, quarantines the checkpoint it resumed from
+                               (TORCHYARD_CHECKPOINT_MAX_STALLS of them: reason NoProgress);
+                               on SIGTERM the ranks first save at one agreed step, for at
+                               most TORCHYARD_CHECKPOINT_SAVE_SECONDS
 
 and then:
 - waits until MASTER_ADDR resolves (headless-Service DNS appears a moment after the Pod);
@@ -53,14 +75,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -135,10 +162,16 @@ def _int_env(env: Mapping[str, str], name: str, default: int | None) -> int:
         raise LaunchError(f"{name} must be an integer, got {raw!r}") from None
 
 
+# How long apart MASTER_ADDR is looked up while it does not resolve: the headless
+# Service's record appears a moment after node 0 has its IP, and every rank waits for it,
+# so a lookup (cheap: the cluster's DNS) is made often rather than backing off for seconds.
+DNS_POLL_SECONDS = 0.2
+
+
 def wait_for_dns(host: str, timeout: int, out: IO[str] = sys.stderr) -> None:
     """Block until ``host`` resolves; LaunchError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    delay, said = 0.1, False
+    delay, said = 0.05, False
     while True:
         try:
             socket.getaddrinfo(host, None)
@@ -153,8 +186,8 @@ def wait_for_dns(host: str, timeout: int, out: IO[str] = sys.stderr) -> None:
                 out.write(f"[torchyard] waiting for {host} to resolve ...\n")
                 out.flush()
                 said = True
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, DNS_POLL_SECONDS)
 
 
 def writable_folder(name: str, folder: str, say: Callable[[str], None]) -> str:
@@ -268,6 +301,306 @@ def termination_message(info: Mapping[str, Any], limit: int = TERMINATION_MESSAG
         info["message"] = "..." + message
 
 
+PROGRESS_PREFIX = b"@@torchyard "  # torchyard.progress.PREFIX: the format's one home
+PROGRESS_LINE = "[torchyard] progress "  # what the operator looks for in this Pod's log
+PROGRESS_METRICS_MAX = 32  # metric names kept for the summary (all go to metrics.jsonl)
+
+
+def parse_progress(line: bytes) -> dict[str, Any] | None:
+    """The record of a rank's ``@@torchyard {...}`` line (``torchyard.progress.parse``),
+    or None when ``line`` is not one."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        record = json.loads(line[len(PROGRESS_PREFIX) :].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    return record
+
+
+class ProgressTracker:
+    """What the ranks of this node said of their progress (``@@torchyard`` lines).
+
+    Every record goes to ``logs/metrics.jsonl`` with its rank and time; :meth:`summary`
+    is the node's progress: the leading and the slowest rank's step, the total, steps per
+    second (of the leading rank, from its second report on: the first one includes the
+    warm-up), when progress was last made, and the last metric values (rank 0's win).
+    Thread-safe: the ranks' output threads call :meth:`record`.
+    """
+
+    def __init__(self, log_dir: str, clock: Callable[[], float] = time.time) -> None:
+        self.path = os.path.join(log_dir, "metrics.jsonl")
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        # rank -> [first point after warm-up (t, step) or None, last (t, step)]
+        self._ranks: dict[int | None, list[tuple[float, int] | None]] = {}
+        self._metrics: dict[int | None, dict[str, Any]] = {}
+        self.total: int | None = None
+        self.last_time: float | None = None
+        self.slowest_step = 0.0  # seconds, of the slowest step after the warm-up
+        self.version = 0  # bumped by every record: has anything changed?
+
+    def record(self, rank: int | None, record: Mapping[str, Any]) -> None:
+        now = self.clock()
+        step = int(record["step"])
+        with self._lock:
+            if self._file is None:
+                self._file = open(self.path, "a")  # noqa: SIM115
+            self._file.write(json.dumps(dict(record, rank=rank, time=round(now, 3))) + "\n")
+            self._file.flush()
+            points = self._ranks.setdefault(rank, [None, None])
+            last = points[1]
+            if last is not None and step > last[1]:
+                if points[0] is None:
+                    points[0] = (now, step)  # the first step after the warm-up one
+                else:  # the slowest step since the warm-up: the adaptive stall timeout
+                    self.slowest_step = max(self.slowest_step, (now - last[0]) / (step - last[1]))
+                self.last_time = now
+            elif last is None:
+                self.last_time = now
+            if last is None or step > last[1]:
+                points[1] = (now, step)  # when this rank last made progress
+            if isinstance(record.get("total"), int) and not isinstance(record["total"], bool):
+                self.total = int(record["total"])
+            metrics = self._metrics.setdefault(rank, {})
+            for name, value in record.items():
+                if name not in ("step", "total") and (
+                    name in metrics or len(metrics) < PROGRESS_METRICS_MAX
+                ):
+                    metrics[name] = value
+            self.version += 1
+
+    def stalled(
+        self, ranks: Sequence[int | None], now: float, fixed: float | None, floor: float
+    ) -> tuple[int | None, float, int, float] | None:
+        """(rank, seconds without progress, its last step, the timeout) of the rank of
+        ``ranks`` that made no progress for longest, if that is more than the stall timeout:
+        ``fixed``, else max(``floor``, 5 x the slowest step) once a step after the warm-up
+        was timed (before that, and for ranks that never reported, there is no timeout)."""
+        with self._lock:
+            if fixed is None and self.slowest_step <= 0:
+                return None
+            timeout = fixed if fixed is not None else max(floor, 5 * self.slowest_step)
+            idle = [
+                (now - last[0], -last[1], rank)
+                for rank in ranks
+                for last in [self._ranks.get(rank, [None, None])[1]]
+                if last is not None
+            ]
+        if not idle:
+            return None
+        seconds, minus_step, rank = max(idle, key=lambda item: (item[0], item[1]))
+        return (rank, seconds, -minus_step, timeout) if seconds > timeout else None
+
+    def step_of(self, rank: int | None) -> int | None:
+        """The last step ``rank`` reported, None if it reported none."""
+        with self._lock:
+            last = self._ranks.get(rank, [None, None])[1]
+            return last[1] if last is not None else None
+
+    def metrics(self) -> dict[str, Any]:
+        """The last value of every metric, rank 0's (the lowest rank's) winning."""
+        with self._lock:
+            merged: dict[str, Any] = {}
+            for rank in sorted(self._metrics, key=lambda r: -1 if r is None else r, reverse=True):
+                merged.update(self._metrics[rank])
+            return merged
+
+    def summary(self) -> dict[str, Any] | None:
+        """This node's progress (see the class docstring), None before any report."""
+        with self._lock:
+            lasts = {r: p[1] for r, p in self._ranks.items() if p[1] is not None}
+            if not lasts:
+                return None
+            lead = max(lasts, key=lambda r: (lasts[r][1], -(r or 0)))
+            lead_last = lasts[lead]
+            first = self._ranks[lead][0]
+            steps = [p[1] for p in lasts.values() if p is not None]
+        summary: dict[str, Any] = {"step": max(steps), "minStep": min(steps)}
+        if self.total is not None:
+            summary["total"] = self.total
+        if first is not None and lead_last is not None and lead_last[0] > first[0]:
+            rate = (lead_last[1] - first[1]) / (lead_last[0] - first[0])
+            summary["stepsPerSecond"] = round(rate, 6)
+        if self.last_time is not None:
+            summary["time"] = round(self.last_time, 3)
+        metrics = self.metrics()
+        if metrics:
+            summary["metrics"] = metrics
+        return summary
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+# Lines that say more than a traceback, for the operator's failure classes
+# (``status.classes``): a GPU's Xid/ECC error, CUDA out of memory, NCCL's watchdog, the
+# rendezvous store, a segfault. Kept in the termination message as ``evidence``.
+EVIDENCE = re.compile(
+    r"NVRM: Xid|\bXid[: ]+\d+|ECC error|CUDA out of memory|OutOfMemoryError|Watchdog caught "
+    r"collective|DistStoreError|DistNetworkError|Rendezvous\w*Error|TCPStore|Segmentation fault"
+)
+EVIDENCE_MAX = 4  # lines, of at most EVIDENCE_CHARS each: the message is 4 KiB in all
+EVIDENCE_CHARS = 200
+
+
+class LogScanner:
+    """Flags lines of any rank's output: the ``EVIDENCE`` lines (the first few), and the
+    first that matches one of the run's ``policy.logRules`` (TORCHYARD_LOG_RULES, JSON
+    ``[{"pattern", "action"}]``): ``cancelRetries`` says so in the termination message,
+    ``ignore`` makes a matching line no evidence of anything."""
+
+    def __init__(self, rules_json: str = "") -> None:
+        self.rules: list[tuple[int, Any, str, str]] = []
+        try:
+            rules = json.loads(rules_json) if rules_json.strip() else []
+            for index, rule in enumerate(rules):
+                pattern, action = str(rule["pattern"]), str(rule["action"])
+                self.rules.append((index, re.compile(pattern), pattern, action))
+        except (ValueError, TypeError, KeyError, re.error) as err:
+            raise LaunchError(f"TORCHYARD_LOG_RULES is not valid: {err}") from None
+        self.evidence: list[dict[str, Any]] = []
+        self.hit: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def scan(self, rank: int | None, raw: bytes) -> None:
+        if not self.rules and len(self.evidence) >= EVIDENCE_MAX:
+            return
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        for index, regex, pattern, action in self.rules:
+            if regex.search(line):
+                if action == "ignore":
+                    return
+                with self._lock:
+                    if self.hit is None:
+                        self.hit = {
+                            "index": index,
+                            "pattern": pattern,
+                            "action": action,
+                            "rank": rank,
+                            "line": line[:EVIDENCE_CHARS],
+                        }
+                break
+        if len(self.evidence) < EVIDENCE_MAX and EVIDENCE.search(line):
+            with self._lock:
+                if len(self.evidence) < EVIDENCE_MAX:
+                    self.evidence.append({"rank": rank, "line": line[:EVIDENCE_CHARS]})
+
+
+# Installed as ``sitecustomize`` in a folder first on the ranks' PYTHONPATH: every rank
+# registers faulthandler on SIGUSR1, writing all its threads' stacks to a file of its own
+# (no ptrace: works under Pod Security "restricted"), then runs any other sitecustomize.
+STACK_HOOK = """\"\"\"torchyard: SIGUSR1 writes this rank's stacks to a file (faulthandler).\"\"\"
+import os
+import sys
+
+
+def _torchyard_stacks():
+    try:
+        import faulthandler
+        import signal
+
+        folder = os.environ.get("TORCHYARD_STACKS_DIR", "")
+        rank = os.environ.get("RANK", "")
+        if folder and rank and hasattr(signal, "SIGUSR1"):
+            name = "rank-%s.pid-%d.txt" % (rank, os.getpid())
+            out = open(os.path.join(folder, name), "w")
+            faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
+            sys._torchyard_stacks = out
+    except Exception:
+        pass
+
+
+def _torchyard_chain():
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+_torchyard_stacks()
+_torchyard_chain()
+"""
+_FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (.*)$')
+STALL_FLOOR_SECONDS = 300  # the adaptive stall timeout's floor (TORCHYARD_STALL_FLOOR)
+STACKS_WAIT_SECONDS = 5.0
+
+
+def install_stack_hook(env: dict[str, str], logs: str) -> str:
+    """Make every rank write its stacks on SIGUSR1 to ``logs/stacks/`` (``STACK_HOOK``), and
+    for GPU runs enable PyTorch's NCCL flight recorder, dumped there on a timeout. Returns
+    the stacks folder."""
+    import tempfile
+
+    stacks = os.path.join(logs, "stacks")
+    os.makedirs(stacks, exist_ok=True)
+    hook = tempfile.mkdtemp(prefix="torchyard-hook-")
+    with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
+        f.write(STACK_HOOK)
+    # Last: before the interpreter's own folders (where a distribution's sitecustomize is,
+    # run after ours), after the image's (a sitecustomize there wins, and no stacks come).
+    env["PYTHONPATH"] = (env["PYTHONPATH"] + os.pathsep if env.get("PYTHONPATH") else "") + hook
+    env["TORCHYARD_STACKS_DIR"] = stacks
+    if _int_env(env, "TORCHYARD_GPUS_PER_NODE", 0) > 0:
+        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(stacks, "nccl-trace-rank-"))
+    return stacks
+
+
+def stack_top(text: str) -> tuple[str, int, str] | None:
+    """(file, line, function) where a faulthandler dump's thread is: the innermost frame of
+    the thread the signal interrupted ("Current thread"), else of the last thread listed
+    (the main thread), None when the dump has no frame."""
+    blocks: list[tuple[bool, list[tuple[str, int, str]]]] = []
+    for line in text.splitlines():
+        if line.startswith(("Current thread", "Thread ", "Stack (")):
+            blocks.append((line.startswith("Current thread"), []))
+            continue
+        found = _FRAME.match(line)
+        if found and blocks:
+            blocks[-1][1].append((found.group(1), int(found.group(2)), found.group(3).strip()))
+    with_frames = [b for b in blocks if b[1]]
+    current = [frames for is_current, frames in with_frames if is_current]
+    if current:
+        return current[0][0]
+    return with_frames[-1][1][0] if with_frames else None
+
+
+def merge_metrics(outputs: str, metrics: Mapping[str, Any]) -> None:
+    """Put the last metric values into ``outputs/metrics.json`` (what the ModelVersion
+    records); a value the script wrote there itself wins."""
+    numbers = {
+        k: v
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "rank"
+    }
+    if not numbers:
+        return
+    path = os.path.join(outputs, "metrics.json")
+    mine: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        with open(path) as f:
+            loaded = json.load(f)
+        if isinstance(loaded, dict):
+            mine = loaded
+    with contextlib.suppress(OSError), open(path, "w") as f:
+        json.dump(dict(numbers, **mine), f, sort_keys=True)
+
+
 class Rank:
     """One child process and the threads that tee its output."""
 
@@ -282,8 +615,12 @@ class Rank:
         out: IO[str],
         err: IO[str],
         lock: threading.Lock,
+        progress: ProgressTracker | None = None,
+        scanner: LogScanner | None = None,
     ) -> None:
         self.rank = rank
+        self.progress = progress
+        self.scanner = scanner
         self.local_rank = local_rank
         self.label = label
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -336,6 +673,12 @@ class Rank:
                 sink.flush()
             if keep_tail:
                 self.tail.append(line.decode("utf-8", "replace"))
+            if self.scanner is not None:
+                self.scanner.scan(self.rank, line)
+            if self.progress is not None and line.startswith(PROGRESS_PREFIX):
+                record = parse_progress(line.rstrip(b"\r\n"))
+                if record is not None:
+                    self.progress.record(self.rank, record)
         pipe.close()
 
     def signal(self, signum: int) -> None:
@@ -368,6 +711,17 @@ class Launcher:
         self._lock = threading.Lock()
         self.cgroup = self.env.get("TORCHYARD_CGROUP_ROOT") or "/sys/fs/cgroup"
         self._oom_kills = oom_kills(self.cgroup)  # before any rank ran
+        self.progress = ProgressTracker(".")  # replaced in run(), once logs/ is known
+        self.scanner = LogScanner(self.env.get("TORCHYARD_LOG_RULES", ""))
+        # a stalled rank, as found by _check_stall: (the Rank, what the status says of it)
+        self.stall: tuple[Rank, dict[str, Any]] | None = None
+        self._stall_check_at = 0.0
+        self.stacks = ""
+        # With TORCHYARD_CHECKPOINT_DIR: a torchyard.checkpoint.NodeCheckpoints (run()),
+        # the deadline of a just-in-time save, and what the termination message adds.
+        self.checkpoints: Any = None
+        self._save_until: float | None = None
+        self.checkpoint_info: dict[str, Any] = {}
 
     def say(self, text: str) -> None:
         with self._lock:
@@ -392,16 +746,107 @@ class Launcher:
         if nproc > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # In a node Pod the shipped torchyard package (a ConfigMap volume) is importable
+        # by the ranks (``from torchyard import ...``), ahead of the image's PYTHONPATH.
+        shipped = env.get("TORCHYARD_SHIPPED_PATH")
+        if shipped:
+            paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+            env["PYTHONPATH"] = os.pathsep.join([shipped, *(p for p in paths if p != shipped)])
         for name, default in (("TORCHYARD_LOGS", "logs"), ("TORCHYARD_OUTPUTS", "outputs")):
             env[name] = writable_folder(name, env.get(name) or os.path.abspath(default), self.say)
         return launch, nproc, node_rank, env["TORCHYARD_LOGS"]
 
+    def _publish_progress(self, interval: int) -> None:
+        """Every TORCHYARD_PROGRESS_INTERVAL seconds (default 5) that progress was made,
+        one ``[torchyard] progress {...}`` line on stderr: the operator reads the latest
+        from this Pod's log into ``status.progress``."""
+        shown = 0
+        while True:
+            time.sleep(interval)
+            if self.progress.version != shown:
+                shown = self.progress.version
+                self._say_progress()
+
+    def _say_progress(self) -> None:
+        summary = self.progress.summary()
+        if summary is not None:
+            self.say("progress " + json.dumps(summary, sort_keys=True))
+
+    def _progress_done(self) -> None:
+        """The last progress line, and the last metric values into outputs/metrics.json."""
+        self.progress.close()
+        self._say_progress()
+        merge_metrics(self.env["TORCHYARD_OUTPUTS"], self.progress.metrics())
+
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.stopping is None:
             self.stopping = signum
+            if self._save_first(signum):
+                return  # the ranks get SIGTERM once the checkpoint is complete (_wait)
             self.say(f"received signal {signum}: stopping the ranks")
+        self._save_until = None
         for rank in self.ranks:
             rank.signal(signal.SIGTERM)
+
+    def _start_checkpoints(self, node_rank: int) -> None:
+        """With TORCHYARD_CHECKPOINT_DIR: export the newest complete checkpoint to the
+        ranks (TORCHYARD_RESUME_FROM/STEP; every node finds the same one in the shared
+        folder) and, on node 0, write COMPLETE.json as the ranks finish their saves."""
+        folder = self.env.get("TORCHYARD_CHECKPOINT_DIR", "")
+        if not folder:
+            return
+        module = checkpoint_module(self.env)
+        self.checkpoints = module.NodeCheckpoints(
+            folder,
+            node_rank,
+            _int_env(self.env, "WORLD_SIZE", 1),
+            keep_newest=_int_env(self.env, "TORCHYARD_CHECKPOINT_KEEP", 0),
+            max_without_progress=_int_env(self.env, "TORCHYARD_CHECKPOINT_MAX_STALLS", 3),
+            attempt=self.env.get("TORCHYARD_CHECKPOINT_ATTEMPT", ""),
+            wait_seconds=_int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300),
+        )
+        try:
+            self.env.update(self.checkpoints.start())
+        except module.CheckpointError as err:
+            raise LaunchError(str(err)) from None
+        if "TORCHYARD_RESUME_FROM" in self.env:
+            self.say(f"resuming from checkpoint {self.env['TORCHYARD_RESUME_FROM']}")
+
+    def _save_first(self, signum: int) -> bool:
+        """SIGTERM/SIGINT with a checkpoint folder whose ranks report their steps: ask
+        every rank to save at the highest reported step + 1 and let them run until that
+        checkpoint is complete or TORCHYARD_CHECKPOINT_SAVE_SECONDS pass."""
+        if self.checkpoints is None:
+            return False
+        try:
+            target = self.checkpoints.request()
+        except OSError as err:
+            self.say(f"cannot ask for a just-in-time checkpoint: {err}")
+            return False
+        if target is None:
+            return False
+        wait = _int_env(self.env, "TORCHYARD_CHECKPOINT_SAVE_SECONDS", 20)
+        self._save_until = time.monotonic() + wait
+        self.say(
+            f"received signal {signum}: every rank saves a checkpoint at step {target}, "
+            f"then stops (at most {wait}s)"
+        )
+        return True
+
+    def _saved_or_late(self) -> None:
+        """In _wait: stop the ranks once the just-in-time checkpoint is complete, or late."""
+        if self._save_until is None:
+            return
+        saved = self.checkpoints.saved()
+        if saved or time.monotonic() >= self._save_until:
+            self.say(
+                f"checkpoint at step {self.checkpoints.target} complete: stopping the ranks"
+                if saved
+                else "the just-in-time checkpoint did not complete in time: stopping the ranks"
+            )
+            self._save_until = None
+            for rank in self.ranks:
+                rank.signal(signal.SIGTERM)
 
     def run(self) -> int:
         launch, nproc, node_rank, logs = self._config()
@@ -414,6 +859,13 @@ class Launcher:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         started = time.monotonic()
+        self._start_checkpoints(node_rank)
+        self.progress = ProgressTracker(logs)
+        if launch == "process":  # (torchrun starts its ranks itself: no stall detection)
+            self.stacks = install_stack_hook(self.env, logs)
+        interval = max(1, _int_env(self.env, "TORCHYARD_PROGRESS_INTERVAL", 5))
+        publisher = threading.Thread(target=self._publish_progress, args=(interval,), daemon=True)
+        publisher.start()
         try:
             if launch == "process":
                 for local in range(nproc):
@@ -430,6 +882,8 @@ class Launcher:
                             self.out,
                             self.err,
                             self._lock,
+                            self.progress,
+                            self.scanner,
                         )
                     )
             else:
@@ -444,6 +898,8 @@ class Launcher:
                         self.out,
                         self.err,
                         self._lock,
+                        self.progress,
+                        self.scanner,
                     )
                 )
         except LaunchError:
@@ -455,6 +911,9 @@ class Launcher:
         failed = self._wait(grace)
         for rank in self.ranks:
             rank.finish()
+        if self.checkpoints is not None:
+            self.checkpoint_info = self.checkpoints.stop(rank_failed=failed is not None)
+        self._progress_done()
         code = self._report(failed, node_rank, time.monotonic() - started)
         if self.env.get("TORCHYARD_REGISTRY_URL"):
             problem = self.archive(node_rank, logs)
@@ -499,11 +958,12 @@ class Launcher:
             for dirpath, _, names in os.walk(folder)
             for name in sorted(names)
         ]
+        attempts = max(1, _int_env(self.env, "TORCHYARD_ARCHIVE_ATTEMPTS", ARCHIVE_ATTEMPTS))
         sent, failed = 0, []
         first: OSError | None = None
         for path, target in files:
             try:
-                _upload_retrying(f"{base}/{target}", path, token, context)
+                _upload_retrying(f"{base}/{target}", path, token, context, attempts=attempts)
                 sent += 1
             except OSError as err:
                 failed.append(target)
@@ -534,11 +994,80 @@ class Launcher:
         _write(path, termination_message(dict(info, message=problem)))
         return code
 
+    def _check_stall(self) -> Rank | None:
+        """The rank that made no progress for longer than the stall timeout (once a second;
+        ``ProgressTracker.stalled``): every live rank's stacks are collected, the stuck
+        rank's file:line said, and the ranks stopped. None while nothing stalled."""
+        now = time.monotonic()
+        if not self.stacks or now < self._stall_check_at:
+            return None
+        self._stall_check_at = now + 1.0
+        fixed = _int_env(self.env, "TORCHYARD_STALL_TIMEOUT", 0)
+        floor = _int_env(self.env, "TORCHYARD_STALL_FLOOR", STALL_FLOOR_SECONDS)
+        live = [r for r in self.ranks if r.exit_code() is None and r.rank is not None]
+        found = self.progress.stalled(
+            [r.rank for r in live], time.time(), float(fixed) if fixed > 0 else None, floor
+        )
+        if found is None:
+            return None
+        number, seconds, step, timeout = found
+        stuck = next(r for r in live if r.rank == number)
+        stacks = self._collect_stacks(live)
+        where = stack_top(stacks.get(stuck.rank, ""))
+        at = f"{where[0]}:{where[1]} in {where[2]}" if where else "(no Python stack)"
+        message = (
+            f"{stuck.label} made no progress for {seconds:.0f}s (last step {step}; stall "
+            f"timeout {timeout:.0f}s): stuck at {at}. Every rank's stacks are in "
+            f"logs/stacks/ of this node.\n{stacks.get(stuck.rank, '').strip()}"
+        )
+        stall: dict[str, Any] = {"rank": stuck.rank, "seconds": round(seconds), "step": step}
+        if where:
+            stall.update(file=where[0], line=where[1], function=where[2])
+        stall["message"] = message
+        self.stall = (stuck, stall)
+        self.say(f"{stuck.label} stalled at {at}: stopping the ranks")
+        for rank in self.ranks:
+            rank.signal(signal.SIGTERM)
+        return stuck
+
+    def _collect_stacks(self, live: Sequence[Rank]) -> dict[int | None, str]:
+        """SIGUSR1 to every live rank (its faulthandler writes its stacks, ``STACK_HOOK``),
+        then what each wrote, once every file stopped growing (at most a few seconds)."""
+        import glob
+
+        for rank in live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(rank.proc.pid, signal.SIGUSR1)
+
+        def read() -> dict[int | None, str]:
+            texts: dict[int | None, str] = {}
+            for rank in live:
+                parts = []
+                for path in sorted(glob.glob(os.path.join(self.stacks, f"rank-{rank.rank}.pid-*"))):
+                    with contextlib.suppress(OSError), open(path, errors="replace") as f:
+                        parts.append(f.read())
+                texts[rank.rank] = "".join(parts)
+            return texts
+
+        deadline = time.monotonic() + STACKS_WAIT_SECONDS
+        texts = read()
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            again = read()
+            if again == texts and all(again.values()):
+                break
+            texts = again
+        return texts
+
     def _wait(self, grace: int) -> Rank | None:
         """Wait for every rank; on the first failure stop the rest. Returns the failed Rank."""
         failed: Rank | None = None
         kill_at: float | None = None
         while True:
+            if failed is None and self.stopping is None:
+                failed = self._check_stall()  # a stalled rank fails the node
+                if failed is not None:
+                    kill_at = time.monotonic() + grace
             codes = [(rank, rank.exit_code()) for rank in self.ranks]
             alive = sum(1 for _, code in codes if code is None)
             failing = [rank for rank, code in codes if code not in (None, 0)]
@@ -555,7 +1084,8 @@ class Launcher:
                 kill_at = time.monotonic() + grace
             if alive == 0:
                 return failed
-            if self.stopping is not None and kill_at is None:
+            self._saved_or_late()
+            if self.stopping is not None and kill_at is None and self._save_until is None:
                 kill_at = time.monotonic() + grace
             if kill_at is not None and time.monotonic() >= kill_at:
                 for rank in self.ranks:
@@ -572,13 +1102,22 @@ class Launcher:
                 "signal": self.stopping,
                 "exitCode": 128 + self.stopping,
                 "message": "stopped by signal",
+                **self.checkpoint_info,
             }
             _write(path, termination_message(stopped))
             return 128 + self.stopping
         if failed is None:
             _write(
                 path,
-                termination_message({"nodeRank": node_rank, "exitCode": 0, "reason": "Completed"}),
+                termination_message(
+                    {
+                        "nodeRank": node_rank,
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "progress": self.progress.summary(),
+                        **self.checkpoint_info,
+                    }
+                ),
             )
             what = (
                 f"all {len(self.ranks)} ranks" if self.ranks[0].rank is not None else "the command"
@@ -597,7 +1136,10 @@ class Launcher:
             now = oom_kills(self.cgroup)
             if now is not None and now > self._oom_kills:
                 reason, message = "OOMKilled", oom_message(failed.label, memory_limit(self.cgroup))
+        if self.stall is not None and self.stall[0] is failed:
+            reason, message = "Stalled", self.stall[1]["message"]
         info: dict[str, Any] = {
+            "stall": self.stall[1] if self.stall is not None else None,
             "rank": rank,
             "localRank": failed.local_rank,
             "nodeRank": node_rank,
@@ -608,9 +1150,36 @@ class Launcher:
             # Unix time the rank exited: the operator names the rank that failed first
             # when peers on other nodes fail a moment later because they lost it.
             "exitedAt": round(failed.exited_at, 6) if failed.exited_at is not None else None,
+            # The failing rank's last reported step: the same error at the same step
+            # twice stops the retries (``status.classes``).
+            "step": self.progress.step_of(failed.rank),
+            "progress": self.progress.summary(),
+            "evidence": self.scanner.evidence or None,
+            "logRule": self.scanner.hit,
+            # resumedFrom, checkpointStep, quarantined; reason NoProgress (and why) when
+            # too many attempts failed before getting past their checkpoint.
+            **self.checkpoint_info,
         }
         _write(path, termination_message({k: v for k, v in info.items() if v is not None}))
         return exit_code
+
+
+def checkpoint_module(env: Mapping[str, str]) -> Any:
+    """``torchyard.checkpoint`` (standard library only, shipped beside this file): from
+    TORCHYARD_SHIPPED_PATH in a node Pod, else the installed package (local mode).
+    Imported by name so that the launcher's own imports stay the standard library's."""
+    import importlib
+
+    shipped = env.get("TORCHYARD_SHIPPED_PATH", "")
+    if shipped and shipped not in sys.path:
+        sys.path.insert(0, shipped)
+    try:
+        return importlib.import_module("torchyard.checkpoint")
+    except ImportError as err:
+        raise LaunchError(
+            f"TORCHYARD_CHECKPOINT_DIR is set but torchyard.checkpoint cannot be imported "
+            f"({err}): run the launcher from the torchyard package folder"
+        ) from None
 
 
 def registry_context(env: Mapping[str, str]) -> ssl.SSLContext | None:
@@ -622,7 +1191,13 @@ def registry_context(env: Mapping[str, str]) -> ssl.SSLContext | None:
 
 # The exit code of a node whose ranks succeeded but whose archive upload failed.
 ARCHIVE_FAILED_EXIT = 3
-ARCHIVE_ATTEMPTS = 3
+# A registry that is still starting (a run submitted right after `helm install`) or
+# restarting answers with a refused connection or a 5xx: retry for about a minute
+# (0.5, 1, 2, 4, 8, 8, 8, 8, 8, 8 s), then fail with advice. TORCHYARD_ARCHIVE_ATTEMPTS
+# sets another number of attempts.
+ARCHIVE_ATTEMPTS = 11
+ARCHIVE_BACKOFF_SECONDS = 0.5
+ARCHIVE_BACKOFF_MAX = 8.0
 
 
 class UploadError(OSError):
@@ -657,7 +1232,7 @@ def _upload_retrying(
         except OSError:
             if attempt == attempts:
                 raise
-        time.sleep(0.5 * attempt)
+        time.sleep(min(ARCHIVE_BACKOFF_SECONDS * 2 ** (attempt - 1), ARCHIVE_BACKOFF_MAX))
 
 
 def archive_advice(err: OSError, *, url: str, namespace: str, run: str) -> str:
@@ -682,7 +1257,7 @@ def archive_advice(err: OSError, *, url: str, namespace: str, run: str) -> str:
     elif err.status == 413:
         fix = "a file is larger than the registry service accepts: write smaller outputs"
     elif err.status >= 500:
-        fix = f"the registry service failed {ARCHIVE_ATTEMPTS} times: see its log"
+        fix = "the registry service kept failing (retried for about a minute): see its log"
     else:
         fix = "the registry service refused the upload"
     return f"{err}; {fix}"
@@ -943,25 +1518,23 @@ def fetch_snapshot(
         return extract_snapshot(tmp.name, workdir)
 
 
-def install(args: Sequence[str]) -> int:
-    """``--install DEST [--copy SRC DIR | --fetch SHA256 DIR]``: the init container.
+SOURCE_OPTIONS = ("--copy", "--fetch")
 
-    Copies this very file to DEST (a volume the training container mounts), and with
-    ``--copy`` the code of a ConfigMap volume SRC into the writable working folder DIR
-    (unpacking a ``torchyard submit`` snapshot); with ``--fetch`` downloads the snapshot
-    SHA256 from the registry service (TORCHYARD_REGISTRY_URL, TORCHYARD_NAMESPACE,
-    TORCHYARD_REGISTRY_TOKEN_FILE and, over https, TORCHYARD_REGISTRY_CA) and unpacks it
-    into DIR.
+
+def prepare(args: Sequence[str], termination_log: str | None = None) -> int:
+    """``--copy SRC DIR | --fetch SHA256 DIR``: the source, before the ranks start.
+
+    With ``--copy`` the code of a ConfigMap volume SRC goes into the writable working
+    folder DIR (unpacking a ``torchyard submit`` snapshot); with ``--fetch`` the snapshot
+    SHA256 is downloaded from the registry service (TORCHYARD_REGISTRY_URL,
+    TORCHYARD_NAMESPACE, TORCHYARD_REGISTRY_TOKEN_FILE and, over https,
+    TORCHYARD_REGISTRY_CA), checked and unpacked into DIR. 0 when done, 1 when the source
+    was refused or unreachable (said on stderr, and in ``termination_log`` as a
+    LaunchError), 2 for other arguments.
     """
     import shutil
 
-    if not args:
-        sys.stderr.write("[torchyard] error: --install needs a destination path\n")
-        return 2
-    dest = args[0]
-    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-    shutil.copyfile(os.path.abspath(__file__), dest)
-    rest = list(args[1:])
+    rest = list(args)
     try:
         if rest[:1] == ["--copy"] and len(rest) == 3:
             src, workdir = rest[1], rest[2]
@@ -990,13 +1563,462 @@ def install(args: Sequence[str]) -> int:
             )
             count = fetch_snapshot(url, sha256, workdir, token, registry_context(env))
             sys.stderr.write(f"[torchyard] fetched the source snapshot: {count} files\n")
-        elif rest:
+        else:
             sys.stderr.write(f"[torchyard] error: unexpected arguments {rest}\n")
             return 2
     except (LaunchError, OSError, KeyError) as err:
         sys.stderr.write(f"[torchyard] error: {err}\n")
+        if termination_log:
+            _write(
+                termination_log,
+                termination_message(
+                    {"reason": "LaunchError", "exitCode": 1, "message": f"the source: {err}"}
+                ),
+            )
         return 1
     return 0
+
+
+# ---------------------------------------------------------------------------------------
+# MPI runs (distribution.type: mpi; torchyard.planning.mpi sets the TORCHYARD_MPI_*
+# variables). Node 0 runs mpirun with this file as OpenMPI's plm_rsh_agent (``--rsh``):
+# no sshd. The launchers of nodes >= 1 listen on TORCHYARD_MPI_PORT and run what the
+# agent asks for (OpenMPI's orted) after an HMAC-SHA256 challenge with the run's key
+# (TORCHYARD_MPI_KEY_FILE, a read-only Secret file: never in the environment or a log).
+# Wire: the worker sends "torchyard-mpi 1 <nonce>\n"; the client one JSON line
+# {"request": {...}, "mac": hex(HMAC(key, nonce + "\n" + request as JSON))}; requests are
+# {"run": "<shell command>"} (answered by frames: 1 byte o|e|x, 4 bytes length, data;
+# x carries the exit status) and {"end": <mpirun's exit code>} (the worker ends).
+# ---------------------------------------------------------------------------------------
+
+MPI_PROTOCOL = b"torchyard-mpi 1"
+_MPI_TAG = re.compile(rb"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$", re.DOTALL)
+# OpenMPI 4.1 tags every write of a rank, so one line may carry the tag again inside
+# ('    [1,3]<stderr>:raise ...', 'text[1,3]<stdout>:\n'): those go.
+_MPI_INNER_TAG = re.compile(rb"\[\d+,\d+\]<std(?:out|err)>:")
+_MPI_FIRST = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+# A rank that called MPI_Abort (``python -m mpi4py script.py`` does on an exception).
+_MPI_ABORT = re.compile(
+    r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (\d+)"
+)
+_MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+
+
+def mpi_key(env: Mapping[str, str]) -> bytes:
+    path = env.get("TORCHYARD_MPI_KEY_FILE", "")
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+    except OSError as err:
+        raise LaunchError(
+            f"no MPI key at {path!r} ({err.strerror}): MPI runs need the key Secret the "
+            "operator creates for the run; run this through a TrainingRun"
+        ) from None
+    if not key:
+        raise LaunchError(f"the MPI key file {path!r} is empty")
+    return key
+
+
+def mpi_mac(key: bytes, nonce: bytes, request: bytes) -> str:
+    return hmac.new(key, nonce + b"\n" + request, hashlib.sha256).hexdigest()
+
+
+def _frame(kind: bytes, data: bytes) -> bytes:
+    return kind + struct.pack("!I", len(data)) + data
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return data
+
+
+def mpi_host(host: str, env: Mapping[str, str]) -> str:
+    """mpirun shortens hostfile names to the Pod's hostname; add the Service back."""
+    domain = env.get("TORCHYARD_MPI_DOMAIN", "")
+    return f"{host}.{domain}" if domain and "." not in host else host
+
+
+def mpi_request(
+    host: str, port: int, key: bytes, request: Mapping[str, Any], timeout: float = 30
+) -> socket.socket:
+    """Connect to a worker launcher, answer its challenge and send ``request``."""
+    conn = socket.create_connection((host, port), timeout=timeout)
+    try:
+        reader = conn.makefile("rb")
+        hello = reader.readline(256).split()
+        if len(hello) != 3 or b" ".join(hello[:2]) != MPI_PROTOCOL:
+            raise ConnectionError(f"{host}:{port} is not a torchyard MPI launcher")
+        body = json.dumps(dict(request), sort_keys=True).encode()
+        line = json.dumps({"request": dict(request), "mac": mpi_mac(key, hello[2], body)})
+        conn.sendall(line.encode() + b"\n")
+        conn.settimeout(None)
+        return conn
+    except BaseException:
+        conn.close()
+        raise
+
+
+def rsh_agent(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """``launcher.py --rsh HOST COMMAND...``: what mpirun calls instead of ssh. Streams the
+    remote command's output here and exits with its status (255: not reached, as ssh)."""
+    env = os.environ if env is None else env
+    if len(args) < 2:
+        sys.stderr.write("[torchyard] usage: launcher.py --rsh HOST COMMAND...\n")
+        return 255
+    host = mpi_host(args[0], env)
+    try:
+        port = _int_env(env, "TORCHYARD_MPI_PORT", None)
+        conn = mpi_request(host, port, mpi_key(env), {"run": " ".join(args[1:])})
+    except (LaunchError, OSError) as err:
+        sys.stderr.write(f"[torchyard] MPI agent: cannot reach node {host}: {err}\n")
+        return 255
+    with conn:
+        try:
+            while True:
+                kind, size = struct.unpack("!cI", _recv_exact(conn, 5))
+                data = _recv_exact(conn, size)
+                if kind == b"x":
+                    return int(data.decode())
+                sink = sys.stdout if kind == b"o" else sys.stderr
+                sink.buffer.write(data)
+                sink.flush()
+        except (OSError, ValueError) as err:
+            sys.stderr.write(f"[torchyard] MPI agent: lost node {host}: {err}\n")
+            return 255
+
+
+class MpiWorker:
+    """The server of a node >= 1: runs the agent's commands until mpirun says it ended."""
+
+    def __init__(self, env: Mapping[str, str], key: bytes, say: Callable[[str], None]) -> None:
+        self.env = dict(env)
+        self.key = key
+        self.say = say
+        self.server = socket.create_server(("", _int_env(env, "TORCHYARD_MPI_PORT", None)))
+        self.done = threading.Event()
+        self.ended: int | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        # When this node's orted ended (monotonic): node 0 says "end" a moment later with
+        # mpirun's exit code; the launcher waits for it at most TORCHYARD_MPI_END_WAIT s.
+        self.session_ended: float | None = None
+        self.end_wait = _int_env(env, "TORCHYARD_MPI_END_WAIT", 30)
+
+    @property
+    def port(self) -> int:
+        return int(self.server.getsockname()[1])
+
+    def serve(self) -> None:
+        """Accept connections (a thread each) until told to end."""
+        self.server.settimeout(0.2)
+        while not self.done.is_set():
+            ended = self.session_ended
+            if ended is not None and time.monotonic() > ended + self.end_wait:
+                break  # node 0 never said: its Pod's status tells the operator
+            try:
+                conn, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+        self.server.close()
+
+    def stop(self, signum: int) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signum)
+        self.done.set()
+
+    def _session(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                request = self._authenticate(conn)
+            except EOFError:
+                return  # node 0 checking that this port accepts, before mpirun starts
+            except (OSError, ValueError, KeyError) as err:
+                self.say(f"MPI channel: refused a connection ({err})")
+                return
+            if "end" in request:
+                self.ended = int(request["end"])
+                self.done.set()
+                return
+            self._run(conn, str(request["run"]))
+
+    def _authenticate(self, conn: socket.socket) -> dict[str, Any]:
+        nonce = os.urandom(16).hex().encode()
+        conn.settimeout(30)
+        conn.sendall(MPI_PROTOCOL + b" " + nonce + b"\n")
+        line = conn.makefile("rb").readline(1 << 20)
+        if not line:
+            raise EOFError("closed without a request")
+        message = json.loads(line)
+        request = message["request"]
+        body = json.dumps(request, sort_keys=True).encode()
+        if not hmac.compare_digest(str(message["mac"]), mpi_mac(self.key, nonce, body)):
+            raise ValueError("wrong MPI key")
+        conn.settimeout(None)
+        return dict(request)
+
+    def _run(self, conn: socket.socket, command: str) -> None:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        send = threading.Lock()
+
+        def pump(pipe: IO[bytes], kind: bytes) -> None:
+            for chunk in iter(lambda: pipe.read1(65536), b""):  # type: ignore[attr-defined]
+                with send, contextlib.suppress(OSError):
+                    conn.sendall(_frame(kind, chunk))
+
+        def watch() -> None:  # the agent (mpirun) went away: its command goes too
+            with contextlib.suppress(OSError):
+                while conn.recv(1024):
+                    pass
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+        threads = [
+            threading.Thread(target=pump, args=(proc.stdout, b"o"), daemon=True),
+            threading.Thread(target=pump, args=(proc.stderr, b"e"), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        threading.Thread(target=watch, daemon=True).start()
+        code = proc.wait()
+        for t in threads:
+            t.join(timeout=5)
+        with send, contextlib.suppress(OSError):
+            conn.sendall(_frame(b"x", str(code if code >= 0 else 128 - code).encode()))
+        # mpirun starts one orted per node (no tree spawn): once it is gone, so is the job.
+        self.session_ended = time.monotonic()
+
+
+class MpiLauncher(Launcher):
+    """Node 0 runs mpirun over every node; the others serve its agent (``MpiWorker``)."""
+
+    def __init__(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        super().__init__(command, env)
+        self.mpirun: subprocess.Popen[bytes] | None = None
+        self.worker: MpiWorker | None = None
+        self.rank_tails: dict[int, collections.deque[str]] = {}
+        self.output: collections.deque[str] = collections.deque(maxlen=200)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.stopping is None:
+            self.stopping = signum
+            self.say(f"received signal {signum}: stopping MPI")
+        if self.mpirun is not None and self.mpirun.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.mpirun.pid, signal.SIGTERM)
+        if self.worker is not None:
+            self.worker.stop(signal.SIGTERM)
+
+    def run(self) -> int:
+        _, nproc, node_rank, logs = self._config()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        started = time.monotonic()
+        code = self._serve(node_rank) if node_rank > 0 else self._mpirun(nproc, logs, started)
+        if self.env.get("TORCHYARD_REGISTRY_URL"):
+            problem = self.archive(node_rank, logs)
+            if problem is not None and code == 0:
+                code = self._archive_failed(problem, node_rank)
+        return code
+
+    def _serve(self, node_rank: int) -> int:
+        self.worker = MpiWorker(self.env, mpi_key(self.env), self.say)
+        self.say(f"node {node_rank}: waiting for mpirun on port {self.worker.port}")
+        self.worker.serve()
+        path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        if self.stopping is not None:
+            info = {"nodeRank": node_rank, "reason": "Terminated", "signal": self.stopping}
+            _write(path, termination_message(dict(info, exitCode=128 + self.stopping)))
+            return 128 + self.stopping
+        # mpirun on node 0 reports a failing rank (with its node); this node only served.
+        if self.worker.ended is not None:
+            self.say(f"node {node_rank}: mpirun ended (exit code {self.worker.ended})")
+        else:
+            self.say(f"node {node_rank}: its orted ended; node 0 did not say how mpirun did")
+        done = {"nodeRank": node_rank, "exitCode": 0, "reason": "Completed"}
+        _write(path, termination_message(done))
+        return 0
+
+    def _workers(self) -> list[tuple[int, str]]:
+        lines = self.env.get("TORCHYARD_MPI_HOSTFILE", "").splitlines()
+        return [(i, line.split()[0]) for i, line in enumerate(lines) if i > 0 and line.split()]
+
+    def _wait_for_workers(self, timeout: int) -> None:
+        """Every worker's port accepts before mpirun starts (no race at start-up)."""
+        port = _int_env(self.env, "TORCHYARD_MPI_PORT", None)
+        deadline = time.monotonic() + timeout
+        for node, host in self._workers():
+            address = mpi_host(host, self.env)
+            while True:
+                try:
+                    socket.create_connection((address, port), timeout=5).close()
+                    break
+                except OSError as err:
+                    if time.monotonic() > deadline:
+                        raise LaunchError(
+                            f"MPI: node {node} ({address}:{port}) did not accept connections "
+                            f"within {timeout}s ({err}): is its Pod running? see its logs "
+                            "(kubectl logs) and events"
+                        ) from None
+                    time.sleep(0.5)
+
+    def _mpirun(self, nproc: int, logs: str, started: float) -> int:
+        mpirun = shutil.which("mpirun", path=self.env.get("PATH"))
+        if mpirun is None:
+            raise LaunchError(
+                "distribution.type mpi needs OpenMPI's mpirun in the image (or, in local "
+                "mode, on this machine): apt-get install openmpi-bin (python3-mpi4py for "
+                "mpi4py scripts)"
+            )
+        agent = "TORCHYARD_MPI_PORT" in self.env
+        if agent:
+            self._wait_for_workers(_int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300))
+        # mpirun writes orted's command for the shell it finds here (the agent's worker
+        # runs it with /bin/sh); a Pod often has no SHELL, and then mpirun warns.
+        self.env.setdefault("SHELL", "/bin/sh")
+        folder = tempfile.mkdtemp(prefix="torchyard-mpi-")
+        hostfile = os.path.join(folder, "hostfile")
+        _write(hostfile, self.env.get("TORCHYARD_MPI_HOSTFILE", f"localhost slots={nproc}\n"))
+        try:
+            args = [str(a) for a in json.loads(self.env.get("TORCHYARD_MPIRUN_ARGS", "[]"))]
+        except ValueError:
+            raise LaunchError("TORCHYARD_MPIRUN_ARGS must be a JSON list of strings") from None
+        command = [mpirun, "--hostfile", hostfile, *args]
+        if agent:
+            this = os.path.abspath(__file__)
+            command += ["--mca", "plm_rsh_agent", f"{sys.executable} {this} --rsh"]
+        if os.geteuid() == 0:  # the image's user may be root; mpirun refuses that unless told
+            command.append("--allow-run-as-root")
+        command += self.command
+        self.say("starting " + " ".join(command[:1] + command[3:]))
+        log = open(os.path.join(logs, "mpirun.txt"), "ab")  # noqa: SIM115
+        files: dict[int, IO[bytes]] = {}
+        try:
+            self.mpirun = subprocess.Popen(
+                command,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise LaunchError(f"cannot start mpirun: {err.strerror}") from None
+        pumps = [
+            threading.Thread(target=self._pump, args=(pipe, log, files, logs), daemon=True)
+            for pipe in (self.mpirun.stdout, self.mpirun.stderr)
+        ]
+        for t in pumps:
+            t.start()
+        code = self.mpirun.wait()
+        exited_at = time.time()
+        for t in pumps:
+            t.join(timeout=10)
+        log.close()
+        for f in files.values():
+            f.close()
+        if agent:
+            self._end_workers(code)
+        return self._mpi_report(code, nproc, exited_at, time.monotonic() - started)
+
+    def _pump(
+        self, pipe: IO[bytes], log: IO[bytes], files: dict[int, IO[bytes]], logs: str
+    ) -> None:
+        """mpirun's output: tagged lines go to logs/rank-<r>.txt (and keep a tail per rank)."""
+        for line in iter(lambda: pipe.readline(65536), b""):
+            match = _MPI_TAG.match(line)
+            with self._lock:
+                log.write(line)
+                log.flush()
+                if match is not None:
+                    rank, text = int(match.group(2)), _MPI_INNER_TAG.sub(b"", match.group(4))
+                    if rank not in files:
+                        files[rank] = open(os.path.join(logs, f"rank-{rank}.txt"), "ab")  # noqa: SIM115
+                    files[rank].write(text if text.endswith(b"\n") else text + b"\n")
+                    files[rank].flush()
+                    tail = self.rank_tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
+                    if match.group(3) == b"stderr":
+                        tail.append(text.decode("utf-8", "replace"))
+                    shown = f"[rank {rank}] ".encode() + text
+                else:
+                    self.output.append(line.decode("utf-8", "replace"))
+                    shown = b"[mpirun] " + line
+                sink = self.err if match is None or match.group(3) == b"stderr" else self.out
+                buffer = getattr(sink, "buffer", None)
+                shown = shown if shown.endswith(b"\n") else shown + b"\n"
+                if buffer is not None:
+                    buffer.write(shown)
+                else:
+                    sink.write(shown.decode("utf-8", "replace"))
+                sink.flush()
+        pipe.close()
+
+    def _end_workers(self, code: int) -> None:
+        """Tell every worker launcher that mpirun ended, so that its node ends with it."""
+        key = mpi_key(self.env)
+        port = _int_env(self.env, "TORCHYARD_MPI_PORT", None)
+        for _, host in self._workers():
+            # OSError: it ended already (its orted's connection closed).
+            with contextlib.suppress(OSError):
+                mpi_request(mpi_host(host, self.env), port, key, {"end": code}, timeout=10).close()
+
+    def _mpi_report(self, code: int, nproc: int, exited_at: float, elapsed: float) -> int:
+        path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        if code == 0:
+            _write(path, termination_message({"nodeRank": 0, "exitCode": 0, "reason": "Completed"}))
+            self.say(f"mpirun: all ranks succeeded in {elapsed:.1f}s")
+            return 0
+        if self.stopping is not None:
+            stopped = {"nodeRank": 0, "reason": "Terminated", "signal": self.stopping}
+            _write(path, termination_message(dict(stopped, exitCode=128 + self.stopping)))
+            return 128 + self.stopping
+        text = "".join(self.output)
+        rank: int | None = None
+        exit_code, sig = (code if code > 0 else 128 - code), None
+        first = _MPI_FIRST.search(text) or _MPI_ABORT.search(text)
+        killed = _MPI_SIGNAL.search(text)
+        if first is not None:
+            rank, exit_code = int(first.group(1)), int(first.group(2))
+        elif killed is not None:
+            rank, sig = int(killed.group(1)), int(killed.group(2))
+            exit_code = 128 + sig
+        if rank is not None:
+            message = traceback_tail(list(self.rank_tails.get(rank, ())))
+        else:
+            message = traceback_tail(list(self.output))
+        info: dict[str, Any] = {
+            "rank": rank,
+            "nodeRank": 0,
+            # map-by slot: rank r runs on node r // processCountPerNode (planning/mpi.py).
+            "rankNode": rank // nproc if rank is not None else None,
+            "exitCode": exit_code,
+            "signal": sig,
+            "reason": "Error",
+            "message": message,
+            "exitedAt": round(exited_at, 6),
+        }
+        who = f"rank {rank}" if rank is not None else "mpirun"
+        self.say(f"{who} failed (exit code {exit_code})")
+        _write(path, termination_message({k: v for k, v in info.items() if v is not None}))
+        return exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1004,11 +2026,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in ("-h", "--help"):
         sys.stdout.write(__doc__ or "")
         return 0
-    if args and args[0] == "--install":
-        return install(args[1:])
+    if args and args[0] in SOURCE_OPTIONS:
+        if args[3:4] != ["--"]:
+            sys.stderr.write(
+                "[torchyard] error: usage: launcher.py [--copy SRC DIR | --fetch SHA256 DIR]"
+                " -- <command> [args...]\n"
+            )
+            return 2
+        code = prepare(
+            args[:3], os.environ.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        )
+        if code:
+            return code
+        args = args[3:]
+    if args and args[0] == "--rsh":
+        return rsh_agent(args[1:])
     if args and args[0] == "--":
         args = args[1:]
     try:
+        if os.environ.get("TORCHYARD_DISTRIBUTION") == "mpi":
+            return MpiLauncher(args).run()
         return Launcher(args).run()
     except LaunchError as err:
         sys.stderr.write(f"[torchyard] error: {err}\n")

@@ -33,6 +33,14 @@ HOST_PACKAGES: dict[str, str] = {
     "debootstrap": "/usr/sbin/debootstrap",
     "iptables": "/usr/sbin/iptables",
 }
+# OpenMPI and mpi4py for local mode's MPI runs (tests/e2e/test_local_mpi.py): the host's
+# Debian python3 runs the mpi4py ranks under the local mpirun.
+MPI_HOST_PACKAGES: dict[str, str] = {
+    "openmpi-bin": "/usr/bin/mpirun",
+    "libopenmpi-dev": "/usr/bin/mpicc",
+    "python3-mpi4py": "/usr/lib/python3/dist-packages/mpi4py/__init__.py",
+}
+HOST_PACKAGES.update(MPI_HOST_PACKAGES)
 
 APT_SOURCES = Path("/etc/apt/sources.list")
 APT_SOURCES_DIR = Path("/etc/apt/sources.list.d")

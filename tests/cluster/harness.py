@@ -16,7 +16,8 @@ process it started (each in its own process group) and removes the working folde
 
 Used by ``tests/conftest.py`` (one cluster per pytest session) and ``benchmarks/``;
 ``python -m tests.cluster.harness`` keeps one up for manual use (``--real-node``: with
-the real kubelet node of ``tests/cluster/realnode.py``).
+the real kubelet node of ``tests/cluster/realnode.py``; ``--peers``: with Kubeflow's
+operators of ``tests/cluster/peers.py``).
 """
 
 from __future__ import annotations
@@ -570,6 +571,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also join a real kubelet node (containerd, CNI, CoreDNS, kube-proxy; as root) "
         "labelled torchyard.dev/pool=real",
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run Kubeflow Trainer, JobSet and Training Operator (tests/cluster/peers.py)",
+    )
     args = parser.parse_args(argv)
     if args.real_node:
         from tests.cluster import realnode  # imports this module: only when asked for
@@ -580,6 +586,10 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster()
     try:
         cluster.start()
+        if args.peers:
+            from tests.cluster.peers import Peers  # builds them from Go modules once
+
+            Peers(cluster).start()  # their processes are the cluster's: stop() ends them
         # Then block both before waiting for them: sigwait takes a blocked signal, while
         # an unblocked SIGTERM would end the process at once, leaking the cluster. (Blocked
         # only now: the processes started above must not inherit the mask.)

@@ -9,7 +9,8 @@ systems from the mirror apt already uses (``tests/cluster/debian.py``):
   python3-pip, with ``EXTERNALLY-MANAGED`` removed so ``pip install`` works as in the
   official image) and ca-certificates;
 - ``pytorch``: the CPU training image of the tests, the same packages plus Debian's
-  ``python3-torch`` (1.13, CPU, gloo) and ``python3-numpy``.
+  ``python3-torch`` (1.13, CPU, gloo), ``python3-numpy``, and ``openmpi-bin`` (OpenMPI
+  4.1) with ``python3-mpi4py`` for MPI runs.
 
 Each is packed as a one-layer OCI image archive and cached **outside the clone**, keyed
 by a hash of its inputs:
@@ -54,7 +55,10 @@ REGISTRY_HOST = "torchyard.local"
 RECIPE = "1"
 # python:3.11-slim's equivalent: pip and ca-certificates too (debootstrap adds no Recommends)
 PYTHON_PACKAGES = ("python3", "python-is-python3", "python3-pip", "ca-certificates")
-TORCH_PACKAGES = (*PYTHON_PACKAGES, "python3-torch", "python3-numpy")
+# OpenMPI and mpi4py for MPI runs (distribution.type: mpi, tests/node/test_mpi.py); the
+# packages are part of the image's key, so adding them made a new image.
+MPI_PACKAGES = ("openmpi-bin", "python3-mpi4py")
+TORCH_PACKAGES = (*PYTHON_PACKAGES, "python3-torch", "python3-numpy", *MPI_PACKAGES)
 # Left out of the images as python:3.11-slim leaves them out (copyright files are kept).
 DOC_DIRS = ("usr/share/man", "usr/share/info")
 # Debian bookworm's python3-torch 1.13 under Python 3.11: torchrun's ``Std.from_str("0")``

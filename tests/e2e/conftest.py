@@ -56,6 +56,8 @@ class Local:
         """Every rank's log from the run archive, by global rank."""
         logs = {}
         for path in (self.registry / namespace / "runs" / run / "logs").rglob("rank-*.txt"):
+            if not path.parent.name.startswith("node-"):
+                continue  # logs/node-N/stacks/rank-R.pid-P.txt: stack dumps, not the log
             logs[int(re.findall(r"rank-(\d+)", path.name)[0])] = path.read_text()
         return logs
 

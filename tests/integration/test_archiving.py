@@ -243,6 +243,8 @@ def launcher_alone(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[st
             "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination.json"),
             "TORCHYARD_RUN": "r",
             "TORCHYARD_NAMESPACE": "ns",
+            # two attempts, not a minute of them, against a registry that is never there
+            "TORCHYARD_ARCHIVE_ATTEMPTS": "2",
             **env,
         },
         capture_output=True,

@@ -100,8 +100,9 @@ def project(tmp_path: Path, namespace: str, oci: OciRegistry, registry: ProxiedR
 
 
 def run_node(pod: dict[str, Any], work: Path) -> subprocess.CompletedProcess[str]:
-    """A node Pod as a local process: its init container unpacks the snapshot ConfigMap,
-    then the launcher runs the Pod's command with the Pod's environment."""
+    """A node Pod as a local process: its launcher unpacks the snapshot ConfigMap (the
+    Pod's ``--copy``, with this machine's folders), then runs the Pod's command with the
+    Pod's environment."""
     ns = pod["metadata"]["namespace"]
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "source")
     configmap = k8s.get(k8s.CONFIGMAPS, ns, volume["configMap"]["name"])
@@ -110,16 +111,16 @@ def run_node(pod: dict[str, Any], work: Path) -> subprocess.CompletedProcess[str
     for key, data in configmap["binaryData"].items():
         (mounted / key).write_bytes(base64.b64decode(data))
     code = work / "code"
-    assert launcher.install([str(work / "launcher.py"), "--copy", str(mounted), str(code)]) == 0
+    container = pod["spec"]["containers"][0]
+    _python, _launcher, copy, source, workdir, separator, *command = container["command"]
+    assert (copy, source, workdir, separator) == ("--copy", "/torchyard/source", "/workspace", "--")
+    assert launcher.prepare(["--copy", str(mounted), str(code)]) == 0
     # The token of the ServiceAccount the Pod really runs as: one without the registry's
     # permissions would be refused here, as it would be in a cluster.
     env = local_node_env(pod, code, pod["spec"]["serviceAccountName"])
-    container = pod["spec"]["containers"][0]
-    _python, _launcher, separator, *command = container["command"]
-    assert separator == "--"
     command = [sys.executable if c in ("python", "python3") else c for c in command]
     return subprocess.run(
-        [sys.executable, str(work / "launcher.py"), "--", *command],
+        [sys.executable, launcher.__file__, "--", *command],
         cwd=code,
         env=env,
         capture_output=True,

@@ -50,6 +50,8 @@ BENCHMARKS = [
         [
             r"scale: 50 runs, 1 node x 1 GPU each, pool a100 \(32 GPUs\)",
             r"every run has a phase +\d+\.\d+s +\d+\.\d+s",
+            r"operator CPU until all phased +\d+\.\d+s +\d+\.\d+s",
+            r"reconciles per run until then +\d+\.\d+ +\d+\.\d+",
             r"freed slot -> next gang ungated +(\d+\.\d+s|never) +(\d+\.\d+s|never)",
             r"status lag p99 +\d+\.\d+s +\d+\.\d+s",
             r"idle CPU, queue full \(% of a core\) +\d+\.\d+% +\d+\.\d+%",
@@ -61,14 +63,30 @@ BENCHMARKS = [
         "registry_throughput.py",
         [
             r"file: 8 MiB, median of 1 interleaved rounds",
-            r"upload: +\d+\.\d+ MB/s +ratio +\d+\.\d+",
-            r"download: +\d+\.\d+ MB/s +ratio +\d+\.\d+",
+            r"plain copy \(reference\): +\d+\.\d+ MB/s",
+            r"hashed floor \(the fastest\): +\d+\.\d+ MB/s",
+            r"upload: +\d+\.\d+ MB/s +ratio to floor +\d+\.\d+ .* ratio to plain copy +\d+\.\d+",
+            r"download: +\d+\.\d+ MB/s +ratio to floor +\d+\.\d+ .* ratio to plain copy +\d+\.\d+",
             r"service peak memory: +\d+\.\d+ MiB",
+        ],
+    ),
+    (
+        "peers.py",
+        [
+            r"round 3/3  N=   8  .*torchyard +\d+\.\d+s",
+            r"\n   8  torchyard +\d+\.\d+s \(\d+\.\d+-\d+\.\d+\) +\d+\.\d+ \(.*\) +\d+\.\d+",
+            r"\n   8  direct +\d+\.\d+s \(\d+\.\d+-\d+\.\d+\) +1\.00 ",
+            r"API writes at N = 8 \(last round\), biggest items:\n  direct +.*pods POST 8",
+            r"target: torchyard / direct <= 1\.3 at N = 256 \(not measured\)",
+            # a gang restart replaces every Pod of the gang
+            r"gang restart of N = 8.*\n  torchyard +\d+\.\d+s \(.*\)  Pods replaced 8 of 8",
+            # gang admission: never two runs holding part of a gang at once
+            r"\n  torchyard +drained +\d+\.\d+s .*most runs with a partial gang at once 1\n",
         ],
     ),
 ]
 # scale.py runs two operators one after the other (the baseline refills a slot at its resync)
-TIMEOUTS = {"scale.py": 420}
+TIMEOUTS = {"scale.py": 600, "peers.py": 420}
 
 
 @pytest.mark.parametrize(("script", "expected"), BENCHMARKS, ids=[b[0] for b in BENCHMARKS])

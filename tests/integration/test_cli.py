@@ -119,7 +119,7 @@ def test_a_large_folder_goes_through_the_registry_service(
     (tmp_path / "big.yaml").write_text((tmp_path / "big.yaml").read_text())
     again = torchyard(cluster, *args)
     assert again.returncode == 0 and "unchanged (the registry service has it)" in again.stderr
-    # What a node Pod's init container does with it: fetch, check, unpack.
+    # What a node Pod's launcher does with it before the ranks: fetch, check, unpack.
     token = tmp_path / "token"
     token.write_text(behind_apiserver.token)
     work = tmp_path / "work"
@@ -129,7 +129,7 @@ def test_a_large_folder_goes_through_the_registry_service(
         TORCHYARD_REGISTRY_TOKEN_FILE=str(token),
     )
     try:
-        assert launcher.install([str(tmp_path / "l.py"), "--fetch", sha, str(work)]) == 0
+        assert launcher.prepare(["--fetch", sha, str(work)]) == 0
     finally:
         for key in (
             "TORCHYARD_REGISTRY_URL",

@@ -56,6 +56,9 @@ def test_short_names_and_printer_columns(cluster: Cluster, namespace: str) -> No
         "QUEUE",
         "MODEL",
         "VERSION",
+        "STEP",  # status.progress: step, percent, ETA
+        "PERCENT",
+        "ETA",
         "AGE",
     ]
     mv = cluster.kubectl("get", "mv", "-n", namespace)
@@ -77,7 +80,11 @@ def test_defaults_are_applied_by_the_apiserver(cluster: Cluster, namespace: str)
         "masterPort": 6105,
     }
     assert created["spec"]["resources"]["gpusPerNode"] == 0
-    assert created["spec"]["policy"] == {"backoffLimit": 0, "platformRestartLimit": 20}
+    assert created["spec"]["policy"] == {
+        "backoffLimit": 0,
+        "platformRestartLimit": 20,
+        "terminationGracePeriodSeconds": 30,
+    }
     assert created["spec"]["serviceAccountName"] == "default"
     assert created["spec"]["automountServiceAccountToken"] is False
     assert created["spec"]["outputs"] == {"optional": False}

@@ -33,6 +33,7 @@ from tests.integration.helpers import (
 )
 from tests.integration.test_chart import CHART, Helm
 from torchyard import k8s
+from torchyard.planning import shipped as shipped_names
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
@@ -130,6 +131,14 @@ def test_the_happy_path_runs_with_only_the_charts_service_account(
     assert forbidden_lines(log) == [], "\n".join(forbidden_lines(log))
     [manager] = [m for m in run["metadata"]["managedFields"] if m["manager"] == k8s.FIELD_MANAGER]
     assert manager["subresource"] == "status"
+    # the launcher's ConfigMap, applied by that ServiceAccount before the node Pods
+    [shipped] = [
+        c
+        for c in k8s.list_(k8s.CONFIGMAPS, ns)
+        if c["metadata"]["name"].startswith(shipped_names.NAME_PREFIX)
+    ]
+    [writer] = [m for m in shipped["metadata"]["managedFields"] if m["operation"] == "Apply"]
+    assert writer["manager"] == k8s.FIELD_MANAGER
 
 
 def _secret_mounting_pod(namespace: str) -> str:

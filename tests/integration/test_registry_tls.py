@@ -172,7 +172,7 @@ def test_every_client_verifies_the_registrys_certificate(
         assert cli.main([*direct, "--registry-ca", str(reg.pki.ca)]) == 0
         assert dest.read_bytes() == weights.read_bytes()
 
-        # A node Pod's init container fetches a snapshot with TORCHYARD_REGISTRY_CA.
+        # A node Pod's launcher fetches a snapshot with TORCHYARD_REGISTRY_CA.
         archive, sha = _snapshot(tmp_path)
         assert reg.client(token).put_snapshot(ns, archive, sha) is True
         env = {
@@ -181,13 +181,13 @@ def test_every_client_verifies_the_registrys_certificate(
             "TORCHYARD_REGISTRY_TOKEN_FILE": str(token_file),
         }
         work = tmp_path / "work"
-        fetch = [str(tmp_path / "launcher.py"), "--fetch", sha, str(work)]
+        fetch = ["--fetch", sha, str(work)]
         with _environ(env):
-            assert launcher.install(fetch) == 1  # the system's CAs: refused
+            assert launcher.prepare(fetch) == 1  # the system's CAs: refused
         assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
         assert not (work / "train.py").exists()
         with _environ({**env, "TORCHYARD_REGISTRY_CA": pem}):
-            assert launcher.install(fetch) == 0
+            assert launcher.prepare(fetch) == 0
         assert (work / "train.py").read_text() == "print('over tls')\n"
 
         # The operator promotes over TLS with the CA the chart mounts (settings.registry_ca).

@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,8 @@ from tests.integration.helpers import (
     wait_for,
     wait_status,
 )
-from torchyard import k8s
+from torchyard import k8s, launcher
+from torchyard.planning.pods import LAUNCHER_PATH, shipped_files
 
 
 @pytest.fixture
@@ -232,7 +234,11 @@ def test_failing_rank_fails_the_run_with_rank_exit_code_and_traceback(
         "reason": "Error",
         "message": 'Traceback (most recent call last):\n  File "train.py", line 9\n'
         "ValueError: loss is NaN",
+        "class": "PythonException",  # status.classes: retried within backoffLimit
+        "retryable": True,
+        "advice": failed["status"]["failure"]["advice"],
     }
+    assert failed["status"]["failure"]["advice"].endswith("(matched: ValueError: loss is NaN)")
     assert (
         conditions(failed)["Failed"]["message"]
         == "rank 3 (node 1) failed (Error, exit code 1): ValueError: loss is NaN"
@@ -370,7 +376,7 @@ def test_node_pods_run_as_the_runs_service_account_and_wait_for_it(
     assert pod["spec"]["serviceAccountName"] == "trainer"
     assert pod["spec"]["automountServiceAccountToken"] is False
     # The apiserver mounted no API token; the registry token is the operator's to add.
-    containers = pod["spec"]["containers"] + pod["spec"]["initContainers"]
+    containers = pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
     mounts = [m["mountPath"] for c in containers for m in c.get("volumeMounts", [])]
     assert "/var/run/secrets/kubernetes.io/serviceaccount" not in mounts
     assert not [v for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access")]
@@ -389,7 +395,7 @@ def test_node_pods_run_as_the_runs_service_account_and_wait_for_it(
     assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
 
 
-def test_the_init_container_uses_its_own_python_and_the_trainer_the_environments(
+def test_the_environments_python_runs_the_launcher_from_the_shipped_config_map(
     cluster: Cluster, env: str
 ) -> None:
     ns = env
@@ -400,8 +406,15 @@ def test_the_init_container_uses_its_own_python_and_the_trainer_the_environments
     k8s.create(TrainingRunBuilder("conda-run", ns).environment("conda").pool("cpu").obj())
     running(ns, "conda-run")
     [pod] = run_pods(ns, "conda-run")
-    assert pod["spec"]["initContainers"][0]["command"][0] == "python3"
-    assert pod["spec"]["containers"][0]["command"][0] == "/opt/conda/bin/python"
+    assert "initContainers" not in pod["spec"]
+    trainer = pod["spec"]["containers"][0]
+    assert trainer["command"][:2] == ["/opt/conda/bin/python", LAUNCHER_PATH]
+    # the operator applied the ConfigMap the Pod mounts, with this tree's launcher in it
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "torchyard"]
+    shipped = k8s.get(k8s.CONFIGMAPS, ns, volume["configMap"]["name"])
+    assert shipped["data"]["launcher.py"] == shipped_files()["launcher.py"]
+    assert shipped["data"]["launcher.py"].startswith(Path(launcher.__file__).read_text()[:200])
+    assert shipped["immutable"] is True
 
 
 def test_specs_the_apiserver_cannot_refuse_are_reported_as_conditions(

@@ -336,6 +336,16 @@ def test_the_charts_operator_runs_a_training_run_and_promotes_its_model(
 ) -> None:
     ns, name = release.team, "hello"
     assert operator.thread is not None and not operator.thread.is_alive()  # only the chart's
+    # the node Pod archives to the registry within seconds of its creation: the registry
+    # must be Ready first (the first test waits for it too; this one may run alone)
+    try:
+        real_node.wait_for(
+            "the registry Pod Ready",
+            lambda: next((p for p in release.pods("registry") if _ready(p)), None),
+            240,
+        )
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{release.explain()}") from None
     # the chart made the curated Environment, its operator found it Ready
     try:
         env = wait_status(k8s.ENVIRONMENTS, ns, "pytorch", lambda s: s.get("phase") == "Ready", 240)

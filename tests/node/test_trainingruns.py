@@ -1,10 +1,10 @@
 """torchyard's own TrainingRuns on the REAL node: the operator (in-process) plans the node
 Pods, the kubelet runs them in the locally made images, and nothing is finished by hand.
 
-The node Pods' init container runs in the torchyard image (``TORCHYARD_INIT_IMAGE``, built
-from ``images/operator/Dockerfile``), copies the launcher and unpacks the source snapshot
-``torchyard submit --source`` put in a ConfigMap; the launcher starts the ranks in the
-PyTorch image (a curated Environment) and they rendezvous with gloo through
+The node Pods have no init container: the launcher reaches them in the operator's
+``torchyard-launcher-<hash>`` ConfigMap, and in the trainer container unpacks the source
+snapshot ``torchyard submit --source`` put in a ConfigMap, then starts the ranks in the
+PyTorch image (a curated Environment); they rendezvous with gloo through
 ``MASTER_ADDR``, node 0's headless-Service DNS name. The sleeping runs of the deadline and
 deleted-Pod tests carry their code in the command (``source: {image: true}``), as a
 non-root user in the image's own working directory. Every test checks that the Pods ran
@@ -73,7 +73,8 @@ def operator_with(operator: InProcessOperator, **env: str) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def real_operator(operator: InProcessOperator, real_node: RealNode) -> Iterator[RealNode]:
-    """The operator whose node Pods' init containers run in the torchyard image made here."""
+    """The operator whose Environment builds' init containers run in the torchyard image
+    made here (node Pods need no torchyard image: their launcher is a ConfigMap's)."""
     with operator_with(operator, TORCHYARD_INIT_IMAGE=real_node.images["torchyard"].ref):
         yield real_node
 
@@ -201,12 +202,12 @@ def test_ddp_two_nodes_by_two_processes_rendezvous_through_the_headless_service(
         pod_name = pod["metadata"]["name"]
         assert pod["status"]["phase"] == "Succeeded"
         assert container(pod, "trainer")["state"]["terminated"]["exitCode"] == 0
-        init = container(pod, "torchyard-init", init=True)["state"]["terminated"]
-        assert init["exitCode"] == 0, init
-        # the init container (the torchyard image) unpacked the ConfigMap's snapshot
-        unpacked = logs(cluster, ns, pod_name, "torchyard-init")
-        assert re.search(r"unpacked the source snapshot: [1-9]\d* files", unpacked), unpacked
+        # no init container: the launcher came from the operator's ConfigMap and, in the
+        # trainer container itself, unpacked the snapshot's ConfigMap before the ranks
+        assert "initContainers" not in pod["spec"]
+        assert "initContainerStatuses" not in pod["status"]
         text = logs(cluster, ns, pod_name)
+        assert re.search(r"unpacked the source snapshot: [1-9]\d* files", text), text[:3000]
         contracts = {int(r): json.loads(c) for r, c in CONTRACT_LINE.findall(text)}
         assert sorted(contracts) == [2 * node, 2 * node + 1], text[-3000:]
         for rank, contract in contracts.items():

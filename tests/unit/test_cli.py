@@ -64,15 +64,21 @@ def test_submit_dry_run_prints_what_the_operator_would_create(
     path.write_text(yaml.safe_dump_all([env, run]))
     assert cli.main(["submit", str(path), "--dry-run", "-n", "team"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    launcher = docs[1]["metadata"]["name"]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("Environment", "pytorch"),
+        ("ConfigMap", launcher),  # the shipped modules, applied before the node Pods
         ("TrainingRun", "bert"),
         ("Service", "bert"),
         ("Pod", "bert-0"),
         ("Pod", "bert-1"),
     ]
+    assert launcher.startswith("torchyard-launcher-")
+    assert "launcher.py" in docs[1]["data"]
     assert {d["metadata"]["namespace"] for d in docs} == {"team"}
-    assert docs[3]["spec"]["containers"][0]["image"] == "img:1"
+    assert docs[4]["spec"]["containers"][0]["image"] == "img:1"
+    [volume] = [v for v in docs[4]["spec"]["volumes"] if v["name"] == "torchyard"]
+    assert volume["configMap"]["name"] == launcher
 
 
 def _commands(
@@ -117,6 +123,7 @@ def test_submit_dry_run_with_a_source_folder_prints_the_snapshot_configmap(
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     configmap = docs[0]
     assert configmap["kind"] == "ConfigMap" and configmap["immutable"] is True
-    assert docs[1]["spec"]["source"] == {"configMap": configmap["metadata"]["name"]}
-    init = next(d for d in docs if d["kind"] == "Pod")["spec"]["initContainers"][0]
-    assert "--copy" in init["command"]
+    run_doc = next(d for d in docs if d["kind"] == "TrainingRun")
+    assert run_doc["spec"]["source"] == {"configMap": configmap["metadata"]["name"]}
+    trainer = next(d for d in docs if d["kind"] == "Pod")["spec"]["containers"][0]
+    assert "--copy" in trainer["command"]

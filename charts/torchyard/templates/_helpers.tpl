@@ -166,11 +166,26 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# The running node Pods' launcher progress lines (controller/progress.py), read at most
+# every 10 s per run: the Pods themselves have no rights on the API.
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 # The headless Service of each run (applied; deleted after ttlSecondsAfterFinished).
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["create", "patch", "delete"]
-# The conda environment.yml / Dockerfile of an Environment build (applied).
+# The key of an MPI run's launcher channel (controller/mpi_keys.py): created once, never
+# read back (no get/list: the operator does not read the namespace's Secrets).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
+# The checkpoint claim a run asks for (spec.checkpoints.size): applied, owned by the run.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["create", "patch"]
+# The conda environment.yml / Dockerfile of an Environment build, and the launcher's
+# ConfigMap that node Pods mount (controller/admission.py ship), both applied.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "patch"]

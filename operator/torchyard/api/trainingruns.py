@@ -29,6 +29,8 @@ from torchyard.api._base import (
     nested,
     with_rules,
 )
+from torchyard.api.checkpoints import SPEC_RULE as CHECKPOINTS_RULE
+from torchyard.api.checkpoints import Checkpoints, check_shared
 from torchyard.api.quantities import quantity
 from torchyard.api.wire import API_VERSION, DEFAULT_MASTER_PORT, LABEL_POOL
 from torchyard.launcher import RANK_CONTRACT_VARIABLES
@@ -129,6 +131,54 @@ class Source(Model):
         return self
 
 
+MPI_IMPLEMENTATIONS = ("openmpi",)
+# The CEL rules of type mpi, in the order of ``_mpi_checks`` (the same rules in Python).
+MPI_RULES: tuple[dict[str, Any], ...] = (
+    {
+        "rule": "!has(self.implementation) || self.type == 'mpi'",
+        "message": "distribution.implementation applies to type mpi only: leave it out or "
+        "set type: mpi",
+        "fieldPath": ".implementation",
+    },
+    {
+        "rule": "!has(self.implementation) || self.implementation == 'openmpi'",
+        "message": "distribution.implementation: only 'openmpi' is supported (MPICH and "
+        "Intel MPI start their daemons differently and torchyard does not launch them): "
+        "use an image with OpenMPI and set implementation: openmpi (or leave it out)",
+        "fieldPath": ".implementation",
+    },
+    {
+        "rule": "!has(self.mpirunArgs) || self.type == 'mpi'",
+        "message": "distribution.mpirunArgs applies to type mpi only: leave it out or set "
+        "type: mpi",
+        "fieldPath": ".mpirunArgs",
+    },
+    {
+        "rule": "self.type != 'mpi' || self.launch == 'process'",
+        "message": "distribution.launch 'node' does not combine with type mpi: mpirun starts "
+        "processCountPerNode processes on every node; leave launch out",
+        "fieldPath": ".launch",
+    },
+    {
+        "rule": "self.type != 'mpi' || self.masterPort <= 65534",
+        "message": "type mpi uses masterPort+1 for the launchers' MPI channel: masterPort "
+        "must be at most 65534",
+        "fieldPath": ".masterPort",
+    },
+)
+
+
+def _mpi_checks(dist: Distribution) -> tuple[bool, ...]:
+    mpi = dist.type == "mpi"
+    return (
+        dist.implementation is None or mpi,
+        dist.implementation is None or dist.implementation in MPI_IMPLEMENTATIONS,
+        dist.mpirun_args is None or mpi,
+        not mpi or dist.launch == "process",
+        not mpi or dist.master_port <= 65534,
+    )
+
+
 class Distribution(Model):
     """How the run is spread over nodes and processes (~ PyTorchConfiguration)."""
 
@@ -137,13 +187,28 @@ class Distribution(Model):
             "rule": "self.type != 'none' || (self.nodeCount == 1 && self.processCountPerNode == 1)",
             "message": "distribution.type 'none' runs one process: nodeCount and "
             "processCountPerNode must be 1",
-        }
+        },
+        *MPI_RULES,
     )
 
-    type: Literal["pytorch", "none"] = Field(
+    type: Literal["pytorch", "none", "mpi"] = Field(
         default="pytorch",
         description="pytorch: torch.distributed with the rank contract (MASTER_ADDR, "
-        "WORLD_SIZE, RANK, ...); none: one process, no rendezvous.",
+        "WORLD_SIZE, RANK, ...); none: one process, no rendezvous; mpi: node 0 runs "
+        "mpirun over all nodes (OMPI_COMM_WORLD_RANK/SIZE come from mpirun; ~ "
+        "MpiConfiguration).",
+    )
+    implementation: str | None = Field(
+        default=None,
+        max_length=32,
+        description="type mpi only: the MPI implementation the image carries. Only "
+        "'openmpi' (the default) is supported.",
+    )
+    mpirun_args: list[str] | None = Field(
+        default=None,
+        max_length=64,
+        description="type mpi only: extra arguments for mpirun, placed before the command "
+        "(e.g. [--mca, btl_tcp_if_include, eth0]).",
     )
     node_count: int = Field(
         default=1,
@@ -178,6 +243,9 @@ class Distribution(Model):
                 "distribution.type 'none' runs one process: nodeCount and "
                 "processCountPerNode must be 1"
             )
+        for rule, check in zip(MPI_RULES, _mpi_checks(self), strict=True):
+            if not check:
+                raise ValueError(rule["message"])
         return self
 
     @property
@@ -287,6 +355,37 @@ class Compute(Model):
     )
 
 
+LOG_RULE_ACTIONS = ("cancelRetries", "ignore")
+LOG_RULE_PATTERN_MAX = 256
+
+
+class LogRule(Model):
+    """What a line of any rank's output means for the run (~ Determined's log policies)."""
+
+    pattern: str = Field(
+        min_length=1,
+        max_length=LOG_RULE_PATTERN_MAX,
+        description="A Python regular expression searched in every line of every rank's "
+        "output (e.g. 'CUDA error: an illegal memory access').",
+    )
+    action: Literal["cancelRetries", "ignore"] = Field(
+        description="cancelRetries: a failure after such a line is not retried; ignore: such "
+        "a line is no evidence of a failure class (status.failure.class) nor of a later rule."
+    )
+
+    @model_validator(mode="after")
+    def _pattern_compiles(self) -> LogRule:
+        try:
+            re.compile(self.pattern)
+        except re.error as err:
+            raise ValueError(
+                f"policy.logRules pattern {self.pattern!r} is not a valid regular expression "
+                f"({err}): escape characters such as ( [ + * ? with a backslash to match "
+                "them as they are"
+            ) from None
+        return self
+
+
 class Policy(Model):
     """Restarts and lifetimes."""
 
@@ -310,11 +409,34 @@ class Policy(Model):
         ge=1,
         description="Fail the run when it has been running longer than this.",
     )
+    stall_timeout_seconds: int | None = Field(
+        default=None,
+        ge=5,
+        le=86400,
+        description="Fail a node whose rank made no progress (torchyard.progress reports) "
+        "for this long, naming the rank and where it hangs, with every rank's stacks "
+        "archived. Default: max(300, 5 x the slowest step seen after the first); ranks "
+        "that never report are not watched. Keep it below the NCCL timeout (10 min).",
+    )
+    log_rules: list[LogRule] | None = Field(
+        default=None,
+        max_length=16,
+        description="Rules over the ranks' output lines, first match wins: cancelRetries "
+        "or ignore.",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,
         description="Delete the Pods and Service this long after the run finished "
         "(the run and its archived logs stay).",
+    )
+    termination_grace_period_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=86400,
+        description="terminationGracePeriodSeconds of the node Pods: the time between "
+        "SIGTERM and SIGKILL. With spec.checkpoints the ranks save a just-in-time "
+        "checkpoint in it: make it longer than the slowest step plus the slowest save.",
     )
 
 
@@ -423,6 +545,7 @@ _SPEC_RULES: list[dict[str, Any]] = [
         "fieldPath": ".distribution.processCountPerNode",
         "reason": "FieldValueInvalid",
     },
+    CHECKPOINTS_RULE,
 ]
 
 
@@ -468,6 +591,13 @@ class TrainingRunSpec(Model):
     policy: Policy = nested(Policy, "Restarts and lifetimes of the run.")
     outputs: Outputs = nested(Outputs, "Archiving of ./outputs and ./logs, model registration.")
     scheduling: Scheduling = nested(Scheduling, "Gang admission settings.")
+    checkpoints: Checkpoints | None = Field(
+        default=None,
+        description="A folder for checkpoints, mounted in every node Pod "
+        "(TORCHYARD_CHECKPOINT_DIR): every gang restart resumes from the newest complete "
+        "one (TORCHYARD_RESUME_FROM, TORCHYARD_RESUME_STEP), and a stopped Pod's ranks "
+        "save one just in time (torchyard.checkpoint).",
+    )
     run_as_user: int | None = Field(
         default=None,
         ge=1,
@@ -498,6 +628,7 @@ class TrainingRunSpec(Model):
         procs = self.distribution.process_count_per_node
         if gpus and procs > gpus:
             raise ValueError(f"processCountPerNode ({procs}) must not exceed gpusPerNode ({gpus})")
+        check_shared(self.checkpoints, self.distribution.node_count)
         return self
 
 
@@ -512,12 +643,18 @@ class NodeCounts(Model):
     ready: str = Field(default="0/0", description="running/total, for display.")
 
 
+# A Queued run's exact place is kept for the first this many of its pool's queue.
+QUEUE_EXACT_POSITIONS = 50
+
+
 class QueuePlace(Model):
     """Where a Queued run waits: its pool's queue and its place in it."""
 
     pool: str = Field(description="The pool (compute.pool, else the node selector).")
-    position: int = Field(
-        description="1-based place in the pool's queue (priority class value, then age)."
+    position: int | None = Field(
+        default=None,
+        description="1-based place in the pool's queue (priority class value, then age), "
+        "kept for the first 50 of a pool; unset further back (more than 50 ahead).",
     )
 
 
@@ -536,6 +673,43 @@ class Failure(Model):
     )
     message: str | None = Field(
         default=None, description="The tail of the failing rank's traceback."
+    )
+    failure_class: str | None = Field(
+        default=None,
+        alias="class",
+        description="GpuXid, CudaOOM, HostOOM, Segfault, ImportError, RendezvousTimeout, "
+        "NCCLTimeout or PythonException: what the evidence (exit, reason, log) says.",
+    )
+    retryable: bool | None = Field(
+        default=None, description="Whether running the gang again may help."
+    )
+    advice: str | None = Field(default=None, description="What to do about it.")
+    step: int | None = Field(
+        default=None, description="The failing rank's last reported step (torchyard.progress)."
+    )
+
+
+class Progress(Model):
+    """How far the run got, from the ranks' ``@@torchyard {"step": ...}`` lines
+    (``torchyard.progress.report``); read from the node Pods at most every 10 s."""
+
+    step: int = Field(description="The leading rank's last reported step.")
+    total: int | None = Field(default=None, description="Steps in the whole run, if reported.")
+    percent: int | None = Field(default=None, description="step / total, in percent.")
+    steps_per_second: float | None = Field(
+        default=None, description="The leading rank's speed since its first step (no warm-up)."
+    )
+    eta: str | None = Field(
+        default=None, description="Time left at that speed when this was written (4m10s)."
+    )
+    last_progress_time: datetime | None = Field(
+        default=None, description="When a rank last reported a higher step."
+    )
+    slowest_rank_lag: int | None = Field(
+        default=None, description="Steps between the leading and the slowest rank."
+    )
+    metrics: dict[str, float] | None = Field(
+        default=None, description="The last metric values reported (rank 0's first)."
     )
 
 
@@ -579,6 +753,12 @@ class TrainingRunStatus(Model):
     start_time: datetime | None = Field(default=None, description="When the run started.")
     completion_time: datetime | None = Field(default=None, description="When the run finished.")
     failure: Failure | None = Field(default=None, description="Why the run failed.")
+    last_failure: Failure | None = Field(
+        default=None,
+        description="The failure that restarted the gang last: the same error at the same "
+        "step again stops the retries.",
+    )
+    progress: Progress | None = Field(default=None, description="How far the run got.")
     model: ModelRef | None = Field(default=None, description="The registered model version.")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from torchyard.api.trainingruns import QUEUE_EXACT_POSITIONS as EXACT_POSITIONS
 from torchyard.cli.options import connect, kube_options
 from torchyard.sdk import resources, runs
 
@@ -32,7 +33,9 @@ def age(obj: dict[str, Any]) -> str:
 
 
 def _run_rows(items: list[dict[str, Any]], wide: bool) -> list[list[str]]:
-    rows = [["NAME", "PHASE", "QUEUE", "NODES", "READY", "ELAPSED", "MODEL", "AGE"]]
+    rows = [
+        ["NAME", "PHASE", "QUEUE", "NODES", "READY", "PROGRESS", "ETA", "ELAPSED", "MODEL", "AGE"]
+    ]
     if wide:
         rows[0] += ["ENVIRONMENT", "FAILURE"]
     for r in items:
@@ -44,6 +47,8 @@ def _run_rows(items: list[dict[str, Any]], wide: bool) -> list[list[str]]:
             _queue(st.get("queue")),
             str(r["spec"].get("distribution", {}).get("nodeCount", 1)),
             (st.get("nodes") or {}).get("ready", "0/0"),
+            runs.progress_text(st.get("progress")) or "-",
+            (st.get("progress") or {}).get("eta") or "-",
             runs.duration(runs.elapsed(r)),
             f"{model['name']}:{model['version']}" if model else "-",
             age(r),
@@ -59,9 +64,12 @@ def _run_rows(items: list[dict[str, Any]], wide: bool) -> list[list[str]]:
 
 
 def _queue(place: Any) -> str:
-    """``3 (a100)``: the place in the pool's queue of a Queued run; ``-`` otherwise."""
-    if not isinstance(place, dict) or not place.get("position"):
+    """``3 (a100)``: the place in the pool's queue of a Queued run; ``>50 (a100)`` further
+    back than the exact positions the operator keeps; ``-`` otherwise."""
+    if not isinstance(place, dict) or not place.get("pool"):
         return "-"
+    if not place.get("position"):
+        return f">{EXACT_POSITIONS} ({place['pool']})"
     return f"{place['position']} ({place.get('pool', '')})"
 
 

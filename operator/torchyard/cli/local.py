@@ -13,7 +13,7 @@ from typing import Any
 from torchyard import api
 from torchyard.cli.errors import CliError
 from torchyard.cli.options import load_documents, pick
-from torchyard.sdk import local_runs
+from torchyard.sdk import local_runs, runs
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -50,6 +50,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return result.exit_code or 1
     print(f"\nTrainingRun {run.name} succeeded in {result.seconds:.1f}s")
+    ran = result.progress
+    if ran is not None:
+        metrics = ", ".join(f"{k}={v:g}" for k, v in sorted((ran.get("metrics") or {}).items()))
+        shown = runs.progress_text(ran) + (f" ({metrics})" if metrics else "")
+        print(f"  progress: {shown}")
     if result.archive is not None:
         print(f"  outputs and logs: {result.archive}")
     if result.model is not None:

@@ -10,7 +10,11 @@ reconcile lifts the gates and says Running), and queues the runs whose place in 
 pool's queue changed (their status shows it). A reconcile that creates a gang, through
 :func:`admit` (the "apply children" step of ``trainingruns.reconcile``), makes the same
 pass with the new gang in it: a gang that fits is created without scheduling gates (one
-write per Pod), one that does not is created gated. A run with ``scheduling.queueName``
+write per Pod), one that does not is created gated; a gang created with at least
+``EXACT_POSITIONS`` (50) gangs ahead of it in a pool whose head is blocked is placed
+without that pass (:func:`_far_back`: its place would be "more than 50 ahead" whatever
+the pass found, and nobody behind it moves), so a burst of thousands of new runs costs
+no pass over thousands each. A run with ``scheduling.queueName``
 is left to Kueue. Until the cache is primed (``prime``, at start-up) nothing is admitted.
 The apiserver's refusals that a user must fix come back as :class:`Admission` fields
 rather than errors: a missing ServiceAccount (the run waits for it) and Pod Security (the
@@ -36,6 +40,7 @@ SERVICE_ACCOUNT_RETRY_SECONDS = 10.0
 # Before the first pass after a restart has placed a gang: what its status said is kept.
 WAITING_MESSAGE = "waiting for the admission pass"
 OUTSIDE_REFRESH_SECONDS = 30.0
+SHIP_REFRESH_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,20 @@ def admit(
         raise
 
 
+def ship(ctx: Context, namespace: str) -> None:
+    """Apply the shipped modules' ConfigMap (the launcher) in ``namespace`` before its
+    node Pods. It is immutable and named by its content, so one apply holds; it is applied
+    again only when the last one is SHIP_REFRESH_SECONDS old, which brings it back (and
+    the kubelet then mounts it) in a namespace deleted and made again meanwhile."""
+    manifest = pods.launcher_config_map(namespace)
+    key = (namespace, manifest["metadata"]["name"])
+    now = ctx.clock()
+    applied = ctx.shipped.get(key)
+    if applied is None or (now - applied).total_seconds() >= SHIP_REFRESH_SECONDS:
+        ctx.k8s.apply(manifest)
+        ctx.shipped[key] = now
+
+
 def no_service_account(message: str) -> bool:
     """The apiserver's ServiceAccount admission refused a Pod whose ServiceAccount is
     missing ("error looking up service account NS/NAME: serviceaccount "NAME" not found")."""
@@ -112,6 +131,7 @@ def _create_and_admit(
         ctx.cache.forget_run(key)
         return Admission(current)  # created and admitted: nothing to decide
     if missing:
+        ship(ctx, ns)
         ctx.k8s.apply(pods.service(run))
     if run.spec.scheduling.queue_name:  # Kueue admits plain Pod groups itself
         return _create(ctx, ns, current, missing)
@@ -143,19 +163,22 @@ def _create_gang(
     cache = ctx.cache
     with cache.lock:
         decisions: dict[tuple[str, str], gangs.Decision] = {}
+        far_back = None
         if cache.ready and not run.spec.compute.priority_class_name:
             gang = gangs.gang_of(key, _queued_at(run), len(wanted), wanted[0])
-            decisions = _decide(cache, gang)
+            far_back = _far_back(cache, gang)
+            if far_back is None:
+                decisions = _decide(cache, gang)
         admit_it = key in decisions and decisions[key].admit
         planned = [pods.ungate(p) for p in missing] if admit_it else missing
         for p in planned:  # taken (or queued) at once, before the apiserver answers
-            cache.assume(p)
+            cache.assume(p, quiet=far_back is not None)
         admitted, moved = _record(cache, decisions, skip=key)
         others = admitted + moved
-        if not admit_it:
+        if not admit_it and far_back is None:
             cache.dirty = True
     try:
-        _write(ctx, planned)
+        _write(ctx, planned, quiet=far_back is not None)
     except Exception:
         for p in planned:
             cache.pod_event("DELETED", p)
@@ -164,11 +187,47 @@ def _create_gang(
     created = current + missing
     if admit_it:
         return Admission(created, _admitted(run, wanted), others)
+    if far_back is not None:
+        return Admission(created, far_back, others, queue=_queue_field(far_back.pool, far_back))
     decision = decisions.get(key)
     if decision is None:
         return Admission(created, gangs.Decision(False, 0, WAITING_MESSAGE), others)
     gang = gangs.gang_of(key, _queued_at(run), len(wanted), wanted[0])
     return Admission(created, decision, others, queue=_queue_field(pool_name(gang), decision))
+
+
+@dataclass(frozen=True)
+class _FarBack(gangs.Decision):
+    """The decision for a gang created far back in a blocked queue, with its pool's name."""
+
+    pool: str = ""
+
+
+def _far_back(cache: caches.Cache, gang: gangs.Gang) -> _FarBack | None:
+    """A new gang with ``EXACT_POSITIONS`` gangs ahead of it in a pool whose head the
+    last pass found blocked: not admitted, and further back than an exact position is
+    kept, which needs no pass (a pass would decide the same, and move nobody: those
+    behind it are further back too). None when a pass must decide (the head is not
+    blocked, the gang is near the head, or it might not fit the pool at all). A change
+    not yet passed over (dirty) makes a pass soon, which moves this gang if its place
+    turns out otherwise."""
+    cache.drain()
+    if gang.pool_key not in cache.blocked:
+        return None
+    mine, ahead = gangs.order_key(gang), 0
+    for other in cache.iter_waiting():
+        if other.pool_key == gang.pool_key and gangs.order_key(other) < mine:
+            ahead += 1
+            if ahead >= gangs.EXACT_POSITIONS:
+                break
+    else:
+        return None
+    idle = gangs.free_nodes(cache.nodes(), [])
+    if gangs.place(gang, idle) < gang.size:  # no room even in the idle pool: say so
+        return None
+    message = gangs.beyond_message(gangs.describe_need(gang))
+    cache.places[gang.key] = caches.Place(pool_name(gang), 0, message)
+    return _FarBack(False, 0, message, pool=pool_name(gang))
 
 
 def _queued(
@@ -207,7 +266,10 @@ def _queued_at(run: api.TrainingRun) -> str:
 
 
 def _queue_field(pool: str, decision: gangs.Decision) -> dict[str, Any] | None:
-    return {"pool": pool, "position": decision.position} if decision.position else None
+    """``{pool, position}``; a run further back than the exact positions: ``{pool}``."""
+    if decision.admit or not pool:
+        return None
+    return {"pool": pool, "position": decision.position} if decision.position else {"pool": pool}
 
 
 def pool_name(gang: gangs.Gang) -> str:
@@ -215,12 +277,12 @@ def pool_name(gang: gangs.Gang) -> str:
     return gang.pool or ",".join(f"{k}={v}" for k, v in gang.pool_key) or "default"
 
 
-def _write(ctx: Context, manifests: list[dict[str, Any]]) -> None:
+def _write(ctx: Context, manifests: list[dict[str, Any]], *, quiet: bool = False) -> None:
     """Apply ``manifests`` (Pods) and tell the cache what the apiserver holds now."""
     written: list[dict[str, Any]] = []
     context.parallel(lambda p: written.append(ctx.k8s.apply(p)), manifests)
     for pod in written:
-        ctx.cache.assume(pod)
+        ctx.cache.assume(pod, quiet=quiet)
 
 
 def _create(
@@ -275,7 +337,10 @@ def run_pass(ctx: Context, *, force: bool = False) -> Passed:
         if not cache.ready or not (cache.dirty or force):
             return Passed()
         cache.dirty = False
-        return Passed(*_record(cache, _decide(cache, None), skip=None))
+        decisions = _decide(cache, None)
+        if not decisions:
+            cache.blocked = set()  # nobody waits: no pool is blocked
+        return Passed(*_record(cache, decisions, skip=None))
 
 
 def _decide(cache: caches.Cache, extra: gangs.Gang | None) -> dict[tuple[str, str], gangs.Decision]:
@@ -285,11 +350,10 @@ def _decide(cache: caches.Cache, extra: gangs.Gang | None) -> dict[tuple[str, st
     for key in list(cache.admitted):
         if not any(gangs.is_gated(p) for p in cache.run_pods(key)):
             cache.admitted.discard(key)
-    held = cache.pods()
-    waiting = [g for g in gangs.waiting_gangs(held) if extra is None or g.key != extra.key]
+    waiting = [g for g in cache.waiting() if extra is None or g.key != extra.key]
     if extra is not None:
         waiting.append(extra)
-    return gangs.decide(waiting, cache.nodes(), held)
+    return gangs.decide(waiting, cache.nodes(), cache.pods())
 
 
 def _record(
@@ -303,7 +367,11 @@ def _record(
         return [], []
     admitted: list[Key] = []
     moved: list[Key] = []
-    gang_pools = {g.key: pool_name(g) for g in gangs.waiting_gangs(cache.pods())}
+    waiting = {g.key: g for g in cache.waiting()}
+    gang_pools = {k: pool_name(g) for k, g in waiting.items()}
+    cache.blocked = {
+        waiting[key].pool_key for key, d in decisions.items() if d.blocking and key in waiting
+    }
     for (ns, name), decision in decisions.items():
         key = (ns, name)
         if decision.admit:

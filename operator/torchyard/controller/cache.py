@@ -15,7 +15,13 @@ the cache :attr:`~Cache.dirty`, and the admission pass (``admission.run_pass``) 
 
 Besides, the cache holds the admission state of the pools: the gangs a pass admitted
 whose gates their run's reconcile has yet to lift (:attr:`Cache.admitted`, counted as
-taking room), and each waiting run's place in its pool's queue (:attr:`Cache.places`).
+taking room), each waiting run's place in its pool's queue (:attr:`Cache.places`) and
+the pools whose head the last pass found blocked (:attr:`Cache.blocked`), so that a gang
+created far back in a blocked queue is placed without a pass.
+The waiting gangs are worked out per run and kept until one of its Pods changes
+(:meth:`Cache.waiting`), so a pass over thousands of waiting runs re-reads none of
+their Pods. :meth:`Cache.echo` tells a Pod event that is this operator's own write
+coming back (its run need not be reconciled for it).
 
 Pure bookkeeping: no Kopf, no API calls. Tested in tests/unit/controller/test_cache.py.
 """
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,6 +152,10 @@ class Cache:
         self.dirty = False  # something admission sees changed since the last pass
         self.admitted: set[RunKey] = set()  # admitted by a pass; gates not lifted yet
         self.places: dict[RunKey, Place] = {}  # waiting runs' places in their pool's queue
+        self.blocked: set[tuple[tuple[str, str], ...]] = set()  # pools whose head waits
+        self._by_run: dict[RunKey, set[_PodKey]] = {}  # torchyard's Pods, per run
+        self._gangs: dict[RunKey, gangs.Gang | None] = {}  # a run's waiting gang, worked out
+        self._written: dict[_PodKey, str] = {}  # resourceVersion of the Pods this operator wrote
         self._nodes: dict[str, dict[str, Any]] = {}
         self._pods: dict[_PodKey, dict[str, Any]] = {}
         self._gone: dict[tuple[str, str, str], int | None] = {}  # tombstones
@@ -206,7 +216,8 @@ class Cache:
         inside = frozenset(namespaces)
         with self.lock:
             before = {k: _without_version(p) for k, p in self._pods.items() if k[0] not in inside}
-            self._pods = {k: p for k, p in self._pods.items() if k[0] in inside}
+            for key in [k for k in self._pods if k[0] not in inside]:
+                self._drop_pod(key)
             for pod in pod_list:
                 if (pod.get("metadata") or {}).get("namespace") not in inside:
                     self._put_pod(pod)
@@ -215,9 +226,30 @@ class Cache:
             self.dirty |= changed
             return changed
 
-    def assume(self, pod: Mapping[str, Any]) -> None:
-        """A Pod this operator just wrote (the apiserver's answer)."""
-        self.pod_event("MODIFIED", pod)
+    def assume(self, pod: Mapping[str, Any], *, quiet: bool = False) -> None:
+        """A Pod this operator just wrote (the apiserver's answer). ``quiet``: the caller
+        has already placed it (a gang created far back in a blocked queue), so it does
+        not call for an admission pass."""
+        with self.lock:
+            dirty = self.dirty
+            self.pod_event("MODIFIED", pod)
+            if quiet:
+                self.dirty = dirty
+            meta = pod.get("metadata") or {}
+            if meta.get("resourceVersion"):
+                key = (meta.get("namespace", ""), meta.get("name", ""))
+                self._written[key] = str(meta["resourceVersion"])
+
+    def echo(self, pod: Mapping[str, Any]) -> bool:
+        """The watch event of a Pod is this operator's own write coming back (the same
+        resourceVersion): its run has seen it already. Forgets it once seen."""
+        meta = pod.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        version = meta.get("resourceVersion")
+        if version and self._written.get(key) == version:
+            self._written.pop(key, None)
+            return True
+        return False
 
     def forget_run(self, run: RunKey) -> None:
         """The run's queue place and admission are gone (its gang left the queue)."""
@@ -247,11 +279,25 @@ class Cache:
 
     def run_pods(self, run: RunKey) -> list[dict[str, Any]]:
         with self.lock:
-            return [
-                p
-                for (ns, _), p in self._pods.items()
-                if ns == run[0] and p["metadata"]["labels"].get(names.LABEL_RUN) == run[1]
-            ]
+            return [self._pods[k] for k in self._by_run.get(run, ()) if k in self._pods]
+
+    def waiting(self) -> list[gangs.Gang]:
+        """The waiting gangs (all Pods gated, not admitted by a pass): each worked out
+        once from its Pods and kept until one of them changes."""
+        with self.lock:
+            return list(self.iter_waiting())
+
+    def iter_waiting(self) -> Iterator[gangs.Gang]:
+        """:meth:`waiting`, one at a time, oldest Pods first (hold :attr:`lock`)."""
+        for run in self._by_run:
+            if run in self.admitted:
+                continue
+            if run not in self._gangs:
+                found = gangs.waiting_gangs(self.run_pods(run))
+                self._gangs[run] = found[0] if found else None
+            gang = self._gangs[run]
+            if gang is not None:
+                yield gang
 
     # -- inside -------------------------------------------------------------------------
 
@@ -294,13 +340,35 @@ class Cache:
         if _finished(pod) or not (ours or holds_gpus(pod)):
             if _finished(pod):
                 self._bury("Pod", *key, _version(pod))
-            return self._pods.pop(key, None) is not None
+            return self._drop_pod(key)
         new = trim_pod(pod)
         self._pods[key] = new
+        run = new["metadata"]["labels"].get(names.LABEL_RUN)
+        if run:
+            self._by_run.setdefault((key[0], run), set()).add(key)
+            self._gangs.pop((key[0], run), None)
+        if held is not None and "resourceVersion" not in held["metadata"]:
+            # The apiserver's copy of a Pod this operator assumed before writing it: what
+            # differs is the apiserver's defaults; the decision that wrote it counted it.
+            return False
         return not _same_for_admission(held, new)
 
     def _remove_pod(self, pod: Mapping[str, Any]) -> bool:
         meta = pod.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         self._bury("Pod", *key, _version(pod))
-        return self._pods.pop(key, None) is not None
+        return self._drop_pod(key)
+
+    def _drop_pod(self, key: _PodKey) -> bool:
+        held = self._pods.pop(key, None)
+        self._written.pop(key, None)
+        if held is None:
+            return False
+        run = held["metadata"]["labels"].get(names.LABEL_RUN)
+        if run:
+            members = self._by_run.get((key[0], run), set())
+            members.discard(key)
+            if not members:
+                self._by_run.pop((key[0], run), None)
+            self._gangs.pop((key[0], run), None)
+        return True

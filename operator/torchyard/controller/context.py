@@ -12,7 +12,7 @@ an in-memory fake, tests/unit/controller/fake_k8s.py). Used by ``environments``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -51,6 +51,8 @@ class K8s(Protocol):
         self, manifest: dict[str, Any], *, field_manager: str = ..., subresource: str = ...
     ) -> dict[str, Any]: ...
 
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]: ...
+
     def apply_status(
         self, manifest: dict[str, Any], *, field_manager: str = ...
     ) -> dict[str, Any]: ...
@@ -69,6 +71,17 @@ class K8s(Protocol):
         self, obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
     ) -> dict[str, Any] | None: ...
 
+    def pod_log_lines(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        follow: bool = False,
+        tail_lines: int | None = None,
+        timeout: float = ...,
+    ) -> Iterator[str]: ...
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -83,6 +96,13 @@ class Context:
     clock: Clock = utcnow
     k8s: K8s = k8s
     cache: caches.Cache = field(default_factory=caches.Cache)
+    # (kind, namespace, name) -> the resourceVersion of this operator's last status write:
+    # the watch event that brings it back needs no reconcile (``handlers``, ``workqueue``).
+    written: dict[Key, str] = field(default_factory=dict)
+    # (namespace, name) of the shipped-modules ConfigMaps applied, and when (admission.ship)
+    shipped: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    # run uid -> when its Pods' logs were last read for progress (``progress.poll``)
+    progress_polls: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +146,7 @@ def write(ctx: Context, body: Mapping[str, Any], outcome: Outcome) -> bool:
     changed = dict(body.get("status") or {}) != outcome.status
     if changed:
         meta = body["metadata"]
-        ctx.k8s.apply_status(
+        answer = ctx.k8s.apply_status(
             {
                 "apiVersion": body["apiVersion"],
                 "kind": body["kind"],
@@ -134,6 +154,9 @@ def write(ctx: Context, body: Mapping[str, Any], outcome: Outcome) -> bool:
                 "status": outcome.status,
             }
         )
+        version = (answer or {}).get("metadata", {}).get("resourceVersion")
+        if version:
+            ctx.written[(str(body["kind"]), str(meta["namespace"]), str(meta["name"]))] = version
     now = status.timestamp(outcome.at)
     for event in outcome.events:
         ctx.k8s.record_event(dict(body), event.type, event.reason, event.message, now=now)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from torchyard import api
 from torchyard.planning import names
-from torchyard.status import failures
+from torchyard.status import classes, failures
 from torchyard.status.failures import Failure
 
 RestartKind = Literal["platform", "user"]
@@ -34,10 +34,17 @@ class Attempts:
 
     restarts: int = 0  # gang restarts so far: the current attempt's number
     failed_attempts: int = 0  # of those, the ones the user's code caused (backoffLimit)
+    # ``classes.signature`` of the failure that restarted the gang last (status.lastFailure)
+    last_signature: str | None = None
 
     @classmethod
     def of(cls, previous: Mapping[str, Any]) -> Attempts:
-        return cls(int(previous.get("restarts") or 0), int(previous.get("failedAttempts") or 0))
+        last = previous.get("lastFailure")
+        return cls(
+            int(previous.get("restarts") or 0),
+            int(previous.get("failedAttempts") or 0),
+            classes.signature(last) if isinstance(last, Mapping) else None,
+        )
 
     @property
     def platform_restarts(self) -> int:
@@ -51,6 +58,7 @@ class Restart:
     kind: RestartKind
     attempts: Attempts
     message: str
+    failure: Failure | None = None  # what restarted it (status.lastFailure)
 
 
 @dataclass(frozen=True)
@@ -79,26 +87,43 @@ def restart_kind(run: api.TrainingRun, failure: Failure, attempts: Attempts) -> 
         return "platform" if attempts.platform_restarts < limit else None
     if failure.get("reason") in failures.NOT_RESTARTED:
         return None
+    if failure.get("retryable") is False or repeated(failure, attempts):
+        return None  # running it again would fail the same way (``classes``)
     return "user" if attempts.failed_attempts < run.spec.policy.backoff_limit else None
+
+
+def repeated(failure: Failure, attempts: Attempts) -> bool:
+    """Whether ``failure`` is the error that restarted the gang last, at the same step."""
+    return attempts.last_signature is not None and attempts.last_signature == (
+        classes.signature(failure)
+    )
 
 
 def restart(
     run: api.TrainingRun, failure: Failure, kind: RestartKind, attempts: Attempts
 ) -> Restart:
     """The restart of the gang after ``failure``, counted by ``kind``."""
-    after = Attempts(attempts.restarts + 1, attempts.failed_attempts + (1 if kind == "user" else 0))
+    after = Attempts(
+        attempts.restarts + 1,
+        attempts.failed_attempts + (1 if kind == "user" else 0),
+        classes.signature(failure),
+    )
     if kind == "platform":
         counted = "a platform failure, not counted against backoffLimit"
     else:
         counted = f"{after.failed_attempts}/{run.spec.policy.backoff_limit} of backoffLimit used"
     why = failures.failure_message(failure)
     message = f"restarting the gang (restart {after.restarts}, {counted}): {why}"
-    return Restart(kind, after, message)
+    return Restart(kind, after, message, failure)
 
 
 def final(run: api.TrainingRun, failure: Failure, attempts: Attempts) -> Failure:
-    """The failure that ends the run: a platform one says that no restart was left."""
+    """The failure that ends the run: a platform one says that no restart was left, a
+    repeated or not retryable one why it was not retried."""
     if not failure.get("platform"):
+        if repeated(failure, attempts) and run.spec.policy.backoff_limit > 0:
+            why = "the same error at the same step as the attempt before: not retried again"
+            return {**failure, "advice": f"{why}; {failure.get('advice') or ''}".rstrip("; ")}
         return failure
     limit = run.spec.policy.platform_restart_limit
     left = (
@@ -123,15 +148,23 @@ def decide(
     if left is not None and left <= 0:
         return Verdict(deadline_exceeded=True)
     failure = failures.first_failure(pods)
-    if failure is not None:
+    lost = None
+    if phase == api.Phase.RUNNING.value:
+        pod_names = [names.pod(run.name, i) for i in range(run.spec.distribution.node_count)]
+        lost = failures.lost_failure(pod_names, pods)
+    if failure is not None and lost is not None and not failure.get("platform"):
+        # A node Pod taken from the running gang (being deleted, evicted, gone with its
+        # node) is what its siblings' collective errors report, and its just-in-time
+        # checkpoint keeps it running a while: the disruption decides, not backoffLimit.
+        failure = lost
+    elif failure is not None:
         wait = failures.settling(failure, pods, now)
         if wait is not None:
             # Its peers on the other nodes may yet report an earlier exit: decide (and
             # stop them) once they did or the settle time is over.
             return Verdict(settle_seconds=wait)
-    elif phase == api.Phase.RUNNING.value:
-        pod_names = [names.pod(run.name, i) for i in range(run.spec.distribution.node_count)]
-        failure = failures.lost_failure(pod_names, pods)
+    else:
+        failure = lost
     if failure is None:
         return Verdict(deadline_seconds_left=left)
     kind = restart_kind(run, failure, attempts)

@@ -29,10 +29,18 @@ from datetime import datetime
 from typing import Any
 
 from torchyard import api, k8s, status
-from torchyard.controller import admission, context, failure_policy, finalize, telemetry
+from torchyard.controller import (
+    admission,
+    context,
+    failure_policy,
+    finalize,
+    mpi_keys,
+    progress,
+    telemetry,
+)
 from torchyard.controller import ttl_after_finished as ttl
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
-from torchyard.planning import names, pods
+from torchyard.planning import checkpoints, names, pods
 from torchyard.status import trainingruns as run_status
 
 # How soon a run whose old attempt's Pods are still going is looked at again.
@@ -114,6 +122,8 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
             logger.warning("TrainingRun %s/%s: %s", run.namespace, run.name, applied.refused)
             return _invalid(run.generation, applied.refused, previous, now), Result()
     inputs = _status_inputs(seen, verdict, applied)
+    if verdict.failure is None and not verdict.deadline_exceeded:
+        inputs = _read_progress(ctx, run, inputs, result, now)
     if finalize.needs_registering(run, seen.current):
         registration = finalize.register(run, seen.environment, ctx, logger)
         inputs = replace(
@@ -188,6 +198,11 @@ def _apply_children(
         attempt=seen.attempts.restarts,
         settings=ctx.settings,
     )
+    if not seen.current:
+        mpi_keys.ensure(ctx, run)  # before the Pods that mount it
+    claim = checkpoints.claim(run, pods.owner_reference(run))
+    if claim is not None and len(seen.current) < len(wanted):
+        ctx.k8s.apply(claim)  # before the Pods that mount it; owned by the run
     applied = admission.admit(ctx, run, wanted, seen.current, seen.previous)
     if applied.pending is not None:
         result.requeue_after = admission.SERVICE_ACCOUNT_RETRY_SECONDS
@@ -217,6 +232,22 @@ def _status_inputs(
         queued_message=decision.message if decision is not None and not decision.admit else None,
         queue=applied.queue if applied is not None else None,
     )
+
+
+def _read_progress(
+    ctx: Context, run: api.TrainingRun, inputs: run_status.Observed, result: Result, now: datetime
+) -> run_status.Observed:
+    """The running node Pods' progress, read from their logs when due (``progress.poll``),
+    and a look again when the next read is due."""
+    uid = str(run.metadata.get("uid") or run.name)
+    polled = progress.poll(ctx, run.namespace, uid, inputs.pods, now)
+    if polled is None:
+        return inputs
+    again = polled.again_seconds
+    result.requeue_after = (
+        again if result.requeue_after is None else min(result.requeue_after, again)
+    )
+    return replace(inputs, progress=polled.progress) if polled.progress else inputs
 
 
 def _conclude(
@@ -268,6 +299,7 @@ def _restart(
         restart.attempts.failed_attempts,
         restart.message,
         now,
+        restart.failure,
     )
     outcome = Outcome(new, now, [Event("Warning", "Restarting", restart.message)])
     return outcome, Result(requeue_after=RESTART_RETRY_SECONDS)

@@ -217,9 +217,14 @@ def reconcile_key(key: Key, ctx: context.Context) -> Followup:
         version = str(body.get("metadata", {}).get("resourceVersion") or "")
         body.setdefault("apiVersion", res.api_version)
         body.setdefault("kind", kind)
+        before = ctx.written.get(key)
         result = reconciler(body, log, ctx)
+        after = ctx.written.get(key)
+        if after is not None and after != before:
+            version = after  # its own status write: the version the object has now
     except k8s.ApiError as err:
         if err.not_found:  # deleted meanwhile: owner references clean up the children
+            ctx.written.pop(key, None)
             return Followup(gone=True)
         if err.status == 403 and "being terminated" in err.message:
             return Followup(gone=True)  # its namespace is going away, and the object with it

@@ -22,10 +22,12 @@ def pod_log_lines(
     container: str | None = None,
     follow: bool = False,
     tail_lines: int | None = None,
+    timeout: float = 60,
 ) -> Iterator[str]:
     """A Pod's log, line by line (``follow``: until the container ends). The apiserver
     gets it from the node's kubelet; errors surface as :class:`ApiError`, or
-    :class:`Unreachable` when the apiserver does not answer or the stream breaks off."""
+    :class:`Unreachable` when the apiserver does not answer (within ``timeout`` seconds,
+    unless following) or the stream breaks off."""
     api = connections.load()
     query: list[tuple[str, Any]] = []
     if container:
@@ -44,7 +46,7 @@ def pod_log_lines(
             auth_settings=["BearerToken"],
         )
         response = api.call_api(
-            method, url, header_params=headers, _request_timeout=None if follow else 60
+            method, url, header_params=headers, _request_timeout=None if follow else timeout
         )
     except ApiException as exc:
         raise errors.from_exception(exc) from None

@@ -45,6 +45,7 @@ MODELVERSIONS = Resource(wire.GROUP, wire.VERSION, "modelversions")
 PODS = Resource("", "v1", "pods")
 SERVICES = Resource("", "v1", "services")
 CONFIGMAPS = Resource("", "v1", "configmaps")
+PERSISTENTVOLUMECLAIMS = Resource("", "v1", "persistentvolumeclaims")
 EVENTS = Resource("", "v1", "events")
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
@@ -66,6 +67,7 @@ _BY_KIND: dict[tuple[str, str], Resource] = {
     ("v1", "Pod"): PODS,
     ("v1", "Service"): SERVICES,
     ("v1", "ConfigMap"): CONFIGMAPS,
+    ("v1", "PersistentVolumeClaim"): PERSISTENTVOLUMECLAIMS,
     ("v1", "Event"): EVENTS,
     ("v1", "Namespace"): NAMESPACES,
     ("v1", "Node"): NODES,
@@ -97,6 +99,7 @@ __all__ = [
     "MODELVERSIONS",
     "NAMESPACES",
     "NODES",
+    "PERSISTENTVOLUMECLAIMS",
     "PODS",
     "ROLEBINDINGS",
     "ROLES",

@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from torchyard.registry import Version
+from torchyard.status import steps
 from torchyard.status.failures import failure_message
 
 
@@ -41,6 +43,16 @@ class LocalResult:
     def succeeded(self) -> bool:
         return self.exit_code == 0
 
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """How far the ranks got (``torchyard.progress`` reports), as ``status.progress``
+        says it in a cluster, from the launchers' termination messages."""
+        by_node = {n.node: n.termination.get("progress") for n in self.nodes}
+        summaries = [by_node.get(i) for i in range(max(by_node, default=-1) + 1)]
+        return steps.run_progress(
+            [s if isinstance(s, dict) else None for s in summaries], datetime.now(timezone.utc)
+        )
+
 
 def first_failure(nodes: Sequence[NodeResult]) -> dict[str, Any] | None:
     """The termination message of the node whose failure came first, with ``node`` and
@@ -55,6 +67,8 @@ def first_failure(nodes: Sequence[NodeResult]) -> dict[str, Any] | None:
     first = min(real, key=lambda n: (_exited_at(n.termination), n.seconds))
     info = dict(first.termination)
     info["node"] = info.pop("nodeRank", first.node)
+    if isinstance(info.get("rankNode"), int):  # MPI: the node mpirun ran that rank on
+        info["node"] = info.pop("rankNode")
     info.setdefault("exitCode", first.exit_code)
     return info
 

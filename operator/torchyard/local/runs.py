@@ -27,7 +27,7 @@ from torchyard.api import Environment, TrainingRun
 from torchyard.local.checks import missing_packages
 from torchyard.local.finalize import archive_and_register
 from torchyard.local.results import LocalResult, NodeResult, first_failure
-from torchyard.planning import node_env
+from torchyard.planning import checkpoints, mpi, node_env
 from torchyard.registry import Store
 
 LAUNCHER_FILE = Path(torchyard.launcher.__file__)
@@ -137,13 +137,46 @@ class LocalRun:
         )
         env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
         env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
+        if self.run.spec.distribution.type == "mpi":
+            # One launcher runs the local mpirun with every slot on this machine: no agent.
+            env.update(mpi.mpi_env(self.run, local=True))
+        if self.run.spec.checkpoints is not None:
+            # The same contract as in a cluster; the folder outlives this execution, so
+            # the next `torchyard run --local` of the run resumes from it.
+            env.update(checkpoints.env(self.run, self.grace, self.workdir.name))
+            env["TORCHYARD_CHECKPOINT_DIR"] = str(self.checkpoint_dir())
         # The current interpreter's scripts (torchrun, ...) come first, as in its venv.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         return env
 
+    def checkpoint_dir(self) -> Path:
+        """The run's checkpoint folder here: per namespace and claim (or run) name."""
+        spec = self.run.spec.checkpoints
+        key = (spec.claim_name if spec is not None else None) or self.run.name
+        return self.workroot / "checkpoints" / self.run.namespace / key
+
+    def _stop_seconds(self) -> int:
+        """How long a stopped node may take: with checkpoints, the just-in-time save too."""
+        if self.run.spec.checkpoints is None:
+            return self.grace + 5
+        return checkpoints.save_seconds(self.run, self.grace) + self.grace + 5
+
     def _start(self) -> None:
         port = free_port()
-        for node in range(self.run.spec.distribution.node_count):
+        nodes = self.run.spec.distribution.node_count
+        if self.run.spec.distribution.type == "mpi":
+            if shutil.which("mpirun", path=self._env(0, port)["PATH"]) is None:
+                raise FileNotFoundError(
+                    "distribution.type mpi runs the local mpirun, and none is installed: "
+                    "apt-get install openmpi-bin (and python3-mpi4py for mpi4py scripts), "
+                    "or brew install open-mpi"
+                )
+            self.say(
+                f"MPI: node 0 runs mpirun over {self.run.spec.distribution.world_size} "
+                "slots on this machine"
+            )
+            nodes = 1
+        for node in range(nodes):
             self.procs[node] = subprocess.Popen(
                 [sys.executable, str(LAUNCHER_FILE), "--", *self.run.spec.command],
                 cwd=self.node_dir(node),
@@ -214,7 +247,7 @@ class LocalRun:
             self._stop_all()
             for proc in self.procs.values():
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(self.grace + 5)
+                    proc.wait(self._stop_seconds())
             self._stop_all(signal.SIGKILL)
             raise
         failure = first_failure(nodes)

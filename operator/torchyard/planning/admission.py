@@ -8,7 +8,8 @@ one queue per pool, in :func:`order` (higher priority class value first, then fi
 come, first served): while the first waiting run of a pool does not fit, no run behind
 it in that pool is admitted, so two half-admitted runs can never deadlock the pool and a
 big run is never starved by small ones. Each decision carries the run's position in its
-pool's queue.
+pool's queue, exact for the first ``EXACT_POSITIONS`` (50) of a pool; further back, position
+0 and a message that does not change while the head moves.
 
 Pure: ``decide`` takes the observed nodes and Pods and the waiting gangs (``waiting_gangs``
 finds them among the Pods), and returns a decision per gang. Called by the controller's
@@ -21,13 +22,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from torchyard.api.quantities import quantity as quantity  # re-exported: one parser
+from torchyard.api.trainingruns import QUEUE_EXACT_POSITIONS
 from torchyard.planning.names import LABEL_RUN
 from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE, POOL_LABEL, QUEUED_AT_ANNOTATION
 
 TRACKED = ("cpu", "memory", GPU_RESOURCE, "pods")
+# A waiting gang's exact place is kept (and written) for the first this many of its pool's
+# queue; further back it is "more than 50 ahead", so that admitting the head moves (and
+# rewrites the status of) at most this many runs, not the whole queue.
+EXACT_POSITIONS = QUEUE_EXACT_POSITIONS
 
 Resources = dict[str, Decimal]
 
@@ -128,9 +135,20 @@ class Gang:
     pool: str = ""  # for messages
     priority: int = 0  # the Pods' priority (their PriorityClass's value): higher goes first
 
-    @property
+    @cached_property
     def pool_key(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(self.selector.items()))
+
+    @cached_property
+    def shape(self) -> tuple[Any, ...]:
+        """What placing the gang depends on besides the nodes: gangs of one shape place
+        alike."""
+        return (
+            self.pool_key,
+            repr(self.tolerations),
+            tuple(sorted(self.request.items())),
+            self.size,
+        )
 
 
 @dataclass(frozen=True)
@@ -139,11 +157,18 @@ class Decision:
     fit_now: int
     message: str
     position: int = 0  # 1-based place in its pool's queue when not admitted; 0 when admitted
+    # (or further back than EXACT_POSITIONS)
+    blocking: bool = False  # the first gang of its pool that does not fit: the rest wait
+
+
+def order_key(gang: Gang) -> tuple[int, str, tuple[str, str]]:
+    """Where a gang sorts in its pool's queue: priority value, then age."""
+    return (-gang.priority, gang.created, gang.key)
 
 
 def order(waiting: Iterable[Gang]) -> list[Gang]:
     """The order in which a pool's gangs are served: priority value, then age."""
-    return sorted(waiting, key=lambda g: (-g.priority, g.created, g.key))
+    return sorted(waiting, key=order_key)
 
 
 def gang_of(key: tuple[str, str], created: str, size: int, pod: Mapping[str, Any]) -> Gang:
@@ -207,7 +232,12 @@ def decide(
     pods: Iterable[Mapping[str, Any]],
 ) -> dict[tuple[str, str], Decision]:
     """Admit the waiting gangs, in :func:`order`, that fit whole; block those behind the
-    first one that does not fit, per pool; number the rest per pool."""
+    first one that does not fit, per pool; number the rest per pool (beyond the first
+    :data:`EXACT_POSITIONS` of a pool, position 0 and a message that does not move).
+
+    What placing a gang finds depends only on its shape and the free room, so it is
+    worked out once per shape while the free room stays as it is: a pass over thousands
+    of like gangs behind a blocked head costs a dictionary look-up each."""
     pods, nodes = list(pods), list(nodes)
     free = free_nodes(nodes, pods)
     empty = free_nodes(nodes, [])
@@ -223,31 +253,52 @@ def decide(
                     break
     decisions: dict[tuple[str, str], Decision] = {}
     blocked_pools: dict[tuple[tuple[str, str], ...], tuple[str, str]] = {}
-    for gang in order(waiting):
+    ordered = order(waiting)
+    ahead: dict[tuple[tuple[str, str], ...], int] = {}  # waiting gangs decided, per pool
+    # shape -> (matching nodes, fits the idle pool); shape -> fit now, while free stays
+    statics: dict[tuple[Any, ...], tuple[int, bool]] = {}
+    fits_now: dict[tuple[Any, ...], int] = {}
+    for gang in ordered:
         need = describe_need(gang)
-        candidates = [n for n in free if eligible(n, gang.selector, gang.tolerations)]
-        if not candidates:
+        shape = gang.shape
+        if shape not in statics:
+            matching = sum(1 for n in free if eligible(n, gang.selector, gang.tolerations))
+            idle = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in empty]
+            statics[shape] = (matching, matching > 0 and place(gang, idle) == gang.size)
+        matching, holds = statics[shape]
+        if not matching:
             decisions[gang.key] = Decision(
                 False, 0, f"needs {need}; no Ready node matches the pool's selector and tolerations"
             )
+            ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
             continue
-        if place(gang, [Node(n.name, n.labels, n.taints, dict(n.free)) for n in empty]) < gang.size:
+        if not holds:
             # Even an idle pool cannot hold it: say so, and do not block the pool.
             decisions[gang.key] = Decision(
                 False,
                 0,
                 f"needs {need}; the pool cannot hold it even when idle "
-                f"({len(candidates)} matching node(s))",
+                f"({matching} matching node(s))",
             )
+            ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
             continue
-        trial = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in free]
-        fit = place(gang, trial)
         blocker = blocked_pools.get(gang.pool_key)
+        if blocker is not None and ahead.get(gang.pool_key, 0) >= EXACT_POSITIONS:
+            # Far back in a blocked queue: a message that stays put while the head moves.
+            decisions[gang.key] = Decision(False, 0, beyond_message(need))
+            ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
+            continue
+        if shape not in fits_now:
+            trial = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in free]
+            fits_now[shape] = place(gang, trial)
+        fit = fits_now[shape]
         if fit == gang.size and blocker is None:
             place(gang, free)
+            fits_now.clear()  # the free room changed
             decisions[gang.key] = Decision(True, fit, f"{need}: all fit")
             continue
-        elif blocker is not None:
+        ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
+        if blocker is not None:
             decisions[gang.key] = Decision(
                 False,
                 fit,
@@ -256,18 +307,30 @@ def decide(
             )
         else:
             blocked_pools[gang.pool_key] = gang.key
-            decisions[gang.key] = Decision(False, fit, f"needs {need}; {fit} fit now")
-    return _numbered(order(waiting), decisions)
+            decisions[gang.key] = Decision(
+                False, fit, f"needs {need}; {fit} fit now", blocking=True
+            )
+    return _numbered(ordered, decisions)
+
+
+def beyond_message(need: str) -> str:
+    """The message of a gang more than :data:`EXACT_POSITIONS` places back in its queue."""
+    return (
+        f"needs {need}; more than {EXACT_POSITIONS} runs ahead of it in its pool's queue "
+        "(first come, first served)"
+    )
 
 
 def _numbered(
     ordered: Sequence[Gang], decisions: dict[tuple[str, str], Decision]
 ) -> dict[tuple[str, str], Decision]:
-    """The decisions with each waiting gang's 1-based position in its pool's queue."""
+    """The decisions with each waiting gang's 1-based position in its pool's queue, for
+    the first :data:`EXACT_POSITIONS` of each pool (the rest keep position 0)."""
     seen: dict[tuple[tuple[str, str], ...], int] = {}
     for gang in ordered:
         decision = decisions[gang.key]
         if not decision.admit:
             seen[gang.pool_key] = seen.get(gang.pool_key, 0) + 1
-            decisions[gang.key] = replace(decision, position=seen[gang.pool_key])
+            if seen[gang.pool_key] <= EXACT_POSITIONS:
+                decisions[gang.key] = replace(decision, position=seen[gang.pool_key])
     return decisions

@@ -24,6 +24,11 @@ def pod(run: str, node_rank: int) -> str:
     return f"{run}-{node_rank}"
 
 
+def mpi_secret(run: str) -> str:
+    """The Secret holding an MPI run's key (``distribution.type: mpi``)."""
+    return f"{run}-mpi"
+
+
 def master_addr(run: str, namespace: str) -> str:
     """DNS name of node 0's Pod through the headless Service."""
     return f"{pod(run, 0)}.{service(run)}.{namespace}.svc"
@@ -31,3 +36,8 @@ def master_addr(run: str, namespace: str) -> str:
 
 def model_version(model: str, version: int) -> str:
     return f"{model}-v{version}"
+
+
+def checkpoints(run: str) -> str:
+    """The PersistentVolumeClaim created for a run's checkpoints (spec.checkpoints.size)."""
+    return f"{run}-checkpoints"

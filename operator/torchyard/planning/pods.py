@@ -3,18 +3,22 @@
 Pure builders (JobSet's ``constructJob`` habit): a function of the typed run, its
 Environment's image and the node index, returning the manifest ``dict`` the operator
 server-side-applies and ``torchyard submit --dry-run`` prints. Names come from
-``names``; the rank contract from ``rank``.
+``names``; the rank contract from ``rank``. The launcher (and the other
+``SHIPPED_MODULES``) reaches a Pod as a read-only ConfigMap volume (``shipped``), and the
+main container's launcher fetches or copies the source before it starts the ranks: no
+init container but a git source's clone.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from torchyard import __version__
 from torchyard.api import TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
-from torchyard.planning import names
+from torchyard.planning import checkpoints, mpi, names, shipped
 from torchyard.planning.rank import node_env
 
 GANG_GATE = wire.GANG_GATE
@@ -24,16 +28,25 @@ ATTEMPT_LABEL = wire.LABEL_ATTEMPT
 QUEUED_AT_ANNOTATION = wire.ANNOTATION_QUEUED_AT
 WORKDIR = "/workspace"
 TOOLS_DIR = "/torchyard"
-LAUNCHER_PATH = f"{TOOLS_DIR}/launcher.py"
+# The stdlib-only modules of the torchyard package that reach every node Pod, in a
+# ``torchyard/`` package folder under SHIPPED_ROOT (a ConfigMap, see ``shipped``): the
+# launcher runs from there, and the ranks get SHIPPED_ROOT on their PYTHONPATH.
+SHIPPED_MODULES: tuple[str, ...] = ("launcher", "checkpoint", "progress")
+SHIPPED_ROOT = f"{TOOLS_DIR}/lib"
+SHIPPED_PACKAGE = f"{SHIPPED_ROOT}/{shipped.PACKAGE}"
+LAUNCHER_PATH = f"{SHIPPED_PACKAGE}/launcher.py"
 SOURCE_MOUNT = f"{TOOLS_DIR}/source"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 REGISTRY_AUDIENCE = wire.REGISTRY_AUDIENCE
 REGISTRY_TOKEN_DIR = "/var/run/secrets/torchyard/registry"
-# The init containers run in the torchyard image (images/operator), whose interpreter this
-# is; the Environment's own (spec.python, e.g. /opt/conda/bin/python) runs the trainer.
+# An Environment build's init container runs in the torchyard image (images/operator),
+# whose interpreter this is; the Environment's own (spec.python) runs the trainer.
 INIT_PYTHON = "python3"
+# The launcher's own SIGTERM-to-SIGKILL time for its ranks (its TORCHYARD_GRACE_PERIOD
+# default): the just-in-time checkpoint gets the Pod's grace period less this.
+LAUNCHER_GRACE_SECONDS = 10
 DEFAULT_SHM_SIZE = "1Gi"
 
 
@@ -41,6 +54,8 @@ DEFAULT_SHM_SIZE = "1Gi"
 class Settings:
     """Operator-wide settings the builders need (from the Helm chart / environment)."""
 
+    # The image of an Environment build's init container (it copies envbuild.py); node
+    # Pods have none but a git source's clone.
     init_image: str = f"ghcr.io/torchyard/torchyard:{__version__}"
     git_image: str = "alpine/git:2.47.2"
     dns_timeout_seconds: int = 300
@@ -154,59 +169,53 @@ def shm_size(run: TrainingRun) -> str:
     return DEFAULT_SHM_SIZE
 
 
-def _source_init(run: TrainingRun, settings: Settings) -> list[dict[str, Any]]:
-    """Init containers: copy the launcher (and a ConfigMap's code) / clone the repository.
-    They run in the torchyard image with its own interpreter, never the Environment's."""
-    install: dict[str, Any] = {
-        "name": "torchyard-init",
-        "image": settings.init_image,
-        "command": [INIT_PYTHON, "-m", "torchyard.launcher", "--install", LAUNCHER_PATH],
-        "volumeMounts": [{"name": "torchyard", "mountPath": TOOLS_DIR}],
-        "securityContext": _restricted(),
-    }
-    containers = [install]
+def shipped_files() -> dict[str, str]:
+    """The files of the shipped ``torchyard/`` package folder (``SHIPPED_MODULES``)."""
+    return shipped.sources(SHIPPED_MODULES)
+
+
+def launcher_config_map(namespace: str) -> dict[str, Any]:
+    """The ConfigMap of the shipped modules in ``namespace``: applied before node Pods."""
+    return shipped.config_map(namespace, shipped_files())
+
+
+def source_arguments(run: TrainingRun) -> list[str]:
+    """What the launcher does with the source before it starts the ranks, in the main
+    container: copy a ConfigMap's code (or unpack its snapshot) into the working folder
+    (``--copy``), or download, check and unpack a registry snapshot (``--fetch``)."""
     source = run.spec.source
     if source.config_map is not None:
-        install["command"] = [*install["command"], "--copy", SOURCE_MOUNT, WORKDIR]
-        install["volumeMounts"] += [
-            {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True},
-            {"name": "workspace", "mountPath": WORKDIR},
-        ]
-    elif source.snapshot is not None:
-        install["command"] = [*install["command"], "--fetch", source.snapshot, WORKDIR]
-        install["env"] = [
-            {"name": "TORCHYARD_REGISTRY_URL", "value": settings.registry_url},
-            {"name": "TORCHYARD_NAMESPACE", "value": run.namespace},
-            {"name": "TORCHYARD_REGISTRY_TOKEN_FILE", "value": f"{REGISTRY_TOKEN_DIR}/token"},
-        ]
-        if settings.registry_ca:
-            install["env"].append({"name": "TORCHYARD_REGISTRY_CA", "value": settings.registry_ca})
-        install["volumeMounts"] += [
-            {"name": "workspace", "mountPath": WORKDIR},
-            {"name": "registry-token", "mountPath": REGISTRY_TOKEN_DIR, "readOnly": True},
-        ]
-    elif source.git is not None:
-        containers.append(
-            {
-                "name": "git-clone",
-                "image": settings.git_image,
-                "command": [
-                    "sh",
-                    "-ec",
-                    'git clone --quiet "$REPO" /workspace/.src && cd /workspace/.src '
-                    '&& git checkout --quiet "$REVISION" && cp -a "/workspace/.src/$SUBDIR/." '
-                    "/workspace/ && rm -rf /workspace/.src",
-                ],
-                "env": [
-                    {"name": "REPO", "value": source.git.url},
-                    {"name": "REVISION", "value": source.git.revision},
-                    {"name": "SUBDIR", "value": source.git.path},
-                ],
-                "volumeMounts": [{"name": "workspace", "mountPath": WORKDIR}],
-                "securityContext": _restricted(),
-            }
-        )
-    return containers
+        return ["--copy", SOURCE_MOUNT, WORKDIR]
+    if source.snapshot is not None:
+        return ["--fetch", source.snapshot, WORKDIR]
+    return []
+
+
+def _git_clone(run: TrainingRun, settings: Settings) -> list[dict[str, Any]]:
+    """The init container of a git source: clone the repository into the workspace."""
+    git = run.spec.source.git
+    if git is None:
+        return []
+    return [
+        {
+            "name": "git-clone",
+            "image": settings.git_image,
+            "command": [
+                "sh",
+                "-ec",
+                'git clone --quiet "$REPO" /workspace/.src && cd /workspace/.src '
+                '&& git checkout --quiet "$REVISION" && cp -a "/workspace/.src/$SUBDIR/." '
+                "/workspace/ && rm -rf /workspace/.src",
+            ],
+            "env": [
+                {"name": "REPO", "value": git.url},
+                {"name": "REVISION", "value": git.revision},
+                {"name": "SUBDIR", "value": git.path},
+            ],
+            "volumeMounts": [{"name": "workspace", "mountPath": WORKDIR}],
+            "securityContext": _restricted(),
+        }
+    ]
 
 
 def pod_security(run: TrainingRun) -> dict[str, Any]:
@@ -232,7 +241,13 @@ def _restricted() -> dict[str, Any]:
 
 def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
     vols: list[dict[str, Any]] = [
-        {"name": "torchyard", "emptyDir": {}},
+        {
+            "name": "torchyard",
+            "configMap": {
+                "name": shipped.name_of(SHIPPED_MODULES),
+                "defaultMode": 0o444,
+            },
+        },
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(run)}},
     ]
     if run.spec.source.in_workspace:
@@ -257,6 +272,18 @@ def pod(
     workdir = WORKDIR if in_workspace else "."
     env = node_env(run, node_rank, workdir=workdir)
     env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
+    env["TORCHYARD_SHIPPED_PATH"] = SHIPPED_ROOT
+    if run.spec.policy.stall_timeout_seconds:  # ``launcher.Launcher._check_stall``
+        env["TORCHYARD_STALL_TIMEOUT"] = str(run.spec.policy.stall_timeout_seconds)
+    if run.spec.resources.gpus_per_node:  # PyTorch's NCCL flight recorder
+        env["TORCHYARD_GPUS_PER_NODE"] = str(run.spec.resources.gpus_per_node)
+    if run.spec.policy.log_rules:  # the launcher flags the lines (``launcher.LogScanner``)
+        env["TORCHYARD_LOG_RULES"] = json.dumps(
+            [r.to_dict() for r in run.spec.policy.log_rules], separators=(",", ":")
+        )
+    is_mpi = run.spec.distribution.type == "mpi"
+    if is_mpi:
+        env.update(mpi.mpi_env(run))
     if settings.registry_url:
         env["TORCHYARD_REGISTRY_URL"] = settings.registry_url
         env["TORCHYARD_REGISTRY_TOKEN_FILE"] = f"{REGISTRY_TOKEN_DIR}/token"
@@ -266,6 +293,7 @@ def pod(
             env["TORCHYARD_OUTPUTS_OPTIONAL"] = "1"
     if run.spec.source.git is not None and run.spec.source.git.path:
         env["TORCHYARD_SOURCE_PATH"] = run.spec.source.git.path
+    env.update(checkpoints.env(run, LAUNCHER_GRACE_SECONDS, checkpoints.attempt_id(run, attempt)))
     pod_labels = {
         **labels(run),
         names.LABEL_NODE_RANK: str(node_rank),
@@ -282,11 +310,11 @@ def pod(
     container: dict[str, Any] = {
         "name": "trainer",
         "image": image,
-        "command": [python, LAUNCHER_PATH, "--", *run.spec.command],
+        "command": [python, LAUNCHER_PATH, *source_arguments(run), "--", *run.spec.command],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "ports": [{"name": "rendezvous", "containerPort": run.spec.distribution.master_port}],
         "volumeMounts": [
-            {"name": "torchyard", "mountPath": TOOLS_DIR, "readOnly": True},
+            {"name": "torchyard", "mountPath": SHIPPED_PACKAGE, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
         "terminationMessagePath": "/dev/termination-log",
@@ -296,10 +324,18 @@ def pod(
     if in_workspace:
         container["workingDir"] = WORKDIR
         container["volumeMounts"].append({"name": "workspace", "mountPath": WORKDIR})
+    if run.spec.source.config_map is not None:
+        container["volumeMounts"].append(
+            {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}
+        )
     if settings.registry_url:
         container["volumeMounts"].append(
             {"name": "registry-token", "mountPath": REGISTRY_TOKEN_DIR, "readOnly": True}
         )
+    container["volumeMounts"].extend(checkpoints.mounts(run))
+    if is_mpi:  # the key of the launchers' MPI channel, and the port it listens on
+        container["volumeMounts"].append(mpi.key_mount())
+        container["ports"].append({"name": "mpi-agent", "containerPort": mpi.agent_port(run)})
     resources = resource_requirements(run)
     if resources:
         container["resources"] = resources
@@ -315,7 +351,6 @@ def pod(
         # Pod Security "restricted" but for runAsNonRoot: curated PyTorch images may run
         # as root, so the user a Pod runs as is the image's (see _restricted).
         "securityContext": pod_security(run),
-        "initContainers": _source_init(run, settings),
         "containers": [container],
         "volumes": _volumes(run)
         + (
@@ -338,8 +373,14 @@ def pod(
             if settings.registry_url
             else []
         ),
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": run.spec.policy.termination_grace_period_seconds,
     }
+    spec["volumes"].extend(checkpoints.volumes(run))
+    init = _git_clone(run, settings)
+    if init:
+        spec["initContainers"] = init
+    if is_mpi:
+        spec["volumes"].append(mpi.key_volume(run))
     if not queue:
         spec["schedulingGates"] = [{"name": GANG_GATE}]
     selector = node_selector(run)

@@ -51,12 +51,16 @@ def dry_run(
     """What submitting ``runs`` (with ``environments``, by name, and the source
     ``snapshot``) would create: the snapshot's ConfigMap when it fits one, the
     Environments, then each run with its headless Service and node Pods, as the operator
-    plans them (with the Environment's image when it names one)."""
+    plans them (with the Environment's image when it names one), after the ConfigMap of
+    the modules shipped to node Pods (the launcher) that the operator applies first."""
     out: list[dict[str, Any]] = []
     if snapshot is not None and snapshot.fits_configmap:
         out.append(snapshots.configmap(snapshot, namespace))
     out += list(environments.values())
-    for body in runs:
+    bodies = list(runs)
+    if bodies:
+        out.append(pods.launcher_config_map(namespace))
+    for body in bodies:
         run = api.parse_trainingrun(body)
         env = environments.get(run.spec.environment, {}).get("spec", {})
         image = env.get("image") or f"<image of Environment {run.spec.environment}>"

@@ -138,7 +138,27 @@ def failure_text(run: dict[str, Any]) -> str:
 def summary_line(run: dict[str, Any], pods: list[dict[str, Any]]) -> str:
     st = run.get("status", {})
     nodes = ", ".join(f"node {i}: {pod_state(p)}" for i, p in enumerate(pods)) or "no Pods yet"
-    return f"[{duration(elapsed(run))}] {st.get('phase', 'Pending')}  ({nodes})"
+    shown = progress_text(st.get("progress"), bar=True)
+    return f"[{duration(elapsed(run))}] {st.get('phase', 'Pending')}  ({nodes})" + (
+        f"  {shown}" if shown else ""
+    )
+
+
+def progress_text(progress: Any, *, bar: bool = False, width: int = 20) -> str:
+    """``status.progress`` in a few characters: ``[#####...] 120/3000 4% ETA 4m10s``
+    (``bar``), else ``120/3000 4%``; "" when there is none."""
+    if not isinstance(progress, dict) or not isinstance(progress.get("step"), int):
+        return ""
+    step, total = progress["step"], progress.get("total")
+    if not isinstance(total, int) or total < 1:
+        return f"step {step}"
+    fraction = min(step / total, 1.0)
+    text = f"{step}/{total} {int(fraction * 100)}%"
+    if bar:
+        text = f"[{'#' * int(fraction * width):.<{width}}] {text}"
+        if progress.get("eta"):
+            text += f" ETA {progress['eta']}"
+    return text
 
 
 @dataclass

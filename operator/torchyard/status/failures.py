@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 from torchyard.api import wire
+from torchyard.status import classes
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
 # Failures of the platform, not of the user's code: retried without using backoffLimit.
@@ -51,11 +52,16 @@ STUCK_REASONS = frozenset(
 )
 # The launcher's outputs could not be archived: training again would not help.
 ARCHIVE_FAILED = "ArchiveFailed"
-NOT_RESTARTED = STUCK_REASONS | {ARCHIVE_FAILED}
+# Attempts resumed from checkpoints kept failing before any progress
+# (torchyard.checkpoint.NO_PROGRESS_REASON, said by the launcher): restarting again would not help.
+NO_PROGRESS = "NoProgress"
+NOT_RESTARTED = STUCK_REASONS | {ARCHIVE_FAILED, NO_PROGRESS}
 # Reasons of the launcher's termination message that say more than the kubelet's
 # generic "Error" for the same exit (OOMKilled: the OOM killer ended one rank, not the
 # container's main process, which a runtime need not report as OOMKilled).
-LAUNCHER_REASONS = frozenset({ARCHIVE_FAILED, "LaunchError", "OOMKilled"})
+# Stalled: the launcher found a rank that made no progress past the stall timeout.
+STALLED = "Stalled"
+LAUNCHER_REASONS = frozenset({ARCHIVE_FAILED, "LaunchError", "OOMKilled", NO_PROGRESS, STALLED})
 GENERIC = (None, "", "Error")
 NODE_LOST = "NodeLost"
 
@@ -76,6 +82,12 @@ class Failure(TypedDict, total=False):
     platform: bool
     finishedAt: str
     exitedAt: float | None
+    # status.failure.class, retryable, advice (``classes``); the failing rank's last
+    # reported step (``torchyard.progress``), for "the same error at the same step"
+    failureClass: str
+    retryable: bool
+    advice: str
+    step: int
 
 
 def _trainer(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -139,7 +151,46 @@ def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
     }
     if failure["node"] is None and info.get("nodeRank") is not None:
         failure["node"] = info["nodeRank"]
+    rank_node = info.get("rankNode")
+    if isinstance(rank_node, int) and rank_node != failure["node"] and failure["pod"]:
+        # MPI: node 0's launcher reports the rank mpirun named, which ran on another node
+        # (Pods are named <run>-<node>).
+        failure["pod"] = f"{str(failure['pod']).rsplit('-', 1)[0]}-{rank_node}"
+        failure["node"] = rank_node
+    if isinstance(info.get("step"), int):
+        failure["step"] = info["step"]
+    if not failure["platform"]:
+        _classify(failure, info)
     return failure
+
+
+def _classify(failure: Failure, info: Mapping[str, Any]) -> None:
+    """Add the failure's class, whether retrying may help and what to do
+    (``classes.classify``), and what the run's ``policy.logRules`` said of it."""
+    flagged = info.get("evidence")
+    lines = [str(e.get("line", "")) for e in flagged if isinstance(e, dict)] if flagged else []
+    found = classes.classify(
+        {
+            "exitCode": failure.get("exitCode"),
+            "signal": failure.get("signal"),
+            "reason": failure.get("reason"),
+            "message": failure.get("message") or "",
+            "lines": lines,
+        }
+    )
+    if found is not None:
+        rule, matched = found
+        failure["failureClass"] = rule.name
+        failure["retryable"] = rule.retryable
+        failure["advice"] = f"{rule.advice} (matched: {matched})"
+    rule_hit = info.get("logRule")
+    if isinstance(rule_hit, dict) and rule_hit.get("action") == "cancelRetries":
+        failure["retryable"] = False
+        failure["advice"] = (
+            f"policy.logRules[{rule_hit.get('index')}] ({rule_hit.get('pattern')!r}) matched "
+            f"{str(rule_hit.get('line', ''))[:200]!r}: no retry. "
+            + str(failure.get("advice") or "")
+        ).strip()
 
 
 def _exited_at(info: Mapping[str, Any], term: Mapping[str, Any]) -> float | None:
@@ -170,7 +221,11 @@ def first_failure(pods: Sequence[Mapping[str, Any]]) -> Failure | None:
     failures = [f for f in (observe_failure(p) for p in pods) if f is not None]
     if not failures:
         return None
-    return min(failures, key=lambda f: (f.get("exitedAt") or math.inf, f["node"] or 0))
+    failures.sort(key=lambda f: (f.get("exitedAt") or math.inf, f["node"] or 0))
+    # An NCCL timeout is what the others see of the rank that hung or died: a failure
+    # that explains it wins over it (``classes.prefer``).
+    chosen = classes.prefer(failures)
+    return next(f for f in failures if f is chosen)
 
 
 # How long after the first failure the controller waits for the gang's other Pods to
@@ -267,8 +322,14 @@ def archive_failures(pods: Sequence[Mapping[str, Any]]) -> dict[int, str]:
 
 def public_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of ``status.failure`` (drops the bookkeeping keys)."""
-    keep = ("rank", "node", "pod", "exitCode", "signal", "reason", "message")
-    return {k: failure[k] for k in keep if failure.get(k) not in (None, "")}
+    keep = ("rank", "node", "pod", "exitCode", "signal", "reason", "message", "step")
+    public = {k: failure[k] for k in keep if failure.get(k) not in (None, "")}
+    if failure.get("failureClass"):
+        public["class"] = failure["failureClass"]
+    for key in ("retryable", "advice"):
+        if failure.get(key) not in (None, ""):
+            public[key] = failure[key]
+    return public
 
 
 def failure_message(failure: Mapping[str, Any], *, full: bool = False) -> str:

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
+from torchyard.status import steps as run_progress
 from torchyard.status.conditions import condition, merge, progress, timestamp
 from torchyard.status.failures import (
     ARCHIVE_FAILED,
@@ -50,6 +51,9 @@ class Observed:
     # (reason, message) when the node Pods cannot be created yet (a missing
     # ServiceAccount): the run is Pending with Admitted=False for that reason.
     pending: tuple[str, str] | None = None
+    # status.progress as the controller last read it from the node Pods' logs
+    # (``controller.progress``), None when it did not read this time.
+    progress: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -139,15 +143,19 @@ def restarting_status(
     failed_attempts: int,
     message: str,
     now: datetime,
+    last_failure: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The status of a gang being restarted: back to Pending, Running=False/Restarting,
-    no longer admitted (the next attempt's gang is admitted afresh)."""
+    no longer admitted (the next attempt's gang is admitted afresh); ``last_failure``
+    (``status.failure``'s fields) is what restarted it."""
     new = {
         **previous,
         "phase": Phase.PENDING.value,
         "restarts": restarts,
         "observedGeneration": generation,
     }
+    if last_failure is not None:
+        new["lastFailure"] = public_failure(last_failure)
     if failed_attempts:
         new["failedAttempts"] = failed_attempts
     kept = [
@@ -178,7 +186,10 @@ def _trainingrun_status(
     }
     if observed.failed_attempts:
         status["failedAttempts"] = observed.failed_attempts
-    for key in ("startTime",):
+    ran = run_progress.final_progress(pods, now) or observed.progress or prev.get("progress")
+    if ran:
+        status["progress"] = dict(ran)
+    for key in ("startTime", "lastFailure"):
         if prev.get(key):
             status[key] = prev[key]
 

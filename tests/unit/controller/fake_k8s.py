@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from torchyard import k8s
@@ -29,6 +30,8 @@ class FakeK8s:
         self.deleted: list[tuple[str, str]] = []  # (kind plural, name)
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
         self.refusals: dict[str, k8s.ApiError] = {}  # kind -> the error its apply raises
+        self.logs: dict[str, list[str]] = {}  # Pod name -> its log lines (pod_log_lines)
+        self.log_reads: list[str] = []  # the Pods whose log was read, in order
         self._lock = threading.Lock()
         self._uids = itertools.count(1)
         for obj in objects:
@@ -122,6 +125,13 @@ class FakeK8s:
             self.objects[key] = new
             return copy.deepcopy(new)
 
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        res = k8s.resource_of(manifest)
+        key = self._key(res, manifest["metadata"].get("namespace"), manifest["metadata"]["name"])
+        if key in self.objects:
+            raise k8s.ApiError(409, "AlreadyExists", f"{res.plural} already exists")
+        return self.apply(manifest)
+
     def apply_status(self, manifest: dict[str, Any], *, field_manager: str = "") -> dict[str, Any]:
         res = k8s.resource_of(manifest)
         key = self._key(res, manifest["metadata"].get("namespace"), manifest["metadata"]["name"])
@@ -152,6 +162,25 @@ class FakeK8s:
         with self._lock:
             self.events.append((type_, reason, message))
         return None
+
+    def pod_log_lines(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        follow: bool = False,
+        tail_lines: int | None = None,
+        timeout: float = 60,
+    ) -> Iterator[str]:
+        """The lines set in ``logs[pod]`` (the last ``tail_lines``), counted in
+        ``log_reads``; a Pod without any answers as a kubelet without the log would."""
+        with self._lock:
+            self.log_reads.append(pod)
+            lines = self.logs.get(pod)
+        if lines is None:
+            raise k8s.ApiError(400, "BadRequest", f"container {container} has no log")
+        yield from lines[-tail_lines:] if tail_lines else lines
 
 
 def _labels_match(obj: dict[str, Any], selector: str | None) -> bool:

@@ -4,6 +4,7 @@ positions that move only when they change; and what a reconcile makes of it."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tests.unit.controller.fake_k8s import FakeK8s
@@ -18,7 +19,8 @@ from tests.unit.controller.world import (
     status,
     world,
 )
-from torchyard.controller import admission, context
+from torchyard import k8s
+from torchyard.controller import admission, context, trainingruns
 from torchyard.planning import pods
 
 GPU_TOL = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -195,3 +197,69 @@ def test_a_queued_run_shows_its_pool_and_position_in_its_status() -> None:
     fake.reset_writes()
     reconcile(fake)  # the same place: no status write
     assert fake.statuses == []
+
+
+def long_queue(waiting: int) -> list[dict[str, Any]]:
+    """Two busy 8-GPU nodes and ``waiting`` one-node 8-GPU gangs queued a second apart."""
+    return [
+        gpu_node("gpu-0"),
+        gpu_node("gpu-1"),
+        *gang("busy0", 1, gated=False, node_name="gpu-0", phase="Running"),
+        *[gang_pod("busy1", 0, gated=False, node_name="gpu-1", phase="Running")],
+        *[
+            p
+            for i in range(waiting)
+            for p in gang(f"w{i:03d}", 1, queued_at=f"2026-01-01T10:{i // 60:02d}:{i % 60:02d}Z")
+        ],
+    ]
+
+
+def test_only_the_head_of_a_long_queue_is_numbered_so_a_freed_slot_moves_at_most_50() -> None:
+    ctx = primed(*long_queue(60))
+    admission.run_pass(ctx)
+    numbered = {k: pos for k, (_, pos) in places(ctx).items()}
+    assert numbered == {f"w{i:03d}": (i + 1 if i < 50 else 0) for i in range(60)}
+    far = ctx.cache.places[(NS, "w055")].message
+    assert far == (
+        "needs 1 node(s) with 8 nvidia.com/gpu in pool a100; more than 50 runs ahead of it "
+        "in its pool's queue (first come, first served)"
+    )
+    done = gang_pod("busy0", 0, gated=False, node_name="gpu-0", phase="Succeeded", version=2)
+    assert ctx.cache.pod_event("MODIFIED", done)
+    passed = admission.run_pass(ctx)
+    # w000 admitted; w001..w050 move up one place (w050 into the numbered head); the nine
+    # behind them keep their place and message: no reconcile, no status write for them.
+    assert passed.admitted == keys("w000")
+    assert sorted(passed.moved) == keys(*[f"w{i:03d}" for i in range(1, 51)])
+    assert ctx.cache.places[(NS, "w050")].position == 50
+    assert ctx.cache.places[(NS, "w055")].message == far
+
+
+def test_a_run_created_far_back_in_a_blocked_queue_is_placed_without_a_pass() -> None:
+    fake = world(run(), env(), *long_queue(55))
+    ctx = context.Context(k8s=fake)
+    admission.prime(ctx)
+    admission.run_pass(ctx)
+    body = fake.get(k8s.TRAININGRUNS, NS, "r")
+    trainingruns.reconcile(body, logging.getLogger("test"), ctx)
+    assert status(fake)["phase"] == "Queued"
+    assert status(fake)["queue"] == {"pool": POOL}  # further back than the exact positions
+    mine = [p for p in fake.pods() if p["metadata"]["labels"].get("torchyard.dev/run") == "r"]
+    assert len(mine) == 2
+    assert all(pods.GANG_GATE in str(p["spec"].get("schedulingGates")) for p in mine)
+    # Its creation asks for no pass, and a full pass decides the same: nobody moves.
+    assert not ctx.cache.dirty
+    assert admission.run_pass(ctx).keys == []
+    assert admission.run_pass(ctx, force=True).keys == []
+    assert ctx.cache.places[(NS, "r")].position == 0
+
+
+def test_a_run_created_near_the_head_is_still_decided_by_a_pass() -> None:
+    fake = world(run(), env(), *long_queue(3))
+    ctx = context.Context(k8s=fake)
+    admission.prime(ctx)
+    admission.run_pass(ctx)
+    body = fake.get(k8s.TRAININGRUNS, NS, "r")
+    trainingruns.reconcile(body, logging.getLogger("test"), ctx)
+    assert status(fake)["queue"] == {"pool": POOL, "position": 4}
+    assert any("waiting behind ns/w000" in c["message"] for c in status(fake)["conditions"])

@@ -107,3 +107,59 @@ def test_fed_events_wait_for_the_next_reader() -> None:
     assert cache.drain() and cache.dirty
     assert [p["metadata"]["name"] for p in cache.pods()] == ["r-0"] and cache.nodes() == []
     assert not cache.drain()
+
+
+def test_a_pod_event_that_brings_back_our_own_write_is_an_echo_once() -> None:
+    cache = Cache()
+    cache.prime([gpu_node("gpu-0")], [])
+    cache.assume(gang_pod("a", 0, version=5))
+    assert not cache.echo(gang_pod("a", 0, version=6))  # a newer change: not ours
+    assert cache.echo(gang_pod("a", 0, version=5))
+    assert not cache.echo(gang_pod("a", 0, version=5))  # told once
+
+
+def test_a_quiet_assume_asks_for_no_pass_but_the_pod_is_held() -> None:
+    cache = Cache()
+    cache.prime([gpu_node("gpu-0")], [])
+    cache.dirty = False
+    cache.assume(gang_pod("a", 0), quiet=True)
+    assert not cache.dirty and [g.key for g in cache.waiting()] == [("ns", "a")]
+    cache.assume(gang_pod("b", 0))
+    assert cache.dirty
+
+
+def test_a_runs_waiting_gang_follows_its_pods() -> None:
+    cache = Cache()
+    cache.prime([gpu_node("gpu-0")], [gang_pod("a", 0), gang_pod("a", 1)])
+    assert [(g.key, g.size) for g in cache.waiting()] == [(("ns", "a"), 2)]
+    cache.pod_event("MODIFIED", gang_pod("a", 0, gated=False, version=2))
+    cache.pod_event("MODIFIED", gang_pod("a", 1, gated=False, version=2))
+    assert cache.waiting() == []  # its gates lifted: not waiting
+    cache.pod_event("DELETED", gang_pod("a", 0, version=3))
+    cache.pod_event("DELETED", gang_pod("a", 1, version=3))
+    assert cache.waiting() == [] and cache.run_pods(("ns", "a")) == []
+
+
+def test_get_runs_shows_a_run_further_back_than_the_exact_positions_as_more_than_50() -> None:
+    from torchyard.cli import inspect
+
+    assert inspect._queue({"pool": "a100", "position": 3}) == "3 (a100)"
+    assert inspect._queue({"pool": "a100"}) == ">50 (a100)"
+    assert inspect._queue(None) == "-"
+
+
+def test_the_apiservers_copy_of_a_pod_assumed_before_its_write_is_no_change() -> None:
+    cache = Cache()
+    cache.prime([gpu_node("gpu-0")], [])
+    manifest = gang_pod("a", 0)
+    del manifest["metadata"]["resourceVersion"]  # as planned, before the apiserver has it
+    cache.assume(manifest)
+    cache.dirty = False
+    stored = gang_pod("a", 0, version=9)  # with the apiserver's defaults
+    stored["spec"]["tolerations"] = [
+        *stored["spec"]["tolerations"],
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    ]
+    assert not cache.pod_event("ADDED", stored) and not cache.dirty
+    moved = gang_pod("a", 0, version=10, node_name="gpu-0")  # then bound: a change
+    assert cache.pod_event("MODIFIED", moved) and cache.dirty

@@ -92,5 +92,9 @@ def test_runs_by_phase_counts_every_phase_and_forgets_deleted_runs() -> None:
     assert 'torchyard_trainingruns{namespace="team-b",phase="Queued"} 0.0' in (
         telemetry.REGISTRY.render()
     )
+    telemetry.run_phase("team-b", "three", "Failed")  # the same phase again: no change
+    assert gauge.value(namespace="team-b", phase="Failed") == 1
+    telemetry.run_phase("team-b", "three", None)  # the namespace's last run: its series go
+    assert 'namespace="team-b"' not in telemetry.REGISTRY.render()
     telemetry.reset_run_phases()
     assert gauge.value(namespace="team-b", phase="Failed") == 0

@@ -165,10 +165,11 @@ def test_verdicts(
 
 def test_a_restart_counts_and_says_what_it_counted() -> None:
     user = failure_policy.restart(two_nodes(backoffLimit=3), USER, "user", Attempts(2, 1))
-    assert user.attempts == Attempts(3, 2)
+    assert (user.attempts.restarts, user.attempts.failed_attempts) == (3, 2)
+    assert user.attempts.last_signature is not None  # status.lastFailure, for next time
     assert user.message.startswith("restarting the gang (restart 3, 2/3 of backoffLimit used)")
     platform = failure_policy.restart(two_nodes(), PLATFORM, "platform", Attempts(2, 1))
-    assert platform.attempts == Attempts(3, 1)
+    assert (platform.attempts.restarts, platform.attempts.failed_attempts) == (3, 1)
     assert "a platform failure, not counted against backoffLimit" in platform.message
 
 

@@ -32,12 +32,14 @@ from tests.unit.controller.world import (
     world,
 )
 from torchyard import k8s
+from torchyard.controller import progress
 from torchyard.planning import pods
 from torchyard.status.failures import FAILURE_SETTLE_SECONDS
 
 RUNNING = {"phase": "Running", "startTime": "2026-01-01T11:59:00Z", "restarts": 0}
 QUEUED = {"phase": "Queued", "restarts": 0}
 NODES = [gpu_node("gpu-0"), gpu_node("gpu-1")]
+POLL = progress.POLL_SECONDS
 ARCHIVE_FAILED = '{"reason": "ArchiveFailed", "message": "HTTP 507 disk full"}'
 
 
@@ -173,6 +175,7 @@ CASES = [
         "Running",
         events=["Running"],
         conditions={"Running": ("False", "Starting")},
+        requeue=POLL,  # a running Pod's progress is read again in 10 s
     ),
     Case(
         "Queued, all running -> Running",
@@ -181,13 +184,14 @@ CASES = [
         "Running",
         events=["Running"],
         conditions={"Running": ("True", "AllNodesRunning")},
+        requeue=POLL,
     ),
     Case(
         "Running within its deadline -> looked at again when it is over",
-        run(status=RUNNING, spec={"policy.activeDeadlineSeconds": 3600}),
+        run(status=RUNNING, spec={"policy.activeDeadlineSeconds": 65}),
         [env(), *NODES, *running()],
         "Running",
-        requeue=3540.0,
+        requeue=5.0,  # before the next progress read (10 s)
     ),
     # -- succeeded ----------------------------------------------------------------------
     Case(

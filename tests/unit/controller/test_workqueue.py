@@ -189,3 +189,34 @@ def test_a_runs_own_pod_event_goes_before_new_runs_and_resync() -> None:
     taken = drain(queue)
     assert taken[:2] == [run("its-pod-went-running"), run("new-999")]
     assert taken[-1] == run("resync")
+
+
+def test_a_reconciles_own_status_write_is_the_version_it_saw_and_its_echo_queues_nothing() -> None:
+    from tests.unit.controller import world
+    from tests.unit.controller.fake_k8s import FakeK8s
+    from torchyard.controller import admission, context, handlers
+
+    class Versioned(FakeK8s):
+        """Answers a status write with a new resourceVersion, as the apiserver does."""
+
+        def apply_status(self, manifest: dict, **kw: object) -> dict:  # type: ignore[type-arg]
+            stored = super().apply_status(manifest)
+            stored["metadata"]["resourceVersion"] = "42"
+            return stored
+
+    body = world.run()
+    body["metadata"]["resourceVersion"] = "7"
+    fake = Versioned(body, world.env(), world.gpu_node("gpu-0"), world.gpu_node("gpu-1"))
+    ctx = context.Context(k8s=fake)
+    admission.prime(ctx)
+    key = ("TrainingRun", world.NS, "r")
+    outcome = workqueue.reconcile_key(key, ctx)
+    assert fake.statuses, "the first reconcile writes a status"
+    assert outcome.version == "42" and ctx.written[key] == "42"
+    memo = {"ctx": ctx}
+    assert handlers._own_write(memo, key, {"resourceVersion": "42"})  # our write, back
+    assert not handlers._own_write(memo, key, {"resourceVersion": "43"})  # somebody else's
+    # A reconcile that writes nothing keeps the version it read (the fake's stays "7").
+    fake.statuses.clear()
+    again = workqueue.reconcile_key(key, ctx)
+    assert fake.statuses == [] and again.version == "7"

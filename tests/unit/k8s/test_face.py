@@ -11,8 +11,9 @@ from torchyard import k8s
 FACE = {
     # resources
     "Resource", "resource_of", "CONFIGMAPS", "CRDS", "ENVIRONMENTS", "EVENTS", "JOBS",
-    "MODELVERSIONS", "NAMESPACES", "NODES", "PODS", "ROLEBINDINGS", "ROLES", "SECRETS",
-    "SERVICEACCOUNTS", "SERVICES", "SUBJECTACCESSREVIEWS", "TOKENREVIEWS", "TRAININGRUNS",
+    "MODELVERSIONS", "NAMESPACES", "NODES", "PERSISTENTVOLUMECLAIMS", "PODS", "ROLEBINDINGS",
+    "ROLES", "SECRETS", "SERVICEACCOUNTS", "SERVICES", "SUBJECTACCESSREVIEWS", "TOKENREVIEWS",
+    "TRAININGRUNS",
     # connections
     "Connection", "connection", "default_namespace", "load", "proxy_url", "reset",
     # rest, errors

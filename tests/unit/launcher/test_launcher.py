@@ -311,9 +311,7 @@ def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path
     volume.mkdir()
     (volume / launcher.SNAPSHOT).write_bytes(snap.data())
     work = tmp_path / "work"
-    code = launcher.install(
-        [str(tmp_path / "bin" / "launcher.py"), "--copy", str(volume), str(work)]
-    )
+    code = launcher.prepare(["--copy", str(volume), str(work)])
     assert code == 0
     assert (work / "pkg" / "m.py").read_text() == "X = 1\n"
     assert (work / "train.py").read_text() == "print('hi')\n"

@@ -1,4 +1,4 @@
-"""Unpacking a source snapshot in the init container (``launcher --install``): only files
+"""Unpacking a source snapshot in the node Pod (``launcher --copy``/``--fetch``): only files
 and folders inside the working folder, and at most the snapshot limits, read as a stream.
 
 Every hostile archive here is refused with a LaunchError that names the entry, and leaves
@@ -7,7 +7,9 @@ nothing of itself behind."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import sys
 import tarfile
 import time
 from collections.abc import Callable
@@ -243,18 +245,24 @@ def test_a_damaged_archive_is_a_clear_error(
     assert files_under(tmp_path / "w") == []
 
 
-def test_the_init_container_reports_a_refused_snapshot_and_fails(
+def test_the_launcher_reports_a_refused_snapshot_and_fails_before_any_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     volume = tmp_path / "configmap"
     volume.mkdir()
     archive(volume / launcher.SNAPSHOT, [zeros("weights.bin", 1 << 20)])
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", str(1 << 19))
+    termination = tmp_path / "termination-log"
+    monkeypatch.setenv("TORCHYARD_TERMINATION_LOG", str(termination))
     work = tmp_path / "work"
-    code = launcher.install(
-        [str(tmp_path / "bin" / "launcher.py"), "--copy", str(volume), str(work)]
-    )
+    ran = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(ran)!r}, 'w').close()"]
+    code = launcher.main(["--copy", str(volume), str(work), "--", *command])
     assert code == 1
     err = capsys.readouterr().err
     assert "'weights.bin'" in err and "TORCHYARD_SNAPSHOT_MAX_BYTES" in err
     assert files_under(work) == []
+    assert not ran.exists()  # no rank started
+    message = json.loads(termination.read_text())
+    assert message["reason"] == "LaunchError" and message["exitCode"] == 1
+    assert "TORCHYARD_SNAPSHOT_MAX_BYTES" in message["message"]

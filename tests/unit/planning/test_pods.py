@@ -69,9 +69,13 @@ def test_pod_resources_pool_and_gpu_toleration() -> None:
 def test_pod_runs_the_launcher_with_the_rank_contract() -> None:
     p = pods.pod(run_on_a100(), 1, image="img", python="python3.11")
     trainer = p["spec"]["containers"][0]
+    # the launcher, from the shipped package folder, copies the ConfigMap's code first
     assert trainer["command"] == [
         "python3.11",
-        "/torchyard/launcher.py",
+        "/torchyard/lib/torchyard/launcher.py",
+        "--copy",
+        "/torchyard/source",
+        "/workspace",
         "--",
         "python",
         "train.py",
@@ -80,14 +84,14 @@ def test_pod_runs_the_launcher_with_the_rank_contract() -> None:
     assert env["MASTER_ADDR"] == "bert-0.bert.vision.svc"
     assert env["NODE_RANK"] == "1" and env["WORLD_SIZE"] == "4"
     assert env["TORCHYARD_OUTPUTS"] == "/workspace/outputs"
-    init = p["spec"]["initContainers"][0]
-    assert init["command"][-5:] == [
-        "--install",
-        "/torchyard/launcher.py",
-        "--copy",
-        "/torchyard/source",
-        "/workspace",
-    ]
+    assert env["TORCHYARD_SHIPPED_PATH"] == "/torchyard/lib"
+    assert "initContainers" not in p["spec"]  # no container start of its own
+    mounts = {m["name"]: m for m in trainer["volumeMounts"]}
+    assert mounts["source"] == {
+        "name": "source",
+        "mountPath": "/torchyard/source",
+        "readOnly": True,
+    }
     assert trainer["workingDir"] == "/workspace"
 
 
@@ -132,7 +136,7 @@ def test_every_container_meets_pod_security_restricted_but_the_image_picks_its_u
         p = pods.pod(api.parse_trainingrun(body), 0, image="img")
         spec = p["spec"]
         assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-        containers = spec["initContainers"] + spec["containers"]
+        containers = spec.get("initContainers", []) + spec["containers"]
         assert [c["name"] for c in spec["containers"]] == ["trainer"]
         for container in containers:
             assert container["securityContext"] == RESTRICTED_CONTAINER, (source, container)
@@ -160,9 +164,14 @@ def test_run_as_user_makes_the_node_pods_non_root_with_writable_volumes() -> Non
         api.parse_trainingrun(body)
 
 
-def test_the_init_container_runs_the_torchyard_images_python_not_the_environments() -> None:
-    # An Environment whose interpreter is /opt/conda/bin/python: the torchyard image has
-    # none there, so the init container must use its own; the trainer uses the given one.
+def test_the_environments_python_runs_the_shipped_launcher_and_fetches_the_source() -> None:
+    # An Environment whose interpreter is /opt/conda/bin/python runs the launcher, which
+    # puts the source in place itself: no init container, whatever the source but git.
+    expected = {
+        "configMap": ["--copy", "/torchyard/source", "/workspace"],
+        "image": [],
+        "snapshot": ["--fetch", "a" * 64, "/workspace"],
+    }
     for source in ({"configMap": "src"}, {"image": True}, {"snapshot": "a" * 64}):
         body = TrainingRunBuilder("bert", "vision").source(**source).obj()
         p = pods.pod(
@@ -172,9 +181,46 @@ def test_the_init_container_runs_the_torchyard_images_python_not_the_environment
             python="/opt/conda/bin/python",
             settings=pods.Settings(registry_url="http://registry:8080"),
         )
-        [init] = [c for c in p["spec"]["initContainers"] if c["name"] == "torchyard-init"]
-        assert init["command"][:3] == ["python3", "-m", "torchyard.launcher"], source
-        assert p["spec"]["containers"][0]["command"][0] == "/opt/conda/bin/python"
+        assert "initContainers" not in p["spec"], source
+        [kind] = source
+        trainer = p["spec"]["containers"][0]
+        assert trainer["command"] == [
+            "/opt/conda/bin/python",
+            "/torchyard/lib/torchyard/launcher.py",
+            *expected[kind],
+            "--",
+            "python",
+            "train.py",
+        ]
+        mounts = {m["name"]: m["mountPath"] for m in trainer["volumeMounts"]}
+        assert mounts["torchyard"] == "/torchyard/lib/torchyard"
+        if kind == "snapshot":  # what the download needs, in the trainer's own env
+            env = env_of(p)
+            assert env["TORCHYARD_NAMESPACE"] == "vision"
+            assert env["TORCHYARD_REGISTRY_TOKEN_FILE"].endswith("/token")
+            assert mounts["registry-token"] == "/var/run/secrets/torchyard/registry"
+
+
+def test_a_git_source_keeps_its_clone_init_container_only() -> None:
+    body = (
+        TrainingRunBuilder("bert", "vision")
+        .source(git={"url": "https://example.com/r.git", "revision": "v1", "path": "sub"})
+        .obj()
+    )
+    p = pods.pod(api.parse_trainingrun(body), 0, image="img")
+    [clone] = p["spec"]["initContainers"]
+    assert clone["name"] == "git-clone" and clone["image"] == pods.Settings().git_image
+    trainer = p["spec"]["containers"][0]
+    assert trainer["command"][:3] == ["python3", "/torchyard/lib/torchyard/launcher.py", "--"]
+
+
+def test_the_shipped_modules_are_mounted_from_their_content_addressed_config_map() -> None:
+    assert pods.SHIPPED_MODULES[0] == "launcher"
+    p = pods.pod(run_on_a100(), 0, image="img")
+    [volume] = [v for v in p["spec"]["volumes"] if v["name"] == "torchyard"]
+    config_map = pods.launcher_config_map("vision")
+    assert volume["configMap"] == {"name": config_map["metadata"]["name"], "defaultMode": 0o444}
+    assert set(config_map["data"]) == {"__init__.py", *(f"{m}.py" for m in pods.SHIPPED_MODULES)}
 
 
 def test_node_pods_run_as_the_runs_service_account_without_an_api_token() -> None:

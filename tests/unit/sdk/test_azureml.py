@@ -60,12 +60,12 @@ def test_arguments_become_strings() -> None:
 
 
 def test_mpi_configuration_is_not_silently_a_pytorch_run() -> None:
-    with pytest.raises(TorchyardSdkError, match=r"distribution\.type mpi is not supported yet"):
-        ScriptRunConfig(
-            ".",
-            script="train.py",
-            distributed_job_config=MpiConfiguration(process_count_per_node=4, node_count=2),
-        )
+    src = ScriptRunConfig(
+        ".",
+        script="train.py",
+        distributed_job_config=MpiConfiguration(process_count_per_node=4, node_count=2),
+    )
+    assert src._distribution()["type"] == "mpi"
 
 
 def test_what_has_no_meaning_here_says_what_to_do() -> None:

@@ -1,8 +1,8 @@
 """Every argument of the Azure ML names either works or raises: one row per argument
 that torchyard cannot honour (given a value other than its default, it must raise and
 say what to do), and rows for those it honours (their value reaches the TrainingRun,
-the Environment or the check it stands for). ``MpiConfiguration`` raises until MPI
-launch exists. The cluster is a fake of torchyard's own ``k8s`` surface."""
+the Environment or the check it stands for). ``MpiConfiguration`` submits an MPI run.
+The cluster is a fake of torchyard's own ``k8s`` surface."""
 
 from __future__ import annotations
 
@@ -147,9 +147,9 @@ REFUSED: list[tuple[str, Callable[[], Any], str]] = [
     ("node_count=0", lambda: PyTorchConfiguration(node_count=0), "node_count must be"),
     ("process_count=0", lambda: PyTorchConfiguration(process_count=0), "process_count must be"),
     (
-        "MpiConfiguration()",
-        lambda: MpiConfiguration(process_count_per_node=4, node_count=2),
-        "distribution.type mpi is not supported yet",
+        "MpiConfiguration(node_count=0)",
+        lambda: MpiConfiguration(process_count_per_node=4, node_count=0),
+        "node_count must be a whole number >= 1",
     ),
     ("run_config", lambda: src(run_config=object()), "run_config has no meaning"),
     (
@@ -194,10 +194,13 @@ def test_an_argument_torchyard_cannot_honour_raises_with_advice(
     assert says in str(info.value)
 
 
-def test_mpi_configuration_says_what_to_use_instead() -> None:
-    with pytest.raises(TorchyardSdkError) as info:
-        MpiConfiguration(process_count_per_node=4, node_count=2)
-    assert "PyTorchConfiguration(process_count=8, node_count=2)" in str(info.value)
+def test_mpi_configuration_makes_an_mpi_run_of_nodes_by_slots() -> None:
+    src = ScriptRunConfig(
+        ".",
+        script="train.py",
+        distributed_job_config=MpiConfiguration(process_count_per_node=4, node_count=2),
+    )
+    assert src._distribution() == {"type": "mpi", "nodeCount": 2, "processCountPerNode": 4}
 
 
 # -- register_model: refused before anything is read or written ----------------------------
@@ -337,3 +340,17 @@ def test_config_json_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(["namespace"]))
     with pytest.raises(TorchyardSdkError, match="not a JSON object"):
         Workspace.from_config(str(tmp_path))
+
+
+def test_the_guides_mpi_configuration_submits_an_mpi_run(
+    submitted: list[dict[str, Any]],
+) -> None:
+    mpi = MpiConfiguration(process_count_per_node=2, node_count=2)
+    Experiment(ws(), "horovod").submit(src(distributed_job_config=mpi))
+    [body] = submitted
+    assert body["spec"]["distribution"] == {
+        "type": "mpi",
+        "nodeCount": 2,
+        "processCountPerNode": 2,
+    }
+    assert body["spec"]["command"] == ["python", "train.py"]

@@ -174,7 +174,11 @@ def test_failure_names_rank_node_exit_code_and_traceback() -> None:
         "exitCode": 1,
         "reason": "Error",
         "message": "Traceback (most recent call last):\nValueError: bad",
+        "class": "PythonException",  # status.classes
+        "retryable": True,
+        "advice": st["failure"]["advice"],
     }
+    assert st["failure"]["advice"].endswith("(matched: ValueError: bad)")
     failed = next(c for c in st["conditions"] if c["type"] == "Failed")
     assert failed["message"] == "rank 3 (node 1) failed (Error, exit code 1): ValueError: bad"
 

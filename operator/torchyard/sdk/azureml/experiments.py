@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torchyard import api, k8s
+from torchyard import api, k8s, progress
 from torchyard.api import wire
 from torchyard.sdk import runs, snapshots
 from torchyard.sdk.azureml import models
@@ -102,7 +102,23 @@ class Experiment:
         return Run(self, name)
 
 
+class ScriptRun:
+    """The run a training script is part of (``Run.get_context()``): its ``log`` is
+    ``torchyard.progress.log``, whose values reach ``status.progress.metrics``,
+    logs/metrics.jsonl and the registered ModelVersion's metrics."""
+
+    def log(self, name: str, value: Any, *, step: int | None = None) -> None:
+        """~ Azure ML ``run.log(name, value)``: one metric value at the last reported
+        step (``step``: at that one)."""
+        progress.log(name, value, step=step)
+
+
 class Run:
+    @staticmethod
+    def get_context() -> ScriptRun:
+        """~ Azure ML ``Run.get_context()`` inside a training script."""
+        return ScriptRun()
+
     def __init__(self, experiment: Experiment, run_id: str) -> None:
         self.experiment = experiment
         self.id = run_id

@@ -1,8 +1,8 @@
 """What a run is: ``ScriptRunConfig`` (source folder, script or command, arguments,
 compute target, environment, time limit) and ``PyTorchConfiguration`` (nodes and
-processes, the TrainingRun's ``distribution``). ``MpiConfiguration`` raises until
-torchyard launches MPI jobs. Read by ``Experiment.submit``; tested in
-tests/unit/sdk/test_azureml_arguments.py.
+processes, the TrainingRun's ``distribution``) and ``MpiConfiguration`` (nodes and
+slots per node: ``distribution.type: mpi``, node 0 runs mpirun). Read by
+``Experiment.submit``; tested in tests/unit/sdk/test_azureml_arguments.py.
 """
 
 from __future__ import annotations
@@ -46,20 +46,18 @@ class PyTorchConfiguration:
 
 @dataclass
 class MpiConfiguration:
-    """Kept so the guide's imports work: torchyard does not launch MPI jobs yet, so
-    making one raises and says what to use instead."""
+    """``process_count_per_node`` MPI ranks on each of ``node_count`` nodes: a TrainingRun
+    of ``distribution.type: mpi`` (node 0 runs OpenMPI's mpirun over the node Pods; the
+    ranks get OMPI_COMM_WORLD_RANK/SIZE from it)."""
 
     process_count_per_node: int = 1
     node_count: int = 1
 
     def __post_init__(self) -> None:
-        raise TorchyardSdkError(
-            "distribution.type mpi is not supported yet (torchyard starts no mpirun): use "
-            f"PyTorchConfiguration(process_count={self.process_count_per_node * self.node_count}"
-            f", node_count={self.node_count}), whose processes get RANK, WORLD_SIZE, "
-            "LOCAL_RANK and MASTER_ADDR/MASTER_PORT; a script that reads OMPI_COMM_WORLD_* "
-            "must read those instead"
-        )
+        for name in ("process_count_per_node", "node_count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise TorchyardSdkError(f"{name} must be a whole number >= 1, not {value!r}")
 
 
 class ScriptRunConfig:
@@ -72,7 +70,7 @@ class ScriptRunConfig:
         _telemetry_values: Any = None,
         compute_target: ComputeTarget | str | None = None,
         environment: Environment | None = None,
-        distributed_job_config: PyTorchConfiguration | None = None,
+        distributed_job_config: PyTorchConfiguration | MpiConfiguration | None = None,
         resume_from: Any = None,
         max_run_duration_seconds: int | None = None,
         command: list[Any] | str | None = None,
@@ -100,11 +98,12 @@ class ScriptRunConfig:
             "checkpoint in the script (run.download_file)",
         )
         if distributed_job_config is not None and not isinstance(
-            distributed_job_config, PyTorchConfiguration
+            distributed_job_config, (PyTorchConfiguration, MpiConfiguration)
         ):
             raise TorchyardSdkError(
                 f"distributed_job_config={type(distributed_job_config).__name__} is not "
-                "supported: use PyTorchConfiguration(process_count=..., node_count=...)"
+                "supported: use PyTorchConfiguration(process_count=..., node_count=...) or "
+                "MpiConfiguration(process_count_per_node=..., node_count=...)"
             )
         if max_run_duration_seconds is not None and (
             not isinstance(max_run_duration_seconds, int) or max_run_duration_seconds < 1
@@ -126,6 +125,12 @@ class ScriptRunConfig:
         dist = self.distributed_job_config
         if dist is None:
             return {"type": "none", "nodeCount": 1, "processCountPerNode": 1}
+        if isinstance(dist, MpiConfiguration):
+            return {
+                "type": "mpi",
+                "nodeCount": dist.node_count,
+                "processCountPerNode": dist.process_count_per_node,
+            }
         nodes = dist.node_count
         procs = dist.process_count or nodes
         if procs % nodes:

@@ -1,0 +1,636 @@
+"""Checkpoints a run can trust: the completeness contract, resume, and the just-in-time save.
+
+Standard library only, Python >= 3.8: it is shipped to every node Pod beside the launcher
+(``SHIPPED_MODULES`` in ``torchyard.planning.pods``), so a training script in any image can
+``from torchyard import checkpoint``. Called by training scripts (``save_dir``, ``done``,
+``should_save``, ``latest``) and by the launcher (``finalize``, ``quarantine``, ``keep``,
+``request_save``). Tested in tests/unit/test_checkpoint.py.
+
+The layout under ``TORCHYARD_CHECKPOINT_DIR`` (one folder the operator mounts in every node
+Pod; shared by all nodes of a run)::
+
+    step-<N>/              one checkpoint: whatever files the ranks write
+        rank-<R>.done      rank R wrote all its files (fsynced, with the folder)
+        COMPLETE.json      written last, by node 0's launcher, when every rank's .done is
+                           there: {"step", "worldSize", "files": [{"name", "size", "sha256"}]}
+        .metadata          or: a PyTorch Distributed Checkpoint (its coordinator writes it
+                           last), which counts as complete as it is
+    quarantine-step-<N>/   a checkpoint a resumed attempt failed from before making progress
+    .torchyard/            the launchers' bookkeeping: each rank's reported step, the
+                           just-in-time target step
+
+A checkpoint is complete only when its ``COMPLETE.json`` is a regular file naming exactly the
+step of its folder, every file it lists is a regular file (no symlink) inside the folder with
+that size and sha256, and nothing is judged by names or modification times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+import time
+from typing import Any
+
+DIR_VARIABLE = "TORCHYARD_CHECKPOINT_DIR"
+INTERVAL_VARIABLE = "TORCHYARD_CHECKPOINT_INTERVAL"
+RESUME_FROM_VARIABLE = "TORCHYARD_RESUME_FROM"
+RESUME_STEP_VARIABLE = "TORCHYARD_RESUME_STEP"
+COMPLETE = "COMPLETE.json"
+DCP_METADATA = ".metadata"
+STATE_DIR = ".torchyard"
+SAVE_AT = "save-at"
+ATTEMPT = "attempt"
+QUARANTINE_PREFIX = "quarantine-"
+_STEP = re.compile(r"^step-(0|[1-9][0-9]{0,17})$")
+_DONE = re.compile(r"^rank-(0|[1-9][0-9]{0,8})\.done$")
+_CHUNK = 1 << 20
+
+
+class CheckpointError(Exception):
+    """The checkpoint folder is not configured or not usable; the message says what to do."""
+
+
+def root(directory: str | None = None) -> str:
+    """The checkpoint folder: ``directory``, else ``$TORCHYARD_CHECKPOINT_DIR``."""
+    found = directory or os.environ.get(DIR_VARIABLE, "")
+    if not found:
+        raise CheckpointError(
+            f"{DIR_VARIABLE} is not set: give the TrainingRun spec.checkpoints (a claimName, "
+            "or a size for a volume the operator creates), or set it to a folder yourself"
+        )
+    return found
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` by temp file, fsync and rename (and fsync the folder)."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def step_of(name: str) -> int | None:
+    """N for a folder named ``step-N`` (canonical decimal), else None."""
+    match = _STEP.match(name)
+    return int(match.group(1)) if match else None
+
+
+def step_path(step: int, directory: str | None = None) -> str:
+    if step < 0:
+        raise ValueError(f"a checkpoint step must be >= 0, got {step}")
+    return os.path.join(root(directory), f"step-{step}")
+
+
+def save_dir(step: int, directory: str | None = None) -> str:
+    """The folder this rank writes checkpoint ``step``'s files into (created)."""
+    path = step_path(step, directory)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def done(step: int, directory: str | None = None, rank: int | None = None) -> str:
+    """Say that this rank (``$RANK``) wrote all its files of checkpoint ``step``: its files
+    and the folder are fsynced, then ``rank-R.done`` is written and fsynced. Node 0's
+    launcher writes ``COMPLETE.json`` once every rank's ``.done`` is there."""
+    path = step_path(step, directory)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path} does not exist: write the files into save_dir({step})")
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full) or name == COMPLETE or _DONE.match(name):
+                continue
+            try:
+                fd = os.open(full, os.O_RDONLY)
+            except OSError:
+                continue  # another rank's temporary file, gone meanwhile
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(dirpath)
+    marker = os.path.join(path, f"rank-{_rank() if rank is None else rank}.done")
+    _write_atomic(marker, b"")
+    return marker
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _regular(path: str) -> os.stat_result | None:
+    """The stat of ``path`` if it is a regular file and no symlink, else None."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info if stat.S_ISREG(info.st_mode) else None
+
+
+def _files(path: str) -> list[str]:
+    """Every regular file under ``path`` (relative, /-separated), but COMPLETE.json and
+    temporary files; None-safe against symlinks (they are not followed nor listed)."""
+    found = []
+    for dirpath, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(dirpath, d)))
+        rel = os.path.relpath(dirpath, path)
+        for name in sorted(files):
+            if rel == "." and (name == COMPLETE or name.startswith(".tmp-")):
+                continue
+            if _regular(os.path.join(dirpath, name)) is None:
+                continue
+            found.append(name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}")
+    return found
+
+
+def ranks_done(step: int, world_size: int, directory: str | None = None) -> bool:
+    path = step_path(step, directory)
+    return all(
+        _regular(os.path.join(path, f"rank-{r}.done")) is not None for r in range(world_size)
+    )
+
+
+def finalize(step: int, world_size: int, directory: str | None = None) -> bool:
+    """Write ``step-N/COMPLETE.json`` (temp file, fsync, rename) if every rank's ``.done``
+    is there; True when the checkpoint is complete afterwards. Node 0's launcher calls it."""
+    path = step_path(step, directory)
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    if is_complete(path, verify=False):
+        return True
+    if _regular(os.path.join(path, DCP_METADATA)) is not None:
+        return True
+    if not ranks_done(step, world_size, directory):
+        return False
+    entries = []
+    for name in _files(path):
+        full = os.path.join(path, *name.split("/"))
+        entries.append({"name": name, "size": os.lstat(full).st_size, "sha256": _sha256(full)})
+    body = {"step": step, "worldSize": world_size, "files": entries}
+    _write_atomic(os.path.join(path, COMPLETE), json.dumps(body, indent=1).encode())
+    return True
+
+
+def _safe_name(name: Any) -> bool:
+    if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
+        return False
+    if name.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def _inside(folder: str, name: str) -> bool:
+    """No component of ``name`` under ``folder`` is a symlink, and it stays inside."""
+    current = folder
+    for part in name.split("/")[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current) or not os.path.isdir(current):
+            return False
+    real_folder = os.path.realpath(folder)
+    real = os.path.realpath(os.path.join(folder, *name.split("/")))
+    return real.startswith(real_folder + os.sep)
+
+
+def manifest(path: str) -> dict[str, Any] | None:
+    """The parsed ``COMPLETE.json`` of checkpoint folder ``path`` if it is well formed
+    (a regular file, the folder's step, a world size, a list of files), else None."""
+    step = step_of(os.path.basename(os.path.normpath(path)))
+    if step is None or os.path.islink(path):
+        return None
+    marker = os.path.join(path, COMPLETE)
+    if _regular(marker) is None:
+        return None
+    try:
+        with open(marker, "rb") as f:
+            body = json.loads(f.read(16 << 20).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict) or body.get("step") != step:
+        return None
+    world = body.get("worldSize")
+    files = body.get("files")
+    if not isinstance(world, int) or world < 1 or not isinstance(files, list):
+        return None
+    for entry in files:
+        if not isinstance(entry, dict) or not _safe_name(entry.get("name")):
+            return None
+        if not isinstance(entry.get("size"), int) or not isinstance(entry.get("sha256"), str):
+            return None
+    return body
+
+
+def is_complete(path: str, verify: bool = True) -> bool:
+    """Checkpoint folder ``path`` is complete (see the module docstring). ``verify``: also
+    check every file's sha256 (sizes are always checked)."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    if step_of(os.path.basename(os.path.normpath(path))) is None:
+        return False
+    body = manifest(path)
+    if body is None:
+        dcp = _regular(os.path.join(path, DCP_METADATA))
+        return dcp is not None and dcp.st_size > 0
+    for r in range(body["worldSize"]):
+        if _regular(os.path.join(path, f"rank-{r}.done")) is None:
+            return False
+    for entry in body["files"]:
+        name = entry["name"]
+        if not _inside(path, name):
+            return False
+        full = os.path.join(path, *name.split("/"))
+        info = _regular(full)
+        if info is None or info.st_size != entry["size"]:
+            return False
+        if verify and _sha256(full) != entry["sha256"]:
+            return False
+    return True
+
+
+def steps(directory: str | None = None) -> list[int]:
+    """Every ``step-N`` folder's N (complete or not), in ascending order."""
+    try:
+        names = os.listdir(root(directory))
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in (step_of(name) for name in names) if n is not None)
+
+
+def complete_steps(directory: str | None = None, verify: bool = True) -> list[int]:
+    """The steps whose checkpoint is complete, ascending."""
+    return [s for s in steps(directory) if is_complete(step_path(s, directory), verify)]
+
+
+def latest(directory: str | None = None, verify: bool = True) -> str | None:
+    """The folder of the newest complete checkpoint (by its step, never by names' order or
+    modification times), else None. Where ``$TORCHYARD_CHECKPOINT_DIR`` is not set: None."""
+    if directory is None and not os.environ.get(DIR_VARIABLE):
+        return None
+    for step in reversed(steps(directory)):
+        path = step_path(step, directory)
+        if is_complete(path, verify):
+            return path
+    return None
+
+
+def resume_step() -> int | None:
+    """The step the launcher resumed this attempt from (``$TORCHYARD_RESUME_STEP``)."""
+    raw = os.environ.get(RESUME_STEP_VARIABLE, "")
+    return int(raw) if raw.isdigit() else None
+
+
+def quarantine(step: int, directory: str | None = None) -> str | None:
+    """Move checkpoint ``step`` aside (``quarantine-step-N``, then ``-2``, ...) so that
+    :func:`latest` passes it over; the new path, or None when it was not there."""
+    path = step_path(step, directory)
+    if not os.path.lexists(path):
+        return None
+    base = os.path.join(root(directory), f"{QUARANTINE_PREFIX}step-{step}")
+    target, n = base, 1
+    while os.path.lexists(target):
+        n += 1
+        target = f"{base}-{n}"
+    os.rename(path, target)
+    _fsync_dir(root(directory))
+    return target
+
+
+def keep(newest: int, directory: str | None = None) -> list[int]:
+    """Delete all but the ``newest`` complete checkpoints, and the incomplete ones older
+    than the newest complete one (a save that never finished); the steps deleted."""
+    if newest < 1:
+        raise ValueError(f"keep must be >= 1, got {newest}")
+    complete = complete_steps(directory, verify=False)
+    if not complete:
+        return []
+    kept = set(complete[-newest:])
+    gone = []
+    for step in steps(directory):
+        if step in kept or step > complete[-1]:
+            continue
+        path = step_path(step, directory)
+        if os.path.islink(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        gone.append(step)
+    return gone
+
+
+# The just-in-time checkpoint: ranks report the step they finished; on SIGTERM a launcher
+# asks every rank to save at one step after the highest reported, through a small file.
+
+
+def _state(directory: str | None = None) -> str:
+    return os.path.join(root(directory), STATE_DIR)
+
+
+def report(step: int, directory: str | None = None, rank: int | None = None) -> None:
+    """Record that this rank finished ``step`` (a tiny file per rank, no fsync)."""
+    state = _state(directory)
+    os.makedirs(state, exist_ok=True)
+    path = os.path.join(state, f"rank-{_rank() if rank is None else rank}.step")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(step))
+    os.replace(tmp, path)
+
+
+def reported(directory: str | None = None) -> dict[int, int]:
+    """Each rank's last reported step."""
+    out: dict[int, int] = {}
+    try:
+        names = os.listdir(_state(directory))
+    except OSError:
+        return out
+    for name in names:
+        match = re.match(r"^rank-(\d+)\.step$", name)
+        if not match:
+            continue
+        try:
+            with open(os.path.join(_state(directory), name)) as f:
+                out[int(match.group(1))] = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def save_target(directory: str | None = None) -> int | None:
+    """The step every rank saves at because a node Pod is being stopped, else None."""
+    try:
+        with open(os.path.join(_state(directory), SAVE_AT)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def request_save(directory: str | None = None) -> int | None:
+    """Ask every rank to save at the highest reported step + 1 (called by a launcher on
+    SIGTERM). The target only moves forward; when a rank has already passed it (it read
+    the file just before it was written), it moves again past that rank. None when no
+    rank reported a step (the script does not use this module)."""
+    for _ in range(10):
+        steps_now = reported(directory)
+        if not steps_now:
+            return None
+        target = max(steps_now.values()) + 1
+        current = save_target(directory)
+        if current is not None and current >= target:
+            target = current
+        else:
+            _write_atomic(os.path.join(_state(directory), SAVE_AT), str(target).encode())
+        if max(reported(directory).values()) < target:
+            return target
+    return save_target(directory)
+
+
+def clear_requests(directory: str | None = None) -> None:
+    """Forget the previous attempt's reports and target (node 0's launcher, at start)."""
+    shutil.rmtree(_state(directory), ignore_errors=True)
+
+
+def should_save(step: int, directory: str | None = None) -> bool:
+    """Call after finishing ``step``, on every rank: True when this step is to be saved:
+    every ``$TORCHYARD_CHECKPOINT_INTERVAL`` steps, and at the just-in-time target step
+    that a launcher set when its Pod got SIGTERM (the same step on every rank, with no
+    collective). False without ``$TORCHYARD_CHECKPOINT_DIR``."""
+    if directory is None and not os.environ.get(DIR_VARIABLE):
+        return False
+    # Report first, then read: a launcher that wrote the target after this read sees
+    # this report when it checks again, and moves the target past this step.
+    report(step, directory)
+    target = save_target(directory)
+    if target is not None and step == target:
+        return True
+    interval = os.environ.get(INTERVAL_VARIABLE, "")
+    return interval.isdigit() and int(interval) > 0 and step > 0 and step % int(interval) == 0
+
+
+# The launcher's side: one NodeCheckpoints per node launcher, when the run has a checkpoint
+# folder. Here rather than in the launcher so that the contract has one home.
+
+NO_PROGRESS_REASON = "NoProgress"
+
+
+class NodeCheckpoints:
+    """What a node's launcher does with the checkpoint folder: at start, find the newest
+    complete checkpoint (every launcher on its own: the same folder gives every node the
+    same answer, and the operator needs no state) and export it to the ranks; on node 0,
+    write ``COMPLETE.json`` for every step all ranks are done with and keep the newest
+    ``keep``; on SIGTERM, set the just-in-time target step; at exit, quarantine the
+    checkpoint this attempt resumed from when a rank failed before any progress."""
+
+    def __init__(
+        self,
+        directory: str,
+        node_rank: int,
+        world_size: int,
+        *,
+        keep_newest: int = 0,
+        max_without_progress: int = 3,
+        poll_seconds: float = 0.5,
+        attempt: str = "",
+        wait_seconds: float = 600,
+    ) -> None:
+        self.directory = directory
+        self.node_rank = node_rank
+        self.world_size = world_size
+        self.keep_newest = keep_newest
+        self.max_without_progress = max_without_progress
+        self.poll_seconds = poll_seconds
+        # This attempt of the run (the same on every node): the other nodes' launchers
+        # wait until node 0's has cleaned up after the previous one and says so.
+        self.attempt = attempt
+        self.wait_seconds = wait_seconds
+        self.resumed_from: int | None = None
+        self.target: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> dict[str, str]:
+        """Prepare the folder; the variables that tell the ranks where to resume from."""
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as err:
+            raise CheckpointError(
+                f"cannot create the checkpoint folder {self.directory} ({err.strerror}): "
+                "is spec.checkpoints' volume mounted and writable by the run's user?"
+            ) from None
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise CheckpointError(
+                f"the checkpoint folder {self.directory} is not writable by user "
+                f"{os.getuid()}: give the volume an fsGroup (spec.runAsUser) or fix its owner"
+            )
+        if self.node_rank == 0:
+            clear_requests(self.directory)
+            self.finalize_all()
+        elif self.attempt:
+            self._wait_for_node_0()
+        env = {DIR_VARIABLE: self.directory}
+        found = latest(self.directory)
+        if found is not None:
+            self.resumed_from = step_of(os.path.basename(found))
+            env[RESUME_FROM_VARIABLE] = found
+            env[RESUME_STEP_VARIABLE] = str(self.resumed_from)
+        if self.node_rank == 0:
+            self.drop_unfinished()
+            if self.attempt:
+                os.makedirs(_state(self.directory), exist_ok=True)
+                path = os.path.join(_state(self.directory), ATTEMPT)
+                _write_atomic(path, self.attempt.encode())
+        if self.node_rank == 0:
+            self._thread = threading.Thread(target=self._finalizer, daemon=True)
+            self._thread.start()
+        return env
+
+    def finalize_all(self) -> list[int]:
+        """Write COMPLETE.json where every rank is done (node 0); the steps finalized."""
+        made = []
+        for step in steps(self.directory):
+            path = step_path(step, self.directory)
+            if manifest(path) is not None or _regular(os.path.join(path, DCP_METADATA)):
+                continue
+            if ranks_done(step, self.world_size, self.directory) and finalize(
+                step, self.world_size, self.directory
+            ):
+                made.append(step)
+        if made and self.keep_newest > 0:
+            keep(self.keep_newest, self.directory)
+        return made
+
+    def _wait_for_node_0(self) -> None:
+        path = os.path.join(_state(self.directory), ATTEMPT)
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            try:
+                with open(path) as f:
+                    if f.read() == self.attempt:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                raise CheckpointError(
+                    f"node 0's launcher did not prepare the checkpoint folder {self.directory} "
+                    f"for attempt {self.attempt} within {self.wait_seconds:.0f}s: is node 0's "
+                    "Pod running, and does every node mount the same (ReadWriteMany) volume?"
+                )
+            time.sleep(0.2)
+
+    def drop_unfinished(self) -> list[int]:
+        """Delete the previous attempt's saves that never completed (node 0, at start,
+        before any rank runs): this attempt would save those steps again, and a stale
+        ``rank-R.done`` must not vouch for a file being rewritten."""
+        newest = self.resumed_from if self.resumed_from is not None else -1
+        dropped = []
+        for step in steps(self.directory):
+            path = step_path(step, self.directory)
+            if step > newest:  # latest() found none of these complete (and intact)
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+                dropped.append(step)
+        return dropped
+
+    def _finalizer(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.finalize_all()
+            except OSError:
+                continue  # a rank's file vanished meanwhile (keep, quarantine): next pass
+
+    def request(self) -> int | None:
+        """SIGTERM: ask every rank to save at one step; that step, None when no rank
+        reports steps (the script does not use ``should_save``)."""
+        self.target = request_save(self.directory)
+        return self.target
+
+    def saved(self) -> bool:
+        """A complete checkpoint at or after the just-in-time target exists."""
+        if self.target is None:
+            return True
+        return any(s >= self.target for s in complete_steps(self.directory, verify=False))
+
+    def progressed(self) -> bool:
+        """This attempt got past the step it resumed from."""
+        if self.resumed_from is None:
+            return True
+        done_steps = complete_steps(self.directory, verify=False)
+        reports = reported(self.directory).values()
+        return any(s > self.resumed_from for s in [*done_steps, *reports])
+
+    def stop(self, rank_failed: bool) -> dict[str, Any]:
+        """At the launcher's exit: the last COMPLETE.json (node 0), the quarantine of a
+        checkpoint that a failed attempt resumed from without progress; what to add to
+        the termination message."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self.finalize_all()
+        info: dict[str, Any] = {}
+        if self.resumed_from is not None:
+            info["resumedFrom"] = self.resumed_from
+        newest = complete_steps(self.directory, verify=False)
+        if newest:
+            info["checkpointStep"] = newest[-1]
+        if rank_failed and self.resumed_from is not None and not self.progressed():
+            try:
+                moved = quarantine(self.resumed_from, self.directory)
+            except OSError:
+                moved = None  # another node's launcher moved it first
+            if moved is not None:
+                info["quarantined"] = os.path.basename(moved)
+            stalls = sum(
+                1 for n in os.listdir(self.directory) if n.startswith(QUARANTINE_PREFIX + "step-")
+            )
+            if stalls >= self.max_without_progress:
+                info["reason"] = NO_PROGRESS_REASON
+                info["message"] = (
+                    f"{stalls} attempts failed before making progress from their checkpoint "
+                    f"(quarantined: {', '.join(sorted(quarantined(self.directory)))}): fix "
+                    "the error in the logs, or delete the quarantine-step-* folders to "
+                    "try them again"
+                )
+        return info
+
+
+def quarantined(directory: str | None = None) -> list[str]:
+    """The folders of quarantined checkpoints."""
+    try:
+        return [n for n in os.listdir(root(directory)) if n.startswith(QUARANTINE_PREFIX)]
+    except FileNotFoundError:
+        return []

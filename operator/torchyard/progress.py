@@ -1,0 +1,86 @@
+"""Progress from a training script: one line on standard output that torchyard reads.
+
+Standard library only and Python >= 3.8, like the launcher: it is shipped into every node
+Pod beside the launcher (``planning.pods.SHIPPED_MODULES``), so a script does
+``from torchyard import progress`` in any image. A rank calls::
+
+    progress.report(120, total=3000, loss=0.41)
+
+which prints (and flushes) one line::
+
+    @@torchyard {"step": 120, "total": 3000, "loss": 0.41}
+
+A script that cannot import torchyard prints the same line itself. The launcher reads
+these lines from every rank's output as it tees them (``launcher.ProgressTracker``):
+it keeps them in ``logs/metrics.jsonl``, puts the last metric values into
+``outputs/metrics.json`` (which the ModelVersion records) and publishes the node's
+progress for the operator (``status.progress``). :func:`log` is Azure ML's
+``run.log(name, value)``: a metric at the current step. :func:`parse` is the format's
+reader (the launcher carries its own copy: it travels as one file). Tested in
+tests/unit/test_progress.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+PREFIX = "@@torchyard "
+
+_last_step = [0]  # the step of the last report, for log()
+
+
+def _number(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"progress: {name} must be a number, got {value!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN/inf: reported as null
+    return value
+
+
+def line(step: int, total: int | None = None, **metrics: Any) -> str:
+    """The line :func:`report` prints (without the newline)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise TypeError(f"progress: step must be a non-negative int, got {step!r}")
+    record: dict[str, Any] = {"step": step}
+    if total is not None:
+        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+            raise TypeError(f"progress: total must be a positive int, got {total!r}")
+        record["total"] = total
+    for name, value in metrics.items():
+        record[name] = _number(name, value)
+    return PREFIX + json.dumps(record)
+
+
+def report(step: int, total: int | None = None, **metrics: Any) -> None:
+    """Say that this rank reached ``step`` (of ``total``), with metric values."""
+    text = line(step, total, **metrics)
+    _last_step[0] = step
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def log(name: str, value: Any, step: int | None = None) -> None:
+    """One metric value (Azure ML's ``run.log``), at ``step`` or the last reported step."""
+    report(_last_step[0] if step is None else step, **{name: value})
+
+
+def parse(text: str) -> dict[str, Any] | None:
+    """The record of one output line, or None when it is not a valid progress line."""
+    if not text.startswith(PREFIX):
+        return None
+    try:
+        record = json.loads(text[len(PREFIX) :])
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    return record

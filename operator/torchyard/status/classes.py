@@ -1,0 +1,210 @@
+"""Failure classes with advice: an ordered rule table over what a failed node Pod says.
+
+:func:`classify` takes a failure's evidence (``Evidence``: exit code, signal, the
+container's or launcher's reason, the failing rank's traceback tail and the lines the
+launcher flagged in any rank's output, ``launcher.LogScanner``) and returns the first
+:class:`Rule` of ``RULES`` that matches: its ``name`` becomes ``status.failure.class``,
+with ``retryable`` and ``advice``. The order matters: a GPU's Xid line explains the CUDA
+error after it, a CUDA out-of-memory error the traceback around it; an NCCL watchdog
+timeout is a *cascade* (another rank stalled or died first), so :func:`prefer` picks a
+failure that explains it over it. :func:`signature` is what "the same error at the same
+step" compares, so that a deterministic error stops the retries after two attempts.
+
+Called by ``failures.observe_failure`` (the class of every failed Pod) and
+``failures.first_failure``; the failure policy reads ``retryable``. Pure; tested as
+tables over realistic logs in tests/unit/status/test_classes.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+
+class Evidence(TypedDict, total=False):
+    exitCode: int | None
+    signal: int | None
+    reason: str | None
+    message: str  # the failing rank's traceback tail
+    lines: Sequence[str]  # lines the launcher flagged in any rank's output
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One failure class: how to recognise it and what to do about it."""
+
+    name: str
+    retryable: bool
+    advice: str
+    patterns: tuple[str, ...] = ()  # any, searched in the message and flagged lines
+    reasons: frozenset[str] = field(default_factory=frozenset)
+    signals: frozenset[int] = field(default_factory=frozenset)
+    exit_codes: frozenset[int] = field(default_factory=frozenset)
+    cascade: bool = False  # a symptom of another rank's failure
+    node_fault: bool = False  # the node, not the code: try elsewhere
+
+    def matches(self, evidence: Evidence) -> str | None:
+        """What matched (a line, the reason, the signal), None when nothing did."""
+        if evidence.get("reason") in self.reasons:
+            return f"reason {evidence.get('reason')}"
+        if evidence.get("signal") in self.signals:
+            return f"signal {evidence.get('signal')}"
+        if evidence.get("exitCode") in self.exit_codes:
+            return f"exit code {evidence.get('exitCode')}"
+        for pattern in self.patterns:  # in order: the first pattern says it best
+            for text in [*evidence.get("lines", ()), evidence.get("message") or ""]:
+                found = re.search(pattern, text, re.MULTILINE)
+                if found:
+                    start = text.rfind("\n", 0, found.start()) + 1
+                    end = text.find("\n", found.end())
+                    return text[start : end if end >= 0 else len(text)].strip()[:300]
+        return None
+
+
+GPU_XID = Rule(
+    "GpuXid",
+    retryable=True,
+    node_fault=True,
+    patterns=(
+        r"NVRM: Xid \(",
+        r"\bXid[: ]+\d+",
+        r"uncorrectable ECC error",
+        r"ECC error[s]? (detected|encountered)",
+        r"CUDA error: uncorrectable ECC",
+    ),
+    advice="the node's GPU reported a hardware error (Xid/ECC): the run is retried, and "
+    "the node should be drained and checked (nvidia-smi -q, dmesg) before it takes work",
+)
+HANG = Rule(
+    "Hang",
+    retryable=True,
+    reasons=frozenset({"Stalled"}),
+    advice="a rank stopped making progress (torchyard.progress reports) for longer than "
+    "the stall timeout: the message names it and where it was; every rank's stacks are "
+    "archived in logs/node-<n>/stacks/. Look for a rank that skips a collective, waits on "
+    "a lock or on I/O; raise policy.stallTimeoutSeconds if steps may take that long",
+)
+CUDA_OOM = Rule(
+    "CudaOOM",
+    retryable=False,
+    patterns=(
+        r"CUDA out of memory",
+        r"torch\.(cuda\.)?OutOfMemoryError",
+        r"CUDA error: out of memory",
+    ),
+    advice="a rank ran out of GPU memory: use a smaller batch per rank, gradient "
+    "accumulation or activation checkpointing, mixed precision, or "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; retrying alone would fail again",
+)
+HOST_OOM = Rule(
+    "HostOOM",
+    retryable=False,
+    reasons=frozenset({"OOMKilled"}),
+    advice="the node Pod went over its memory limit and the kernel killed it: give the "
+    "run more memory (spec.resources.memory, per node Pod and shared by its ranks) or use "
+    "less (smaller batches, fewer DataLoader workers, fewer processes per node)",
+)
+SEGFAULT = Rule(
+    "Segfault",
+    retryable=True,
+    signals=frozenset({11}),
+    exit_codes=frozenset({139}),
+    patterns=(r"Segmentation fault", r"Fatal Python error: Segmentation fault"),
+    advice="a rank crashed in native code (SIGSEGV): usually a C extension built for "
+    "another version of torch/CUDA/numpy, or a bug in one; check the packages of the "
+    "Environment (one retry; the same crash at the same step stops the retries)",
+)
+IMPORT_ERROR = Rule(
+    "ImportError",
+    retryable=False,
+    patterns=(r"^(ModuleNotFoundError|ImportError): .*",),
+    advice="a module is missing from the image: add its package to the Environment's "
+    "pip list (or use an image that has it), or ship the module with the source",
+)
+RENDEZVOUS = Rule(
+    "RendezvousTimeout",
+    retryable=True,
+    patterns=(
+        r"DistStoreError",
+        r"DistNetworkError",
+        r"RendezvousTimeoutError",
+        r"RendezvousConnectionError",
+        r"TCPStore\b.*([Tt]imed? ?out|[Ff]ailed|refused)",
+        r"[Tt]imed out after \d+ seconds waiting for clients",
+        r"Timed out initializing process group in store based barrier",
+        # a TCPStore client (rank > 0, or rank 0 through the Service name) that never
+        # reached the store: "TimeoutError: The client socket has timed out after 10s
+        # while trying to connect to (<run>-0.<run>.<ns>.svc, <masterPort>)."
+        r"client socket has timed out after \d+m?s while trying to connect to",
+        r"Socket Timeout",
+    ),
+    advice="the ranks could not meet at MASTER_ADDR:MASTER_PORT: check that every node Pod "
+    "started (none Pending), that no NetworkPolicy blocks the port between them, and that "
+    "rank 0 listens (a script that calls init_process_group late keeps the others waiting)",
+)
+NCCL_TIMEOUT = Rule(
+    "NCCLTimeout",
+    retryable=True,
+    cascade=True,
+    patterns=(
+        r"Watchdog caught collective operation timeout",
+        r"ProcessGroupNCCL.*[Tt]imeout",
+        r"NCCL (communicator|watchdog).*(timed out|timeout)",
+    ),
+    advice="a collective timed out waiting for a rank: usually a symptom of another rank "
+    "that hung or died first (see its log); if none did, raise the timeout of "
+    "init_process_group or look for a rank that skips a collective",
+)
+PYTHON_EXCEPTION = Rule(
+    "PythonException",
+    retryable=True,
+    patterns=(r"^[\w.]+(Error|Exception|Interrupt)\b.*", r"^Traceback \(most recent call last\)"),
+    advice="the training script raised: fix the error in the traceback (retried within "
+    "policy.backoffLimit; the same error at the same step twice stops the retries)",
+)
+
+RULES: tuple[Rule, ...] = (
+    GPU_XID,
+    HANG,
+    CUDA_OOM,
+    HOST_OOM,
+    SEGFAULT,
+    IMPORT_ERROR,
+    RENDEZVOUS,
+    NCCL_TIMEOUT,
+    PYTHON_EXCEPTION,
+)
+BY_NAME = {rule.name: rule for rule in RULES}
+
+
+def classify(evidence: Evidence) -> tuple[Rule, str] | None:
+    """The first rule that matches ``evidence`` and what matched, None for none."""
+    for rule in RULES:
+        matched = rule.matches(evidence)
+        if matched is not None:
+            return rule, matched
+    return None
+
+
+def prefer(failures: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of failures ordered first to last, the first that is not a cascade when there is
+    one (an NCCL timeout is what the other ranks see of the rank that broke); else the
+    first."""
+    if not failures:
+        return None
+    for failure in failures:
+        rule = BY_NAME.get(str(failure.get("failureClass") or ""))
+        if rule is None or not rule.cascade:
+            return failure
+    return failures[0]
+
+
+def signature(failure: Mapping[str, Any]) -> str:
+    """'class|step|last line': what must differ between two failures for a retry to be
+    worth it."""
+    lines = str(failure.get("message") or "").strip().splitlines()
+    kind = failure.get("failureClass") or failure.get("class") or failure.get("reason")
+    last = lines[-1] if lines else ""
+    return f"{kind}|{failure.get('step')}|{last}"[:500]

@@ -1,0 +1,85 @@
+"""Failure classes produced for real on the REAL node: a segfault (ctypes reads address 0),
+a missing module, a Python exception (which, being the same error at the same step, stops
+after two attempts although backoffLimit allows four), a GPU Xid line before a CUDA-style
+error (the line, not a GPU), and a rendezvous that times out because node 1 never joins.
+Each run's ``status.failure`` must say the class, whether retrying may help and advice;
+its Pods must have run on the real node and the kubelet must show the exit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.cluster.harness import Cluster
+from tests.cluster.realnode import RealNode
+from tests.integration.helpers import run_pods
+from tests.node import test_trainingruns as runs
+from tests.node.test_failures import node_run
+from torchyard import k8s
+
+pytestmark = pytest.mark.node
+
+real_operator = runs.real_operator
+env = runs.env
+
+SEGFAULT = "import ctypes\nprint('reading address 0', flush=True)\nctypes.string_at(0)\n"
+MISSING = "import no_such_module_for_torchyard\n"
+RAISES = "from torchyard import progress\nprogress.report(7)\nraise KeyError('label')\n"
+XID = (
+    "print('NVRM: Xid (PCI:0000:3b:00): 79, pid=12, GPU has fallen off the bus.', flush=True)\n"
+    "raise RuntimeError('CUDA error: unknown error')\n"
+)
+# Node 0 waits 10 s for node 1 at the TCPStore; node 1 ends without joining.
+RENDEZVOUS = (
+    "import datetime, os\n"
+    "if os.environ['RANK'] == '0':\n"
+    "    import torch.distributed as dist\n"
+    "    dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=10))\n"
+)
+CASES: dict[str, tuple[str, int, int, str, bool]] = {
+    # name: (script, nodes, backoffLimit, class, retryable)
+    "segv": (SEGFAULT, 1, 0, "Segfault", True),
+    "missing": (MISSING, 1, 3, "ImportError", False),
+    "raises": (RAISES, 1, 3, "PythonException", True),
+    "xid": (XID, 1, 0, "GpuXid", True),
+    "rdzv": (RENDEZVOUS, 2, 0, "RendezvousTimeout", True),
+}
+
+
+def test_each_failure_class_is_produced_and_named_with_advice(
+    cluster: Cluster, env: str, real_node: RealNode
+) -> None:
+    ns = env
+    for name, (script, nodes, backoff, _, _) in CASES.items():
+        body = (
+            node_run(name, ns, real_node, script)
+            .nodes(nodes)
+            .with_("spec.policy", {"backoffLimit": backoff})
+            .obj()
+        )
+        k8s.create(body)
+    seen: dict[str, Any] = {}
+    for name, (_, nodes, _, klass, retryable) in CASES.items():
+        run = runs.finished(ns, name, timeout=300)
+        assert run["status"]["phase"] == "Failed", runs.explain(cluster, ns, name)
+        failure = run["status"]["failure"]
+        seen[name] = failure
+        assert (failure.get("class"), failure.get("retryable")) == (klass, retryable), failure
+        assert failure["advice"], failure
+        pods = run_pods(ns, name)
+        runs.on_real_node(pods, real_node, nodes)
+        term = runs.container(k8s.get(k8s.PODS, ns, failure["pod"]), "trainer")["state"]
+        assert term["terminated"]["exitCode"] == failure["exitCode"], term
+
+    assert seen["segv"]["exitCode"] == 139 and seen["segv"]["signal"] == 11
+    assert "no_such_module_for_torchyard" in seen["missing"]["advice"]
+    assert seen["rdzv"]["class"] == "RendezvousTimeout" and seen["rdzv"]["node"] == 0
+    assert "NVRM: Xid" in seen["xid"]["advice"]
+    # a deterministic error: the same error at the same step twice, then no more retries
+    raised = k8s.get(k8s.TRAININGRUNS, ns, "raises")["status"]
+    assert raised["restarts"] == 1 and raised["failure"]["step"] == 7, raised
+    assert raised["failure"]["advice"].startswith("the same error at the same step"), raised
+    assert raised["lastFailure"]["class"] == "PythonException"
+    # the import error was not retried at all, despite backoffLimit 3
+    assert k8s.get(k8s.TRAININGRUNS, ns, "missing")["status"]["restarts"] == 0

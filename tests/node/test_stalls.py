@@ -1,0 +1,69 @@
+"""Stalls on the REAL node: a rank that sleeps and a rank blocked in a C call
+(``signal.pause``) stop reporting progress; the launcher (its ranks started with
+faulthandler on SIGUSR1: no ptrace, the Pod runs as a non-root user) collects every
+rank's stacks, names the stuck rank with its file:line, and the run fails with class
+Hang. The Pods must have run on the real node; the kubelet's container state and log
+say the same."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cluster.harness import Cluster
+from tests.cluster.realnode import RealNode
+from tests.integration.helpers import run_pods
+from tests.node import test_trainingruns as runs
+from tests.node.test_failures import node_run
+from torchyard import k8s
+
+pytestmark = pytest.mark.node
+
+real_operator = runs.real_operator
+env = runs.env
+
+STALL_SECONDS = 15
+
+
+def script(stuck: str) -> str:
+    return (
+        "import os, signal, time\n"
+        "from torchyard import progress\n"
+        "rank = int(os.environ['RANK'])\n"
+        "for step in range(1, 100000):\n"
+        "    progress.report(step)\n"
+        "    if rank == 1 and step == 3:\n"
+        f"        {stuck}\n"
+        "    time.sleep(0.2)\n"
+    )
+
+
+CASES = {"sleeper": "time.sleep(3600)", "pauser": "while True: signal.pause()"}
+
+
+def test_a_sleeping_and_a_blocked_rank_are_named_with_their_line(
+    cluster: Cluster, env: str, real_node: RealNode
+) -> None:
+    ns = env
+    for name, stuck in CASES.items():
+        body = (
+            node_run(name, ns, real_node, script(stuck))
+            .nodes(1)
+            .procs(2)
+            .with_("spec.policy", {"stallTimeoutSeconds": STALL_SECONDS})
+            .obj()
+        )
+        k8s.create(body)
+    for name in CASES:
+        run = runs.finished(ns, name, timeout=240)
+        assert run["status"]["phase"] == "Failed", runs.explain(cluster, ns, name)
+        failure = run["status"]["failure"]
+        assert (failure["reason"], failure["class"], failure["rank"]) == ("Stalled", "Hang", 1)
+        assert failure["pod"] == f"{name}-0" and failure["step"] == 3, failure
+        assert "stuck at <string>:7 in <module>" in failure["message"], failure
+        assert 'File "<string>", line 7 in <module>' in failure["message"], failure
+        pods = run_pods(ns, name)
+        runs.on_real_node(pods, real_node, 1)
+        term = runs.container(pods[0], "trainer")["state"]["terminated"]
+        assert '"reason": "Stalled"' in term["message"], term
+        text = runs.logs(cluster, ns, f"{name}-0")
+        assert "[torchyard] rank 1 stalled at <string>:7 in <module>" in text, text

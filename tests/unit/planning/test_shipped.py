@@ -1,0 +1,85 @@
+"""The modules shipped to node Pods: one content-addressed ConfigMap per namespace that
+holds a ``torchyard/`` package folder whose modules import from it (and only the standard
+library), as a rank in a Pod does."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torchyard.launcher
+from torchyard.planning import pods, shipped
+
+
+def test_the_config_map_holds_the_package_and_is_named_by_its_content() -> None:
+    files = pods.shipped_files()
+    assert files["launcher.py"] == Path(torchyard.launcher.__file__).read_text()
+    # importing one shipped module pulls in nothing else: __init__.py is a docstring only
+    init = ast.parse(files["__init__.py"])
+    assert [type(node) for node in init.body] == [ast.Expr]
+    cm = pods.launcher_config_map("team")
+    assert cm["immutable"] is True and cm["metadata"]["namespace"] == "team"
+    assert cm["data"] == files
+    assert cm["metadata"]["name"] == shipped.config_map_name(files)
+    assert cm["metadata"]["name"].startswith("torchyard-launcher-")
+    # a changed file is a new name: Pods of the old version keep their own files
+    changed = {**files, "launcher.py": files["launcher.py"] + "\n"}
+    assert shipped.config_map_name(changed) != cm["metadata"]["name"]
+    assert pods.launcher_config_map("other")["metadata"]["name"] == cm["metadata"]["name"]
+
+
+def test_only_top_level_torchyard_modules_can_be_shipped() -> None:
+    for bad in ("../etc/passwd", "planning.pods", "_private"):
+        with pytest.raises(ValueError, match="top-level torchyard module"):
+            shipped.sources((bad,))
+
+
+def test_a_rank_imports_the_shipped_package_through_the_launchers_pythonpath(
+    tmp_path: Path,
+) -> None:
+    # The ConfigMap's files laid out as the kubelet mounts them, run with an interpreter
+    # that has no torchyard installed (-I: isolated, no site-packages of this venv).
+    root = tmp_path / "lib"
+    package = root / "torchyard"
+    package.mkdir(parents=True)
+    for name, text in pods.launcher_config_map("team")["data"].items():
+        (package / name).write_text(text)
+    rank = (
+        "import json, os, torchyard, torchyard.launcher as l; "
+        "print(json.dumps([os.path.dirname(torchyard.__file__), os.environ['PYTHONPATH']]))"
+    )
+    env = {
+        "TORCHYARD_SHIPPED_PATH": str(root),
+        "PYTHONPATH": "/image/own",
+        "TORCHYARD_LOGS": str(tmp_path / "logs"),
+        "TORCHYARD_OUTPUTS": str(tmp_path / "outputs"),
+        "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination-log"),
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            str(package / "launcher.py"),
+            "--",
+            sys.executable,
+            "-S",
+            "-c",
+            rank,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if "[rank 0]" in x)
+    found, pythonpath = json.loads(line.split("] ", 1)[1])
+    assert found == str(package)
+    # first, and the image's own path kept (the launcher's stack hook comes last)
+    assert pythonpath.split(":")[:2] == [str(root), "/image/own"]

@@ -1,0 +1,317 @@
+"""torchyard.checkpoint: the completeness contract, latest(), quarantine, keep, and the
+just-in-time target step, on real folders."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from torchyard import checkpoint
+
+
+def save(root: Path, step: int, world: int, payload: bytes = b"weights") -> Path:
+    """Every rank of a ``world``-rank run writes its shard and its .done for ``step``."""
+    for rank in range(world):
+        folder = Path(checkpoint.save_dir(step, str(root)))
+        (folder / f"shard-{rank}.pt").write_bytes(payload + bytes([rank]))
+        checkpoint.done(step, str(root), rank=rank)
+    return root / f"step-{step}"
+
+
+def complete(root: Path, step: int, world: int = 2, payload: bytes = b"weights") -> Path:
+    path = save(root, step, world, payload)
+    assert checkpoint.finalize(step, world, str(root))
+    return path
+
+
+def rewrite_manifest(path: Path, change: dict[str, object]) -> None:
+    body = json.loads((path / checkpoint.COMPLETE).read_text())
+    body.update(change)
+    (path / checkpoint.COMPLETE).write_text(json.dumps(body))
+
+
+def test_the_module_parses_as_python_3_8_and_imports_only_the_standard_library() -> None:
+    tree = ast.parse(Path(checkpoint.__file__).read_text(), feature_version=(3, 8))
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    }
+    assert imported <= {
+        "__future__",
+        "hashlib",
+        "json",
+        "os",
+        "re",
+        "shutil",
+        "stat",
+        "tempfile",
+        "threading",
+        "time",
+        "typing",
+    }
+
+
+def test_complete_json_lists_every_file_with_size_and_sha256(tmp_path: Path) -> None:
+    path = complete(tmp_path, 10)
+    body = json.loads((path / "COMPLETE.json").read_text())
+    assert body["step"] == 10 and body["worldSize"] == 2
+    names = {f["name"]: f for f in body["files"]}
+    assert set(names) == {"shard-0.pt", "shard-1.pt", "rank-0.done", "rank-1.done"}
+    import hashlib
+
+    assert names["shard-1.pt"]["size"] == len(b"weights\x01")
+    assert names["shard-1.pt"]["sha256"] == hashlib.sha256(b"weights\x01").hexdigest()
+    assert checkpoint.is_complete(str(path))
+
+
+def test_no_complete_json_until_every_rank_is_done(tmp_path: Path) -> None:
+    folder = Path(checkpoint.save_dir(5, str(tmp_path)))
+    (folder / "shard-0.pt").write_bytes(b"x")
+    checkpoint.done(5, str(tmp_path), rank=0)
+    assert not checkpoint.finalize(5, 2, str(tmp_path))
+    assert not (folder / "COMPLETE.json").exists()
+    assert checkpoint.latest(str(tmp_path)) is None
+    (folder / "shard-1.pt").write_bytes(b"y")
+    checkpoint.done(5, str(tmp_path), rank=1)
+    assert checkpoint.finalize(5, 2, str(tmp_path))
+    assert checkpoint.latest(str(tmp_path)) == str(folder)
+
+
+def test_latest_is_the_highest_complete_step_not_the_newest_name_or_mtime(tmp_path: Path) -> None:
+    complete(tmp_path, 9)
+    complete(tmp_path, 100)
+    save(tmp_path, 200, 1)  # a save in progress: one of two ranks done
+    os.utime(tmp_path / "step-9", (4e9, 4e9))  # the most recently touched
+    assert checkpoint.latest(str(tmp_path)) == str(tmp_path / "step-100")
+    assert checkpoint.complete_steps(str(tmp_path)) == [9, 100]
+
+
+def test_a_folder_copied_without_complete_json_or_with_another_step_is_not_complete(
+    tmp_path: Path,
+) -> None:
+    path = complete(tmp_path, 3)
+    os.rename(path, tmp_path / "step-4")  # COMPLETE.json says step 3
+    assert not checkpoint.is_complete(str(tmp_path / "step-4"))
+    assert not checkpoint.is_complete(str(tmp_path / "step-04"))
+    assert checkpoint.step_of("step-04") is None and checkpoint.step_of("step-7") == 7
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate", "flip", "remove", "symlink", "done-missing", "garbage-json", "wrong-type"],
+)
+def test_damaged_checkpoints_are_not_complete(tmp_path: Path, damage: str) -> None:
+    complete(tmp_path, 1)
+    path = complete(tmp_path, 2)
+    shard = path / "shard-0.pt"
+    if damage == "truncate":
+        shard.write_bytes(b"we")
+    elif damage == "flip":
+        shard.write_bytes(b"WEIGHTS\x00")  # same size, other bytes
+    elif damage == "remove":
+        shard.unlink()
+    elif damage == "symlink":
+        outside = tmp_path / "elsewhere"
+        outside.write_bytes(shard.read_bytes())
+        shard.unlink()
+        shard.symlink_to(outside)
+    elif damage == "done-missing":
+        (path / "rank-1.done").unlink()
+    elif damage == "garbage-json":
+        (path / "COMPLETE.json").write_text("{not json")
+    elif damage == "wrong-type":
+        rewrite_manifest(path, {"files": "everything"})
+    assert not checkpoint.is_complete(str(path))
+    assert checkpoint.latest(str(tmp_path)) == str(tmp_path / "step-1")
+
+
+def test_size_checks_without_hashing_still_catch_truncation(tmp_path: Path) -> None:
+    path = complete(tmp_path, 2)
+    (path / "shard-0.pt").write_bytes(b"w")
+    assert not checkpoint.is_complete(str(path), verify=False)
+
+
+@pytest.mark.parametrize("name", ["../outside.pt", "/etc/passwd", "a/../../x", "", "a\\..\\b"])
+def test_file_names_that_leave_the_folder_are_refused(tmp_path: Path, name: str) -> None:
+    path = complete(tmp_path, 2)
+    (tmp_path / "outside.pt").write_bytes(b"")
+    rewrite_manifest(path, {"files": [{"name": name, "size": 0, "sha256": "e3b0"}]})
+    assert not checkpoint.is_complete(str(path))
+
+
+def test_a_symlinked_sub_folder_or_complete_json_is_refused(tmp_path: Path) -> None:
+    path = complete(tmp_path, 2)
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "w.pt").write_bytes(b"abc")
+    (path / "sub").symlink_to(real)
+    import hashlib
+
+    digest = hashlib.sha256(b"abc").hexdigest()
+    rewrite_manifest(path, {"files": [{"name": "sub/w.pt", "size": 3, "sha256": digest}]})
+    assert not checkpoint.is_complete(str(path))
+    other = complete(tmp_path, 3)
+    (tmp_path / "stolen.json").write_text((other / "COMPLETE.json").read_text())
+    (other / "COMPLETE.json").unlink()
+    (other / "COMPLETE.json").symlink_to(tmp_path / "stolen.json")
+    assert not checkpoint.is_complete(str(other))
+    os.symlink(tmp_path / "step-2", tmp_path / "step-9")
+    assert not checkpoint.is_complete(str(tmp_path / "step-9"))
+
+
+def test_a_symlink_in_the_folder_is_neither_hashed_nor_listed(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_bytes(b"secret")
+    folder = Path(checkpoint.save_dir(1, str(tmp_path)))
+    (folder / "link").symlink_to(tmp_path / "secret")
+    checkpoint.done(1, str(tmp_path), rank=0)
+    assert checkpoint.finalize(1, 1, str(tmp_path))
+    body = json.loads((folder / "COMPLETE.json").read_text())
+    assert [f["name"] for f in body["files"]] == ["rank-0.done"]
+
+
+def test_a_pytorch_distributed_checkpoint_metadata_counts_as_complete(tmp_path: Path) -> None:
+    folder = Path(checkpoint.save_dir(7, str(tmp_path)))
+    (folder / "__0_0.distcp").write_bytes(b"tensor")
+    assert checkpoint.latest(str(tmp_path)) is None
+    (folder / ".metadata").write_bytes(b"")  # being written
+    assert checkpoint.latest(str(tmp_path)) is None
+    (folder / ".metadata").write_bytes(b"pickled metadata")
+    assert checkpoint.latest(str(tmp_path)) == str(folder)
+    assert checkpoint.finalize(7, 4, str(tmp_path))  # nothing to add
+    assert not (folder / "COMPLETE.json").exists()
+
+
+def test_quarantine_moves_a_checkpoint_aside_and_latest_falls_back(tmp_path: Path) -> None:
+    complete(tmp_path, 10)
+    complete(tmp_path, 20)
+    moved = checkpoint.quarantine(20, str(tmp_path))
+    assert moved == str(tmp_path / "quarantine-step-20")
+    assert checkpoint.latest(str(tmp_path)) == str(tmp_path / "step-10")
+    complete(tmp_path, 20)
+    assert checkpoint.quarantine(20, str(tmp_path)) == str(tmp_path / "quarantine-step-20-2")
+    assert checkpoint.quarantine(99, str(tmp_path)) is None
+
+
+def test_keep_deletes_all_but_the_newest_complete_and_stale_partial_saves(tmp_path: Path) -> None:
+    for step in (1, 2, 3, 4):
+        complete(tmp_path, step)
+    save(tmp_path, 9, 1)  # in progress, newer than every complete one: kept
+    Path(checkpoint.save_dir(0, str(tmp_path)))  # a save that never finished: older
+    assert checkpoint.keep(2, str(tmp_path)) == [0, 1, 2]
+    assert checkpoint.steps(str(tmp_path)) == [3, 4, 9]
+    assert checkpoint.latest(str(tmp_path)) == str(tmp_path / "step-4")
+    with pytest.raises(ValueError, match="keep must be >= 1"):
+        checkpoint.keep(0, str(tmp_path))
+
+
+def test_without_a_checkpoint_folder_scripts_get_none_and_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(checkpoint.DIR_VARIABLE, raising=False)
+    assert checkpoint.latest() is None
+    assert checkpoint.should_save(5) is False
+    with pytest.raises(checkpoint.CheckpointError, match=r"spec\.checkpoints"):
+        checkpoint.save_dir(1)
+
+
+def test_environment_variables_drive_the_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(checkpoint.DIR_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv(checkpoint.INTERVAL_VARIABLE, "5")
+    monkeypatch.setenv(checkpoint.RESUME_STEP_VARIABLE, "40")
+    assert [s for s in range(1, 16) if checkpoint.should_save(s)] == [5, 10, 15]
+    folder = checkpoint.save_dir(15)
+    Path(folder, "model.pt").write_bytes(b"m")
+    checkpoint.done(15)
+    assert Path(folder, "rank-0.done").is_file()
+    assert checkpoint.finalize(15, 1)
+    assert checkpoint.latest() == folder
+    assert checkpoint.resume_step() == 40
+
+
+def test_just_in_time_target_is_one_after_the_highest_reported_step(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    assert checkpoint.request_save(d) is None  # no rank reported: nothing to ask
+    checkpoint.report(41, d, rank=0)
+    checkpoint.report(42, d, rank=1)
+    assert checkpoint.request_save(d) == 43
+    assert checkpoint.save_target(d) == 43
+    # Every rank turns true at that same step, without talking to the others.
+    for rank in (0, 1):
+        os.environ["RANK"] = str(rank)
+        try:
+            hits = [s for s in range(40, 50) if checkpoint.should_save(s, d)]
+        finally:
+            del os.environ["RANK"]
+        assert hits == [43]
+
+
+def test_the_target_only_moves_forward_and_past_a_rank_that_already_passed_it(
+    tmp_path: Path,
+) -> None:
+    d = str(tmp_path)
+    checkpoint.report(10, d, rank=0)
+    assert checkpoint.request_save(d) == 11
+    checkpoint.report(5, d, rank=1)
+    assert checkpoint.request_save(d) == 11  # a second launcher agrees on the same step
+    checkpoint.report(11, d, rank=0)  # rank 0 reported 11: it may have read no target
+    assert checkpoint.request_save(d) == 12
+    checkpoint.clear_requests(d)
+    assert checkpoint.save_target(d) is None and checkpoint.reported(d) == {}
+
+
+def test_node_0_drops_unfinished_and_damaged_saves_newer_than_the_one_it_resumes(
+    tmp_path: Path,
+) -> None:
+    complete(tmp_path, 10)
+    complete(tmp_path, 20)
+    save(tmp_path, 25, 1)  # only rank 0 of 2 finished before the gang stopped
+    damaged = complete(tmp_path, 30)
+    (damaged / "shard-1.pt").write_bytes(b"XXXXXXXX")  # same size, other bytes
+    node0 = checkpoint.NodeCheckpoints(str(tmp_path), 0, 2)
+    env = node0.start()
+    try:
+        assert env[checkpoint.RESUME_FROM_VARIABLE] == str(tmp_path / "step-20")
+        assert env[checkpoint.RESUME_STEP_VARIABLE] == "20"
+        assert checkpoint.steps(str(tmp_path)) == [10, 20]
+    finally:
+        node0.stop(rank_failed=False)
+    # Another node's launcher only reads: it resumes from the same step, deletes nothing.
+    save(tmp_path, 25, 1)
+    other = checkpoint.NodeCheckpoints(str(tmp_path), 1, 2)
+    assert other.start()[checkpoint.RESUME_STEP_VARIABLE] == "20"
+    other.stop(rank_failed=False)
+    assert checkpoint.steps(str(tmp_path)) == [10, 20, 25]
+
+
+def test_other_nodes_wait_until_node_0_has_prepared_this_attempt(tmp_path: Path) -> None:
+    import threading
+
+    save(tmp_path, 5, 1)  # the previous attempt's unfinished save, which node 0 drops
+    node1 = checkpoint.NodeCheckpoints(str(tmp_path), 1, 2, attempt="uid-1", wait_seconds=60)
+    got: dict[str, str] = {}
+    waiter = threading.Thread(target=lambda: got.update(node1.start()))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive()  # node 0 has not said "uid-1" yet
+    node0 = checkpoint.NodeCheckpoints(str(tmp_path), 0, 2, attempt="uid-1")
+    node0.start()
+    waiter.join(30)
+    assert not waiter.is_alive() and got[checkpoint.DIR_VARIABLE] == str(tmp_path)
+    assert checkpoint.steps(str(tmp_path)) == []
+    node0.stop(rank_failed=False)
+    late = checkpoint.NodeCheckpoints(str(tmp_path), 1, 2, attempt="uid-2", wait_seconds=0.3)
+    with pytest.raises(checkpoint.CheckpointError, match="node 0's launcher did not prepare"):
+        late.start()
