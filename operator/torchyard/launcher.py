@@ -539,6 +539,25 @@ STALL_FLOOR_SECONDS = 300  # the adaptive stall timeout's floor (TORCHYARD_STALL
 STACKS_WAIT_SECONDS = 5.0
 
 
+def prune_empty(folder: str) -> None:
+    """Remove the empty files of ``folder`` (each rank's stack file stays empty unless its
+    stacks were asked for), then the folder if nothing is left: the archived logs keep
+    only stacks that were written."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) == 0:
+                os.unlink(path)
+        except OSError:
+            pass
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)  # only when empty
+
+
 def install_stack_hook(env: dict[str, str], logs: str) -> str:
     """Make every rank write its stacks on SIGUSR1 to ``logs/stacks/`` (``STACK_HOOK``), and
     for GPU runs enable PyTorch's NCCL flight recorder, dumped there on a timeout. Returns
@@ -915,6 +934,8 @@ class Launcher:
             self.checkpoint_info = self.checkpoints.stop(rank_failed=failed is not None)
         self._progress_done()
         code = self._report(failed, node_rank, time.monotonic() - started)
+        if self.stacks:
+            prune_empty(self.stacks)
         if self.env.get("TORCHYARD_REGISTRY_URL"):
             problem = self.archive(node_rank, logs)
             if problem is not None and code == 0:

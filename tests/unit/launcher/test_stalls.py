@@ -52,6 +52,13 @@ def test_a_stalled_rank_is_named_with_its_line_and_every_stack_is_kept(
     assert 'child.py", line' in text
 
 
+def test_a_run_that_never_stalled_archives_no_stack_files(tmp_path: Path) -> None:
+    done = launch(tmp_path, "from torchyard import progress\nprogress.report(1)\n")
+    assert done.returncode == 0, done.stderr
+    # every rank had its (empty) stack file open while it ran; none is left behind
+    assert not (tmp_path / "logs" / "stacks").exists(), os.listdir(tmp_path / "logs")
+
+
 def test_without_a_timed_step_there_is_no_adaptive_timeout() -> None:
     tracker = launcher.ProgressTracker("/nonexistent", clock=lambda: 0.0)
     assert tracker.stalled([0], 1000.0, None, 10) is None  # nothing reported
