@@ -96,8 +96,13 @@ def poll(
                 timeout=READ_TIMEOUT_SECONDS,
             )
             nodes[_node_rank(pod)] = run_progress.summary_of_log(lines)
-        except (k8s.ApiError, k8s.Unreachable):
-            continue  # no log (yet), or the kubelet did not answer: next time
+        except k8s.ApiError:
+            continue  # no log (yet): next time
+        except k8s.Unreachable:
+            # A kubelet that does not answer held this worker READ_TIMEOUT_SECONDS; the
+            # others of a large gang would too, one after another (minutes for hundreds of
+            # nodes): this poll ends here with what it has, and the next one tries again.
+            break
     progress = (
         run_progress.run_progress([nodes.get(i) for i in range(max(nodes) + 1)], now)
         if nodes

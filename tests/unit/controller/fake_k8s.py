@@ -32,6 +32,7 @@ class FakeK8s:
         self.refusals: dict[str, k8s.ApiError] = {}  # kind -> the error its apply raises
         self.logs: dict[str, list[str]] = {}  # Pod name -> its log lines (pod_log_lines)
         self.log_reads: list[str] = []  # the Pods whose log was read, in order
+        self.silent_kubelets: set[str] = set()  # Pods whose log read times out (Unreachable)
         self._lock = threading.Lock()
         self._uids = itertools.count(1)
         for obj in objects:
@@ -178,6 +179,9 @@ class FakeK8s:
         with self._lock:
             self.log_reads.append(pod)
             lines = self.logs.get(pod)
+            silent = pod in self.silent_kubelets
+        if silent:
+            raise k8s.Unreachable(f"the kubelet of {pod} did not answer within {timeout}s")
         if lines is None:
             raise k8s.ApiError(400, "BadRequest", f"container {container} has no log")
         yield from lines[-tail_lines:] if tail_lines else lines

@@ -57,3 +57,16 @@ def test_no_running_pod_no_read_and_a_missing_log_is_no_error() -> None:
     assert fake.log_reads == []
     polled = progress.poll(ctx, "default", "uid-3", [pod("s", 0, phase="Running")], T0)
     assert polled is not None and polled.progress is None and fake.log_reads == ["s-0"]
+
+
+def test_a_kubelet_that_does_not_answer_ends_the_poll_instead_of_holding_it_per_pod() -> None:
+    fake = FakeK8s()
+    fake.logs = {"g-0": [line(5, 5)], **{f"g-{i}": [line(5, 5)] for i in range(2, 64)}}
+    fake.silent_kubelets = {"g-1"}  # each read of it costs the read timeout
+    ctx = Context(k8s=fake)
+    pods = [pod("g", i, phase="Running") for i in range(64)]
+    polled = progress.poll(ctx, "default", "uid-4", pods, T0)
+    # node 0's progress is kept; one timeout paid, not 63
+    assert fake.log_reads == ["g-0", "g-1"]
+    assert polled is not None and polled.progress is not None
+    assert polled.progress["step"] == 5
