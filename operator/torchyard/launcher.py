@@ -1613,6 +1613,8 @@ def prepare(args: Sequence[str], termination_log: str | None = None) -> int:
 # ---------------------------------------------------------------------------------------
 
 MPI_PROTOCOL = b"torchyard-mpi 1"
+# How long mpirun may take to stop every rank after it reported an MPI_Abort.
+MPI_ABORT_GRACE_SECONDS = 20.0
 _MPI_TAG = re.compile(rb"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$", re.DOTALL)
 # OpenMPI 4.1 tags every write of a rank, so one line may carry the tag again inside
 # ('    [1,3]<stderr>:raise ...', 'text[1,3]<stdout>:\n'): those go.
@@ -1836,6 +1838,11 @@ class MpiLauncher(Launcher):
         self.worker: MpiWorker | None = None
         self.rank_tails: dict[int, collections.deque[str]] = {}
         self.output: collections.deque[str] = collections.deque(maxlen=200)
+        # The first rank whose stderr showed a Python traceback: named when mpirun's own
+        # report of the failing rank is lost (OpenMPI 4.1's show_help can drop it with
+        # "ORTE_ERROR_LOG: Data unpack would read past end of buffer" after an MPI_Abort).
+        self.first_traceback: int | None = None
+        self.aborted_at: float | None = None  # when mpirun reported an MPI_Abort
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.stopping is None:
@@ -1949,7 +1956,7 @@ class MpiLauncher(Launcher):
         ]
         for t in pumps:
             t.start()
-        code = self.mpirun.wait()
+        code = self._wait_mpirun(self.mpirun)
         exited_at = time.time()
         for t in pumps:
             t.join(timeout=10)
@@ -1959,6 +1966,34 @@ class MpiLauncher(Launcher):
         if agent:
             self._end_workers(code)
         return self._mpi_report(code, nproc, exited_at, time.monotonic() - started)
+
+    def _wait_mpirun(self, mpirun: subprocess.Popen[bytes]) -> int:
+        """mpirun's exit code. Once it reported an MPI_Abort (the job is to end), it gets
+        MPI_ABORT_GRACE_SECONDS to stop the ranks and exit; OpenMPI 4.1 sometimes stays
+        behind with every rank gone, and is then stopped (its process group)."""
+        while True:
+            try:
+                return mpirun.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+            if (
+                self.aborted_at is not None
+                and time.monotonic() - self.aborted_at > MPI_ABORT_GRACE_SECONDS
+            ):
+                self.say(
+                    f"mpirun still running {MPI_ABORT_GRACE_SECONDS:.0f}s after an MPI_Abort: "
+                    "stopping it"
+                )
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    with contextlib.suppress(OSError):
+                        os.killpg(mpirun.pid, sig)
+                    try:
+                        mpirun.wait(timeout=5)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+                code = mpirun.returncode
+                return code if code is not None and code > 0 else 1
 
     def _pump(
         self, pipe: IO[bytes], log: IO[bytes], files: dict[int, IO[bytes]], logs: str
@@ -1978,9 +2013,13 @@ class MpiLauncher(Launcher):
                     tail = self.rank_tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
                     if match.group(3) == b"stderr":
                         tail.append(text.decode("utf-8", "replace"))
+                        if self.first_traceback is None and text.startswith(b"Traceback ("):
+                            self.first_traceback = rank
                     shown = f"[rank {rank}] ".encode() + text
                 else:
                     self.output.append(line.decode("utf-8", "replace"))
+                    if self.aborted_at is None and b"MPI_ABORT was invoked" in line:
+                        self.aborted_at = time.monotonic()
                     shown = b"[mpirun] " + line
                 sink = self.err if match is None or match.group(3) == b"stderr" else self.out
                 buffer = getattr(sink, "buffer", None)
@@ -2021,6 +2060,8 @@ class MpiLauncher(Launcher):
         elif killed is not None:
             rank, sig = int(killed.group(1)), int(killed.group(2))
             exit_code = 128 + sig
+        elif self.first_traceback is not None:
+            rank = self.first_traceback
         if rank is not None:
             message = traceback_tail(list(self.rank_tails.get(rank, ())))
         else:

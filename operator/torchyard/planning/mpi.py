@@ -31,6 +31,10 @@ KEY_VOLUME = "mpi-key"
 # - leave-session-attached: without it (and with no tree spawn) mpirun starts orted with
 #   --daemonize: it would leave the agent's session, so the worker launcher could neither
 #   see it end nor stop it, and would end (its Pod with it) under a running orted.
+# - orte_base_help_aggregate 0: mpirun's aggregation of help messages races with an
+#   MPI_Abort in 4.1 ("ORTE_ERROR_LOG: Data unpack would read past end of buffer in
+#   show_help.c"): the report naming the aborting rank is lost, and mpirun sometimes hangs
+#   with every rank gone. Each message is printed as it comes instead.
 # - map-by slot: ranks fill node 0's slots, then node 1's, ... so rank r runs on node
 #   r // processCountPerNode (named in status.failure).
 # - bind-to none: a Pod's CPUs are a cgroup quota, not cores of its own to pin to.
@@ -43,6 +47,7 @@ MCA: tuple[tuple[str, str], ...] = (
     ("btl", "tcp,self,vader"),
     ("btl_vader_single_copy_mechanism", "none"),
     ("plm_rsh_no_tree_spawn", "1"),
+    ("orte_base_help_aggregate", "0"),
 )
 
 

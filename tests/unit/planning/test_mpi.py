@@ -44,6 +44,7 @@ def test_mpirun_args_start_the_world_size_by_slot_with_tagged_output() -> None:
         "btl": "tcp,self,vader",
         "btl_vader_single_copy_mechanism": "none",
         "plm_rsh_no_tree_spawn": "1",
+        "orte_base_help_aggregate": "0",
     }
 
 
