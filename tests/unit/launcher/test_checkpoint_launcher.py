@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.unit.launcher.test_launcher import termination
 from torchyard import checkpoint
 from torchyard.planning import pods, shipped
 
@@ -101,11 +102,6 @@ def launch(
             argv, cwd=work, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
     return subprocess.run(argv, cwd=work, env=env, text=True, capture_output=True, timeout=120)
-
-
-def termination(tmp_path: Path) -> dict[str, object]:
-    data: dict[str, object] = json.loads((tmp_path / "termination.json").read_text())
-    return data
 
 
 def finals(tmp_path: Path) -> dict[int, dict[str, object]]:
