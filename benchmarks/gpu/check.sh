@@ -23,5 +23,6 @@ step nccl "${ty[@]}" run "$here/nccl-check.yaml" --name nccl-check --local --sou
 if step cuda-oom "${ty[@]}" run "$here/nccl-check.yaml" --name cuda-oom --local --source "$here" --workdir "$work/runs" 2>&1 | tee "$work/oom.txt"; then
   echo "[gpu-check] cuda-oom: the run should have failed"; status=1
 fi
-grep -q "OutOfMemoryError\|CUDA out of memory" "$work/oom.txt" && echo "[gpu-check] cuda-oom: reported" || { echo "[gpu-check] cuda-oom: no OOM in the report"; status=1; }
+grep -q "OutOfMemoryError\|CUDA out of memory" "$work/oom.txt" && echo "[gpu-check] cuda-oom: traceback reported" || { echo "[gpu-check] cuda-oom: no OOM in the report"; status=1; }
+grep -q "^class: CudaOOM (not retryable)" "$work/oom.txt" && echo "[gpu-check] cuda-oom: classified CudaOOM with advice" || { echo "[gpu-check] cuda-oom: not classified"; status=1; }
 exit $status

@@ -229,6 +229,9 @@ def main() -> None:
 
     started = time.time()
     rank, world, device = setup()
+    if rank == 0:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+        print(f"training on {device} ({name}), world size {world}", flush=True)
     torch.manual_seed(0)  # every rank starts from the same weights
     state = resumed(rank)
     done = int(state["step"]) if state is not None else 0

@@ -237,6 +237,28 @@ def test_the_rank_that_failed_first_is_blamed_not_its_peers_that_died_of_it() ->
     assert failure is not None and failure["rank"] == 0
 
 
+def test_a_local_failure_gets_the_same_class_and_advice_as_in_a_cluster() -> None:
+    """The CUDA out-of-memory traceback a GPU check printed: local mode names the class
+    (status.classes' table, as ``status.failure.class`` does) and its advice."""
+    oom = (
+        "Traceback (most recent call last):\n"
+        '  File "cuda_oom.py", line 7, in <module>\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 34.95 GiB."
+    )
+    node = local.NodeResult(
+        0, 1, 4.3, {"reason": "Error", "rank": 0, "nodeRank": 0, "message": oom}
+    )
+    failure = local.first_failure([node])
+    assert failure is not None
+    assert (failure["failureClass"], failure["retryable"]) == ("CudaOOM", False)
+    text = local.describe_failure(failure)
+    assert text.splitlines()[-1].startswith("class: CudaOOM (not retryable): a rank ran out")
+    assert "matched: torch.OutOfMemoryError: CUDA out of memory" in text
+    # Local mode's own faults (a node it stopped, a finalize error) are not classified.
+    stopped = local.NodeResult(0, 143, 1.0, {"reason": "Terminated", "nodeRank": 0})
+    assert "failureClass" not in (local.first_failure([stopped]) or {})
+
+
 def test_the_package_is_a_face_and_run_local_names_its_options() -> None:
     """``torchyard.local``'s code lives in modules by concern; ``__init__`` re-exports."""
     import ast

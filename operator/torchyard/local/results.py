@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torchyard.registry import Version
 from torchyard.status import steps
-from torchyard.status.failures import failure_message
+from torchyard.status.failures import Failure, classify_failure, failure_message
 
 
 @dataclass
@@ -70,7 +70,13 @@ def first_failure(nodes: Sequence[NodeResult]) -> dict[str, Any] | None:
     if isinstance(info.get("rankNode"), int):  # MPI: the node mpirun ran that rank on
         info["node"] = info.pop("rankNode")
     info.setdefault("exitCode", first.exit_code)
+    if info.get("reason") not in LOCAL_FAULTS:  # the user's code, as for a node Pod
+        classify_failure(cast(Failure, info), first.termination)
     return info
+
+
+# Reasons that are local mode's own doing, not the script's: nothing to classify.
+LOCAL_FAULTS = frozenset({"FinalizeFailed", "Terminated"})
 
 
 def _exited_at(termination: dict[str, Any]) -> float:
@@ -83,8 +89,13 @@ def _exited_at(termination: dict[str, Any]) -> float:
 
 
 def describe_failure(failure: dict[str, Any]) -> str:
-    """'rank 3 (node 1) failed (Error, exit code 1):' followed by the whole traceback."""
-    return failure_message(failure, full=True)
+    """'rank 3 (node 1) failed (Error, exit code 1):' followed by the whole traceback, then
+    the failure's class and advice when a rule of ``status.classes`` knew it."""
+    text = failure_message(failure, full=True)
+    if failure.get("failureClass"):
+        retry = "retryable" if failure.get("retryable") else "not retryable"
+        text += f"\nclass: {failure['failureClass']} ({retry}): {failure.get('advice', '')}"
+    return text
 
 
 __all__ = ["LocalResult", "NodeResult", "describe_failure", "first_failure"]

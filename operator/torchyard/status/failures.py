@@ -160,13 +160,14 @@ def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
     if isinstance(info.get("step"), int):
         failure["step"] = info["step"]
     if not failure["platform"]:
-        _classify(failure, info)
+        classify_failure(failure, info)
     return failure
 
 
-def _classify(failure: Failure, info: Mapping[str, Any]) -> None:
+def classify_failure(failure: Failure, info: Mapping[str, Any]) -> None:
     """Add the failure's class, whether retrying may help and what to do
-    (``classes.classify``), and what the run's ``policy.logRules`` said of it."""
+    (``classes.classify``), and what the run's ``policy.logRules`` said of it. ``info`` is
+    the launcher's termination message. Used for node Pods and for local runs alike."""
     flagged = info.get("evidence")
     lines = [str(e.get("line", "")) for e in flagged if isinstance(e, dict)] if flagged else []
     found = classes.classify(
