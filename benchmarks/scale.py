@@ -6,7 +6,8 @@ and once from a baseline git revision (``git archive REV operator crds``, run wi
 PYTHONPATH pointing at it, after its own CRDs are applied), each on a fresh namespace
 after the other's runs are gone. For each:
   - apply: N runs (one node, one GPU each) applied server-side, and the time until every
-    run has a phase (32 Running, the rest Queued);
+    run has a phase (32 Running, the rest Queued); the apiserver's requests meanwhile
+    (its ``apiserver_request_total``, every client's), per run, by verb and resource;
   - refill: a Running run deleted (a freed GPU), and the time until the next gang's Pod is
     ungated, and until that run's status says Running;
   - status lag: from a Pod's phase becoming Running (KWOK's stages move it) to its run's
@@ -18,14 +19,17 @@ after the other's runs are gone. For each:
 Every figure is printed for both, then the ratios (baseline / this tree).
 
     .venv/bin/python benchmarks/scale.py [--runs 1000] [--baseline 1cce3b7] [--refills 3]
+        [--baseline-timeout 300]   # the baseline's waits: what it misses is said, not awaited
         [--tree DIR]   # measure another operator/ folder as "this tree"
         [--profile DIR]   # the operator under benchmarks/sampler.py: where time goes
+        [--peers]   # and the same queue as TrainJobs and PyTorchJobs (scale_peers.py)
     .venv/bin/python benchmarks/scale.py --smoke   # 50 runs (tests run this)
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import os
 import re
@@ -282,6 +286,41 @@ class Operator:
             self.proc.wait(10)
 
 
+def apiserver_requests() -> collections.Counter[str]:
+    """The apiserver's ``apiserver_request_total`` (its /metrics), summed by verb and
+    resource (``POST pods``, ``PATCH trainingruns/status`` ...): every client's requests."""
+    api = k8s.load()
+    method, url, headers, _, _ = api.param_serialize(
+        method="GET",
+        resource_path="/metrics",
+        header_params={"Accept": "text/plain"},
+        auth_settings=["BearerToken"],
+    )
+    text = api.call_api(method, url, header_params=headers).read().decode()
+    counts: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+        what = labels.get("resource", "") + (
+            "/" + labels["subresource"] if labels.get("subresource") else ""
+        )
+        counts[f"{labels.get('verb', '?')} {what}"] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def print_requests(label: str, n: int, before: collections.Counter[str]) -> float:
+    """The apiserver requests since ``before``, per run, busiest first; their sum per run
+    less the benchmark's own apply of each run."""
+    delta = apiserver_requests()
+    delta.subtract(before)
+    rows = [(k, v) for k, v in delta.most_common() if v > 0 and not k.startswith("WATCH")]
+    print(f"[{label}] apiserver requests per run until all phased (every client):", flush=True)
+    for what, count in rows[:12]:
+        print(f"    {what:36s} {count / n:6.2f}", flush=True)
+    return (sum(v for _, v in rows) - n) / n  # less the benchmark's own apply of each run
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
@@ -312,9 +351,13 @@ def measure(
     op.start()
     figures: dict[str, float | None] = {}
     n, running_wanted = args.runs, min(args.runs, SLOTS)
+    # The baseline's waits are bounded more tightly (it may never get there: said, not
+    # waited for), so that a whole invocation stays within minutes.
+    limit = args.timeout if label == "tree" else min(args.timeout, args.baseline_timeout)
     try:
         print(f"[{label}] applying {n} runs", flush=True)
         cpu_at_start, reconciles_at_start = op.cpu_seconds(), op.reconciles() or 0
+        requests_before = apiserver_requests()
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             list(
@@ -324,16 +367,17 @@ def measure(
                 )
             )
         figures["apply"] = time.monotonic() - started
-        phased = wait("every run has a phase", lambda: world.count() >= n, args.timeout)
+        phased = wait("every run has a phase", lambda: world.count() >= n, limit)
         figures["phased"] = None if phased is None else time.monotonic() - started
         wait(
             f"{running_wanted} Running",
             lambda: world.count("Running") >= running_wanted,
-            args.timeout,
+            limit,
         )
         op.cut()  # profile window 1: applying until all phased
         figures["apply_cpu"] = op.cpu_seconds() - cpu_at_start
         figures["reconciles_per_run"] = ((op.reconciles() or 0) - reconciles_at_start) / n
+        figures["requests_per_run"] = print_requests(label, n, requests_before)
         print(f"[{label}] all phased; idle for {args.idle:.0f}s", flush=True)
         time.sleep(2)
         cpu0, t0 = op.cpu_seconds(), time.monotonic()
@@ -355,10 +399,10 @@ def measure(
                 return fresh[0] if fresh else None
 
             took = wait("next gang ungated", lambda: next_gang() is not None, args.refill_timeout)
-            if took is None:
+            if took is None:  # the next won't come either: no more waiting for refills
                 ungated.append(float("inf"))
                 running.append(float("inf"))
-                continue
+                break
             nxt = next_gang()
             assert nxt is not None
             ungated.append(world.pod_ungated_at[nxt] - freed)
@@ -403,7 +447,7 @@ def measure(
         print(f"[{label}] {so_far}; restarting the operator", flush=True)
         op.stop()
         op.start()
-        figures["restart"] = resync_time(op, world.count(), args.timeout)
+        figures["restart"] = resync_time(op, world.count(), limit)
     finally:
         op.stop()
         world.stop.set()
@@ -472,6 +516,7 @@ ROWS = [
     ("phased", "every run has a phase", "s"),
     ("apply_cpu", "operator CPU until all phased", "s"),
     ("reconciles_per_run", "reconciles per run until then", ""),
+    ("requests_per_run", "apiserver requests per run until then", ""),
     ("refill_ungated", "freed slot -> next gang ungated", "s"),
     ("refill_running", "freed slot -> its status Running", "s"),
     ("lag_p50", "status lag p50", "s"),
@@ -510,8 +555,19 @@ def main() -> int:
     parser.add_argument("--refills", type=int, default=3, help="freed slots to time")
     parser.add_argument("--idle", type=float, default=30.0, help="idle CPU window (s)")
     parser.add_argument("--timeout", type=float, default=900.0, help="limit per wait (s)")
-    parser.add_argument("--refill-timeout", type=float, default=300.0)
+    parser.add_argument("--refill-timeout", type=float, default=60.0)
+    parser.add_argument(
+        "--baseline-timeout",
+        type=float,
+        default=300.0,
+        help="limit per wait of the baseline (s): what it does not reach by then is 'n/a'",
+    )
     parser.add_argument("--smoke", action="store_true", help="50 runs, 1 refill, 5 s idle")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="the same queue as TrainJobs and PyTorchJobs (benchmarks/scale_peers.py)",
+    )
     parser.add_argument(
         "--profile",
         type=Path,
@@ -539,7 +595,13 @@ def main() -> int:
                     "apply", "--server-side", "--force-conflicts", "-f", str(work / "crds")
                 )
                 base = measure("base", base_path, cluster, args, work)
+            if args.peers:
+                from benchmarks import scale_peers
+
+                theirs = scale_peers.measure(cluster, args)
     report(args.runs, args.baseline, mine, base)
+    if args.peers:
+        scale_peers.report(args.runs, mine, theirs)
     return 0
 
 

@@ -10,7 +10,8 @@ changed, or the admission pass admitted its gang) before **events** (other watch
 e.g. a new run, and the delays a reconcile asks for: TTL, deadlines, restarts) before
 **background** (retries with exponential backoff after a passing failure, and resync),
 so that a run's status write never waits behind new runs or a resync of every other
-run. An idle queue sleeps until its next due time or the next event: no timer ticks.
+run; and a few workers serve the status lane only, so it does not wait for a worker
+either. An idle queue sleeps until its next due time or the next event: no timer ticks.
 
 :func:`resync` is a cheap consistency check, not a reconcile of every object: every
 ``TORCHYARD_RESYNC_SECONDS`` (default 600) it lists the TrainingRuns and Environments and
@@ -165,19 +166,20 @@ class WorkQueue:
             self._lanes[lane][key] = None
         return None
 
-    def take_nowait(self) -> Key | None:
-        """The next ready key (the status lane first, each lane in due order), or None."""
+    def take_nowait(self, last_lane: int = BACKGROUND) -> Key | None:
+        """The next ready key (the status lane first, each lane in due order) from the
+        lanes up to ``last_lane``, or None."""
         self._promote(self.clock())
-        for lane in self._lanes:
+        for lane in self._lanes[: last_lane + 1]:
             if lane:
                 key, _ = lane.popitem(last=False)
                 self._active.add(key)
                 return key
         return None
 
-    async def take(self) -> Key:
+    async def take(self, last_lane: int = BACKGROUND) -> Key:
         while True:
-            key = self.take_nowait()
+            key = self.take_nowait(last_lane)
             if key is not None:
                 return key
             wait = self._promote(self.clock())  # None: nothing timed, sleep until an add
@@ -256,10 +258,13 @@ def follow_up(queue: WorkQueue, key: Key, outcome: Followup) -> None:
         queue.add(other)
 
 
-async def worker(queue: WorkQueue, ctx: context.Context) -> None:
+async def worker(queue: WorkQueue, ctx: context.Context, last_lane: int = BACKGROUND) -> None:
+    """Reconcile the keys taken from the lanes up to ``last_lane``: a worker kept for the
+    status lane (``last_lane=STATUS``) is free for a run whose Pods changed however many
+    new runs the others are creating Pods for."""
     loop = asyncio.get_running_loop()
     while True:
-        key = await queue.take()
+        key = await queue.take(last_lane)
         try:
             followup = await loop.run_in_executor(None, reconcile_key, key, ctx)
             follow_up(queue, key, followup)

@@ -5,6 +5,7 @@
 - ``connections``: the configured client, the default namespace, the service proxy
 - ``rest``: get, list, create, server-side apply with one field manager, delete
 - ``errors``: :class:`ApiError`, the apiserver's error answer with its HTTP status
+- ``watches``: a list with its resourceVersion and a watch stream from it (outside Kopf)
 - ``events``, ``logs``, ``reviews``: Events, Pod logs, Token/SubjectAccessReview and
   TokenRequest
 
@@ -21,3 +22,4 @@ from torchyard.k8s.logs import *  # noqa: F403
 from torchyard.k8s.resources import *  # noqa: F403
 from torchyard.k8s.rest import *  # noqa: F403
 from torchyard.k8s.reviews import *  # noqa: F403
+from torchyard.k8s.watches import *  # noqa: F403

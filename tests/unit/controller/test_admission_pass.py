@@ -263,3 +263,21 @@ def test_a_run_created_near_the_head_is_still_decided_by_a_pass() -> None:
     trainingruns.reconcile(body, logging.getLogger("test"), ctx)
     assert status(fake)["queue"] == {"pool": POOL, "position": 4}
     assert any("waiting behind ns/w000" in c["message"] for c in status(fake)["conditions"])
+
+
+def test_a_queued_gang_gets_its_headless_service_only_when_admitted() -> None:
+    # One node of 4 free GPUs: run r (2 x 4 GPUs) waits, its Pods gated, and no Service.
+    fake = world(run(), env(), gpu_node("gpu-0", gpus=4))
+    reconcile(fake)
+    assert status(fake)["phase"] == "Queued"
+    assert fake.pod_names() == ["r-0", "r-1"]
+    assert [o["kind"] for o in fake.applied if o["kind"] == "Service"] == []
+    assert not fake.get_or_none(k8s.SERVICES, NS, "r")
+    # A second node: the next reconcile (after the pass) lifts the gates, Service first.
+    fake.put(gpu_node("gpu-1", gpus=4))
+    fake.reset_writes()
+    reconcile(fake)
+    kinds = [o["kind"] for o in fake.applied]
+    assert kinds.count("Service") == 1 and kinds.index("Service") < kinds.index("Pod")
+    assert fake.get(k8s.SERVICES, NS, "r")["spec"]["clusterIP"] == "None"
+    assert all(not p["spec"].get("schedulingGates") for p in fake.pods())

@@ -220,3 +220,78 @@ def test_a_reconciles_own_status_write_is_the_version_it_saw_and_its_echo_queues
     fake.statuses.clear()
     again = workqueue.reconcile_key(key, ctx)
     assert fake.statuses == [] and again.version == "7"
+
+
+def test_a_worker_kept_for_the_status_lane_takes_only_status_keys() -> None:
+    queue = WorkQueue(clock=Clock())
+    for i in range(100):  # new runs: the other workers' work
+        queue.add(run(f"new-{i}"))
+    queue.add(run("resync"), lane=BACKGROUND)
+    assert queue.take_nowait(STATUS) is None  # nothing for it: new runs are not its work
+    queue.add(run("its-pod-went-running"), lane=STATUS)
+    assert queue.take_nowait(STATUS) == run("its-pod-went-running")
+    assert queue.take_nowait(STATUS) is None
+    assert queue.take_nowait(EVENTS) == run("new-0")
+    assert len(queue) == 100  # 99 new runs and the resync, for the other workers
+
+
+def test_the_status_workers_write_a_status_while_every_other_worker_is_busy() -> None:
+    """A status key is served at once though the 2 general workers are held by slow new
+    runs: the status-only worker takes it."""
+
+    async def main() -> list[workqueue.Key]:
+        queue = WorkQueue()
+        release = asyncio.Event()
+        served: list[workqueue.Key] = []
+
+        async def worker(last_lane: int) -> None:
+            while True:
+                key = await queue.take(last_lane)
+                served.append(key)
+                if key[2].startswith("new"):
+                    await release.wait()  # a slow reconcile of a new run
+                queue.done(key)
+
+        tasks = [asyncio.create_task(worker(BACKGROUND)) for _ in range(2)]
+        tasks.append(asyncio.create_task(worker(STATUS)))
+        for i in range(10):
+            queue.add(run(f"new-{i}"))
+        await asyncio.sleep(0.01)
+        queue.add(run("its-pod-went-running"), lane=STATUS)
+        await asyncio.sleep(0.01)
+        status_served = list(served)
+        release.set()
+        for task in tasks:
+            task.cancel()
+        return status_served
+
+    served = asyncio.run(main())
+    assert run("its-pod-went-running") in served
+    assert sum(1 for k in served if k[2].startswith("new")) == 2  # the general workers' two
+
+
+def test_a_pod_watch_event_queues_its_run_on_the_status_lane_but_not_an_echo() -> None:
+    from torchyard.controller import context, pod_watch
+
+    async def main() -> tuple[list[workqueue.Key], bool]:
+        ctx = context.Context()
+        queue = WorkQueue()
+        wake = asyncio.Event()
+        mine = {
+            "metadata": {
+                "name": "r-0",
+                "namespace": "team-a",
+                "resourceVersion": "5",
+                "labels": {"torchyard.dev/run": "r"},
+            }
+        }
+        ctx.cache.assume(mine)  # this operator wrote it: version 5
+        pod_watch.deliver(ctx, queue, wake, [("MODIFIED", mine)])
+        echoed = queue.take_nowait(STATUS)
+        running = {**mine, "metadata": {**mine["metadata"], "resourceVersion": "6"}}
+        pod_watch.deliver(ctx, queue, wake, [("MODIFIED", running)])
+        return [k for k in (echoed, queue.take_nowait(STATUS)) if k is not None], wake.is_set()
+
+    taken, woke = asyncio.run(main())
+    assert taken == [run("r")]  # the echo queued nothing; the change queued its run
+    assert woke  # and the admission pass was woken

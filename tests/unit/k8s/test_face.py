@@ -21,8 +21,10 @@ FACE = {
     "get_or_none", "list_", "ApiError", "Unreachable",
     # events, logs, reviews
     "events_of", "record_event", "pod_log_lines", "allowed", "request_token", "review_token",
+    # watches
+    "WatchStream", "list_versioned",
 }  # fmt: skip
-MODULES = {"connections", "errors", "events", "logs", "resources", "rest", "reviews"}
+MODULES = {"connections", "errors", "events", "logs", "resources", "rest", "reviews", "watches"}
 
 
 def test_the_face_holds_every_public_name_and_its_modules() -> None:

@@ -1,0 +1,267 @@
+"""Reads a reconcile makes, answered from what the watches delivered: fewer round trips
+per run.
+
+A new run's reconcile used to read the run (GET), its Pods (LIST) and its Environment
+(GET) from the apiserver before it wrote anything; with a queue of thousands those reads
+were a third of the apiserver's work. :class:`WatchedReads` wraps ``torchyard.k8s`` (the
+``context.K8s`` calls) and answers
+
+- ``get`` of a TrainingRun or an Environment from the last copy the operator saw: its
+  Kopf watch event (``handlers`` calls :meth:`WatchedReads.seen`), or the apiserver's
+  answer to this operator's own write or read of it;
+- ``list_`` of a run's Pods (``labelSelector=torchyard.dev/run=<run>`` in a watched
+  namespace) from the Pods the operator's own Pod watch delivered (``pod_watch``, which
+  hands them here on its thread before their run is queued) and this operator's writes,
+  once that watch has listed every namespace (:attr:`WatchedReads.pods_listed`).
+
+Everything else goes to the apiserver. A copy is replaced only by a newer one (by
+``resourceVersion``), so a watch event that was on its way while this operator wrote
+never hides the write's answer; a delete marks the Pod as being deleted at once, and the
+watch's ``DELETED`` removes it. Before a copy is held (an object not seen yet), the read
+goes to the apiserver, and its answer is held. A copy is held as compact JSON text (a
+fifth of the memory of the parsed object: thousands of runs and Pods are held), and each
+read parses its own.
+
+Built by ``handlers`` at start-up as the ``Context``'s ``k8s``; tested in
+tests/unit/controller/test_reads.py and, through the operator, by the integration tests.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from torchyard import k8s
+from torchyard.controller import context
+from torchyard.planning import names
+
+_HELD = {k8s.TRAININGRUNS.plural: k8s.TRAININGRUNS, k8s.ENVIRONMENTS.plural: k8s.ENVIRONMENTS}
+_Key = tuple[str, str, str]  # (plural, namespace, name)
+_TOMBSTONES = 10_000
+_RUN_SELECTOR = f"{names.LABEL_RUN}="
+
+
+def _version(obj: Mapping[str, Any]) -> int | None:
+    text = (obj.get("metadata") or {}).get("resourceVersion")
+    return int(text) if isinstance(text, str) and text.isdigit() else None
+
+
+def _key(plural: str, obj: Mapping[str, Any]) -> _Key:
+    meta = obj.get("metadata") or {}
+    return plural, str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+class _Held(NamedTuple):
+    version: int | None
+    run: str | None  # a Pod's run label
+    text: str  # the object (less its managedFields) as compact JSON
+
+    def parse(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.text)
+        return parsed
+
+
+def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object without its managedFields (nothing a reconcile reads; most of its size)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
+class WatchedReads:
+    """``context.K8s`` over ``inner``, with the reads above answered from held copies."""
+
+    def __init__(self, inner: context.K8s = k8s, namespaces: tuple[str, ...] = ()) -> None:
+        self.inner = inner
+        self.namespaces = frozenset(namespaces)  # empty: every namespace is watched
+        self.pods_listed = threading.Event()  # set by ``handlers`` once pod_watch listed
+        self._lock = threading.Lock()
+        self._objects: dict[_Key, _Held] = {}
+        self._gone: dict[_Key, int | None] = {}  # deleted: the version it was deleted at
+        self._by_run: dict[tuple[str, str], set[str]] = {}  # (namespace, run) -> Pod names
+
+    # -- fed by the watches -------------------------------------------------------------
+
+    def seen(self, res: k8s.Resource, type_: str | None, obj: Mapping[str, Any]) -> None:
+        """A watch event of ``obj`` (a TrainingRun, an Environment or a Pod)."""
+        with self._lock:
+            if type_ == "DELETED":
+                self._remove(res.plural, obj)
+            else:
+                self._put(res.plural, obj)
+
+    def pods_seen(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """A chunk of the Pod watch's events (on its thread)."""
+        with self._lock:
+            for type_, pod in events:
+                if names.LABEL_RUN not in ((pod.get("metadata") or {}).get("labels") or {}):
+                    continue
+                if type_ == "DELETED":
+                    self._remove(k8s.PODS.plural, pod)
+                else:
+                    self._put(k8s.PODS.plural, pod)
+
+    # -- context.K8s --------------------------------------------------------------------
+
+    def get(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        held = self._held(res, namespace, name)
+        if held is not None:
+            return held
+        found = self.inner.get(res, namespace, name)
+        self._answer(res, found)
+        return found
+
+    def get_or_none(
+        self, res: k8s.Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        held = self._held(res, namespace, name)
+        if held is not None:
+            return held
+        found = self.inner.get_or_none(res, namespace, name)
+        if found is not None:
+            self._answer(res, found)
+        return found
+
+    def list_(
+        self,
+        res: k8s.Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        run = self._run_of(res, namespace, label_selector, field_selector)
+        if run is None or namespace is None:
+            return self.inner.list_(
+                res, namespace, label_selector=label_selector, field_selector=field_selector
+            )
+        with self._lock:
+            members = sorted(self._by_run.get((namespace, run), ()))
+            return [self._objects[(k8s.PODS.plural, namespace, n)].parse() for n in members]
+
+    def apply(
+        self, manifest: dict[str, Any], *, field_manager: str = k8s.FIELD_MANAGER, **kw: Any
+    ) -> dict[str, Any]:
+        answer = self.inner.apply(manifest, field_manager=field_manager, **kw)
+        self._answer(k8s.resource_of(manifest), answer)
+        return answer
+
+    def apply_status(
+        self, manifest: dict[str, Any], *, field_manager: str = k8s.FIELD_MANAGER
+    ) -> dict[str, Any]:
+        answer = self.inner.apply_status(manifest, field_manager=field_manager)
+        self._answer(k8s.resource_of(manifest), answer)
+        return answer
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        answer = self.inner.create(manifest)
+        self._answer(k8s.resource_of(manifest), answer)
+        return answer
+
+    def delete(self, res: k8s.Resource, namespace: str | None, name: str, **kw: Any) -> bool:
+        deleted = self.inner.delete(res, namespace, name, **kw)
+        with self._lock:
+            key = (res.plural, namespace or "", name)
+            held = self._objects.get(key)
+            if held is not None and res.plural == k8s.PODS.plural and deleted:
+                # Being deleted (a grace period), as the apiserver holds it now; the
+                # watch's DELETED removes it.
+                obj = held.parse()
+                obj["metadata"].setdefault("deletionTimestamp", _now())
+                self._objects[key] = held._replace(text=_text(obj))
+            elif held is not None:
+                self._remove(res.plural, held.parse())
+        return deleted
+
+    def record_event(
+        self, obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
+    ) -> dict[str, Any] | None:
+        return self.inner.record_event(obj, type_, reason, message, now=now)
+
+    def pod_log_lines(self, namespace: str, pod: str, **kw: Any) -> Iterator[str]:
+        return self.inner.pod_log_lines(namespace, pod, **kw)
+
+    # -- inside -------------------------------------------------------------------------
+
+    def _held(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if res.plural not in _HELD or not self._watches(namespace):
+            return None
+        with self._lock:
+            held = self._objects.get((res.plural, namespace or "", name))
+            return held.parse() if held is not None else None
+
+    def _answer(self, res: k8s.Resource, answer: Mapping[str, Any] | None) -> None:
+        """The apiserver's answer to a write or read: the object as it is now."""
+        if not answer or (res.plural not in _HELD and res.plural != k8s.PODS.plural):
+            return
+        if res.plural == k8s.PODS.plural:
+            labels = (answer.get("metadata") or {}).get("labels") or {}
+            if names.LABEL_RUN not in labels:
+                return
+        if not self._watches((answer.get("metadata") or {}).get("namespace")):
+            return
+        with self._lock:
+            self._put(res.plural, answer)
+
+    def _watches(self, namespace: str | None) -> bool:
+        return bool(namespace) and (not self.namespaces or namespace in self.namespaces)
+
+    def _run_of(
+        self,
+        res: k8s.Resource,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+    ) -> str | None:
+        """The run whose Pods ``list_`` asks for, when the held Pods can answer it."""
+        if res.plural != k8s.PODS.plural or field_selector or not label_selector:
+            return None
+        if not label_selector.startswith(_RUN_SELECTOR) or "," in label_selector:
+            return None
+        if not self.pods_listed.is_set() or not self._watches(namespace):
+            return None
+        return label_selector[len(_RUN_SELECTOR) :] or None
+
+    def _put(self, plural: str, obj: Mapping[str, Any]) -> None:
+        key = _key(plural, obj)
+        new = _version(obj)
+        held = self._objects.get(key)
+        if held is not None:
+            old = held.version
+            if new is None or old is None or new < old:
+                return  # older than what is held (or not comparable: keep the held one)
+        if key in self._gone:
+            gone = self._gone[key]
+            if gone is not None and (new is None or new <= gone):
+                return  # a late event of an object already deleted
+            del self._gone[key]
+        run = None
+        if plural == k8s.PODS.plural:
+            run = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_RUN)
+            if run:
+                self._by_run.setdefault((key[1], run), set()).add(key[2])
+        self._objects[key] = _Held(new, run, _text(_slim(obj)))
+
+    def _remove(self, plural: str, obj: Mapping[str, Any]) -> None:
+        key = _key(plural, obj)
+        if len(self._gone) >= _TOMBSTONES:
+            for old in list(self._gone)[: _TOMBSTONES // 2]:
+                del self._gone[old]
+        held = self._objects.pop(key, None)
+        versions = [v for v in (_version(obj), held.version if held else None) if v is not None]
+        self._gone[key] = max(versions) if versions else None
+        if held is not None and held.run:
+            members = self._by_run.get((key[1], held.run), set())
+            members.discard(key[2])
+            if not members:
+                self._by_run.pop((key[1], held.run), None)
+
+
+def _text(obj: Mapping[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

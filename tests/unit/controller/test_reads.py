@@ -1,0 +1,109 @@
+"""Reads answered from what the watches delivered (operator/torchyard/controller/reads.py):
+a held run or Environment is not fetched again, a run's Pods are not listed once the Pod
+watch listed them, a newer copy is never replaced by an older event, and a delete shows
+at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.controller import world
+from tests.unit.controller.fake_k8s import FakeK8s
+from torchyard import k8s
+from torchyard.controller import reads
+
+
+class Counting(FakeK8s):
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        super().__init__(*objects)
+        self.calls: list[str] = []
+
+    def get(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        self.calls.append(f"GET {res.plural}")
+        return super().get(res, namespace, name)
+
+    def apply_status(self, manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        stored = super().apply_status(manifest)
+        stored["metadata"]["resourceVersion"] = "6"  # a new version, as the apiserver's
+        return stored
+
+    def list_(self, res: k8s.Resource, namespace: str | None = None, **kw: Any) -> Any:
+        self.calls.append(f"LIST {res.plural}")
+        return super().list_(res, namespace, **kw)
+
+
+def versioned(obj: dict[str, Any], version: int, **status: Any) -> dict[str, Any]:
+    out = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
+    if status:
+        out["status"] = status
+    return out
+
+
+def test_a_run_seen_on_the_watch_is_read_without_a_request_and_never_goes_back() -> None:
+    body = world.run()
+    inner = Counting(body)
+    held = reads.WatchedReads(inner)
+    held.seen(k8s.TRAININGRUNS, "ADDED", versioned(body, 5))
+    got = held.get(k8s.TRAININGRUNS, world.NS, "r")
+    assert got["metadata"]["resourceVersion"] == "5" and inner.calls == []
+    got["spec"]["command"] = ["changed by the caller"]  # a copy: what is held stays
+    assert held.get(k8s.TRAININGRUNS, world.NS, "r")["spec"]["command"] != got["spec"]["command"]
+    held.seen(k8s.TRAININGRUNS, "MODIFIED", versioned(body, 9, phase="Queued"))
+    held.seen(k8s.TRAININGRUNS, "MODIFIED", versioned(body, 7, phase="Pending"))  # late
+    assert held.get(k8s.TRAININGRUNS, world.NS, "r")["status"]["phase"] == "Queued"
+    held.seen(k8s.TRAININGRUNS, "DELETED", versioned(body, 10))
+    held.get(k8s.TRAININGRUNS, world.NS, "r")  # not held any more: asked
+    assert inner.calls == ["GET trainingruns"]
+
+
+def test_a_status_write_is_held_as_the_apiserver_answered_it() -> None:
+    body = world.run()
+    inner = Counting(body)
+    held = reads.WatchedReads(inner)
+    held.seen(k8s.TRAININGRUNS, "ADDED", versioned(body, 5))
+    held.apply_status(
+        {
+            "apiVersion": body["apiVersion"],
+            "kind": "TrainingRun",
+            "metadata": {"name": "r", "namespace": world.NS},
+            "status": {"phase": "Queued"},
+        }
+    )
+    assert held.get(k8s.TRAININGRUNS, world.NS, "r")["status"] == {"phase": "Queued"}
+    assert inner.calls == []
+
+
+def test_a_runs_pods_are_listed_from_the_pod_watch_once_it_listed_them() -> None:
+    inner = Counting(world.run())
+    held = reads.WatchedReads(inner)
+    selector = "torchyard.dev/run=r"
+    assert held.list_(k8s.PODS, world.NS, label_selector=selector) == []
+    assert inner.calls == ["LIST pods"]  # the watch has not listed yet: asked
+    held.pods_listed.set()
+    pod0 = versioned(world.node_pod(0, phase="Running", node_name="gpu-0"), 3)
+    other = versioned(world.node_pod(1), 4)
+    other["metadata"]["labels"]["torchyard.dev/run"] = "s"
+    held.pods_seen([("ADDED", pod0), ("ADDED", other)])
+    listed = held.list_(k8s.PODS, world.NS, label_selector=selector)
+    assert [p["metadata"]["name"] for p in listed] == ["r-0"]
+    assert inner.calls == ["LIST pods"]  # answered from what the watch delivered
+    # Any other selector still goes to the apiserver.
+    held.list_(k8s.PODS, world.NS, label_selector=selector, field_selector="spec.nodeName=x")
+    assert inner.calls == ["LIST pods", "LIST pods"]
+
+
+def test_a_deleted_pod_shows_as_being_deleted_at_once_and_goes_with_its_event() -> None:
+    pod0 = versioned(world.node_pod(0, phase="Running", node_name="gpu-0"), 3)
+    inner = Counting(world.run(), pod0)
+    held = reads.WatchedReads(inner)
+    held.pods_listed.set()
+    held.pods_seen([("ADDED", pod0)])
+    held.delete(k8s.PODS, world.NS, "r-0", grace_period_seconds=5)
+    [being] = held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")
+    assert being["metadata"].get("deletionTimestamp")
+    held.pods_seen([("DELETED", versioned(pod0, 6))])
+    held.pods_seen([("MODIFIED", versioned(pod0, 5))])  # a late event: not back
+    assert held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r") == []
+    # A new Pod of that name (a restart's) is newer: held again.
+    held.pods_seen([("ADDED", versioned(pod0, 8))])
+    assert len(held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")) == 1
