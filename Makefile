@@ -99,7 +99,8 @@ test: venv tools lint typecheck layers
 BENCH_ARGS ?=
 bench: venv tools peers
 	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead; do \
-	  echo "[bench] $$b $(BENCH_ARGS)"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) || exit 1; done
+	  extra=$$( [ $$b = scale ] && echo --peers ); \
+	  echo "[bench] $$b $(BENCH_ARGS) $$extra"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) $$extra || exit 1; done
 
 demo: venv
 	@$(VENV)/bin/torchyard run examples/birds/trainingrun.yaml --local

@@ -9,10 +9,17 @@ many as the largest size), for N = 8, 64 and 256 it measures, in the same run:
 in ``--rounds`` interleaved rounds (every size once per round, ceiling and torchyard
 alternately, so drift hits both alike), and prints per size the median of each, the
 median ratio with its spread over the rounds (target <= 1.5 at N = 256, met only when
-every round meets it) and the API write requests (POST/PATCH/PUT/DELETE) the operator made
-per run.
+every round meets it) and the API writes per run: the apiserver's own
+``apiserver_request_total`` (POST/PUT/PATCH/APPLY, by resource; every client's, the
+scheduler's bindings and KWOK's status writes included; deletes, leases and nodes left
+out), read before the create and 1 s after the N-th Pod is Running.
+
+The operator runs as a process of its own (``python -m torchyard.controller``, as
+benchmarks/scale.py starts it), so that it does not share this interpreter (and its GIL)
+with the benchmark's polls; its CPU seconds and RSS are printed after the rounds.
 
     .venv/bin/python benchmarks/fanout.py [--sizes 8,64,256] [--rounds 3]
+        [--profile DIR]   # the operator under benchmarks/sampler.py: where its time goes
     .venv/bin/python benchmarks/fanout.py --smoke   # N = 8, 3 rounds (tests run this)
 """
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -27,13 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path[:0] = [
-    str(Path(__file__).resolve().parents[1]),
-    str(Path(__file__).resolve().parents[1] / "operator"),
-]
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from benchmarks.peers import writes as api_writes  # noqa: E402
+from benchmarks.scale import Operator  # noqa: E402
 from tests.cluster.harness import Cluster, Pool  # noqa: E402
-from tests.conftest import InProcessOperator  # noqa: E402
 
 from torchyard import api, k8s  # noqa: E402
 from torchyard.planning import pods  # noqa: E402
@@ -41,7 +48,6 @@ from torchyard.planning import pods  # noqa: E402
 NS = "fanout"
 POOL = Pool("fan", nodes=256, gpus=0, cpu="8", memory="32Gi")
 TARGET_N, TARGET_RATIO = 256, 1.5
-WRITES = ("POST", "PATCH", "PUT", "DELETE")
 
 
 def run_body(name: str, n: int) -> dict[str, Any]:
@@ -101,19 +107,24 @@ def ceiling(n: int, round_: int) -> float:
     return elapsed
 
 
-def operator_run(n: int, round_: int) -> tuple[float, int]:
+def operator_run(cluster: Cluster, n: int, round_: int) -> tuple[float, int]:
     name = f"fan-{n}-{round_}"
     label = f"torchyard.dev/run={name}"
-    before = sum(k8s.REQUESTS[m] for m in WRITES)
+    before = api_writes(cluster)
     started = time.monotonic()
     k8s.create(run_body(name, n))
     wait(f"{n} operator Pods Running", lambda: running(label, n))
     elapsed = time.monotonic() - started
-    time.sleep(1)  # let the last status patch land before counting
-    writes = sum(k8s.REQUESTS[m] for m in WRITES) - before - 1  # minus our own create
+    time.sleep(1)  # let the last status write land before counting
+    delta = api_writes(cluster) - before
+    writes = sum(v for k, v in delta.items() if "DELETE" not in k)
     k8s.delete(k8s.TRAININGRUNS, NS, name, propagation="Foreground")
     wait("operator Pods gone", lambda: gone(label))
     return elapsed, writes
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg()) + f" ({os.cpu_count()} cores)"
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -125,6 +136,11 @@ def main() -> int:
     parser.add_argument("--sizes", default="8,64,256")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per size")
     parser.add_argument("--smoke", action="store_true", help="N = 8 only, 3 rounds")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="folder for the operator's sampled profile (benchmarks/sampler.py), per round",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.sizes = "8"
@@ -132,9 +148,8 @@ def main() -> int:
     if args.rounds < 1 or not sizes or min(sizes) < 1:
         parser.error("--rounds and every size must be >= 1")
     pool = dataclasses.replace(POOL, nodes=max(sizes))
+    print(f"load average before: {load()}", flush=True)
     with Cluster(pools=(pool,)) as cluster:
-        import os
-
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
         # Reach no registry but the local one (never a public one for "img").
         os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
@@ -148,25 +163,39 @@ def main() -> int:
                 "spec": {"image": "img"},
             }
         )
-        op = InProcessOperator()
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        op = Operator(
+            str(REPO / "operator"),
+            cluster.kubeconfig,
+            (args.profile or cluster.workdir) / "fanout-operator.log",
+            args.profile / "profile" if args.profile else None,
+        )
         op.start()
         results: dict[int, list[tuple[float, float, int]]] = {n: [] for n in sizes}
         try:
             for r in range(args.rounds):
                 for n in sizes:
                     direct = ceiling(n, r)
-                    mine, writes = operator_run(n, r)
+                    op.cut()  # a profile window per torchyard fan-out (--profile)
+                    mine, writes = operator_run(cluster, n, r)
+                    op.cut()
                     results[n].append((mine, direct, writes))
                     print(
                         f"round {r + 1}/{args.rounds}  N={n:4d}  torchyard {mine:6.2f}s  "
                         f"ceiling {direct:6.2f}s  ratio {mine / direct:5.2f}  "
-                        f"operator writes {writes}",
+                        f"API writes {writes}",
                         flush=True,
                     )
+            rss, peak = op.memory_mib()
+            print(
+                f"operator process: CPU {op.cpu_seconds():.1f}s, RSS {rss:.0f} MiB "
+                f"(peak {peak:.0f} MiB)"
+            )
         finally:
             op.stop()
     print(f"\nmedian of {args.rounds} interleaved rounds (spread: lowest-highest)")
-    print("   N  torchyard          ceiling            ratio              writes/run")
+    print("   N  torchyard          ceiling            ratio              API writes/run")
     for n in sizes:
         mine = [m for m, _, _ in results[n]]
         direct = [d for _, d, _ in results[n]]
@@ -178,6 +207,7 @@ def main() -> int:
             f"{statistics.median(ratios):5.2f} ({spread(ratios)})  "
             f"{statistics.median(writes):6.0f}"
         )
+    print(f"load average after: {load()}")
     if TARGET_N in results:
         ratios = [m / d for m, d, _ in results[TARGET_N]]
         met = sum(r <= TARGET_RATIO for r in ratios)

@@ -2,12 +2,12 @@
 
 On one control plane (tests/cluster/harness.py) with KWOK GPU pools (``gpu``: as many
 nodes as the largest size, ``adm``: 4 nodes; 8 ``nvidia.com/gpu`` each, tainted), the
-torchyard operator (in-process, as in fanout.py: it shares this interpreter with the
-benchmark's polls and watch, while the peers are processes of their own) and Kubeflow's
-operators (tests/cluster/peers.py: Trainer v2 over JobSet, Training Operator v1) all run
-at once, and every figure is measured in the same run, in ``--rounds`` interleaved rounds
-(the order of the contenders turns each round, so drift hits all alike), each run one node
-Pod per node (8 GPUs per Pod):
+torchyard operator (a process of its own, ``python -m torchyard.controller``, as
+benchmarks/scale.py starts it; so are the peers) and Kubeflow's operators
+(tests/cluster/peers.py: Trainer v2 over JobSet, Training Operator v1) all run at once,
+and every figure is measured in the same run, in ``--rounds`` interleaved rounds (the
+order of the contenders turns each round, so drift hits all alike), each run one node Pod
+per node (8 GPUs per Pod):
 
   - fan-out: from create to N Pods Running, N in ``--sizes``: a torchyard TrainingRun, a
     TrainJob (runtime ``torch-distributed``'s template), a PyTorchJob (1 Master + N-1
@@ -64,10 +64,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from benchmarks.scale import Operator  # noqa: E402
 from kubernetes import client, watch  # noqa: E402
 from tests.cluster import peers  # noqa: E402
 from tests.cluster.harness import GPU_TAINT, Cluster, Pool  # noqa: E402
-from tests.conftest import InProcessOperator  # noqa: E402
 
 from torchyard import api, k8s  # noqa: E402
 from torchyard.k8s import rest  # noqa: E402  (any resource: the peers' kinds too)
@@ -619,7 +619,7 @@ def main() -> int:
                 "spec": {"image": "img"},
             }
         )
-        op = InProcessOperator()
+        op = Operator(str(REPO / "operator"), cluster.kubeconfig, cluster.workdir / "op.log")
         op.start()
         try:
             for r in range(args.rounds):
@@ -651,6 +651,12 @@ def main() -> int:
                         line.append(f"{c.name} {'never' if d is None else f'{d:6.2f}s'}")
                 if "admission" in parts:
                     print("  ".join(line), flush=True)
+            rss, peak = op.memory_mib()
+            print(
+                f"torchyard operator process: CPU {op.cpu_seconds():.1f}s, "
+                f"RSS {rss:.0f} MiB (peak {peak:.0f} MiB)",
+                flush=True,
+            )
         finally:
             op.stop()
             if running_peers is not None:

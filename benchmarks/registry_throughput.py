@@ -17,8 +17,10 @@ file in the same run, rounds interleaved:
 
 Each figure also says what it costs in CPU (core-seconds per GiB: this process, its
 children and the service), which the machine's load does not change the way it changes
-the wall time. Prints the service's peak memory (VmHWM), which must stay flat in the file
-size.
+the wall time, and what the service alone costs (in a cluster the launcher or the SDK runs
+on another machine, so the registry's machine pays only that) against what the floor
+costs in all. Prints the service's peak memory (VmHWM), which must stay flat in the file
+size, and the load average before and after.
 
     .venv/bin/python benchmarks/registry_throughput.py [--mib 1024] [--repeat 3]
     .venv/bin/python benchmarks/registry_throughput.py --smoke   # 8 MiB, once (tests run this)
@@ -84,6 +86,12 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     theirs = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + theirs
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` alone (the service)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -168,6 +176,7 @@ def main() -> int:
     if args.smoke:
         args.mib, args.repeat = 8, 1
     size = args.mib << 20
+    print(f"load average before:        {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         work = Path(tmp)
         src = work / "model.bin"
@@ -191,14 +200,20 @@ def main() -> int:
             client = RegistryClient(f"http://127.0.0.1:{port}", "x")
             walls: dict[str, list[float]] = {}
             cpus: dict[str, list[float]] = {}
+            service_cpus: dict[str, list[float]] = {}
 
             def timed(key: str, action: Callable[[], object]) -> None:
                 """Wall seconds, and CPU seconds of this process, its children and the
-                service (load-independent: what the path costs, not what it got)."""
+                service (load-independent: what the path costs, not what it got), and of
+                the service alone."""
+                service_before = process_cpu_seconds(proc.pid)
                 before, started = cpu_seconds(proc.pid), time.monotonic()
                 action()
                 walls.setdefault(key, []).append(time.monotonic() - started)
                 cpus.setdefault(key, []).append(cpu_seconds(proc.pid) - before)
+                service_cpus.setdefault(key, []).append(
+                    process_cpu_seconds(proc.pid) - service_before
+                )
 
             out = work / "copy.bin"
             for _ in range(args.repeat):  # interleaved, so drift hits every figure alike
@@ -252,7 +267,18 @@ def main() -> int:
             f"target >= {FLOOR_TARGET}: {verdict(floor_s / median)})   "
             f"ratio to plain copy {copy_s / median:5.2f} (rounds {span(vs_copy)})   {cost(name)}"
         )
+    # In a cluster the launcher (or the SDK) runs on another machine than the service:
+    # what the registry's own machine pays per GiB, against what the floor pays in all.
+    floor_cpu = min(statistics.median(cpus[n]) for n in HASHED_COPIES) / gib
+    for name in ("upload", "download"):
+        service = statistics.median(service_cpus[name]) / gib
+        print(
+            f"{name + ', service alone:':<27} cpu {service:5.2f} core-s/GiB   "
+            f"the floor's cpu / the service's {floor_cpu / service if service else 0:5.2f}   "
+            f"the client's {statistics.median(cpus[name]) / gib - service:5.2f} core-s/GiB"
+        )
     print(f"service peak memory:        {peak:8.1f} MiB (flat in the file size)")
+    print(f"load average after:         {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -26,6 +26,8 @@ BENCHMARKS = [
             r"median of 3 interleaved rounds",
             r"\n   8 +\d+\.\d+s \(\d+\.\d+-\d+\.\d+\) +\d+\.\d+s \(.*\) +\d+\.\d+ \(\d+\.\d+-",
             r"target: ratio <= 1\.5 at N = 256 \(not measured in this run\)",
+            # the operator is a process of its own, not a thread of the benchmark
+            r"operator process: CPU \d+\.\d+s, RSS \d+ MiB \(peak \d+ MiB\)",
         ],
     ),
     (
@@ -68,6 +70,7 @@ BENCHMARKS = [
             r"upload: +\d+\.\d+ MB/s +ratio to floor +\d+\.\d+ .* ratio to plain copy +\d+\.\d+",
             r"download: +\d+\.\d+ MB/s +ratio to floor +\d+\.\d+ .* ratio to plain copy +\d+\.\d+",
             r"service peak memory: +\d+\.\d+ MiB",
+            r"upload, service alone: +cpu +\d+\.\d+ core-s/GiB +the floor's cpu / the service's",
         ],
     ),
     (
@@ -82,6 +85,7 @@ BENCHMARKS = [
             r"gang restart of N = 8.*\n  torchyard +\d+\.\d+s \(.*\)  Pods replaced 8 of 8",
             # gang admission: never two runs holding part of a gang at once
             r"\n  torchyard +drained +\d+\.\d+s .*most runs with a partial gang at once 1\n",
+            r"torchyard operator process: CPU \d+\.\d+s, RSS \d+ MiB \(peak \d+ MiB\)",
         ],
     ),
 ]
@@ -107,3 +111,32 @@ def test_the_benchmark_runs_at_its_smallest_size(script: str, expected: list[str
     for pattern in expected:
         assert re.search(pattern, done.stdout), f"{script}: no {pattern!r} in:\n{done.stdout}"
     print(f"\n[{script} --smoke: {took:.1f}s]\n{done.stdout}")
+
+
+@pytest.mark.peers
+def test_scale_prints_the_peers_columns() -> None:
+    """``scale.py --peers`` at its smallest size: the same queue as TrainJobs and
+    PyTorchJobs on Kubeflow's controllers (built from their Go modules: run with
+    ``--peers``), each controller's figures beside torchyard's."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "scale.py"), "--smoke", "--peers",
+         "--baseline", "none"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    figure = r"(\d+\.\d+%?|never)"
+    for pattern in [
+        r"scale beside the peers: 50 one-GPU jobs, pool a100 \(32 GPUs\)",
+        r"peers: jobset v0\.8\.2, kubeflow-trainer v2\.0\.0, training-operator v1\.8\.1",
+        rf"every job has a status +{figure}s +{figure}s +\d+\.\d+ +{figure}s +\d+\.\d+",
+        rf"freed slot -> next Pod/run Running +{figure}s +{figure}s +\S+ +{figure}s +\S+",
+        rf"idle CPU, queue full \(% of a core\) +{figure} +{figure} +\S+ +{figure} +\S+",
+        r"RSS \(MiB\) +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+",
+    ]:
+        assert re.search(pattern, done.stdout), f"no {pattern!r} in:\n{done.stdout}"
+    print(done.stdout)
