@@ -3,7 +3,8 @@
 Every rank prints its MPI rank and world size as mpirun set them (``mpi-rank {...}``),
 checks that an all-reduce of rank+1 over all ranks gives size*(size+1)/2, then the ranks
 fit y = 3x + 2 together, averaging their gradients with MPI all-reduces; rank 0 writes
-outputs/model.pt and outputs/metrics.json. ``--fail_rank N`` makes rank N raise, to see
+outputs/model.pt and outputs/metrics.json. Every rank reports its step and loss with
+``torchyard.progress`` (status.progress). ``--fail_rank N`` makes rank N raise, to see
 how torchyard names a failing MPI rank. ``--no_torch`` stops after the MPI checks (for a
 Python that has mpi4py but no PyTorch, as the e2e test's Debian python3).
 """
@@ -17,6 +18,11 @@ import sys
 from pathlib import Path
 
 from mpi4py import MPI
+
+try:  # shipped with the launcher into every node Pod: progress into status.progress
+    from torchyard import progress
+except ImportError:  # run by hand, outside torchyard
+    progress = None
 
 
 def say(line: str) -> None:
@@ -37,7 +43,7 @@ def train(comm: MPI.Comm, steps: int, outputs: Path) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     loss = torch.tensor(0.0)
     first = None
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
@@ -48,6 +54,8 @@ def train(comm: MPI.Comm, steps: int, outputs: Path) -> None:
                 flat[i] = comm.allreduce(float(flat[i]), op=MPI.SUM) / size
         optimizer.step()
         first = float(loss) if first is None else first
+        if progress is not None:  # every rank reports; mpirun gathers them on node 0
+            progress.report(step, total=steps, loss=float(loss))
     weight, bias = float(model.weight.reshape(-1)[0]), float(model.bias.reshape(-1)[0])
     every = comm.allgather((round(weight, 6), round(bias, 6)))
     if len(set(every)) != 1:

@@ -12,17 +12,21 @@ Fixtures come from tests/node/test_trainingruns.py (``env``, ``registry``,
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.builders import TrainingRunBuilder
+from tests.builders import TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
-from tests.integration.helpers import run_pods
+from tests.integration.helpers import run_pods, wait_status
 from tests.integration.test_registry_service import Service, trainer_token
 from tests.node.test_trainingruns import (  # noqa: F401 - fixtures
     RESOURCES,
@@ -42,6 +46,7 @@ from torchyard import k8s
 pytestmark = pytest.mark.node
 
 MPI = Path(__file__).resolve().parents[2] / "examples" / "mpi"
+GUIDE_MPI = MPI.parent / "azureml" / "train_with_mpi.py"
 RANK_LINE = re.compile(r"^\[rank (\d)\] mpi-rank (\{.*\})$", re.MULTILINE)
 
 
@@ -124,6 +129,16 @@ def test_an_mpi_run_of_two_nodes_by_two_slots_trains_and_archives_its_model(
     ]
     metrics = json.loads((archived / "outputs" / "metrics.json").read_text())
     assert metrics["world_size"] == 4 and metrics["loss"] < metrics["first_loss"]
+    # every rank's torchyard.progress lines reached node 0's launcher through mpirun, and
+    # from there status.progress (rank 0's metrics), as for PyTorch runs
+    progress = run["status"]["progress"]
+    assert (progress["step"], progress["total"], progress["slowestRankLag"]) == (40, 40, 0)
+    assert progress["metrics"]["loss"] == pytest.approx(metrics["loss"], rel=1e-6), progress
+    ranks = {
+        json.loads(line)["rank"]
+        for line in (archived / "logs" / "node-0" / "metrics.jsonl").read_text().splitlines()
+    }
+    assert ranks == {0, 1, 2, 3}
     assert run["status"]["model"] == {"name": "mpi-linear", "version": 1}
     mv = k8s.get(k8s.MODELVERSIONS, ns, "mpi-linear-v1")
     assert {f["path"] for f in mv["spec"]["files"]} == {"model.pt", "metrics.json"}
@@ -161,3 +176,86 @@ def test_an_mpi_run_whose_rank_3_raises_fails_naming_rank_3_and_its_exception(
         return not live
 
     cluster.wait_for("every node Pod of the failed MPI run to stop", all_stopped, timeout=120)
+
+
+def test_the_guides_mpi_configuration_runs_the_mpi4py_example_through_the_sdk(
+    cluster: Cluster,
+    namespace: str,
+    real_operator: RealNode,  # noqa: F811
+    operator: InProcessOperator,
+    registry: tuple[Service, str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """examples/azureml/train_with_mpi.py, the guide's MPI code with only its imports
+    changed, run by a user (a process with a kubeconfig): the curated Environment by its
+    Azure name, ``MpiConfiguration(process_count_per_node=2, node_count=2)``,
+    ``ScriptRunConfig(source_directory="./src", script="train.py", ...,
+    distributed_job_config=distr_config)``, submit and wait_for_completion(show_output=True).
+    ./src is examples/mpi; the curated Environment is the test image with OpenMPI."""
+    ns, node = namespace, real_operator
+    _, url, ref = registry
+    token_file = tmp_path / "operator-token"
+    token_file.write_text(trainer_token(ns))
+    curated = "azureml-pytorch-1-6-gpu"  # Environment.get(name="AzureML-PyTorch-1.6-GPU")
+    k8s.create(environment(curated, ns, image=node.images["pytorch"].ref))
+    wait_status(k8s.ENVIRONMENTS, ns, curated, lambda s: s.get("phase") == "Ready")
+    root = tmp_path / "project"
+    shutil.copytree(MPI, root / "src")
+    shutil.copy(GUIDE_MPI, root / "train_with_mpi.py")
+    (root / ".torchyard").mkdir()
+    (root / ".torchyard" / "config.json").write_text(
+        json.dumps(
+            {
+                "namespace": ns,
+                "computeTargets": {"gpu-cluster": node.pool},
+                "serviceAccount": "trainer",
+                "registryService": ref,
+            }
+        )
+    )
+    user_env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_REGISTRY")}
+    with operator_with(
+        operator, TORCHYARD_REGISTRY_URL=url, TORCHYARD_REGISTRY_TOKEN_FILE=str(token_file)
+    ):
+        started = time.monotonic()
+        user = subprocess.run(
+            [sys.executable, "train_with_mpi.py"],
+            cwd=root,
+            env={**user_env, "KUBECONFIG": str(cluster.kubeconfig)},
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
+        elapsed = time.monotonic() - started
+    out = user.stdout + user.stderr
+    listed = k8s.list_(k8s.TRAININGRUNS, ns)
+    assert len(listed) == 1, out
+    name = listed[0]["metadata"]["name"]
+    print(f"\n[node] the guide's MpiConfiguration through the SDK: exit {user.returncode} "
+          f"in {elapsed:.1f}s")  # fmt: skip
+    assert user.returncode == 0, out + explain(cluster, ns, name)
+    run = k8s.get(k8s.TRAININGRUNS, ns, name)
+    assert run["status"]["phase"] == "Succeeded"
+    assert run["spec"]["environment"] == curated
+    assert run["spec"]["command"] == ["python3", "train.py"]
+    dist = run["spec"]["distribution"]
+    assert (dist["type"], dist["nodeCount"], dist["processCountPerNode"]) == ("mpi", 2, 2)
+    pods = run_pods(ns, name)
+    on_real_node(pods, node, 2)
+    for pod in pods:
+        assert pod["spec"]["containers"][0]["image"] == node.images["pytorch"].ref
+        assert container(pod, "trainer")["state"]["terminated"]["exitCode"] == 0
+    # mpirun on node 0 ran the four ranks over both Pods: each its MPI rank of 4
+    text = logs(cluster, ns, f"{name}-0")
+    seen = {int(label): json.loads(body) for label, body in RANK_LINE.findall(text)}
+    assert sorted(seen) == [0, 1, 2, 3], text[-4000:]
+    for rank, info in seen.items():
+        assert (info["rank"], info["size"], info["NODE_RANK"]) == (rank, 4, str(rank // 2))
+        assert f"[rank {rank}] allreduce rank {rank} of 4: 10" in text
+    trained = re.findall(r"^\[rank \d\] trained rank \d weight (\S+) bias (\S+)", text, re.M)
+    assert len(trained) == 4 and len(set(trained)) == 1, trained
+    assert "mpirun: all ranks succeeded" in text
+    assert "node 1: mpirun ended (exit code 0)" in logs(cluster, ns, f"{name}-1")
+    # show_output=True printed every rank's lines to the user
+    for rank in range(4):
+        assert f"allreduce rank {rank} of 4: 10" in out, out[-4000:]

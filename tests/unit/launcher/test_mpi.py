@@ -167,12 +167,17 @@ def test_when_the_agent_goes_away_its_command_is_killed(tmp_path: Path) -> None:
 
 FAKE_MPIRUN = r'''#!{python}
 """Prints what OpenMPI 4.1's mpirun prints; calls the rsh agent like mpirun does."""
-import subprocess, sys
+import os, subprocess, sys
 args = sys.argv[1:]
 agent = args[args.index("plm_rsh_agent") + 1].split() if "plm_rsh_agent" in args else None
 with open("{record}", "w") as f:
     f.write(repr(args))
+with open("{record}.env", "w") as f:  # what the ranks on node 0 would inherit
+    f.write(repr({{k: v for k, v in os.environ.items() if k.startswith("TORCHYARD_RESUME")}}))
 print("[1,0]<stdout>:hello from rank 0", flush=True)
+if "{progress}" == "yes":  # torchyard.progress.report() in ranks 0 and 3
+    print('[1,0]<stdout>:@@torchyard {{"step": 4, "total": 10, "loss": 0.5}}', flush=True)
+    print('[1,3]<stdout>:@@torchyard {{"step": 2, "total": 10, "loss": 0.9}}', flush=True)
 print("[1,1]<stdout>:hello from rank 1[1,1]<stdout>:", flush=True)
 if agent:
     code = subprocess.call(agent + ["127.0.0.1", "echo '[1,2]<stdout>:'rank 2 on node $NODE_RANK"])
@@ -209,7 +214,7 @@ if "{fail}" != "no":
 '''
 
 
-def fake_mpirun(tmp_path: Path, fail: bool | str) -> Path:
+def fake_mpirun(tmp_path: Path, fail: bool | str, progress: bool = False) -> Path:
     folder = tmp_path / "bin"
     folder.mkdir()
     script = folder / "mpirun"
@@ -218,14 +223,18 @@ def fake_mpirun(tmp_path: Path, fail: bool | str) -> Path:
             python=sys.executable,
             record=tmp_path / "argv",
             fail=fail if isinstance(fail, str) else ("yes" if fail else "no"),
+            progress="yes" if progress else "no",
         )
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return folder
 
 
-def node0(tmp_path: Path, port: int, folder: Path) -> subprocess.CompletedProcess[str]:
+def node0(
+    tmp_path: Path, port: int, folder: Path, **extra: str
+) -> subprocess.CompletedProcess[str]:
     env = base_env(tmp_path, 0, port, TORCHYARD_MPIRUN_ARGS='["-np", "4", "--tag-output"]')
+    env.update(extra)
     env["PATH"] = f"{folder}:{env['PATH']}"
     return subprocess.run(
         [sys.executable, str(LAUNCHER), "--", "python3", "train.py"],
@@ -306,3 +315,84 @@ def test_a_worker_stopped_by_sigterm_ends_its_command(tmp_path: Path) -> None:
     worker.communicate(timeout=60)
     assert worker.returncode == 128 + signal.SIGTERM
     assert termination(tmp_path, 1)["reason"] == "Terminated"
+
+
+def test_node_0_publishes_the_progress_every_mpi_rank_reports(tmp_path: Path) -> None:
+    """``@@torchyard`` lines of any rank (mpirun gathers them on node 0) become the node's
+    ``[torchyard] progress`` line and its termination message's summary, as for PyTorch
+    runs; the last metric values (rank 0's win) go to outputs/metrics.json."""
+    port = free_port()
+    worker = start_worker(tmp_path, port)
+    folder = fake_mpirun(tmp_path, fail=False, progress=True)
+    done = node0(tmp_path, port, folder, TORCHYARD_PROGRESS_INTERVAL="1")
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(launcher.PROGRESS_LINE)]
+    assert lines, done.stderr
+    summary = json.loads(lines[-1][len(launcher.PROGRESS_LINE) :])
+    assert (summary["step"], summary["minStep"], summary["total"]) == (4, 2, 10), summary
+    assert summary["metrics"] == {"loss": 0.5}
+    assert termination(tmp_path, 0)["progress"] == summary
+    node = tmp_path / "node-0"
+    records = [json.loads(ln) for ln in (node / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["rank"], r["step"]) for r in records] == [(0, 4), (3, 2)]
+    assert json.loads((node / "outputs" / "metrics.json").read_text())["loss"] == 0.5
+    assert '@@torchyard {"step": 4' in (node / "logs" / "rank-0.txt").read_text()
+    worker.communicate(timeout=60)
+
+
+def test_a_failing_mpi_rank_is_reported_with_its_last_step(tmp_path: Path) -> None:
+    port = free_port()
+    worker = start_worker(tmp_path, port)
+    done = node0(tmp_path, port, fake_mpirun(tmp_path, fail=True, progress=True))
+    assert done.returncode == 1, done.stderr
+    info = termination(tmp_path, 0)
+    assert (info["rank"], info["step"]) == (3, 2)  # the step rank 3 reported last
+    assert isinstance(info["progress"], dict) and info["progress"]["step"] == 4
+    worker.communicate(timeout=60)
+
+
+def test_node_0_completes_mpi_ranks_checkpoints_and_resumes_them_from_the_newest(
+    tmp_path: Path,
+) -> None:
+    """With TORCHYARD_CHECKPOINT_DIR, node 0's MPI launcher keeps the checkpoint contract
+    of PyTorch runs: it writes COMPLETE.json where all 4 ranks said done, and mpirun's
+    ranks get TORCHYARD_RESUME_FROM/STEP of the newest complete checkpoint."""
+    folder = tmp_path / "checkpoints"
+    step = folder / "step-5"
+    step.mkdir(parents=True)
+    for rank in range(4):
+        (step / f"rank-{rank}.pt").write_bytes(b"weights %d" % rank)
+        (step / f"rank-{rank}.done").write_text("")
+    port = free_port()
+    worker = start_worker(tmp_path, port)
+    done = node0(
+        tmp_path, port, fake_mpirun(tmp_path, fail=False), TORCHYARD_CHECKPOINT_DIR=str(folder)
+    )
+    assert done.returncode == 0, done.stderr
+    complete = json.loads((step / "COMPLETE.json").read_text())
+    assert (complete["step"], complete["worldSize"]) == (5, 4)
+    assert {f"rank-{r}.pt" for r in range(4)} <= {f["name"] for f in complete["files"]}
+    seen = eval((tmp_path / "argv.env").read_text())
+    assert seen == {"TORCHYARD_RESUME_FROM": str(step), "TORCHYARD_RESUME_STEP": "5"}
+    info = termination(tmp_path, 0)
+    assert (info["resumedFrom"], info["checkpointStep"]) == (5, 5)
+    worker.communicate(timeout=60)
+
+
+def test_checkpoint_done_under_mpirun_is_the_mpi_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An mpirun rank has OMPI_COMM_WORLD_RANK and no RANK: its ``done`` is its own."""
+    from torchyard import checkpoint
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    path = checkpoint.save_dir(7, str(tmp_path))
+    (Path(path) / "rank-3.pt").write_bytes(b"x")
+    checkpoint.done(7, str(tmp_path))
+    checkpoint.report(7, str(tmp_path))
+    assert sorted(p.name for p in Path(path).iterdir()) == ["rank-3.done", "rank-3.pt"]
+    assert checkpoint.reported(str(tmp_path)) == {3: 7}
+    monkeypatch.setenv("RANK", "1")  # torchyard's RANK, where there is one, wins
+    checkpoint.done(7, str(tmp_path))
+    assert (Path(path) / "rank-1.done").is_file()

@@ -354,3 +354,24 @@ def test_the_guides_mpi_configuration_submits_an_mpi_run(
         "processCountPerNode": 2,
     }
     assert body["spec"]["command"] == ["python", "train.py"]
+
+
+def test_environment_get_finds_a_curated_environment_by_its_azure_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guide's ``Environment.get(workspace=ws, name="AzureML-PyTorch-1.6-GPU")`` looks
+    up the resource that name becomes (as ``register`` names it)."""
+    asked: list[str] = []
+    body = {"metadata": {"name": "azureml-pytorch-1-6-gpu"}, "spec": {"image": "r/pt:1"}}
+
+    def get_or_none(kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        asked.append(name)
+        return body if name == "azureml-pytorch-1-6-gpu" else None
+
+    monkeypatch.setattr(k8s, "get_or_none", get_or_none)
+    env = Environment.get(workspace=ws(), name="AzureML-PyTorch-1.6-GPU")
+    assert (env.name, env.image) == ("azureml-pytorch-1-6-gpu", "r/pt:1")
+    assert asked == ["azureml-pytorch-1-6-gpu"]
+    monkeypatch.setattr(Workspace, "environments", property(lambda self: {}))
+    with pytest.raises(TorchyardSdkError, match=r"no Environment 'AzureML-PyTorch-2' \(resource"):
+        Environment.get(workspace=ws(), name="AzureML-PyTorch-2")

@@ -69,11 +69,13 @@ class Environment:
                 "is one resource whose image is rebuilt when its spec changes; leave version "
                 "out, or register the old recipe under another name"
             )
-        body = k8s.get_or_none(k8s.ENVIRONMENTS, workspace.namespace, name)
+        # An Azure name ('AzureML-PyTorch-1.6-GPU') is the resource register() would make.
+        body = k8s.get_or_none(k8s.ENVIRONMENTS, workspace.namespace, dns_name(name))
         if body is None:
             known = ", ".join(sorted(workspace.environments)) or "none"
             raise TorchyardSdkError(
-                f"no Environment {name!r} in namespace {workspace.namespace} (there: {known}); "
+                f"no Environment {name!r} (resource {dns_name(name)}) in namespace "
+                f"{workspace.namespace} (there: {known}); "
                 "curated Environments come with the Helm chart (values: environments)"
             )
         return cls._from_resource(body)
