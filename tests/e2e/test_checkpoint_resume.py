@@ -5,6 +5,10 @@ exactly the weights of a run that was never stopped."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +16,7 @@ import torch
 import yaml
 
 from tests.e2e.conftest import EXAMPLES, Local
+from torchyard import checkpoint
 
 
 def ddp_run(local: Local, name: str, steps: int, checkpoints: dict[str, Any] | None) -> Path:
@@ -90,3 +95,48 @@ def test_birds_resumes_after_its_last_epoch_and_matches_the_uninterrupted_run(
         for name in ("birds-resumed", "birds-straight")
     ]
     assert checksums[0] and checksums[0] == checksums[1]
+
+
+def test_ctrl_c_saves_the_ddp_run_just_in_time_and_the_next_execution_resumes_there(
+    local: Local,
+) -> None:
+    """``torchyard run --local`` of the ddp example (2 nodes x 2 ranks, real PyTorch),
+    interrupted by Ctrl-C (SIGINT): every rank saves at one step after the highest reported,
+    and running the same spec again resumes every rank there and ends with exactly the
+    weights of a run that was never stopped."""
+    source = ("--source", str(EXAMPLES / "ddp"))
+    spec = {"size": "1Gi", "interval": 1_000_000}  # only the just-in-time save
+    path = ddp_run(local, "interrupted", 1_000_000, spec)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchyard", "run", str(path), "--local", "--registry",
+         str(local.registry), "--workdir", str(local.workdir), *source],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=local.tmp,
+    )  # fmt: skip
+    folder = local.workdir / "checkpoints" / "default" / "interrupted"
+    deadline = time.monotonic() + 300
+    while True:
+        reported = checkpoint.reported(str(folder)) if folder.is_dir() else {}
+        if len(reported) == 4 and min(reported.values()) >= 20:
+            break
+        assert time.monotonic() < deadline and proc.poll() is None, "no step reported"
+        time.sleep(0.05)
+    at_interrupt = max(checkpoint.reported(str(folder)).values())
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    assert "every rank saves a checkpoint at step" in stderr, stderr[-3000:]
+    saved = checkpoint.complete_steps(str(folder))
+    assert len(saved) == 1 and saved[0] > at_interrupt, (saved, at_interrupt, stderr[-3000:])
+    step = saved[0]
+
+    time.sleep(1.1)  # the next execution's folder gets another timestamp
+    again = local.run(ddp_run(local, "interrupted", step + 10, spec), *source)
+    assert again.returncode == 0, again.stderr[-3000:]
+    logs = local.archived_logs("interrupted")
+    assert all(f"rank {r} resumed from step {step}" in logs[r] for r in range(4)), logs
+    straight = local.run(ddp_run(local, "never-stopped", step + 10, None), *source)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    resumed, reference = model(local, "interrupted"), model(local, "never-stopped")
+    assert resumed.keys() == reference.keys()
+    for key in reference:
+        assert torch.allclose(resumed[key], reference[key], atol=1e-6), key
