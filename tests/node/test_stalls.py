@@ -67,3 +67,80 @@ def test_a_sleeping_and_a_blocked_rank_are_named_with_their_line(
         assert '"reason": "Stalled"' in term["message"], term
         text = runs.logs(cluster, ns, f"{name}-0")
         assert "[torchyard] rank 1 stalled at <string>:7 in <module>" in text, text
+
+
+SKIPS = (
+    "import os, time\n"
+    "from datetime import timedelta\n"
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    "from torchyard import progress\n"
+    "dist.init_process_group('gloo', timeout=timedelta(seconds=600))\n"
+    "rank = dist.get_rank()\n"
+    "t = torch.ones(4)\n"
+    "for step in range(1, 9):\n"
+    "    if not (rank == 1 and step == 3):  # rank 1 skips one all_reduce\n"
+    "        dist.all_reduce(t)\n"
+    "    progress.report(step, total=8)\n"
+    "    time.sleep(0.3)\n"
+    "dist.barrier()\n"
+)
+SLEEPS = (
+    "import os, time\n"
+    "from datetime import timedelta\n"
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    "from torchyard import progress\n"
+    "dist.init_process_group('gloo', timeout=timedelta(seconds=600))\n"
+    "rank = dist.get_rank()\n"
+    "t = torch.ones(4)\n"
+    "for step in range(1, 9):\n"
+    "    if rank == 1 and step == 3:\n"
+    "        time.sleep(3600)\n"
+    "    dist.all_reduce(t)\n"
+    "    progress.report(step, total=8)\n"
+    "    time.sleep(0.3)\n"
+)
+
+
+def test_a_rank_that_skips_an_all_reduce_and_one_under_torchrun_are_named(
+    cluster: Cluster, env: str, real_node: RealNode
+) -> None:
+    ns = env
+    stall = {"stallTimeoutSeconds": STALL_SECONDS}
+    resources = {**runs.RESOURCES, "memory": "2Gi"}  # three processes that import torch
+    k8s.create(
+        node_run("skipper", ns, real_node, SKIPS)
+        .procs(3)
+        .with_("spec.resources", resources)
+        .with_("spec.policy", stall)
+        .obj()
+    )
+    torchrun = ["python", "-m", "torch.distributed.run", "--no_python", "python", "-c", SLEEPS]
+    k8s.create(
+        node_run("torchrunner", ns, real_node, SLEEPS)
+        .procs(2)
+        .command(*torchrun)
+        .with_("spec.distribution.launch", "node")
+        .with_("spec.resources", resources)
+        .with_("spec.policy", stall)
+        .obj()
+    )
+    expected = {
+        # the skipper waits in the barrier after its loop; the others in their all_reduce
+        "skipper": "stuck at <string>:14 in <module> (in torch.distributed barrier)",
+        # torchrun's rank 1 sleeps; the launcher found and signalled torchrun's ranks
+        "torchrunner": "stuck at <string>:11 in <module>",
+    }
+    for name, where in expected.items():
+        run = runs.finished(ns, name, timeout=300)
+        assert run["status"]["phase"] == "Failed", runs.explain(cluster, ns, name)
+        failure = run["status"]["failure"]
+        assert (failure["reason"], failure["class"], failure["rank"]) == ("Stalled", "Hang", 1)
+        assert where in failure["message"], failure
+        pods = run_pods(ns, name)
+        runs.on_real_node(pods, real_node, 1)
+        term = runs.container(pods[0], "trainer")["state"]["terminated"]
+        assert '"reason": "Stalled"' in term["message"], term
+        text = runs.logs(cluster, ns, f"{name}-0")
+        assert "[torchyard] rank 1 stalled at <string>:" in text, text

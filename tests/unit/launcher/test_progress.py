@@ -153,3 +153,33 @@ def test_a_failing_rank_reports_its_last_step(tmp_path: Path) -> None:
     assert done.returncode == 4
     info = termination(tmp_path)
     assert info["rank"] == 1 and info["step"] == 3
+
+
+def test_a_phase_goes_into_the_line_and_a_wrong_one_is_refused() -> None:
+    assert progress.line(7, phase="saving") == '@@torchyard {"step": 7, "phase": "saving"}'
+    with pytest.raises(ValueError, match="phase must be one of initializing, initialising"):
+        progress.line(7, phase="lunch")
+
+
+def test_phase_reports_the_last_step(capsys: pytest.CaptureFixture[str]) -> None:
+    progress.report(12)
+    progress.phase("evaluating")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == '@@torchyard {"step": 12, "phase": "evaluating"}'
+
+
+def test_under_launch_node_a_rank_says_who_it_is_and_the_tracker_keys_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCHYARD_LAUNCH", "node")
+    monkeypatch.setenv("RANK", "5")
+    progress.report(3, total=10)
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line == '@@torchyard {"step": 3, "total": 10, "rank": 5}'
+    tracker = launcher.ProgressTracker(str(tmp_path), clock=lambda: 1.0)
+    record = launcher.parse_progress(line.encode())
+    assert record is not None
+    tracker.record(None, record)  # torchrun's output: one stream for all its ranks
+    assert tracker.reported_ranks() == [5] and tracker.step_of(5) == 3
+    assert "rank" not in tracker.metrics()
+    tracker.close()

@@ -91,3 +91,101 @@ def test_the_top_of_a_faulthandler_dump_is_the_interrupted_threads_innermost_fra
     )
     assert launcher.stack_top(dump) == ("/workspace/train.py", 88, "train_step")
     assert launcher.stack_top("nothing") is None
+
+
+def tracked(tmp_path: Path) -> tuple[launcher.ProgressTracker, list[float]]:
+    """Ranks 0 and 1 that made steps 0..3, one a second (a timed step: adaptive works)."""
+    now = [0.0]
+    tracker = launcher.ProgressTracker(str(tmp_path), clock=lambda: now[0])
+    for step in range(4):
+        now[0] = float(step)
+        tracker.record(0, {"step": step})
+        tracker.record(1, {"step": step})
+    return tracker, now
+
+
+def test_a_rank_that_says_it_saves_gets_the_saving_budget_from_when_it_said_so(
+    tmp_path: Path,
+) -> None:
+    tracker, now = tracked(tmp_path)
+    now[0] = 10.0
+    tracker.record(1, {"step": 3, "phase": "saving"})
+    assert tracker.phase_of(1) == "saving" and tracker.phase_of(0) is None
+    budgets = {"saving": 30.0}
+    # The stall timeout (5 s) alone would name rank 1 at 3 + 5 s; its budget counts from 10 s,
+    # and its node's rank 0 (which waits for it) gets that budget too.
+    assert tracker.stalled([0, 1], 39.0, 5.0, 300, budgets) is None
+    assert tracker.stalled([0, 1], 41.0, 5.0, 300, budgets) == (1, 31.0, 3, 30.0)
+    # The default budgets without policy.stallBudgets.
+    assert tracker.stalled([0, 1], 10.0 + 1799, 5.0, 300) is None
+    assert tracker.stalled([0, 1], 10.0 + 1801, 5.0, 300) == (1, 1801.0, 3, 1800.0)
+
+
+def test_a_higher_step_or_training_ends_the_phase(tmp_path: Path) -> None:
+    tracker, now = tracked(tmp_path)
+    now[0] = 10.0
+    tracker.record(0, {"step": 3, "phase": "evaluating"})
+    tracker.record(1, {"step": 3, "phase": "initialising"})  # either spelling
+    assert (tracker.phase_of(0), tracker.phase_of(1)) == ("evaluating", "initializing")
+    now[0] = 11.0
+    tracker.record(0, {"step": 4})
+    tracker.record(1, {"step": 3, "phase": "training"})
+    assert (tracker.phase_of(0), tracker.phase_of(1)) == (None, None)
+    # Saying "training" restarts its step clock; the step that ended a phase is no step
+    # of the adaptive timeout (it holds the evaluation).
+    assert tracker.stalled([0, 1], 11.0 + 6, 5.0, 300) == (1, 6.0, 3, 5.0)
+    assert tracker.slowest_step == 1.0
+    assert "phase" not in tracker.metrics()  # a phase is no metric
+
+
+def test_the_same_phase_said_again_keeps_its_start(tmp_path: Path) -> None:
+    tracker, now = tracked(tmp_path)
+    now[0] = 10.0
+    tracker.record(1, {"step": 3, "phase": "saving"})
+    now[0] = 20.0
+    tracker.record(1, {"step": 3, "phase": "saving"})
+    assert tracker.stalled([0, 1], 41.0, 5.0, 300, {"saving": 30.0}) == (1, 31.0, 3, 30.0)
+
+
+def test_stall_budgets_from_the_environment_keep_only_known_phases() -> None:
+    assert launcher.stall_budgets('{"saving": 600, "evaluating": 7200}') == {
+        "saving": 600.0,
+        "evaluating": 7200.0,
+    }
+    assert launcher.stall_budgets('{"lunch": 5, "saving": -1, "initializing": true}') == {}
+    assert launcher.stall_budgets("") == launcher.stall_budgets("not json") == {}
+
+
+def dump(*frames: tuple[str, int, str]) -> str:
+    """A faulthandler dump of the interrupted thread, innermost frame first."""
+    lines = ["Current thread 0x00007f (most recent call first):"]
+    lines += [f'  File "{file}", line {line} in {function}' for file, line, function in frames]
+    return "\n".join(lines) + "\n"
+
+
+LIB = "/usr/lib/python3/dist-packages/torch/distributed"
+IN_ALL_REDUCE = dump(
+    (f"{LIB}/distributed_c10d.py", 2501, "all_reduce"),
+    (f"{LIB}/c10d_logger.py", 81, "wrapper"),
+    ("/workspace/train.py", 14, "<module>"),
+)
+IN_BARRIER = dump(
+    (f"{LIB}/distributed_c10d.py", 4210, "barrier"),
+    ("/workspace/train.py", 18, "<module>"),
+)
+SLEEPING = dump(("/workspace/train.py", 12, "<module>"))
+
+
+def test_the_rank_the_others_wait_for_is_named_by_the_stacks() -> None:
+    # Idle longest is rank 0 (in all_reduce), but rank 1 sleeps outside any collective.
+    assert launcher.culprit({0: IN_ALL_REDUCE, 1: SLEEPING, 2: IN_ALL_REDUCE}, [0, 1, 2], 0) == 1
+    # Rank 1 skipped an all_reduce and waits in the barrier after the loop: the odd one out.
+    stacks = {0: IN_ALL_REDUCE, 1: IN_BARRIER, 2: IN_ALL_REDUCE}
+    assert launcher.culprit(stacks, [0, 1, 2], 0) == 1
+    # Two ranks in two collectives: no majority; the one idle longest stays named.
+    assert launcher.culprit({0: IN_ALL_REDUCE, 1: IN_BARRIER}, [0, 1], 0) == 0
+    # A rank still making progress (not a suspect) is no culprit.
+    assert launcher.culprit({0: IN_ALL_REDUCE, 1: SLEEPING}, [0], 0) == 0
+    assert launcher.culprit({}, [0, 1], 1) == 1
+    assert launcher.user_frame(IN_ALL_REDUCE) == ("/workspace/train.py", 14, "<module>")
+    assert launcher.in_collective(IN_BARRIER) and not launcher.in_collective(SLEEPING)

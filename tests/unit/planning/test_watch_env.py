@@ -1,0 +1,34 @@
+"""What the launcher watches the ranks with, from the run's policy
+(``planning.pods.watch_env``): node Pods and local mode get the same variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import TrainingRunBuilder
+from torchyard import api, launcher
+from torchyard.planning import pods
+
+
+def policy(**fields: object) -> api.TrainingRun:
+    builder = TrainingRunBuilder("r", "ns")
+    for name, value in fields.items():
+        builder = builder.with_(f"spec.policy.{name}", value)
+    return api.parse_trainingrun(builder.obj())
+
+
+def test_stall_budgets_reach_the_launcher_as_json_it_reads_back() -> None:
+    run = policy(stallTimeoutSeconds=60, stallBudgets={"saving": 900})
+    env = pods.watch_env(run)
+    assert env == {"TORCHYARD_STALL_TIMEOUT": "60", "TORCHYARD_STALL_BUDGETS": '{"saving":900}'}
+    assert launcher.stall_budgets(env["TORCHYARD_STALL_BUDGETS"]) == {"saving": 900.0}
+    trainer = pods.pod(run, 0, image="img")["spec"]["containers"][0]
+    assert {"name": "TORCHYARD_STALL_BUDGETS", "value": '{"saving":900}'} in trainer["env"]
+    assert pods.watch_env(policy()) == {}
+
+
+def test_a_budget_below_five_seconds_or_an_unknown_phase_is_refused() -> None:
+    with pytest.raises(api.InvalidSpec, match=r"spec\.policy\.stallBudgets\.saving"):
+        policy(stallBudgets={"saving": 1})
+    with pytest.raises(api.InvalidSpec, match=r"spec\.policy\.stallBudgets\.lunch"):
+        policy(stallBudgets={"lunch": 60})
