@@ -41,9 +41,7 @@ tier runs :func:`compare` at its smallest size on the session's node
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import signal
 import statistics
 import sys
 import tempfile
@@ -58,9 +56,8 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parents[1] / "operator"),
 ]
 
-from tests.cluster.harness import Cluster  # noqa: E402
 from tests.cluster.realnode import NodeError, RealNode  # noqa: E402
-from tests.conftest import InProcessOperator  # noqa: E402
+from tests.cluster.session import operator_on_real_node  # noqa: E402
 
 from torchyard import k8s  # noqa: E402
 from torchyard.sdk import snapshots  # noqa: E402
@@ -491,10 +488,6 @@ def _rounds(
     return results
 
 
-def _interrupted(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -506,31 +499,12 @@ def main() -> int:
         args.repeats, args.steps, args.warmup = 1, 5, 0
     if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--repeats and --steps must be >= 1, --warmup >= 0")
-    signal.signal(signal.SIGTERM, _interrupted)  # unwind (stop the node) like Ctrl-C
-    # Reach no registry but the local one; an in-process operator serves no /metrics.
-    os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
-    os.environ.setdefault("TORCHYARD_METRICS_PORT", "0")
-    cluster = Cluster()
-    node: RealNode | None = None
-    op: InProcessOperator | None = None
     try:
-        cluster.start()
-        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-        k8s.reset()
-        node = RealNode(cluster).start()
-        cluster.create_namespace(NS)
-        op = InProcessOperator()
-        op.start()
-        compare(node, NS, repeats=args.repeats, steps=args.steps, warmup=args.warmup)
+        with operator_on_real_node(NS) as (_cluster, node):
+            compare(node, NS, repeats=args.repeats, steps=args.steps, warmup=args.warmup)
     except (BenchError, NodeError) as err:
         print(f"real_launch: {err}", file=sys.stderr)
         return 1
-    finally:
-        if op is not None:
-            op.stop()
-        if node is not None:
-            node.stop()
-        cluster.stop()
     return 0
 
 

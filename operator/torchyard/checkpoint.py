@@ -68,7 +68,8 @@ def root(directory: str | None = None) -> str:
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", "0") or 0)
+    # Under mpirun (distribution.type: mpi) a rank has OpenMPI's rank, not torchyard's RANK.
+    return int(os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
 
 
 def _world_size() -> int:
@@ -120,9 +121,10 @@ def save_dir(step: int, directory: str | None = None) -> str:
 
 
 def done(step: int, directory: str | None = None, rank: int | None = None) -> str:
-    """Say that this rank (``$RANK``) wrote all its files of checkpoint ``step``: its files
-    and the folder are fsynced, then ``rank-R.done`` is written and fsynced. Node 0's
-    launcher writes ``COMPLETE.json`` once every rank's ``.done`` is there."""
+    """Say that this rank (``$RANK``; under mpirun ``$OMPI_COMM_WORLD_RANK``) wrote all
+    its files of checkpoint ``step``: its files and the folder are fsynced, then
+    ``rank-R.done`` is written and fsynced. Node 0's launcher writes ``COMPLETE.json``
+    once every rank's ``.done`` is there."""
     path = step_path(step, directory)
     if not os.path.isdir(path):
         raise CheckpointError(f"{path} does not exist: write the files into save_dir({step})")
@@ -142,6 +144,7 @@ def done(step: int, directory: str | None = None, rank: int | None = None) -> st
         _fsync_dir(dirpath)
     marker = os.path.join(path, f"rank-{_rank() if rank is None else rank}.done")
     _write_atomic(marker, b"")
+    _TIMER.saved(step)
     return marker
 
 
@@ -433,11 +436,95 @@ def should_save(step: int, directory: str | None = None) -> bool:
     # Report first, then read: a launcher that wrote the target after this read sees
     # this report when it checks again, and moves the target past this step.
     report(step, directory)
+    _TIMER.stepped(step, directory)
     target = save_target(directory)
     if target is not None and step == target:
-        return True
+        return _TIMER.saving(step)
     interval = os.environ.get(INTERVAL_VARIABLE, "")
-    return interval.isdigit() and int(interval) > 0 and step > 0 and step % int(interval) == 0
+    due = interval.isdigit() and int(interval) > 0 and step > 0 and step % int(interval) == 0
+    return _TIMER.saving(step) if due else False
+
+
+# How long a step and a save take on this rank: ``should_save`` times the steps between
+# two calls (less the saves in them), ``done`` the save since ``should_save`` said True.
+# The slowest of each go to ``.torchyard/rank-R.timing`` when they grow; the launchers
+# read them (``timings``) into their progress line, and the operator warns when the Pods'
+# terminationGracePeriodSeconds is shorter than the slowest step plus the slowest save
+# (the just-in-time checkpoint may need both).
+TIMING_SUFFIX = ".timing"
+
+
+class _Timer:
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self.last: tuple[float, int] | None = None  # (time, step) of the last should_save
+        self.saved_since = 0.0  # seconds of saves since then
+        self.save_started: tuple[float, int] | None = None
+        self.slowest_step = 0.0
+        self.slowest_save = 0.0
+        self.directory: str | None = None
+
+    def stepped(self, step: int, directory: str | None) -> None:
+        now = self.clock()
+        self.directory = directory
+        if self.last is not None and step > self.last[1]:
+            seconds = (now - self.last[0] - self.saved_since) / (step - self.last[1])
+            if seconds > self.slowest_step:
+                self.slowest_step = seconds
+                self._write()
+        self.last, self.saved_since = (now, step), 0.0
+
+    def saving(self, step: int) -> bool:
+        self.save_started = (self.clock(), step)
+        return True
+
+    def saved(self, step: int) -> None:
+        if self.save_started is None or self.save_started[1] != step:
+            return
+        seconds = self.clock() - self.save_started[0]
+        self.save_started = None
+        self.saved_since += seconds
+        if seconds > self.slowest_save:
+            self.slowest_save = seconds
+            self._write()
+
+    def _write(self) -> None:
+        try:
+            state = _state(self.directory)
+            os.makedirs(state, exist_ok=True)
+            path = os.path.join(state, f"rank-{_rank()}{TIMING_SUFFIX}")
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"step": self.slowest_step, "save": self.slowest_save}, f)
+            os.replace(tmp, path)
+        except (OSError, CheckpointError):
+            pass  # a timing is a hint for a warning: never a reason to stop training
+
+
+_TIMER = _Timer()
+
+
+def timings(directory: str | None = None) -> dict[str, float] | None:
+    """The slowest step and the slowest save of any rank, in seconds (``{"step",
+    "save"}``), None before any rank timed one."""
+    found: dict[str, float] = {}
+    try:
+        names = os.listdir(_state(directory))
+    except OSError:
+        return None
+    for name in names:
+        if not (name.startswith("rank-") and name.endswith(TIMING_SUFFIX)):
+            continue
+        try:
+            with open(os.path.join(_state(directory), name)) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for key in ("step", "save"):
+            value = data.get(key) if isinstance(data, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                found[key] = max(found.get(key, 0.0), float(value))
+    return {k: round(v, 3) for k, v in found.items()} if found else None
 
 
 # The launcher's side: one NodeCheckpoints per node launcher, when the run has a checkpoint
@@ -572,6 +659,15 @@ class NodeCheckpoints:
                 self.finalize_all()
             except OSError:
                 continue  # a rank's file vanished meanwhile (keep, quarantine): next pass
+
+    def timings(self) -> dict[str, float] | None:
+        """The slowest step and save any rank timed (``timings``)."""
+        return timings(self.directory)
+
+    def reported_step(self) -> int | None:
+        """The highest step any rank reported, None before any."""
+        steps_now = reported(self.directory).values()
+        return max(steps_now) if steps_now else None
 
     def request(self) -> int | None:
         """SIGTERM: ask every rank to save at one step; that step, None when no rank

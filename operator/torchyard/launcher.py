@@ -39,6 +39,9 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
                                (default 5), from the ranks' ``@@torchyard`` lines
     TORCHYARD_STALL_TIMEOUT    seconds without progress that fail a rank (default adaptive:
                                max(TORCHYARD_STALL_FLOOR (300), 5 x the slowest step))
+    TORCHYARD_STALL_BUDGETS    JSON ``{"initializing"|"saving"|"evaluating": seconds}``: the
+                               stall timeout while a rank says it is in that phase
+                               (``progress.report(phase=...)``; defaults STALL_BUDGETS)
     TORCHYARD_LOG_RULES        JSON ``[{"pattern", "action"}]``: policy.logRules
     TORCHYARD_GPUS_PER_NODE    > 0: PyTorch's NCCL flight recorder is switched on
     TORCHYARD_CHECKPOINT_DIR   the run's shared checkpoint folder (``torchyard.checkpoint``):
@@ -304,6 +307,17 @@ def termination_message(info: Mapping[str, Any], limit: int = TERMINATION_MESSAG
 PROGRESS_PREFIX = b"@@torchyard "  # torchyard.progress.PREFIX: the format's one home
 PROGRESS_LINE = "[torchyard] progress "  # what the operator looks for in this Pod's log
 PROGRESS_METRICS_MAX = 32  # metric names kept for the summary (all go to metrics.jsonl)
+# What a rank may say it is doing besides training (``torchyard.progress.PHASES``), each
+# with its own stall budget: a checkpoint save or an evaluation may take far longer than
+# a step. "training" (or a higher step without a phase) ends the phase.
+PHASE_NAMES = {
+    "initializing": "initializing",
+    "initialising": "initializing",
+    "saving": "saving",
+    "evaluating": "evaluating",
+    "training": None,
+}
+STALL_BUDGETS = {"initializing": 1800.0, "saving": 1800.0, "evaluating": 3600.0}
 
 
 def parse_progress(line: bytes) -> dict[str, Any] | None:
@@ -345,10 +359,15 @@ class ProgressTracker:
         self.last_time: float | None = None
         self.slowest_step = 0.0  # seconds, of the slowest step after the warm-up
         self.version = 0  # bumped by every record: has anything changed?
+        # rank -> (phase, since when) while it says it is not training (PHASE_NAMES)
+        self._phases: dict[int | None, tuple[str, float]] = {}
 
     def record(self, rank: int | None, record: Mapping[str, Any]) -> None:
         now = self.clock()
         step = int(record["step"])
+        said_rank = record.get("rank")
+        if rank is None and isinstance(said_rank, int) and not isinstance(said_rank, bool):
+            rank = said_rank  # launch: node: the rank says who it is (``progress.report``)
         with self._lock:
             if self._file is None:
                 self._file = open(self.path, "a")  # noqa: SIM115
@@ -356,47 +375,110 @@ class ProgressTracker:
             self._file.flush()
             points = self._ranks.setdefault(rank, [None, None])
             last = points[1]
+            in_phase = rank in self._phases
             if last is not None and step > last[1]:
                 if points[0] is None:
                     points[0] = (now, step)  # the first step after the warm-up one
-                else:  # the slowest step since the warm-up: the adaptive stall timeout
+                elif not in_phase:  # the slowest step since the warm-up (a save or an
+                    # evaluation in between is no step): the adaptive stall timeout
                     self.slowest_step = max(self.slowest_step, (now - last[0]) / (step - last[1]))
                 self.last_time = now
             elif last is None:
                 self.last_time = now
+            said = record.get("phase")
+            phase = PHASE_NAMES.get(said.lower(), "") if isinstance(said, str) else ""
+            if phase is None or (not phase and last is not None and step > last[1]):
+                self._phases.pop(rank, None)  # training (again)
+                if in_phase and last is not None and step <= last[1]:
+                    points[1] = (now, last[1])  # the phase ended: the step clock restarts
+            elif phase and self._phases.get(rank, ("",))[0] != phase:
+                self._phases[rank] = (phase, now)
             if last is None or step > last[1]:
                 points[1] = (now, step)  # when this rank last made progress
             if isinstance(record.get("total"), int) and not isinstance(record["total"], bool):
                 self.total = int(record["total"])
             metrics = self._metrics.setdefault(rank, {})
             for name, value in record.items():
-                if name not in ("step", "total") and (
+                if name not in ("step", "total", "phase", "rank") and (
                     name in metrics or len(metrics) < PROGRESS_METRICS_MAX
                 ):
                     metrics[name] = value
             self.version += 1
 
     def stalled(
-        self, ranks: Sequence[int | None], now: float, fixed: float | None, floor: float
+        self,
+        ranks: Sequence[int | None],
+        now: float,
+        fixed: float | None,
+        floor: float,
+        budgets: Mapping[str, float] | None = None,
     ) -> tuple[int | None, float, int, float] | None:
         """(rank, seconds without progress, its last step, the timeout) of the rank of
-        ``ranks`` that made no progress for longest, if that is more than the stall timeout:
+        ``ranks`` that made no progress for longest of those past their stall timeout:
         ``fixed``, else max(``floor``, 5 x the slowest step) once a step after the warm-up
-        was timed (before that, and for ranks that never reported, there is no timeout)."""
+        was timed (before that, and for ranks that never reported, there is no timeout).
+        While a rank says it is initializing, saving or evaluating (:meth:`phase_of`), its
+        timeout is that phase's budget (``budgets``, else ``STALL_BUDGETS``), counted from
+        when it said so; the node's other ranks (which may wait for it in a collective)
+        get the largest budget of the phases under way, counted from the earliest."""
+        budget = dict(STALL_BUDGETS, **(budgets or {}))
         with self._lock:
-            if fixed is None and self.slowest_step <= 0:
-                return None
-            timeout = fixed if fixed is not None else max(floor, 5 * self.slowest_step)
-            idle = [
-                (now - last[0], -last[1], rank)
-                for rank in ranks
-                for last in [self._ranks.get(rank, [None, None])[1]]
-                if last is not None
-            ]
+            timeout = fixed if fixed is not None else None
+            if timeout is None and self.slowest_step > 0:
+                timeout = max(floor, 5 * self.slowest_step)
+            phases = {r: p for r, p in self._phases.items() if r in ranks}
+            shared = (
+                (max(budget[p] for p, _ in phases.values()), min(t for _, t in phases.values()))
+                if phases
+                else None
+            )
+            # (seconds idle, in a phase itself, minus its last step, rank, its limit): the
+            # rank idle longest, the one that said the phase before those waiting for it
+            idle: list[tuple[float, bool, int, int | None, float]] = []
+            for rank in ranks:
+                last = self._ranks.get(rank, [None, None])[1]
+                if last is None:
+                    continue
+                limit, since = timeout, last[0]
+                if rank in phases:
+                    limit, since = budget[phases[rank][0]], max(last[0], phases[rank][1])
+                elif shared is not None:
+                    limit = max(shared[0], timeout or 0.0)
+                    since = max(last[0], shared[1])
+                if limit is not None and now - since > limit:
+                    idle.append((now - since, rank in phases, -last[1], rank, limit))
         if not idle:
             return None
-        seconds, minus_step, rank = max(idle, key=lambda item: (item[0], item[1]))
-        return (rank, seconds, -minus_step, timeout) if seconds > timeout else None
+        seconds, _, minus_step, rank, limit = max(idle, key=lambda item: item[:3])
+        return rank, seconds, -minus_step, limit
+
+    def idle_seconds(self, rank: int | None, now: float) -> float | None:
+        """Seconds since ``rank`` last made progress, None if it never reported."""
+        with self._lock:
+            last = self._ranks.get(rank, [None, None])[1]
+            return now - last[0] if last is not None else None
+
+    def idle_ranks(
+        self, ranks: Sequence[int | None], now: float, seconds: float
+    ) -> list[int | None]:
+        """Those of ``ranks`` that made no progress for ``seconds`` or longer, in order."""
+        return [
+            r
+            for r in ranks
+            for idle in [self.idle_seconds(r, now)]
+            if idle is not None and idle >= seconds
+        ]
+
+    def phase_of(self, rank: int | None) -> str | None:
+        """What ``rank`` said it is doing besides training, None while it trains."""
+        with self._lock:
+            held = self._phases.get(rank)
+            return held[0] if held is not None else None
+
+    def reported_ranks(self) -> list[int]:
+        """The ranks that said who they are (all of them with ``launch: process``)."""
+        with self._lock:
+            return sorted(r for r in self._ranks if r is not None)
 
     def step_of(self, rank: int | None) -> int | None:
         """The last step ``rank`` reported, None if it reported none."""
@@ -536,6 +618,25 @@ _torchyard_chain()
 """
 _FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (.*)$')
 STALL_FLOOR_SECONDS = 300  # the adaptive stall timeout's floor (TORCHYARD_STALL_FLOOR)
+
+
+def stall_budgets(text: str) -> dict[str, float]:
+    """TORCHYARD_STALL_BUDGETS (JSON ``{phase: seconds}``, policy.stallBudgets) as a dict;
+    names other than those of STALL_BUDGETS and values that are not positive numbers are
+    dropped (the operator's schema refuses them before they get here)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in data.items()
+        if k in STALL_BUDGETS and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    }
+
+
 STACKS_WAIT_SECONDS = 5.0
 
 
@@ -580,10 +681,47 @@ def install_stack_hook(env: dict[str, str], logs: str) -> str:
     return stacks
 
 
+_STACK_FILE = re.compile(r"^rank-(\d+)\.pid-(\d+)\.txt$")
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of a process (Linux: /proc), None when it is gone or unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def rank_processes(stacks: str, root: int) -> list[tuple[int | None, int]]:
+    """(rank, pid) of the live processes under ``root`` (the node command: torchrun, ...)
+    that opened a stack file in ``stacks`` (``STACK_HOOK``: the file names say both), so
+    that only the node command's own ranks are signalled."""
+    found: list[tuple[int | None, int]] = []
+    for name in sorted(os.listdir(stacks)) if os.path.isdir(stacks) else []:
+        match = _STACK_FILE.match(name)
+        if not match:
+            continue
+        pid, hops = int(match.group(2)), 0
+        parent: int | None = pid
+        while parent not in (None, 0, 1, root) and hops < 32:
+            parent, hops = _parent(int(parent or 0)), hops + 1
+        if parent == root and pid != root:
+            found.append((int(match.group(1)), pid))
+    return found
+
+
 def stack_top(text: str) -> tuple[str, int, str] | None:
     """(file, line, function) where a faulthandler dump's thread is: the innermost frame of
     the thread the signal interrupted ("Current thread"), else of the last thread listed
     (the main thread), None when the dump has no frame."""
+    frames = _frames(text)
+    return frames[0] if frames else None
+
+
+def _frames(text: str) -> list[tuple[str, int, str]]:
+    """The frames of a faulthandler dump's interrupted thread (else its last one), innermost
+    first."""
     blocks: list[tuple[bool, list[tuple[str, int, str]]]] = []
     for line in text.splitlines():
         if line.startswith(("Current thread", "Thread ", "Stack (")):
@@ -594,9 +732,47 @@ def stack_top(text: str) -> tuple[str, int, str] | None:
             blocks[-1][1].append((found.group(1), int(found.group(2)), found.group(3).strip()))
     with_frames = [b for b in blocks if b[1]]
     current = [frames for is_current, frames in with_frames if is_current]
-    if current:
-        return current[0][0]
-    return with_frames[-1][1][0] if with_frames else None
+    return current[0] if current else (with_frames[-1][1] if with_frames else [])
+
+
+_LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]|[/\\]lib[/\\]python\d")
+
+
+def in_collective(text: str) -> bool:
+    """Whether a rank's stack dump shows it inside ``torch.distributed`` (a collective, a
+    barrier, a store wait): waiting for the others, not the one they wait for."""
+    return any("torch/distributed/" in f.replace("\\", "/") for f, _, _ in _frames(text))
+
+
+def user_frame(text: str) -> tuple[str, int, str] | None:
+    """The innermost frame of a dump outside the Python library and installed packages:
+    where in the training script the rank is."""
+    for file, line, function in _frames(text):
+        if not _LIBRARY.search(file):
+            return file, line, function
+    return None
+
+
+def culprit(
+    stacks: Mapping[int | None, str], suspects: Sequence[int | None], first: int | None
+) -> int | None:
+    """Which of ``suspects`` (ranks of this node that stalled too; ``first``: the one idle
+    longest) the others wait for, by their stacks: the only ones outside
+    ``torch.distributed`` while others are in it (a rank that sleeps, loops or blocks in
+    a C call), else, of three or more in it, the one whose place in the script differs
+    from where all the others are (it skipped a collective and waits in another one);
+    else ``first``."""
+    dumped = [r for r in suspects if stacks.get(r)]
+    outside = [r for r in dumped if not in_collective(stacks[r])]
+    if outside and len(outside) < len(dumped):
+        return first if first in outside else outside[0]
+    places = {r: user_frame(stacks[r]) for r in dumped}
+    if len(dumped) >= 3:
+        for rank in dumped:
+            others = {places[r] for r in dumped if r != rank}
+            if len(others) == 1 and places[rank] not in others and None not in others:
+                return rank
+    return first
 
 
 def merge_metrics(outputs: str, metrics: Mapping[str, Any]) -> None:
@@ -779,17 +955,35 @@ class Launcher:
         """Every TORCHYARD_PROGRESS_INTERVAL seconds (default 5) that progress was made,
         one ``[torchyard] progress {...}`` line on stderr: the operator reads the latest
         from this Pod's log into ``status.progress``."""
-        shown = 0
+        shown: Any = (0, None)
         while True:
             time.sleep(interval)
-            if self.progress.version != shown:
-                shown = self.progress.version
+            now = (self.progress.version, self._checkpoint_seconds())
+            if now != shown:
+                shown = now
                 self._say_progress()
 
     def _say_progress(self) -> None:
         summary = self.progress.summary()
+        seconds = self._checkpoint_seconds()
+        if seconds is not None:
+            # With torchyard.checkpoint: the slowest step and save its ranks timed (the
+            # operator's CheckpointAtRisk), and their step for a script that says no more.
+            if summary is None and self.checkpoints.reported_step() is not None:
+                summary = {"step": self.checkpoints.reported_step()}
+            if summary is not None:
+                summary["checkpointSeconds"] = seconds
         if summary is not None:
             self.say("progress " + json.dumps(summary, sort_keys=True))
+
+    def _checkpoint_seconds(self) -> Any:
+        """The slowest step and save the ranks timed (``torchyard.checkpoint.timings``)."""
+        if self.checkpoints is None:
+            return None
+        try:
+            return self.checkpoints.timings()
+        except OSError:
+            return None
 
     def _progress_done(self) -> None:
         """The last progress line, and the last metric values into outputs/metrics.json."""
@@ -880,8 +1074,9 @@ class Launcher:
         started = time.monotonic()
         self._start_checkpoints(node_rank)
         self.progress = ProgressTracker(logs)
-        if launch == "process":  # (torchrun starts its ranks itself: no stall detection)
-            self.stacks = install_stack_hook(self.env, logs)
+        # launch: node: torchrun's workers inherit the hook (they have RANK; torchrun has
+        # not) and say their rank in their progress lines (TORCHYARD_LAUNCH=node)
+        self.stacks = install_stack_hook(self.env, logs)
         interval = max(1, _int_env(self.env, "TORCHYARD_PROGRESS_INTERVAL", 5))
         publisher = threading.Thread(target=self._publish_progress, args=(interval,), daemon=True)
         publisher.start()
@@ -1025,49 +1220,82 @@ class Launcher:
         self._stall_check_at = now + 1.0
         fixed = _int_env(self.env, "TORCHYARD_STALL_TIMEOUT", 0)
         floor = _int_env(self.env, "TORCHYARD_STALL_FLOOR", STALL_FLOOR_SECONDS)
-        live = [r for r in self.ranks if r.exit_code() is None and r.rank is not None]
+        live = [r for r in self.ranks if r.exit_code() is None]
+        if not live:
+            return None
+        node = live[0] if live[0].rank is None else None  # launch: node (torchrun, ...)
+        watched: list[int | None] = [r.rank for r in live]
+        if node is not None:
+            watched = list(self.progress.reported_ranks())
         found = self.progress.stalled(
-            [r.rank for r in live], time.time(), float(fixed) if fixed > 0 else None, floor
+            watched,
+            time.time(),
+            float(fixed) if fixed > 0 else None,
+            floor,
+            stall_budgets(self.env.get("TORCHYARD_STALL_BUDGETS", "")),
         )
         if found is None:
             return None
         number, seconds, step, timeout = found
-        stuck = next(r for r in live if r.rank == number)
-        stacks = self._collect_stacks(live)
-        where = stack_top(stacks.get(stuck.rank, ""))
+        if node is None:
+            stacks = self._collect_stacks([(r.rank, r.proc.pid) for r in live])
+        else:  # the node command's ranks: the processes that opened a stack file
+            stacks = self._collect_stacks(rank_processes(self.stacks, node.proc.pid))
+        # The rank idle longest may only wait for the guilty one in a collective: the
+        # stacks of those stalled too tell (``culprit``).
+        suspects = self.progress.idle_ranks(watched, time.time(), timeout / 2)
+        number = culprit(stacks, suspects, number)
+        stuck = node if node is not None else next(r for r in live if r.rank == number)
+        label = stuck.label if node is None else f"rank {number}"
+        step = self.progress.step_of(number) or 0
+        seconds = self.progress.idle_seconds(number, time.time()) or seconds
+        text = stacks.get(number, "")
+        inner = stack_top(text)
+        where = user_frame(text) or inner  # the script's line, not torch's
         at = f"{where[0]}:{where[1]} in {where[2]}" if where else "(no Python stack)"
+        collective = inner[2] if inner is not None and in_collective(text) else None
+        if collective:
+            at += f" (in torch.distributed {collective})"
+        phase = self.progress.phase_of(stuck.rank)
+        budget = f"stall budget while {phase}" if phase else "stall timeout"
         message = (
-            f"{stuck.label} made no progress for {seconds:.0f}s (last step {step}; stall "
-            f"timeout {timeout:.0f}s): stuck at {at}. Every rank's stacks are in "
-            f"logs/stacks/ of this node.\n{stacks.get(stuck.rank, '').strip()}"
+            f"{label} made no progress for {seconds:.0f}s (last step {step}; {budget} "
+            f"{timeout:.0f}s): stuck at {at}. Every rank's stacks are in "
+            f"logs/stacks/ of this node.\n{text.strip()}"
         )
-        stall: dict[str, Any] = {"rank": stuck.rank, "seconds": round(seconds), "step": step}
+        stall: dict[str, Any] = {"rank": number, "seconds": round(seconds), "step": step}
+        if phase:
+            stall["phase"] = phase
         if where:
             stall.update(file=where[0], line=where[1], function=where[2])
+        if collective:
+            stall["collective"] = collective
         stall["message"] = message
         self.stall = (stuck, stall)
-        self.say(f"{stuck.label} stalled at {at}: stopping the ranks")
+        self.say(f"{label} stalled at {at}: stopping the ranks")
         for rank in self.ranks:
             rank.signal(signal.SIGTERM)
         return stuck
 
-    def _collect_stacks(self, live: Sequence[Rank]) -> dict[int | None, str]:
-        """SIGUSR1 to every live rank (its faulthandler writes its stacks, ``STACK_HOOK``),
-        then what each wrote, once every file stopped growing (at most a few seconds)."""
+    def _collect_stacks(self, live: Sequence[tuple[int | None, int]]) -> dict[int | None, str]:
+        """SIGUSR1 to every live rank (rank, pid): its faulthandler writes its stacks
+        (``STACK_HOOK``); then what each wrote, once every file stopped growing (at most a
+        few seconds)."""
         import glob
 
-        for rank in live:
+        for _, pid in live:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(rank.proc.pid, signal.SIGUSR1)
+                os.kill(pid, signal.SIGUSR1)
+        numbers = sorted({rank for rank, _ in live}, key=lambda r: -1 if r is None else r)
 
         def read() -> dict[int | None, str]:
             texts: dict[int | None, str] = {}
-            for rank in live:
+            for number in numbers:
                 parts = []
-                for path in sorted(glob.glob(os.path.join(self.stacks, f"rank-{rank.rank}.pid-*"))):
+                for path in sorted(glob.glob(os.path.join(self.stacks, f"rank-{number}.pid-*"))):
                     with contextlib.suppress(OSError), open(path, errors="replace") as f:
                         parts.append(f.read())
-                texts[rank.rank] = "".join(parts)
+                texts[number] = "".join(parts)
             return texts
 
         deadline = time.monotonic() + STACKS_WAIT_SECONDS
@@ -1159,6 +1387,7 @@ class Launcher:
                 reason, message = "OOMKilled", oom_message(failed.label, memory_limit(self.cgroup))
         if self.stall is not None and self.stall[0] is failed:
             reason, message = "Stalled", self.stall[1]["message"]
+            rank = self.stall[1]["rank"]  # launch: node: the rank torchrun started
         info: dict[str, Any] = {
             "stall": self.stall[1] if self.stall is not None else None,
             "rank": rank,
@@ -1173,7 +1402,7 @@ class Launcher:
             "exitedAt": round(failed.exited_at, 6) if failed.exited_at is not None else None,
             # The failing rank's last reported step: the same error at the same step
             # twice stops the retries (``status.classes``).
-            "step": self.progress.step_of(failed.rank),
+            "step": self.progress.step_of(rank if failed.rank is None else failed.rank),
             "progress": self.progress.summary(),
             "evidence": self.scanner.evidence or None,
             "logRule": self.scanner.hit,
@@ -1860,6 +2089,14 @@ class MpiLauncher(Launcher):
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         started = time.monotonic()
+        # As for PyTorch runs: the checkpoint folder (resume variables for the ranks, node
+        # 0 writes COMPLETE.json) and, on node 0, whose mpirun sees every rank's output,
+        # the ranks' progress (``@@torchyard`` lines) for status.progress.
+        self._start_checkpoints(node_rank)
+        if node_rank == 0:
+            self.progress = ProgressTracker(logs)
+            interval = max(1, _int_env(self.env, "TORCHYARD_PROGRESS_INTERVAL", 5))
+            threading.Thread(target=self._publish_progress, args=(interval,), daemon=True).start()
         code = self._serve(node_rank) if node_rank > 0 else self._mpirun(nproc, logs, started)
         if self.env.get("TORCHYARD_REGISTRY_URL"):
             problem = self.archive(node_rank, logs)
@@ -1871,9 +2108,13 @@ class MpiLauncher(Launcher):
         self.worker = MpiWorker(self.env, mpi_key(self.env), self.say)
         self.say(f"node {node_rank}: waiting for mpirun on port {self.worker.port}")
         self.worker.serve()
+        if self.checkpoints is not None:
+            failed = self.stopping is not None or self.worker.ended not in (None, 0)
+            self.checkpoint_info = self.checkpoints.stop(rank_failed=failed)
         path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
         if self.stopping is not None:
             info = {"nodeRank": node_rank, "reason": "Terminated", "signal": self.stopping}
+            info.update(self.checkpoint_info)
             _write(path, termination_message(dict(info, exitCode=128 + self.stopping)))
             return 128 + self.stopping
         # mpirun on node 0 reports a failing rank (with its node); this node only served.
@@ -1881,7 +2122,7 @@ class MpiLauncher(Launcher):
             self.say(f"node {node_rank}: mpirun ended (exit code {self.worker.ended})")
         else:
             self.say(f"node {node_rank}: its orted ended; node 0 did not say how mpirun did")
-        done = {"nodeRank": node_rank, "exitCode": 0, "reason": "Completed"}
+        done = {"nodeRank": node_rank, "exitCode": 0, "reason": "Completed", **self.checkpoint_info}
         _write(path, termination_message(done))
         return 0
 
@@ -1963,6 +2204,9 @@ class MpiLauncher(Launcher):
         log.close()
         for f in files.values():
             f.close()
+        if self.checkpoints is not None:
+            self.checkpoint_info = self.checkpoints.stop(rank_failed=code != 0)
+        self._progress_done()
         if agent:
             self._end_workers(code)
         return self._mpi_report(code, nproc, exited_at, time.monotonic() - started)
@@ -2011,6 +2255,10 @@ class MpiLauncher(Launcher):
                     files[rank].write(text if text.endswith(b"\n") else text + b"\n")
                     files[rank].flush()
                     tail = self.rank_tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
+                    if match.group(3) == b"stdout" and text.startswith(PROGRESS_PREFIX):
+                        record = parse_progress(text.rstrip(b"\r\n"))
+                        if record is not None:
+                            self.progress.record(rank, record)
                     if match.group(3) == b"stderr":
                         tail.append(text.decode("utf-8", "replace"))
                         if self.first_traceback is None and text.startswith(b"Traceback ("):
@@ -2042,12 +2290,16 @@ class MpiLauncher(Launcher):
 
     def _mpi_report(self, code: int, nproc: int, exited_at: float, elapsed: float) -> int:
         path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        # (the progress summary and checkpoint_info as in Launcher._report)
+        summary = {"progress": self.progress.summary(), **self.checkpoint_info}
+        summary = {k: v for k, v in summary.items() if v is not None}
         if code == 0:
-            _write(path, termination_message({"nodeRank": 0, "exitCode": 0, "reason": "Completed"}))
+            done = {"nodeRank": 0, "exitCode": 0, "reason": "Completed", **summary}
+            _write(path, termination_message(done))
             self.say(f"mpirun: all ranks succeeded in {elapsed:.1f}s")
             return 0
         if self.stopping is not None:
-            stopped = {"nodeRank": 0, "reason": "Terminated", "signal": self.stopping}
+            stopped = {"nodeRank": 0, "reason": "Terminated", "signal": self.stopping, **summary}
             _write(path, termination_message(dict(stopped, exitCode=128 + self.stopping)))
             return 128 + self.stopping
         text = "".join(self.output)
@@ -2076,6 +2328,8 @@ class MpiLauncher(Launcher):
             "reason": "Error",
             "message": message,
             "exitedAt": round(exited_at, 6),
+            "step": self.progress.step_of(rank) if rank is not None else None,
+            **summary,
         }
         who = f"rank {rank}" if rank is not None else "mpirun"
         self.say(f"{who} failed (exit code {exit_code})")

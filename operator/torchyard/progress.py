@@ -10,24 +10,33 @@ which prints (and flushes) one line::
 
     @@torchyard {"step": 120, "total": 3000, "loss": 0.41}
 
-A script that cannot import torchyard prints the same line itself. The launcher reads
-these lines from every rank's output as it tees them (``launcher.ProgressTracker``):
-it keeps them in ``logs/metrics.jsonl``, puts the last metric values into
-``outputs/metrics.json`` (which the ModelVersion records) and publishes the node's
-progress for the operator (``status.progress``). :func:`log` is Azure ML's
-``run.log(name, value)``: a metric at the current step. :func:`parse` is the format's
-reader (the launcher carries its own copy: it travels as one file). Tested in
-tests/unit/test_progress.py.
+A rank that starts a long piece of work that is no training step says so with ``phase``
+(``initializing``, ``saving``, ``evaluating``; ``training`` or a higher step ends it)::
+
+    progress.report(step, phase="saving")   # or progress.phase("saving")
+
+and the launcher gives it that phase's stall budget (``policy.stallBudgets``) instead of
+the stall timeout. A script that cannot import torchyard prints the same line itself.
+The launcher reads these lines from every rank's output as it tees them
+(``launcher.ProgressTracker``): it keeps them in ``logs/metrics.jsonl``, puts the last
+metric values into ``outputs/metrics.json`` (which the ModelVersion records) and
+publishes the node's progress for the operator (``status.progress``). :func:`log` is
+Azure ML's ``run.log(name, value)``: a metric at the current step. :func:`parse` is the
+format's reader (the launcher carries its own copy: it travels as one file). Tested in
+tests/unit/launcher/test_progress.py and tests/unit/launcher/test_stalls.py.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from typing import Any
 
 PREFIX = "@@torchyard "
+# launcher.PHASE_NAMES: what a rank may say it is doing besides training
+PHASES = ("initializing", "initialising", "saving", "evaluating", "training")
 
 _last_step = [0]  # the step of the last report, for log()
 
@@ -43,7 +52,7 @@ def _number(name: str, value: Any) -> Any:
     return value
 
 
-def line(step: int, total: int | None = None, **metrics: Any) -> str:
+def line(step: int, total: int | None = None, phase: str | None = None, **metrics: Any) -> str:
     """The line :func:`report` prints (without the newline)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise TypeError(f"progress: step must be a non-negative int, got {step!r}")
@@ -52,17 +61,31 @@ def line(step: int, total: int | None = None, **metrics: Any) -> str:
         if isinstance(total, bool) or not isinstance(total, int) or total < 1:
             raise TypeError(f"progress: total must be a positive int, got {total!r}")
         record["total"] = total
+    if phase is not None:
+        if phase not in PHASES:
+            raise ValueError(f"progress: phase must be one of {', '.join(PHASES)}, got {phase!r}")
+        record["phase"] = phase
     for name, value in metrics.items():
         record[name] = _number(name, value)
     return PREFIX + json.dumps(record)
 
 
-def report(step: int, total: int | None = None, **metrics: Any) -> None:
-    """Say that this rank reached ``step`` (of ``total``), with metric values."""
-    text = line(step, total, **metrics)
+def report(step: int, total: int | None = None, phase: str | None = None, **metrics: Any) -> None:
+    """Say that this rank reached ``step`` (of ``total``), with metric values; ``phase``:
+    what it does now besides training (``PHASES``), for its stall budget."""
+    if os.environ.get("TORCHYARD_LAUNCH") == "node" and os.environ.get("RANK", "").isdigit():
+        # torchrun's ranks share one output: the launcher tells them apart by this
+        metrics = dict(metrics, rank=int(os.environ["RANK"]))
+    text = line(step, total, phase, **metrics)
     _last_step[0] = step
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def phase(name: str) -> None:
+    """Say that this rank now initializes, saves or evaluates (or trains again), at its
+    last reported step: every rank that waits for it should say so too."""
+    report(_last_step[0], phase=name)
 
 
 def log(name: str, value: Any, step: int | None = None) -> None:

@@ -54,6 +54,7 @@ class Phase(str, Enum):
     FINALIZING = "Finalizing"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    SUSPENDED = "Suspended"  # spec.suspend: the gang saved a checkpoint and was stopped
 
 
 class GitSource(Model):
@@ -355,7 +356,7 @@ class Compute(Model):
     )
 
 
-LOG_RULE_ACTIONS = ("cancelRetries", "ignore")
+LOG_RULE_ACTIONS = ("cancelRetries", "excludeNode", "ignore")
 LOG_RULE_PATTERN_MAX = 256
 
 
@@ -368,9 +369,11 @@ class LogRule(Model):
         description="A Python regular expression searched in every line of every rank's "
         "output (e.g. 'CUDA error: an illegal memory access').",
     )
-    action: Literal["cancelRetries", "ignore"] = Field(
-        description="cancelRetries: a failure after such a line is not retried; ignore: such "
-        "a line is no evidence of a failure class (status.failure.class) nor of a later rule."
+    action: Literal["cancelRetries", "excludeNode", "ignore"] = Field(
+        description="cancelRetries: a failure after such a line is not retried; excludeNode: "
+        "the gang's next attempt avoids the node of the Pod that printed it "
+        "(status.excludedNodes); ignore: such a line is no evidence of a failure class "
+        "(status.failure.class) nor of a later rule."
     )
 
     @model_validator(mode="after")
@@ -384,6 +387,20 @@ class LogRule(Model):
                 "them as they are"
             ) from None
         return self
+
+
+class StallBudgets(Model):
+    """Stall timeouts while a rank says it is not training (``progress.report(phase=...)``)."""
+
+    initializing: int | None = Field(
+        default=None, ge=5, le=604800, description="Seconds while initializing (default 1800)."
+    )
+    saving: int | None = Field(
+        default=None, ge=5, le=604800, description="Seconds while saving (default 1800)."
+    )
+    evaluating: int | None = Field(
+        default=None, ge=5, le=604800, description="Seconds while evaluating (default 3600)."
+    )
 
 
 class Policy(Model):
@@ -418,11 +435,17 @@ class Policy(Model):
         "archived. Default: max(300, 5 x the slowest step seen after the first); ranks "
         "that never report are not watched. Keep it below the NCCL timeout (10 min).",
     )
+    stall_budgets: StallBudgets | None = Field(
+        default=None,
+        description="The stall timeout while a rank says it is initializing, saving or "
+        "evaluating (torchyard.progress.report(phase=...)), for it and the ranks of its node "
+        "(which may wait for it); default 1800, 1800 and 3600 seconds.",
+    )
     log_rules: list[LogRule] | None = Field(
         default=None,
         max_length=16,
-        description="Rules over the ranks' output lines, first match wins: cancelRetries "
-        "or ignore.",
+        description="Rules over the ranks' output lines, first match wins: cancelRetries, "
+        "excludeNode or ignore.",
     )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
@@ -598,6 +621,14 @@ class TrainingRunSpec(Model):
         "one (TORCHYARD_RESUME_FROM, TORCHYARD_RESUME_STEP), and a stopped Pod's ranks "
         "save one just in time (torchyard.checkpoint).",
     )
+    suspend: bool = Field(
+        default=False,
+        description="true: every node Pod is stopped gracefully (with spec.checkpoints its "
+        "ranks save a just-in-time checkpoint first, within terminationGracePeriodSeconds), "
+        "the gang's capacity is freed and the run is Suspended; false again: the run is "
+        "admitted in its queue order and resumes from the newest complete checkpoint. "
+        "Neither counts against backoffLimit or platformRestartLimit.",
+    )
     run_as_user: int | None = Field(
         default=None,
         ge=1,
@@ -689,6 +720,13 @@ class Failure(Model):
     )
 
 
+class CheckpointSeconds(Model):
+    """How long the ranks' steps and checkpoint saves took at most (torchyard.checkpoint)."""
+
+    step: float | None = Field(default=None, description="The slowest step, in seconds.")
+    save: float | None = Field(default=None, description="The slowest save, in seconds.")
+
+
 class Progress(Model):
     """How far the run got, from the ranks' ``@@torchyard {"step": ...}`` lines
     (``torchyard.progress.report``); read from the node Pods at most every 10 s."""
@@ -711,6 +749,25 @@ class Progress(Model):
     metrics: dict[str, float] | None = Field(
         default=None, description="The last metric values reported (rank 0's first)."
     )
+    checkpoint_seconds: CheckpointSeconds | None = Field(
+        default=None,
+        description="With spec.checkpoints: the slowest step and the slowest save any rank "
+        "timed (torchyard.checkpoint.should_save/done); CheckpointAtRisk compares their sum "
+        "with terminationGracePeriodSeconds.",
+    )
+
+
+class ExcludedNode(Model):
+    """A node the run's next attempts avoid (a required node affinity NotIn)."""
+
+    node: str = Field(description="The Node's name.")
+    reason: str = Field(
+        description="GpuXid (the failure class says the node's GPU is faulty), LogRule "
+        "(a policy.logRules excludeNode line), NodeNotReady, NodeUnhealthy or "
+        "DeletionByTaintManager."
+    )
+    evidence: str | None = Field(default=None, description="What said so: a line, a condition.")
+    since: datetime | None = Field(default=None, description="When it was excluded.")
 
 
 class ModelRef(Model):
@@ -725,7 +782,8 @@ class TrainingRunStatus(Model):
 
     phase: Phase | None = Field(
         default=None,
-        description="Pending, Preparing, Queued, Running, Finalizing, Succeeded or Failed.",
+        description="Pending, Preparing, Queued, Running, Finalizing, Succeeded, Failed or "
+        "Suspended.",
     )
     observed_generation: int | None = Field(
         default=None, description="The metadata.generation this status describes."
@@ -750,6 +808,11 @@ class TrainingRunStatus(Model):
         default=None,
         description="Restarts caused by the user's code, counted against policy.backoffLimit.",
     )
+    suspensions: int | None = Field(
+        default=None,
+        description="Restarts that were suspensions (spec.suspend, or Kueue stopping the "
+        "gang): counted in restarts, never against a limit.",
+    )
     start_time: datetime | None = Field(default=None, description="When the run started.")
     completion_time: datetime | None = Field(default=None, description="When the run finished.")
     failure: Failure | None = Field(default=None, description="Why the run failed.")
@@ -759,6 +822,13 @@ class TrainingRunStatus(Model):
         "step again stops the retries.",
     )
     progress: Progress | None = Field(default=None, description="How far the run got.")
+    excluded_nodes: list[ExcludedNode] | None = Field(
+        default=None,
+        max_length=64,
+        description="Nodes that failed this run (a faulty GPU, a logRules excludeNode line, "
+        "NotReady or unhealthy): the gang's next attempts are not placed on them, and "
+        "admission does not count them for this run.",
+    )
     model: ModelRef | None = Field(default=None, description="The registered model version.")
 
 

@@ -4,10 +4,11 @@ turns a user's mistake into ``torchyard: error: <message>`` and an exit code.
 Each command lives in the module of its concern and adds its own parser: ``servers``
 (``operator``, ``registry serve``: the only commands that start server parts), ``local``
 (``run --local``), ``submit`` (``submit``, ``validate``, ``crds``), ``follow`` (``wait``,
-``logs``), ``inspect`` (``get``, ``describe``), ``models`` (``models ...``,
-``runs download``). Commands raise :class:`CliError` or let the SDK's errors through;
-:func:`main` catches them once (:data:`EXITS`), so no command shows a traceback for a
-missing kubeconfig, a cluster that is down, a file that is not there or a refusal.
+``logs``), ``inspect`` (``get``, ``describe``), ``suspension`` (``suspend``, ``resume``),
+``models`` (``models ...``, ``runs download``). Commands raise :class:`CliError` or let
+the SDK's errors through; :func:`main` catches them once (:data:`EXITS`), so no command
+shows a traceback for a missing kubeconfig, a cluster that is down, a file that is not
+there or a refusal.
 
 Called by the console scripts ``torchyard`` and ``kubectl-torchyard`` and
 ``python -m torchyard``; tested in tests/unit/test_cli.py, tests/unit/cli/ and
@@ -24,7 +25,7 @@ import yaml
 
 import torchyard
 from torchyard import api
-from torchyard.cli import follow, inspect, local, models, servers, submit
+from torchyard.cli import follow, inspect, local, models, servers, submit, suspension
 from torchyard.cli.errors import CliError
 from torchyard.sdk import clusters, runs, snapshots
 from torchyard.sdk.registry import RegistryError
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     follow.add_logs(sub)
     inspect.add_get(sub)
     inspect.add_describe(sub)
+    suspension.add_suspend(sub)
+    suspension.add_resume(sub)
     servers.add_registry(sub)
     models.add_models(sub)
     models.add_runs(sub)

@@ -156,6 +156,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print("Failure:")
         for line in runs.failure_text(run).splitlines():
             print(f"  {line}")
+    if st.get("excludedNodes"):
+        print("Excluded nodes (left out of this run's next attempts):")
+        for bad in st["excludedNodes"]:
+            print(f"  {bad.get('node')}  {bad.get('reason')} since {bad.get('since', '-')}")
+            if bad.get("evidence"):
+                print(f"    {bad['evidence']}")
     if st.get("model"):
         print(f"Model:        {st['model'].get('name')} version {st['model'].get('version')}")
     print("Events:")

@@ -34,7 +34,7 @@ from torchyard.controller import cache as caches
 from torchyard.controller import context, telemetry
 from torchyard.controller.context import Context, Key
 from torchyard.planning import admission as gangs
-from torchyard.planning import pods
+from torchyard.planning import pods, shipped
 
 SERVICE_ACCOUNT_RETRY_SECONDS = 10.0
 # Before the first pass after a restart has placed a gang: what its status said is kept.
@@ -89,12 +89,12 @@ def ship(ctx: Context, namespace: str) -> None:
     node Pods. It is immutable and named by its content, so one apply holds; it is applied
     again only when the last one is SHIP_REFRESH_SECONDS old, which brings it back (and
     the kubelet then mounts it) in a namespace deleted and made again meanwhile."""
-    manifest = pods.launcher_config_map(namespace)
-    key = (namespace, manifest["metadata"]["name"])
+    # The name is hashed once per process; the manifest is built only when applied.
+    key = (namespace, shipped.name_of(pods.SHIPPED_MODULES))
     now = ctx.clock()
     applied = ctx.shipped.get(key)
     if applied is None or (now - applied).total_seconds() >= SHIP_REFRESH_SECONDS:
-        ctx.k8s.apply(manifest)
+        ctx.k8s.apply(pods.launcher_config_map(namespace))
         ctx.shipped[key] = now
 
 
@@ -132,16 +132,21 @@ def _create_and_admit(
         return Admission(current)  # created and admitted: nothing to decide
     if missing:
         ship(ctx, ns)
-        ctx.k8s.apply(pods.service(run))
+    # The headless Service (rank 0's DNS name) is applied when the gang is admitted, not
+    # while it waits: a queue of thousands makes no Services (nor their Endpoints) early.
     if run.spec.scheduling.queue_name:  # Kueue admits plain Pod groups itself
+        if missing:
+            ctx.k8s.apply(pods.service(run))
         return _create(ctx, ns, current, missing)
     if missing and current and len(gated) < len(current):
         # An admitted gang that lost some Pods before they were all created (operator
         # restart): finish it ungated.
+        ctx.k8s.apply(pods.service(run))
         return _create(ctx, ns, current, [pods.ungate(p) for p in missing])
     if missing:
         return _create_gang(ctx, run, wanted, current, missing)
     if key in ctx.cache.admitted:  # a pass admitted it: lift every gate together
+        ctx.k8s.apply(pods.service(run))
         by_name = {p["metadata"]["name"]: p for p in wanted}
         _write(ctx, [pods.ungate(by_name[p["metadata"]["name"]]) for p in gated])
         ctx.cache.forget_run(key)
@@ -178,6 +183,8 @@ def _create_gang(
         if not admit_it and far_back is None:
             cache.dirty = True
     try:
+        if admit_it:
+            ctx.k8s.apply(pods.service(run))
         _write(ctx, planned, quiet=far_back is not None)
     except Exception:
         for p in planned:

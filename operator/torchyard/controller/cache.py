@@ -94,7 +94,15 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             {"resources": dict(c.get("resources") or {})} for c in spec.get("containers") or []
         ]
     }
-    for key in ("nodeName", "nodeSelector", "tolerations", "schedulingGates", "priority"):
+    # affinity: the nodes a run's Pods rule out (``planning.exclusions``)
+    for key in (
+        "nodeName",
+        "nodeSelector",
+        "tolerations",
+        "schedulingGates",
+        "priority",
+        "affinity",
+    ):
         if spec.get(key) is not None:
             out_spec[key] = spec[key]
     return {

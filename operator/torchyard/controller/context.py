@@ -175,13 +175,24 @@ def live(pod: Mapping[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def delete_pods(ctx: Context, namespace: str, victims: Iterable[Mapping[str, Any]]) -> None:
-    """Delete Pods (those not already being deleted), with a short grace period."""
+def delete_pods(
+    ctx: Context,
+    namespace: str,
+    victims: Iterable[Mapping[str, Any]],
+    grace_period_seconds: int = 5,
+) -> None:
+    """Delete Pods (those not already being deleted), with a short grace period; with
+    ``grace_period_seconds=0`` at once, those being deleted too (their node is down: no
+    kubelet will confirm their end)."""
     parallel(
         lambda p: ctx.k8s.delete(
-            k8s.PODS, namespace, p["metadata"]["name"], grace_period_seconds=5
+            k8s.PODS, namespace, p["metadata"]["name"], grace_period_seconds=grace_period_seconds
         ),
-        [p for p in victims if not p["metadata"].get("deletionTimestamp")],
+        [
+            p
+            for p in victims
+            if grace_period_seconds == 0 or not p["metadata"].get("deletionTimestamp")
+        ],
     )
 
 

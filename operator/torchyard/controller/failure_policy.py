@@ -7,7 +7,9 @@ report an earlier one (``failures.settling``), and says whether the gang
 restarts or the run fails with it: platform failures (a lost node, an eviction) are
 restarted within ``policy.platformRestartLimit``, failures of the user's code within
 ``policy.backoffLimit``, and a stuck Pod or a failed archive upload never (training
-again would not help). ``policy.activeDeadlineSeconds`` counts from the run's start.
+again would not help). A gang that Kueue stopped (``status.suspensions.kueue_stopped``)
+is restarted as a suspension, counted in neither limit: Kueue gates the new Pods until it
+admits them again. ``policy.activeDeadlineSeconds`` counts from the run's start.
 The :class:`Verdict` carries the failure on to the status: it is not computed again.
 Tested as tables in tests/unit/controller/test_failure_policy.py and through the
 reconcile tables of tests/unit/controller/test_reconcile.py.
@@ -16,16 +18,16 @@ reconcile tables of tests/unit/controller/test_reconcile.py.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from torchyard import api
 from torchyard.planning import names
-from torchyard.status import classes, failures
+from torchyard.status import classes, exclusions, failures, suspensions
 from torchyard.status.failures import Failure
 
-RestartKind = Literal["platform", "user"]
+RestartKind = Literal["platform", "user", "suspension"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class Attempts:
     failed_attempts: int = 0  # of those, the ones the user's code caused (backoffLimit)
     # ``classes.signature`` of the failure that restarted the gang last (status.lastFailure)
     last_signature: str | None = None
+    # of the restarts, the suspensions (spec.suspend, Kueue): counted in no limit
+    suspensions: int = 0
 
     @classmethod
     def of(cls, previous: Mapping[str, Any]) -> Attempts:
@@ -44,11 +48,16 @@ class Attempts:
             int(previous.get("restarts") or 0),
             int(previous.get("failedAttempts") or 0),
             classes.signature(last) if isinstance(last, Mapping) else None,
+            int(previous.get("suspensions") or 0),
         )
 
     @property
     def platform_restarts(self) -> int:
-        return self.restarts - self.failed_attempts
+        return self.restarts - self.failed_attempts - self.suspensions
+
+    def suspended(self) -> Attempts:
+        """After one more suspension: a new attempt, no limit used."""
+        return replace(self, restarts=self.restarts + 1, suspensions=self.suspensions + 1)
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,7 @@ def restart(
         attempts.restarts + 1,
         attempts.failed_attempts + (1 if kind == "user" else 0),
         classes.signature(failure),
+        attempts.suspensions,
     )
     if kind == "platform":
         counted = "a platform failure, not counted against backoffLimit"
@@ -141,17 +151,28 @@ def decide(
     phase: str | None,
     started: datetime | None,
     now: datetime,
+    nodes: Sequence[Mapping[str, Any]] = (),
 ) -> Verdict:
     """The deadline, then the failure of the current attempt's ``pods`` (see the module
-    docstring); ``phase`` is the run's phase before this reconcile."""
+    docstring); ``phase`` is the run's phase before this reconcile; ``nodes`` the Nodes
+    as admission sees them: a running gang's Pod on one that went NotReady or unhealthy
+    fails the attempt at once (``exclusions.down_failure``)."""
     left = deadline_left(run, started, now)
     if left is not None and left <= 0:
         return Verdict(deadline_exceeded=True)
+    stopped = suspensions.kueue_stopped(pods)
+    if stopped is not None:
+        after = attempts.suspended()
+        message = (
+            f"restarting the gang as a suspension (restart {after.restarts}, counted in no "
+            f"limit): {stopped}; Kueue admits the new node Pods when it has room again"
+        )
+        return Verdict(restart=Restart("suspension", after, message))
     failure = failures.first_failure(pods)
     lost = None
     if phase == api.Phase.RUNNING.value:
         pod_names = [names.pod(run.name, i) for i in range(run.spec.distribution.node_count)]
-        lost = failures.lost_failure(pod_names, pods)
+        lost = failures.lost_failure(pod_names, pods) or exclusions.down_failure(pods, nodes)
     if failure is not None and lost is not None and not failure.get("platform"):
         # A node Pod taken from the running gang (being deleted, evicted, gone with its
         # node) is what its siblings' collective errors report, and its just-in-time

@@ -1,8 +1,9 @@
 """The Kopf handlers: they only put keys on the work queue (``workqueue``).
 
-Kopf watches TrainingRuns, Environments, the Pods torchyard made, build Jobs and Nodes;
-each event puts the key of the object to reconcile on the queue (a Pod's event the key of
-its run), whose workers call the reconcilers. So the operator is level-triggered and
+Kopf watches TrainingRuns, Environments, build Jobs and Nodes; each event puts the key
+of the object to reconcile on the queue, whose workers call the reconcilers. The Pods are
+watched outside Kopf (``pod_watch``, started here): a Pod's event queues its run on the
+status lane without waiting behind Kopf's per-object workers. So the operator is level-triggered and
 keeps no state of its own on user objects (no finalizers, no annotations). A deleted
 Node's torchyard Pods are released at once, in the watched namespaces only (the
 operator's Roles grant nothing elsewhere). The Pod and Node events also feed the cache
@@ -17,6 +18,7 @@ nothing. With ``controller.operators`` the only module that imports kopf.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -25,14 +27,17 @@ from typing import Any
 import kopf
 
 from torchyard import api, k8s
-from torchyard.controller import admission, cache, context, telemetry, workqueue
+from torchyard.controller import admission, context, pod_watch, reads, telemetry, workqueue
 from torchyard.planning import names, pods
-from torchyard.status import timestamp
+from torchyard.status import exclusions, timestamp
 
 # Work queue workers: a reconcile mostly waits on the apiserver (a new run's is about six
 # calls), so more of them than cores; 16 phased a queue of 1000 runs in 55 s where 8 took
 # 73 s on the same loaded 2-core machine (benchmarks/scale.py).
 WORKERS = 16
+# Workers that serve only the status lane (a run's own Pods changed, its gang admitted),
+# so that a status write never waits for one of the others to finish a new run.
+STATUS_WORKERS = 4
 # After the first event of a burst, the admission pass waits this long for the rest.
 ADMISSION_DEBOUNCE_SECONDS = 0.02
 logger = logging.getLogger("torchyard.controller")
@@ -99,16 +104,19 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         prefix=api.GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
-    # Kopf logs "Handler 'pod_event' succeeded." for every watch event: thousands a minute
+    # Kopf logs "Handler 'node_event' succeeded." for every watch event: thousands a minute
     # with a full queue, and all of them say nothing (the handlers only queue keys).
     if not any(isinstance(f, _HandlerSucceeded) for f in KOPF_OBJECTS.filters):
         KOPF_OBJECTS.addFilter(_HandlerSucceeded())
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.execution.max_workers = WORKERS + 4
+    settings.execution.max_workers = WORKERS + STATUS_WORKERS + 4
     queue = workqueue.WorkQueue(memo.get("namespaces", ()))
     telemetry.reset_run_phases()
-    ctx = context.Context(settings=_settings())
+    # Runs, Environments and a run's Pods are read from what the watches delivered.
+    held = reads.WatchedReads(k8s, tuple(sorted(queue.namespaces)))
+    memo.reads = held
+    ctx = context.Context(settings=_settings(), k8s=held)
     # The watches start after the start-up handlers: what they deliver is newer than this.
     try:
         await asyncio.get_running_loop().run_in_executor(None, admission.prime, ctx)
@@ -124,18 +132,48 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.admission_wake = asyncio.Event()
     memo.admission_wake.set()
     memo.tasks = [asyncio.create_task(workqueue.worker(queue, ctx)) for _ in range(WORKERS)]
+    memo.tasks += [
+        asyncio.create_task(workqueue.worker(queue, ctx, workqueue.STATUS))
+        for _ in range(STATUS_WORKERS)
+    ]
     memo.tasks.append(asyncio.create_task(admission_loop(queue, ctx, memo.admission_wake)))
     if queue.namespaces:
         memo.tasks.append(
             asyncio.create_task(outside_refresh(ctx, sorted(queue.namespaces), memo.admission_wake))
         )
     memo.tasks.append(asyncio.create_task(workqueue.resync(queue)))
+    memo.pod_watch = _start_pod_watch(queue, ctx, memo.reads, memo.admission_wake)
+
+
+def _start_pod_watch(
+    queue: workqueue.WorkQueue,
+    ctx: context.Context,
+    held: reads.WatchedReads,
+    wake: asyncio.Event,
+) -> pod_watch.PodWatch:
+    """The Pod watch outside Kopf (``pod_watch``): its threads hand each chunk of events
+    to the held reads (``reads``: a run's Pods), then to this event loop, which feeds the
+    cache and queues the runs."""
+    loop = asyncio.get_running_loop()
+
+    def hand_over(events: list[pod_watch.Event]) -> None:
+        held.pods_seen(events)  # before the run is queued: its reconcile reads them
+        with contextlib.suppress(RuntimeError):  # a closed loop: the operator is stopping
+            loop.call_soon_threadsafe(pod_watch.deliver, ctx, queue, wake, events)
+
+    watch = pod_watch.PodWatch(sorted(queue.namespaces), hand_over)
+    held.pods_listed = watch.listed  # a run's Pods are read from it once it listed them
+    watch.start()
+    return watch
 
 
 @kopf.on.cleanup()
 async def stop_workers(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("tasks", []):
         task.cancel()
+    watch = memo.get("pod_watch")
+    if watch is not None:
+        await asyncio.get_running_loop().run_in_executor(None, watch.stop)
 
 
 async def admission_loop(
@@ -201,6 +239,12 @@ def _own_write(memo: Any, key: context.Key, meta: Mapping[str, Any]) -> bool:
     return ctx is not None and bool(version) and ctx.written.get(key) == version
 
 
+def _seen(memo: Any, res: k8s.Resource, type_: str | None, body: Mapping[str, Any]) -> None:
+    held = memo.get("reads")
+    if held is not None:
+        held.seen(res, type_, dict(body))
+
+
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
 async def trainingrun_event(
     type: str,
@@ -208,9 +252,11 @@ async def trainingrun_event(
     namespace: str | None,
     meta: Mapping[str, Any],
     status: Mapping[str, Any],
+    body: Mapping[str, Any],
     memo: Any,
     **_: Any,
 ) -> None:
+    _seen(memo, k8s.TRAININGRUNS, type, body)
     if namespace:
         phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
         telemetry.run_phase(namespace, name, phase)
@@ -224,36 +270,11 @@ async def trainingrun_event(
 
 @kopf.on.event(api.GROUP, api.VERSION, "environments")
 async def environment_event(
-    type: str, name: str, namespace: str | None, memo: Any, **_: Any
+    type: str, name: str, namespace: str | None, body: Mapping[str, Any], memo: Any, **_: Any
 ) -> None:
+    _seen(memo, k8s.ENVIRONMENTS, type, body)
     if type != "DELETED":
         _enqueue(memo, "Environment", namespace, name)
-
-
-@kopf.on.event("", "v1", "pods", labels={names.LABEL_RUN: kopf.PRESENT})
-async def pod_event(
-    type: str | None,
-    body: Mapping[str, Any],
-    labels: Mapping[str, str],
-    namespace: str | None,
-    memo: Any,
-    **_: Any,
-) -> None:
-    _cache_event(memo, "Pod", type, body)
-    ctx = memo.get("ctx")
-    if ctx is not None and type != "DELETED" and ctx.cache.echo(body):
-        return  # the Pod as the reconcile that wrote it left it: nothing new for the run
-    _enqueue(memo, "TrainingRun", namespace, labels[names.LABEL_RUN], workqueue.STATUS)
-
-
-def _holds_gpus(body: Mapping[str, Any], **_: Any) -> bool:
-    return cache.holds_gpus(body)
-
-
-@kopf.on.event("", "v1", "pods", labels={names.LABEL_RUN: kopf.ABSENT}, when=_holds_gpus)
-async def gpu_pod_event(type: str | None, body: Mapping[str, Any], memo: Any, **_: Any) -> None:
-    """Another's Pod that asks for GPUs: it takes room gang admission must count."""
-    _cache_event(memo, "Pod", type, body)
 
 
 def release_pods_of_lost_node(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
@@ -303,12 +324,29 @@ def _record_node_lost(pod: Mapping[str, Any], node: str) -> None:
     k8s.record_event(run, "Warning", "NodeLost", message, now=timestamp(context.utcnow()))
 
 
+def _runs_on_down_node(memo: Any, name: str, body: Mapping[str, Any]) -> None:
+    """A node that says it is NotReady or unhealthy: reconcile the runs with unfinished
+    Pods on it now, which fails their attempt at once (``exclusions.down_failure``)
+    instead of after the taint manager's eviction."""
+    ctx = memo.get("ctx")
+    if ctx is None or exclusions.unhealthy(body) is None:
+        return
+    runs = {
+        (p["metadata"].get("namespace"), p["metadata"].get("labels", {}).get(names.LABEL_RUN))
+        for p in ctx.cache.pods()
+        if p.get("spec", {}).get("nodeName") == name
+    }
+    for namespace, run in sorted(r for r in runs if r[0] and r[1]):
+        _enqueue(memo, "TrainingRun", namespace, run)
+
+
 @kopf.on.event("", "v1", "nodes")
 async def node_event(
     type: str | None, name: str, body: Mapping[str, Any], memo: Any, **_: Any
 ) -> None:
     _cache_event(memo, "Node", type, body)
     if type != "DELETED":
+        _runs_on_down_node(memo, name, body)
         return
     loop = asyncio.get_running_loop()
     queue = memo.get("queue")

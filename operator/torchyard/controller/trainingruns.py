@@ -6,7 +6,8 @@
 2. **observe** the run's world into one :class:`Observed`: its status as it was, its
    Pods (of this attempt, and stale ones of earlier attempts) and its Environment;
 3. a **finished** run only stops its live Pods and waits for its TTL
-   (``ttl_after_finished``);
+   (``ttl_after_finished``); a **suspended** one (``spec.suspend``) stops its gang
+   gracefully and waits (``suspension``);
 4. **decide** with pure functions: the deadline and the failure policy
    (``failure_policy``: wait for the gang to settle, restart it, or fail);
 5. **apply** children: delete stale Pods, else create the Service and node Pods and
@@ -36,11 +37,13 @@ from torchyard.controller import (
     finalize,
     mpi_keys,
     progress,
+    suspension,
     telemetry,
 )
 from torchyard.controller import ttl_after_finished as ttl
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.planning import checkpoints, names, pods
+from torchyard.status import exclusions
 from torchyard.status import trainingruns as run_status
 
 # How soon a run whose old attempt's Pods are still going is looked at again.
@@ -101,8 +104,12 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
     seen = observe(ctx, run, previous)
     if seen.finished:
         return None, ttl.finished(ctx, run, seen.children, seen.completed, now)
+    if suspension.wanted(run, seen.phase):
+        return suspension.suspend(ctx, run, seen, logger, now)
 
-    verdict = failure_policy.decide(run, seen.current, seen.attempts, seen.phase, seen.started, now)
+    verdict = failure_policy.decide(
+        run, seen.current, seen.attempts, seen.phase, seen.started, now, ctx.cache.nodes()
+    )
     if verdict.settle_seconds is not None:
         logger.debug(
             "TrainingRun %s/%s: a node failed; deciding in %.1fs",
@@ -186,7 +193,12 @@ def _apply_children(
     """Delete an earlier attempt's Pods first (None); else the node Pods this attempt
     wants, created and admitted (``admission.admit``)."""
     if seen.stale:
-        context.delete_pods(ctx, run.namespace, seen.stale)
+        # A Pod on a node left out as bad (NotReady: no kubelet confirms its end) is
+        # deleted at once: the next attempt's Pod of the same name waits for it.
+        bad = set(_excluded(seen))
+        on_bad = [p for p in seen.stale if p.get("spec", {}).get("nodeName") in bad]
+        context.delete_pods(ctx, run.namespace, [p for p in seen.stale if p not in on_bad])
+        context.delete_pods(ctx, run.namespace, on_bad, grace_period_seconds=0)
         result.requeue_after = STALE_RETRY_SECONDS
         return None
     env_status = (seen.environment or {}).get("status", {})
@@ -197,6 +209,7 @@ def _apply_children(
         python=str(env_spec.get("python") or "python3"),
         attempt=seen.attempts.restarts,
         settings=ctx.settings,
+        excluded=_excluded(seen),
     )
     if not seen.current:
         mpi_keys.ensure(ctx, run)  # before the Pods that mount it
@@ -214,6 +227,11 @@ def _apply_children(
         if seen.attempts.restarts == 0 and created is not None:
             telemetry.ADMISSION_WAIT_SECONDS.observe(max(0.0, (now - created).total_seconds()))
     return applied
+
+
+def _excluded(seen: Observed) -> list[str]:
+    """The names of the nodes this run leaves out (``status.excludedNodes``)."""
+    return [str(e.get("node")) for e in seen.previous.get("excludedNodes") or [] if e.get("node")]
 
 
 def _status_inputs(
@@ -289,8 +307,12 @@ def _restart(
     now: datetime,
 ) -> tuple[Outcome, Result]:
     """Restart the whole gang: delete this attempt's Pods; the status counts the restart
-    and goes back to Pending, and a ``Restarting`` Event (not a ``Pending`` one) says why."""
-    context.delete_pods(ctx, run.namespace, seen.current)
+    and goes back to Pending, and a ``Restarting`` Event (not a ``Pending`` one) says why.
+    A suspension's Pods keep their own grace period: their ranks save a checkpoint in it."""
+    if restart.kind == "suspension":
+        suspension.stop_gracefully(ctx, run.namespace, seen.current)
+    else:
+        context.delete_pods(ctx, run.namespace, seen.current)
     logger.warning("TrainingRun %s/%s: %s", run.namespace, run.name, restart.message)
     new = status.restarting_status(
         seen.previous,
@@ -301,7 +323,23 @@ def _restart(
         now,
         restart.failure,
     )
-    outcome = Outcome(new, now, [Event("Warning", "Restarting", restart.message)])
+    if restart.attempts.suspensions:
+        new["suspensions"] = restart.attempts.suspensions
+    events = [Event("Warning", "Restarting", restart.message)]
+    bad = exclusions.of_failure(restart.failure, now)
+    excluded = exclusions.merged(seen.previous.get("excludedNodes"), bad)
+    if excluded:
+        new["excludedNodes"] = excluded
+    if bad is not None:
+        events.append(
+            Event(
+                "Warning",
+                "NodeExcluded",
+                f"node {bad['node']} is left out of this run's next attempts "
+                f"({bad['reason']}: {bad['evidence']})",
+            )
+        )
+    outcome = Outcome(new, now, events)
     return outcome, Result(requeue_after=RESTART_RETRY_SECONDS)
 
 

@@ -27,7 +27,7 @@ from torchyard.api import Environment, TrainingRun
 from torchyard.local.checks import missing_packages
 from torchyard.local.finalize import archive_and_register
 from torchyard.local.results import LocalResult, NodeResult, first_failure
-from torchyard.planning import checkpoints, mpi, node_env
+from torchyard.planning import checkpoints, mpi, node_env, pods
 from torchyard.registry import Store
 
 LAUNCHER_FILE = Path(torchyard.launcher.__file__)
@@ -137,6 +137,7 @@ class LocalRun:
         )
         env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
         env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
+        env.update(pods.watch_env(self.run))  # stall timeout and budgets, log rules
         if self.run.spec.distribution.type == "mpi":
             # One launcher runs the local mpirun with every slot on this machine: no agent.
             env.update(mpi.mpi_env(self.run, local=True))

@@ -27,6 +27,7 @@ from typing import Any
 
 from torchyard.api.quantities import quantity as quantity  # re-exported: one parser
 from torchyard.api.trainingruns import QUEUE_EXACT_POSITIONS
+from torchyard.planning.exclusions import excluded_of
 from torchyard.planning.names import LABEL_RUN
 from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE, POOL_LABEL, QUEUED_AT_ANNOTATION
 
@@ -115,8 +116,13 @@ def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any
 
 
 def eligible(
-    node: Node, selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]]
+    node: Node,
+    selector: Mapping[str, str],
+    tolerations: Sequence[Mapping[str, Any]],
+    excluded: frozenset[str] = frozenset(),
 ) -> bool:
+    if node.name in excluded:  # status.excludedNodes: a bad node, not for this run
+        return False
     if any(node.labels.get(k) != v for k, v in selector.items()):
         return False
     return all(_tolerates(tolerations, t) for t in node.taints)
@@ -134,6 +140,7 @@ class Gang:
     tolerations: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     pool: str = ""  # for messages
     priority: int = 0  # the Pods' priority (their PriorityClass's value): higher goes first
+    excluded: frozenset[str] = frozenset()  # nodes its Pods' affinity rules out (bad nodes)
 
     @cached_property
     def pool_key(self) -> tuple[tuple[str, str], ...]:
@@ -148,6 +155,7 @@ class Gang:
             repr(self.tolerations),
             tuple(sorted(self.request.items())),
             self.size,
+            tuple(sorted(self.excluded)),
         )
 
 
@@ -183,6 +191,7 @@ def gang_of(key: tuple[str, str], created: str, size: int, pod: Mapping[str, Any
         tolerations=spec.get("tolerations", []),
         pool=spec.get("nodeSelector", {}).get(POOL_LABEL, ""),
         priority=int(spec.get("priority") or 0),
+        excluded=excluded_of(pod),
     )
 
 
@@ -213,13 +222,22 @@ def describe_need(gang: Gang) -> str:
 
 
 def place(gang: Gang, nodes: list[Node]) -> int:
-    """How many of the gang's Pods fit (first fit; takes what it places from ``nodes``)."""
-    placed = 0
+    """How many of the gang's Pods fit (first fit; takes what it places from ``nodes``).
+    A node that cannot take one more of the gang's Pods cannot take one later in this
+    call either (room only shrinks), so each Pod's scan starts at the node the last one
+    went to: one pass over the nodes, not one per Pod (a 256-node gang was 65,536 checks
+    before its Pods were created)."""
+    placed, start = 0, 0
+    request = dict(gang.request)
     for _ in range(gang.size):
-        for node in nodes:
-            if eligible(node, gang.selector, gang.tolerations) and node.fits(dict(gang.request)):
-                node.take(dict(gang.request))
+        for i in range(start, len(nodes)):
+            node = nodes[i]
+            if eligible(node, gang.selector, gang.tolerations, gang.excluded) and node.fits(
+                request
+            ):
+                node.take(request)
                 placed += 1
+                start = i
                 break
         else:
             break
@@ -241,16 +259,23 @@ def decide(
     pods, nodes = list(pods), list(nodes)
     free = free_nodes(nodes, pods)
     empty = free_nodes(nodes, [])
-    # Pods admitted (no gate) but not bound yet will take room too: reserve it first.
+    # Pods admitted (no gate) but not bound yet will take room too: reserve it first
+    # (first fit; Pods of one shape resume where the last went, as in ``place``).
+    resume: dict[str, int] = {}
     for pod in pods:
         if not pod.get("spec", {}).get("nodeName") and not is_gated(pod) and not _is_terminal(pod):
             req = pod_requests(pod)
             selector = pod.get("spec", {}).get("nodeSelector", {})
             tols = pod.get("spec", {}).get("tolerations", [])
-            for node in free:
-                if eligible(node, selector, tols) and node.fits(req):
-                    node.take(req)
+            avoid = excluded_of(pod)  # a run's bad nodes (``planning.exclusions``)
+            like = repr((sorted(req.items()), sorted(selector.items()), tols, sorted(avoid)))
+            for i in range(resume.get(like, 0), len(free)):
+                if eligible(free[i], selector, tols, avoid) and free[i].fits(req):
+                    free[i].take(req)
+                    resume[like] = i
                     break
+            else:
+                resume[like] = len(free)
     decisions: dict[tuple[str, str], Decision] = {}
     blocked_pools: dict[tuple[tuple[str, str], ...], tuple[str, str]] = {}
     ordered = order(waiting)
@@ -262,13 +287,18 @@ def decide(
         need = describe_need(gang)
         shape = gang.shape
         if shape not in statics:
-            matching = sum(1 for n in free if eligible(n, gang.selector, gang.tolerations))
+            matching = sum(
+                1 for n in free if eligible(n, gang.selector, gang.tolerations, gang.excluded)
+            )
             idle = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in empty]
             statics[shape] = (matching, matching > 0 and place(gang, idle) == gang.size)
         matching, holds = statics[shape]
         if not matching:
             decisions[gang.key] = Decision(
-                False, 0, f"needs {need}; no Ready node matches the pool's selector and tolerations"
+                False,
+                0,
+                f"needs {need}; no Ready node matches the pool's selector and tolerations"
+                + _left_out(gang, free),
             )
             ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
             continue
@@ -278,7 +308,7 @@ def decide(
                 False,
                 0,
                 f"needs {need}; the pool cannot hold it even when idle "
-                f"({matching} matching node(s))",
+                f"({matching} matching node(s){_left_out(gang, free)})",
             )
             ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
             continue
@@ -311,6 +341,16 @@ def decide(
                 False, fit, f"needs {need}; {fit} fit now", blocking=True
             )
     return _numbered(ordered, decisions)
+
+
+def _left_out(gang: Gang, nodes: Sequence[Node]) -> str:
+    """'; 1 more left out as bad for this run (status.excludedNodes)', or ''."""
+    bad = sum(
+        1 for n in nodes if n.name in gang.excluded and eligible(n, gang.selector, gang.tolerations)
+    )
+    if not bad:
+        return ""
+    return f"; {bad} more left out as bad for this run (status.excludedNodes)"
 
 
 def beyond_message(need: str) -> str:

@@ -12,13 +12,14 @@ init container but a git source's clone.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torchyard import __version__
 from torchyard.api import TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
-from torchyard.planning import checkpoints, mpi, names, shipped
+from torchyard.planning import checkpoints, exclusions, mpi, names, shipped
 from torchyard.planning.rank import node_env
 
 GANG_GATE = wire.GANG_GATE
@@ -257,6 +258,26 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
     return vols
 
 
+def watch_env(run: TrainingRun) -> dict[str, str]:
+    """What the launcher watches the ranks with (policy): the stall timeout
+    (``launcher.Launcher._check_stall``), the stall budgets of the phases
+    (``launcher.stall_budgets``) and the log rules (``launcher.LogScanner``). Local mode
+    passes the same."""
+    env: dict[str, str] = {}
+    policy = run.spec.policy
+    if policy.stall_timeout_seconds:
+        env["TORCHYARD_STALL_TIMEOUT"] = str(policy.stall_timeout_seconds)
+    if policy.stall_budgets is not None and policy.stall_budgets.to_dict():
+        env["TORCHYARD_STALL_BUDGETS"] = json.dumps(
+            policy.stall_budgets.to_dict(), separators=(",", ":")
+        )
+    if policy.log_rules:
+        env["TORCHYARD_LOG_RULES"] = json.dumps(
+            [r.to_dict() for r in policy.log_rules], separators=(",", ":")
+        )
+    return env
+
+
 def pod(
     run: TrainingRun,
     node_rank: int,
@@ -265,22 +286,19 @@ def pod(
     python: str = "python3",
     attempt: int = 0,
     settings: Settings | None = None,
+    excluded: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The Pod of node ``node_rank``: the launcher starts the ranks inside ``image``."""
+    """The Pod of node ``node_rank``: the launcher starts the ranks inside ``image``, on
+    none of the ``excluded`` nodes (the run's ``status.excludedNodes``)."""
     settings = settings or Settings()
     in_workspace = run.spec.source.in_workspace
     workdir = WORKDIR if in_workspace else "."
     env = node_env(run, node_rank, workdir=workdir)
     env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
     env["TORCHYARD_SHIPPED_PATH"] = SHIPPED_ROOT
-    if run.spec.policy.stall_timeout_seconds:  # ``launcher.Launcher._check_stall``
-        env["TORCHYARD_STALL_TIMEOUT"] = str(run.spec.policy.stall_timeout_seconds)
+    env.update(watch_env(run))
     if run.spec.resources.gpus_per_node:  # PyTorch's NCCL flight recorder
         env["TORCHYARD_GPUS_PER_NODE"] = str(run.spec.resources.gpus_per_node)
-    if run.spec.policy.log_rules:  # the launcher flags the lines (``launcher.LogScanner``)
-        env["TORCHYARD_LOG_RULES"] = json.dumps(
-            [r.to_dict() for r in run.spec.policy.log_rules], separators=(",", ":")
-        )
     is_mpi = run.spec.distribution.type == "mpi"
     if is_mpi:
         env.update(mpi.mpi_env(run))
@@ -389,6 +407,10 @@ def pod(
     tols = tolerations(run)
     if tols:
         spec["tolerations"] = tols
+    # The nodes that failed this run (status.excludedNodes): never again for it.
+    avoid = exclusions.node_affinity(excluded)
+    if avoid is not None:
+        spec["affinity"] = avoid
     if run.spec.compute.priority_class_name:
         spec["priorityClassName"] = run.spec.compute.priority_class_name
     if run.spec.policy.active_deadline_seconds:
@@ -417,8 +439,17 @@ def pods(
     python: str = "python3",
     attempt: int = 0,
     settings: Settings | None = None,
+    excluded: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     return [
-        pod(run, i, image=image, python=python, attempt=attempt, settings=settings)
+        pod(
+            run,
+            i,
+            image=image,
+            python=python,
+            attempt=attempt,
+            settings=settings,
+            excluded=excluded,
+        )
         for i in range(run.spec.distribution.node_count)
     ]

@@ -84,7 +84,9 @@ HANG = Rule(
     advice="a rank stopped making progress (torchyard.progress reports) for longer than "
     "the stall timeout: the message names it and where it was; every rank's stacks are "
     "archived in logs/node-<n>/stacks/. Look for a rank that skips a collective, waits on "
-    "a lock or on I/O; raise policy.stallTimeoutSeconds if steps may take that long",
+    "a lock or on I/O; raise policy.stallTimeoutSeconds if steps may take that long, or let "
+    "the ranks say when they initialize, save or evaluate (torchyard.progress.report(step, "
+    "phase='saving')) to get policy.stallBudgets instead",
 )
 CUDA_OOM = Rule(
     "CudaOOM",

@@ -88,6 +88,11 @@ class Failure(TypedDict, total=False):
     retryable: bool
     advice: str
     step: int
+    # bad nodes (``status.exclusions``): the Node the failed Pod ran on, what the class
+    # matched, and an exclusion the failure itself calls for ({reason, evidence})
+    nodeName: str
+    matched: str
+    exclude: dict[str, str]
 
 
 def _trainer(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -159,6 +164,8 @@ def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
         failure["node"] = rank_node
     if isinstance(info.get("step"), int):
         failure["step"] = info["step"]
+    if pod.get("spec", {}).get("nodeName") and failure["pod"] == meta.get("name"):
+        failure["nodeName"] = str(pod["spec"]["nodeName"])
     if not failure["platform"]:
         classify_failure(failure, info)
     return failure
@@ -184,7 +191,14 @@ def classify_failure(failure: Failure, info: Mapping[str, Any]) -> None:
         failure["failureClass"] = rule.name
         failure["retryable"] = rule.retryable
         failure["advice"] = f"{rule.advice} (matched: {matched})"
+        failure["matched"] = matched
     rule_hit = info.get("logRule")
+    if isinstance(rule_hit, dict) and rule_hit.get("action") == "excludeNode":
+        failure["exclude"] = {
+            "reason": "LogRule",
+            "evidence": f"policy.logRules[{rule_hit.get('index')}] matched "
+            f"{str(rule_hit.get('line', ''))[:200]!r}",
+        }
     if isinstance(rule_hit, dict) and rule_hit.get("action") == "cancelRetries":
         failure["retryable"] = False
         failure["advice"] = (
@@ -297,6 +311,12 @@ def lost_failure(pod_names: Sequence[str], pods: Sequence[Mapping[str, Any]]) ->
         )
         if disruption is not None and disruption.get("reason") == "DeletionByTaintManager":
             how = f"was evicted from node {node}, which is NotReady or unreachable"
+            evicted: Failure = {**base, "message": f"{who} {how}", "nodeName": str(node)}
+            evicted["exclude"] = {
+                "reason": "DeletionByTaintManager",
+                "evidence": str(disruption.get("message") or "DisruptionTarget")[:300],
+            }
+            return evicted
         elif disruption is not None:
             how = f"on node {node} is being deleted ({disruption.get('reason')})"
         else:

@@ -111,7 +111,21 @@ def run_progress(nodes: Sequence[Mapping[str, Any] | None], now: datetime) -> di
     metrics = next((n["metrics"] for _, n in said if isinstance(n.get("metrics"), dict)), None)
     if metrics:
         progress["metrics"] = {k: _number(v) for k, v in metrics.items() if _number(v) is not None}
+    timed = checkpoint_seconds(n.get("checkpointSeconds") for _, n in said)
+    if timed:
+        progress["checkpointSeconds"] = timed
     return progress
+
+
+def checkpoint_seconds(nodes: Iterable[Any]) -> dict[str, float]:
+    """The slowest step and save (``{"step", "save"}``, seconds) over the nodes' timings."""
+    out: dict[str, float] = {}
+    for timed in nodes:
+        for key in ("step", "save"):
+            value = _number(timed.get(key)) if isinstance(timed, Mapping) else None
+            if value is not None:
+                out[key] = max(out.get(key, 0.0), float(value))
+    return out
 
 
 def final_progress(pods: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
+from torchyard.status import checkpoint_risk
 from torchyard.status import steps as run_progress
 from torchyard.status.conditions import condition, merge, progress, timestamp
 from torchyard.status.failures import (
@@ -189,7 +190,7 @@ def _trainingrun_status(
     ran = run_progress.final_progress(pods, now) or observed.progress or prev.get("progress")
     if ran:
         status["progress"] = dict(ran)
-    for key in ("startTime", "lastFailure"):
+    for key in ("startTime", "lastFailure", "suspensions", "excludedNodes"):
         if prev.get(key):
             status[key] = prev[key]
 
@@ -350,6 +351,9 @@ def _trainingrun_status(
                 observed_generation=gen,
             )
         )
+    risk = checkpoint_risk.condition(run, status.get("progress"), gen)
+    if risk is not None:  # before Running: kstatus takes the last condition's reason
+        conds.insert(len(conds) - 1, risk)
     status["conditions"] = merge(prev.get("conditions"), conds, now)
     return status
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchyard import api, k8s, progress
 from torchyard.api import wire
-from torchyard.sdk import runs, snapshots
+from torchyard.sdk import runs, snapshots, suspension
 from torchyard.sdk.azureml import models
 from torchyard.sdk.azureml.common import ActivityFailedException, dns_name, refuse
 from torchyard.sdk.azureml.compute import ComputeTarget
@@ -33,6 +33,7 @@ STATUS = {
     "Finalizing": "Finalizing",
     "Succeeded": "Completed",
     "Failed": "Failed",
+    "Suspended": "Suspended",
 }
 
 
@@ -169,6 +170,14 @@ class Run:
         if code and raise_on_error:
             raise ActivityFailedException(text)
         return self.get_details()
+
+    def suspend(self) -> None:
+        """Checkpoint now, stop the node Pods and free their capacity (spec.suspend)."""
+        suspension.suspend(self._ns, self.id)
+
+    def resume(self) -> None:
+        """Admit the suspended run again; it continues from its newest checkpoint."""
+        suspension.resume(self._ns, self.id)
 
     def get_file_names(self) -> list[str]:
         return self.experiment.workspace.registry().run_files(self._ns, self.id)

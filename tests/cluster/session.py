@@ -1,0 +1,51 @@
+"""A control plane, the real kubelet node and an in-process operator, for the benchmarks
+that run real Pods (benchmarks/real_launch.py, survive.py, why.py).
+
+:func:`operator_on_real_node` starts them in that order, yields the cluster and the node
+once a namespace exists, and stops everything in reverse order on the way out, also when
+the process gets SIGTERM (it unwinds like Ctrl-C, so no node is left behind). The tests
+have their own fixtures (tests/node/conftest.py); this is the same set-up for a script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+
+from tests.cluster.harness import Cluster
+from tests.cluster.realnode import RealNode
+from tests.conftest import InProcessOperator
+from torchyard import k8s
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def operator_on_real_node(namespace: str) -> Iterator[tuple[Cluster, RealNode]]:
+    """Control plane, real node, ``namespace``, operator; all stopped on exit."""
+    signal.signal(signal.SIGTERM, _interrupted)  # unwind (stop the node) like Ctrl-C
+    # Reach no registry but the local one; an in-process operator serves no /metrics.
+    os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
+    os.environ.setdefault("TORCHYARD_METRICS_PORT", "0")
+    cluster = Cluster()
+    node: RealNode | None = None
+    op: InProcessOperator | None = None
+    try:
+        cluster.start()
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        k8s.reset()
+        node = RealNode(cluster).start()
+        cluster.create_namespace(namespace)
+        op = InProcessOperator()
+        op.start()
+        yield cluster, node
+    finally:
+        if op is not None:
+            op.stop()
+        if node is not None:
+            node.stop()
+        cluster.stop()
