@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 
 from torchyard.api import wire
 from torchyard.status import classes
+from torchyard.status.steps import PROGRESS_LINE
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
 # Failures of the platform, not of the user's code: retried without using backoffLimit.
@@ -103,10 +104,15 @@ def _trainer(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _termination(message: str) -> dict[str, Any]:
+    """The launcher's termination message, or the log tail the kubelet put there instead
+    (a launcher that was killed wrote none). The launcher's own ``[torchyard] progress``
+    lines are left out of a log tail: they are the progress poll's, not the failure's."""
     try:
         data = json.loads(message)
     except ValueError:
-        return {"message": message.strip()} if message.strip() else {}
+        kept = [line for line in message.splitlines() if not line.startswith(PROGRESS_LINE)]
+        text = "\n".join(kept).strip()
+        return {"message": text} if text else {}
     return data if isinstance(data, dict) else {}
 
 
@@ -149,7 +155,7 @@ def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
         "exitCode": term.get("exitCode", info.get("exitCode")),
         "signal": term.get("signal", info.get("signal")),
         "reason": reason,
-        "message": info.get("message") or status.get("message") or term.get("message") or "",
+        "message": info.get("message") or status.get("message") or "",
         "platform": reason in PLATFORM_REASONS or disrupted,
         "finishedAt": term.get("finishedAt") or "",
         "exitedAt": _exited_at(info, term),

@@ -129,3 +129,19 @@ def test_settling(
         assert got is None
     else:
         assert got == pytest.approx(wait)
+
+
+def test_a_killed_launchers_log_tail_is_the_message_without_its_progress_lines() -> None:
+    """Seen on the real node (benchmarks/survive.py): a SIGKILLed launcher writes no
+    termination message, the kubelet puts the log tail there instead, and the tail ended
+    with the launcher's own progress line, which became the failure's whole message."""
+    tail = (
+        "[rank 1] step 14 loss 0.25\n"
+        '[torchyard] progress {"checkpointSeconds": {"save": 1.007}, "step": 14}'
+    )
+    killed = pod("r", 1, phase="Failed", exit_code=137, message=tail)
+    failure = observe_failure(killed)
+    assert failure is not None and failure["message"] == "[rank 1] step 14 loss 0.25"
+    only_progress = pod("r", 1, phase="Failed", exit_code=137, message=tail.splitlines()[1])
+    failure = observe_failure(only_progress)
+    assert failure is not None and "progress" not in failure["message"]
