@@ -409,6 +409,20 @@ class Cluster:
             raw = err.read()
             return err.code, json.loads(raw) if raw[:1] == b"{" else raw.decode()
 
+    def node_not_ready(self, node: str) -> None:
+        """KWOK lets go of ``node``, which then says NotReady, as a kubelet that stopped."""
+        self.kubectl("annotate", "node", node, f"{KWOK_NODE_ANNOTATION}-")
+        ready = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "test"}
+        self.kubectl(
+            "patch",
+            "node",
+            node,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"conditions": [ready]}}),
+        )
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         result = subprocess.run(
             [

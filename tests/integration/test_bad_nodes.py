@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from tests.cluster.harness import KWOK_NODE_ANNOTATION, Cluster, Pool
+from tests.cluster.harness import Cluster, Pool
 from tests.integration.helpers import finish_pod, run_pods, wait_status
 from tests.integration.test_cli import torchyard
 from tests.integration.test_trainingruns import env, extra_pool, running
@@ -97,29 +97,7 @@ def test_a_node_that_goes_not_ready_under_a_running_gang_fails_the_attempt_fast(
     first = k8s.get(k8s.PODS, ns, "notready-0")
     bad = first["spec"]["nodeName"]
     # KWOK lets go of the node, which then says NotReady (as a kubelet that stopped).
-    cluster.kubectl("annotate", "node", bad, f"{KWOK_NODE_ANNOTATION}-")
-    cluster.kubectl(
-        "patch",
-        "node",
-        bad,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(
-            {
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "False",
-                            "reason": "KubeletNotReady",
-                            "message": "test",
-                        }
-                    ]
-                }
-            }
-        ),
-    )
+    cluster.node_not_ready(bad)
     went = time.monotonic()
     # Fast: well within the taint manager's eviction (300 s) and the 40 s grace period
     # of the node lifecycle controller; the node's own event wakes the run.

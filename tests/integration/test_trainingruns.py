@@ -4,7 +4,6 @@ operator restart in the middle of a 64-node fan-out."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -561,29 +560,7 @@ def test_a_node_that_becomes_not_ready_takes_its_capacity_out_of_admission(
     ns, pool = env, extra_pool.name
     node = f"{pool}-1"
     # KWOK lets go of the node, which then says NotReady (as a kubelet that lost its GPUs).
-    cluster.kubectl("annotate", "node", node, f"{KWOK_NODE_ANNOTATION}-")
-    cluster.kubectl(
-        "patch",
-        "node",
-        node,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(
-            {
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "False",
-                            "reason": "KubeletNotReady",
-                            "message": "test",
-                        }
-                    ]
-                }
-            }
-        ),
-    )
+    cluster.node_not_ready(node)
     k8s.create(
         TrainingRunBuilder("pair", ns)
         .environment("pytorch")
