@@ -84,15 +84,25 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` by temp file, fsync and rename (and fsync the folder)."""
-    folder = os.path.dirname(path) or "."
+def _write_temp(folder: str, data: bytes) -> str:
+    """A temp file in ``folder`` holding ``data``, fsynced; its path."""
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` by temp file, fsync and rename (and fsync the folder)."""
+    folder = os.path.dirname(path) or "."
+    tmp = _write_temp(folder, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -402,23 +412,66 @@ def save_target(directory: str | None = None) -> int | None:
 
 
 def request_save(directory: str | None = None) -> int | None:
-    """Ask every rank to save at the highest reported step + 1 (called by a launcher on
-    SIGTERM). The target only moves forward; when a rank has already passed it (it read
-    the file just before it was written), it moves again past that rank. None when no
+    """Ask every rank to save at the highest reported step + 1 (called by every launcher
+    on SIGTERM, and again while it waits for that save). The first launcher to ask sets
+    the target (an exclusive create: the others find it and agree); it moves only when a
+    rank missed it: it reported a later step with no ``rank-R.done`` for the target (it
+    read the file just before it was written), and then past every rank. None when no
     rank reported a step (the script does not use this module)."""
+    path = os.path.join(_state(directory), SAVE_AT)
     for _ in range(10):
         steps_now = reported(directory)
         if not steps_now:
             return None
-        target = max(steps_now.values()) + 1
         current = save_target(directory)
-        if current is not None and current >= target:
-            target = current
+        if current is not None and not _missed(current, steps_now, directory):
+            return current
+        target = max(steps_now.values()) + 1
+        if current is None:
+            if not _create_once(path, str(target).encode()):
+                continue  # another launcher's target came first: judge that one
         else:
-            _write_atomic(os.path.join(_state(directory), SAVE_AT), str(target).encode())
-        if max(reported(directory).values()) < target:
-            return target
+            _write_atomic(path, str(max(target, current + 1)).encode())
     return save_target(directory)
+
+
+def _missed(target: int, steps_now: dict[int, int], directory: str | None) -> bool:
+    """Whether a rank went past ``target`` without saving it: it reported a later step,
+    and neither its ``rank-R.done`` nor a complete checkpoint is there. (A rank that
+    reported the target itself may be saving it now.)"""
+    path = step_path(target, directory)
+    past = [r for r, s in steps_now.items() if s > target]
+    if not past or is_complete(path, verify=False):
+        return False
+    return any(not os.path.isfile(os.path.join(path, f"rank-{r}.done")) for r in past)
+
+
+def _create_once(path: str, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists (then False): written to a temp
+    file, fsynced and hard-linked into place, so no reader sees it half-written; on a
+    file system without hard links, an exclusive create (a reader that finds it still
+    empty takes it as no target yet, and a rank that misses it moves it on)."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = _write_temp(folder, data)
+    try:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here (some SMB/FUSE volumes)
+            try:
+                out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(out, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+    finally:
+        os.unlink(tmp)
+    _fsync_dir(folder)
+    return True
 
 
 def clear_requests(directory: str | None = None) -> None:

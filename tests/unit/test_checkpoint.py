@@ -263,13 +263,47 @@ def test_the_target_only_moves_forward_and_past_a_rank_that_already_passed_it(
 ) -> None:
     d = str(tmp_path)
     checkpoint.report(10, d, rank=0)
+    checkpoint.report(9, d, rank=1)
     assert checkpoint.request_save(d) == 11
-    checkpoint.report(5, d, rank=1)
-    assert checkpoint.request_save(d) == 11  # a second launcher agrees on the same step
-    checkpoint.report(11, d, rank=0)  # rank 0 reported 11: it may have read no target
-    assert checkpoint.request_save(d) == 12
+    checkpoint.report(11, d, rank=0)  # rank 0 reported 11: it may be saving it now
+    assert checkpoint.request_save(d) == 11
+    checkpoint.report(12, d, rank=0)  # ... but it went on without rank-0.done: it missed 11
+    assert checkpoint.request_save(d) == 13
     checkpoint.clear_requests(d)
     assert checkpoint.save_target(d) is None and checkpoint.reported(d) == {}
+
+
+def test_launchers_stopped_at_once_agree_on_one_target_while_ranks_move_on(
+    tmp_path: Path,
+) -> None:
+    """Every node's launcher gets SIGTERM at about the same time: the first sets the
+    target, the ones after it find it, even when ranks have saved it and gone on meanwhile
+    (a later launcher computing its own target would ask for a second checkpoint)."""
+    d = str(tmp_path)
+    for rank in range(4):
+        checkpoint.report(21, d, rank=rank)
+    assert checkpoint.request_save(d) == 22  # node 0's launcher
+    for rank in (0, 1):  # node 0's ranks save step 22 and go on
+        os.environ["RANK"] = str(rank)
+        try:
+            assert checkpoint.should_save(22, d)
+            checkpoint.save_dir(22, d)
+            checkpoint.done(22, d)
+            assert not checkpoint.should_save(23, d)
+        finally:
+            del os.environ["RANK"]
+    assert checkpoint.request_save(d) == 22  # node 1's launcher, later: the same step
+    assert checkpoint.save_target(d) == 22
+
+
+def test_a_target_that_a_saved_checkpoint_completes_never_moves(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    checkpoint.report(4, d, rank=0)
+    assert checkpoint.request_save(d) == 5
+    (tmp_path / "step-5").mkdir()
+    (tmp_path / "step-5" / ".metadata").write_bytes(b"dcp")  # a PyTorch DCP save, no .done
+    checkpoint.report(7, d, rank=0)
+    assert checkpoint.request_save(d) == 5
 
 
 def test_node_0_drops_unfinished_and_damaged_saves_newer_than_the_one_it_resumes(
