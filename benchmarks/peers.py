@@ -32,6 +32,11 @@ per node (8 GPUs per Pod):
     held a partial gang at once (some but not all Pods bound, none ended: 1 is the most a
     gang scheduler allows).
 
+With ``--breakdown`` (on in ``--smoke``) watches on the namespace (benchmarks/timeline.py)
+say where each fan-out's time goes: from the create to the run's object seen, its first
+child (JobSet, Service, Pod...), its Service, its first status, its first and last Pod
+created and its last Pod Running, so the steps before the first Pod are measured apart.
+
 Every figure is a median over the rounds with its spread (lowest-highest); ratios are
 against ``direct`` (fan-out) or torchyard. Peers that do not gang-schedule may deadlock in
 the admission part (4 nodes held by Pods of several runs, none complete: nothing ends by
@@ -39,7 +44,8 @@ itself): a contender is given up when no run has started for ``--admission-stall
 seconds, and the report says after how many runs it stuck.
 
     .venv/bin/python benchmarks/peers.py [--sizes 8,64,256] [--rounds 3] [--restart-size 64]
-        [--admission-runs 20] [--no-peers] [--parts fanout,restart,admission]
+        [--admission-runs 20] [--no-peers] [--parts fanout,restart,admission] [--breakdown]
+        [--operator-src DIR]   # the operator from another source tree (an A/B)
     .venv/bin/python benchmarks/peers.py --smoke   # N = 8, no peers (tests run this)
 """
 
@@ -64,6 +70,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from benchmarks import timeline  # noqa: E402
 from benchmarks.scale import Operator  # noqa: E402
 from kubernetes import client, watch  # noqa: E402
 from tests.cluster import peers  # noqa: E402
@@ -85,6 +92,7 @@ TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedu
 TRAINJOBS = k8s.Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs")
 PYTORCHJOBS = k8s.Resource("kubeflow.org", "v1", "pytorchjobs")
 RUNTIMES = k8s.Resource("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", False)
+JOBSETS = k8s.Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 
 # -- the contenders ----------------------------------------------------------------------
@@ -286,16 +294,28 @@ class Results:
     finished: dict[str, list[int]] = field(default_factory=dict)
     drain: dict[str, list[float | None]] = field(default_factory=dict)
     partial: dict[str, list[int]] = field(default_factory=dict)
+    # (contender, N) -> per round, seconds from create to each step (timeline.STEPS)
+    breakdown: dict[tuple[str, int], list[dict[str, float | None]]] = field(default_factory=dict)
 
 
-def fanout(cluster: Cluster, c: Contender, n: int, r: int, res: Results) -> float:
+def fanout(
+    cluster: Cluster,
+    c: Contender,
+    n: int,
+    r: int,
+    res: Results,
+    seen: timeline.Timeline | None = None,
+) -> float:
     name = f"{c.name}-{n}-{r}"
     before = writes(cluster)
     started = time.monotonic()
     c.create(name, n, "gpu")
     wait(f"{n} {c.name} Pods Running", lambda: running(c, name, n))
     elapsed = time.monotonic() - started
-    time.sleep(2)  # the last status writes of the run
+    time.sleep(2)  # the last status writes of the run (and the watches' last events)
+    if seen is not None:
+        kind = c.resource.plural if c.resource is not None else None
+        res.breakdown.setdefault((c.name, n), []).append(seen.milestones(name, kind, n, started))
     # Deletes left out: the previous contender's cleanup (its Services, Endpoints, Pods
     # finalized by KWOK) may still be running.
     delta = Counter({k: v for k, v in (writes(cluster) - before).items() if "DELETE" not in k})
@@ -453,6 +473,51 @@ def admission(
     return drained
 
 
+def _watcher(list_fn: Callable[..., Any], *args: Any) -> timeline.Watcher:
+    """A watch of ``list_fn(*args)`` (a kubernetes client list call) that resumes from the
+    last resourceVersion it saw, for :class:`timeline.Timeline`."""
+    version: list[str | None] = [None]
+
+    def stream(event: Callable[[str, dict[str, Any]], None], stopping: threading.Event) -> None:
+        w = watch.Watch()
+        kwargs: dict[str, Any] = {"timeout_seconds": 60}
+        if version[0]:
+            kwargs["resource_version"] = version[0]
+        try:
+            for item in w.stream(list_fn, *args, **kwargs):
+                obj = item["raw_object"]
+                version[0] = (obj.get("metadata") or {}).get("resourceVersion") or version[0]
+                event(item["type"], obj)
+                if stopping.is_set():
+                    w.stop()
+        except Exception:
+            version[0] = None  # expired (410): from now
+            raise
+
+    return stream
+
+
+def start_timeline(with_peers: bool) -> timeline.Timeline:
+    """Watches on the namespace's Pods, Services, ConfigMaps, Jobs and every contender's
+    kind (``--breakdown``)."""
+    api_client = k8s.load()
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    kinds = [k8s.TRAININGRUNS] + ([TRAINJOBS, JOBSETS, PYTORCHJOBS] if with_peers else [])
+    watchers: dict[str, timeline.Watcher] = {
+        "pods": _watcher(core.list_namespaced_pod, NS),
+        "services": _watcher(core.list_namespaced_service, NS),
+        "configmaps": _watcher(core.list_namespaced_config_map, NS),
+        "jobs": _watcher(batch.list_namespaced_job, NS),
+    }
+    for kind in kinds:
+        watchers[kind.plural] = _watcher(
+            custom.list_namespaced_custom_object, kind.group, kind.version, NS, kind.plural
+        )
+    labels = sorted({c.label for c in (DIRECT, TORCHYARD, TRAINJOB, PYTORCHJOB)})
+    return timeline.Timeline(watchers, labels).start()
+
+
 # -- reporting ---------------------------------------------------------------------------
 
 
@@ -469,6 +534,8 @@ def machine() -> str:
 def report(args: argparse.Namespace, order: list[Contender], res: Results, parts: set[str]) -> None:
     if "fanout" in parts:
         report_fanout(args, order, res)
+        if res.breakdown:
+            timeline.report(res.breakdown, [c.name for c in order], args.sizes)
     if "restart" in parts:
         report_restart(args, res)
     if "admission" in parts:
@@ -581,6 +648,16 @@ def main() -> int:
     )
     parser.add_argument("--no-peers", action="store_true", help="torchyard and direct only")
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="fan-out: where the time goes, step by step (watches on the namespace)",
+    )
+    parser.add_argument(
+        "--operator-src",
+        default=str(REPO / "operator"),
+        help="the source root the torchyard operator runs from (an A/B against another tree)",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="N = 8, restart of 8, 4 admission runs, no peers"
     )
     args = parser.parse_args()
@@ -588,6 +665,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     if args.smoke:
         args.sizes, args.restart_size, args.admission_runs, args.no_peers = "8", 8, 4, True
+        args.breakdown = True
     args.sizes = [int(s) for s in args.sizes.split(",")]
     parts = set(args.parts.split(","))
     if not parts or parts - {"fanout", "restart", "admission"}:
@@ -599,6 +677,8 @@ def main() -> int:
     contenders = [DIRECT, TORCHYARD] + ([] if args.no_peers else [TRAINJOB, PYTORCHJOB])
     print(f"peers: {'none (--no-peers)' if args.no_peers else peers.versions()}")
     print(f"machine: {machine()}", flush=True)
+    if args.operator_src != str(REPO / "operator"):
+        print(f"torchyard operator from: {args.operator_src}", flush=True)
     res = Results()
     with Cluster(pools=(gpu, ADM)) as cluster:
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
@@ -619,15 +699,16 @@ def main() -> int:
                 "spec": {"image": "img"},
             }
         )
-        op = Operator(str(REPO / "operator"), cluster.kubeconfig, cluster.workdir / "op.log")
+        op = Operator(args.operator_src, cluster.kubeconfig, cluster.workdir / "op.log")
         op.start()
+        seen = start_timeline(not args.no_peers) if args.breakdown else None
         try:
             for r in range(args.rounds):
                 turn = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
                 for n in args.sizes if "fanout" in parts else []:
                     line = [f"round {r + 1}/{args.rounds}  N={n:4d}"]
                     for c in turn:
-                        line.append(f"{c.name} {fanout(cluster, c, n, r, res):6.2f}s")
+                        line.append(f"{c.name} {fanout(cluster, c, n, r, res, seen):6.2f}s")
                     print("  ".join(line), flush=True)
                 line = [f"round {r + 1}/{args.rounds}  restart N={args.restart_size:4d}"]
                 for c in turn:
@@ -658,6 +739,8 @@ def main() -> int:
                 flush=True,
             )
         finally:
+            if seen is not None:
+                seen.stop()
             op.stop()
             if running_peers is not None:
                 running_peers.stop()

@@ -195,7 +195,8 @@ def main() -> int:
                     break
                 except OSError:
                     time.sleep(0.05)
-            url = f"http://127.0.0.1:{port}/v1/namespaces/bench/runs/r/outputs/model.bin"
+            base = f"http://127.0.0.1:{port}/v1/namespaces/bench/runs/r/outputs"
+            stored = work / "root" / "bench" / "runs" / "r" / "outputs"
 
             client = RegistryClient(f"http://127.0.0.1:{port}", "x")
             walls: dict[str, list[float]] = {}
@@ -216,7 +217,7 @@ def main() -> int:
                 )
 
             out = work / "copy.bin"
-            for _ in range(args.repeat):  # interleaved, so drift hits every figure alike
+            for i in range(args.repeat):  # interleaved, so drift hits every figure alike
                 timed("plain copy", lambda: plain_copy(src, out))
                 out.unlink()
                 for name, method in HASHED_COPIES.items():
@@ -227,15 +228,25 @@ def main() -> int:
                         raise RuntimeError(f"{name}: wrong sha256 {got}")
                 # The launcher's own upload: one pass, hashed while sent, the service's
                 # sha256 confirmed before the file becomes visible.
-                timed("upload", lambda: upload_file(url, str(src), "x"))
+                # A new name each round, as a run's file: renaming over the last round's
+                # would free its 1 GiB inside the timed request (the copies above remove
+                # theirs after their clocks stopped, and so does this round, below).
+                name = f"model-{i}.bin"
+                timed("upload", functools.partial(upload_file, f"{base}/{name}", str(src), "x"))
                 # The SDK's download: streamed, sha256-checked, fsynced, renamed into place.
                 timed(
                     "download",
-                    lambda: client.download_run_file(
-                        "bench", "r", "outputs/model.bin", work / "down.bin", digest.hexdigest()
+                    functools.partial(
+                        client.download_run_file,
+                        "bench",
+                        "r",
+                        f"outputs/{name}",
+                        work / "down.bin",
+                        digest.hexdigest(),
                     ),
                 )
                 (work / "down.bin").unlink()
+                (stored / name).unlink()
             peak = peak_rss_mib(proc.pid)
         finally:
             proc.terminate()

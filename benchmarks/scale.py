@@ -9,7 +9,8 @@ after the other's runs are gone. For each:
     run has a phase (32 Running, the rest Queued); the apiserver's requests meanwhile
     (its ``apiserver_request_total``, every client's), per run, by verb and resource;
   - refill: a Running run deleted (a freed GPU), and the time until the next gang's Pod is
-    ungated, and until that run's status says Running;
+    ungated, until that Pod is Running (the end point the peers' refill has,
+    benchmarks/scale_peers.py), and until that run's status says Running;
   - status lag: from a Pod's phase becoming Running (KWOK's stages move it) to its run's
     status saying Running, p50 and p99 over every run that started;
   - idle: the operator's CPU (% of one core) over a window where nothing changes, with the
@@ -385,7 +386,7 @@ def measure(
         figures["idle_cpu"] = 100 * (op.cpu_seconds() - cpu0) / (time.monotonic() - t0)
         figures["rss"], figures["rss_peak"] = op.memory_mib()
         op.cut()  # profile window 2: idle
-        ungated, running = [], []
+        ungated, pod_running, running = [], [], []
         for i in range(args.refills if n > SLOTS else 0):
             with world.lock:
                 victim = min(r for r, p in world.phase.items() if p == "Running")
@@ -401,6 +402,7 @@ def measure(
             took = wait("next gang ungated", lambda: next_gang() is not None, args.refill_timeout)
             if took is None:  # the next won't come either: no more waiting for refills
                 ungated.append(float("inf"))
+                pod_running.append(float("inf"))
                 running.append(float("inf"))
                 break
             nxt = next_gang()
@@ -410,13 +412,24 @@ def measure(
                 f"{nxt} Running", lambda nxt=nxt: nxt in world.run_running_at, args.refill_timeout
             )
             running.append(float("inf") if ok is None else world.run_running_at[nxt] - freed)
+            # The end point the peers' refill has: the next run's Pod Running (the two
+            # watches deliver in their own order, so it may come after the status).
+            pod_ok = wait(
+                f"{nxt}'s Pod Running",
+                lambda nxt=nxt: nxt in world.pod_running_at,
+                args.refill_timeout,
+            )
+            pod_running.append(
+                float("inf") if pod_ok is None else world.pod_running_at[nxt] - freed
+            )
             print(
                 f"[{label}] refill {i + 1}: {nxt} ungated {ungated[-1]:.2f}s, "
-                f"Running {running[-1]:.2f}s",
+                f"its Pod Running {pod_running[-1]:.2f}s, its status Running {running[-1]:.2f}s",
                 flush=True,
             )
         op.cut()  # profile window 3: refills
         figures["refill_ungated"] = statistics.median(ungated) if ungated else None
+        figures["refill_pod_running"] = statistics.median(pod_running) if pod_running else None
         figures["refill_running"] = statistics.median(running) if running else None
         with world.lock:
             lags = [
@@ -518,6 +531,7 @@ ROWS = [
     ("reconciles_per_run", "reconciles per run until then", ""),
     ("requests_per_run", "apiserver requests per run until then", ""),
     ("refill_ungated", "freed slot -> next gang ungated", "s"),
+    ("refill_pod_running", "freed slot -> next run's Pod Running", "s"),
     ("refill_running", "freed slot -> its status Running", "s"),
     ("lag_p50", "status lag p50", "s"),
     ("lag_p99", "status lag p99", "s"),

@@ -55,6 +55,8 @@ BENCHMARKS = [
             r"operator CPU until all phased +\d+\.\d+s +\d+\.\d+s",
             r"reconciles per run until then +\d+\.\d+ +\d+\.\d+",
             r"freed slot -> next gang ungated +(\d+\.\d+s|never) +(\d+\.\d+s|never)",
+            # the peers' refill end point (scale_peers.py compares it)
+            r"freed slot -> next run's Pod Running +(\d+\.\d+s|never) +(\d+\.\d+s|never)",
             r"status lag p99 +\d+\.\d+s +\d+\.\d+s",
             r"idle CPU, queue full \(% of a core\) +\d+\.\d+% +\d+\.\d+%",
             r"RSS \(MiB\) +\d+\.\d+ +\d+\.\d+",
@@ -86,6 +88,11 @@ BENCHMARKS = [
             # gang admission: never two runs holding part of a gang at once
             r"\n  torchyard +drained +\d+\.\d+s .*most runs with a partial gang at once 1\n",
             r"torchyard operator process: CPU \d+\.\d+s, RSS \d+ MiB \(peak \d+ MiB\)",
+            # --breakdown (on in --smoke): the steps before the first Pod measured apart
+            r"where the time goes \(--breakdown\)",
+            r"\n   8  torchyard +\d+\.\d+s( +\d+\.\d+s){6}\n",
+            r"\n   8  torchyard +\d+\.\d+s +\d+\.\d+s +\d+\.\d+s +\((\d+\.\d+[ |]*){9}\)\n",
+            r"\n   8  direct +- +\d+\.\d+s +- +- +\d+\.\d+s",
         ],
     ),
 ]
@@ -134,7 +141,8 @@ def test_scale_prints_the_peers_columns() -> None:
         r"scale beside the peers: 50 one-GPU jobs, pool a100 \(32 GPUs\)",
         r"peers: jobset v0\.8\.2, kubeflow-trainer v2\.0\.0, training-operator v1\.8\.1",
         rf"every job has a status +{figure}s +{figure}s +\d+\.\d+ +{figure}s +\d+\.\d+",
-        rf"freed slot -> next Pod/run Running +{figure}s +{figure}s +\S+ +{figure}s +\S+",
+        rf"freed slot -> next Pod Running +{figure}s +{figure}s +\S+ +{figure}s +\S+",
+        rf"freed slot -> next run's status Running +{figure}s +n/a +n/a +n/a +n/a",
         rf"idle CPU, queue full \(% of a core\) +{figure} +{figure} +\S+ +{figure} +\S+",
         r"RSS \(MiB\) +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+",
     ]:
