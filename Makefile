@@ -26,7 +26,7 @@ help:
 	@echo "make tools  - build (once per version) the test control plane's Go binaries"
 	@echo "make crds   - regenerate crds/ from the API models"
 	@echo "make bench  - run every benchmark (BENCH_ARGS=--smoke: each at its smallest size)"
-	@echo "make peers  - build (once per version) Kubeflow's operators the benchmarks compare with"
+	@echo "make peers  - build (once per version) Kubeflow's operators the benchmarks compare with, and Kueue"
 
 all: test
 
@@ -54,9 +54,11 @@ venv: $(VENV)/.ok
 tools: venv
 	@$(PY) tests/cluster/binaries.py
 
-# Kubeflow Trainer, JobSet and Training Operator for benchmarks/peers.py and `pytest --peers`
+# Kubeflow Trainer, JobSet and Training Operator for benchmarks/peers.py and `pytest --peers`,
+# and Kueue (its plain-Pod integration) for tests/integration/test_kueue.py
 peers: venv
 	@$(PY) tests/cluster/peers.py
+	@$(PY) tests/cluster/kueue.py
 
 crds: venv
 	@$(PY) -m torchyard.api.crds crds/

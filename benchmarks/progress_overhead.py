@@ -4,10 +4,13 @@ Runs the launcher (one node, ``--procs`` ranks) over a script whose steps each b
 ``--step-ms`` of CPU, twice per round, rounds interleaved: once reporting every step with
 ``progress.report(step, total=..., loss=...)`` (the launcher parses every such line, keeps
 it in metrics.jsonl and prints the node's summary), once printing a plain line of the same
-length (the baseline: the launcher tees it as any output). The figure is the ratio of the
-mean step time with reports to that of the baseline, measured in the same run; the target
-is an overhead under 0.5 % of the step time. The machine's load changes both runs alike,
-but it is noisy: say so beside the figure.
+length (the baseline: the launcher tees it as any output). Each round runs the pair back
+to back, in alternating order (baseline first in even rounds, reports first in odd ones),
+and gives one paired ratio (step time with reports / baseline's): load that changes
+between rounds cancels within a pair, and the order's own bias cancels over the rounds.
+The figure is the median of the paired ratios (with their spread); the target is an
+overhead under 0.5 % of the step time. A loaded machine still adds noise: say so beside
+the figure.
 
     .venv/bin/python benchmarks/progress_overhead.py [--steps 2000] [--step-ms 20]
     .venv/bin/python benchmarks/progress_overhead.py --smoke
@@ -117,22 +120,31 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--procs", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
         args.steps, args.rounds = 50, 1
-    with_reports, baseline = [], []
-    for _ in range(args.rounds):
-        baseline.append(one(args.steps, args.step_ms, False, args.procs))
-        with_reports.append(one(args.steps, args.step_ms, True, args.procs))
-    base, reported = statistics.mean(baseline), statistics.mean(with_reports)
-    overhead = reported / base - 1
+    ratios, baseline, with_reports = [], [], []
+    for i in range(args.rounds):
+        order = (False, True) if i % 2 == 0 else (True, False)
+        measured = {report: one(args.steps, args.step_ms, report, args.procs) for report in order}
+        baseline.append(measured[False])
+        with_reports.append(measured[True])
+        ratios.append(measured[True] / measured[False])
+        first = "baseline first" if i % 2 == 0 else "reports first"
+        print(
+            f"round {i + 1} ({first}): baseline {measured[False] * 1000:.3f} ms/step, with "
+            f"progress.report {measured[True] * 1000:.3f} ms/step: ratio {ratios[-1]:.4f} "
+            f"(load {os.getloadavg()[0]:.2f})"
+        )
+    ratio = statistics.median(ratios)
     print(
         f"step {args.step_ms:g} ms x {args.steps} steps x {args.procs} ranks, "
-        f"{args.rounds} round(s): baseline {base * 1000:.3f} ms/step, with "
-        f"progress.report {reported * 1000:.3f} ms/step: ratio {reported / base:.4f} "
-        f"(overhead {overhead * 100:+.2f} %, target < 0.5 %)"
+        f"{args.rounds} round(s): baseline {statistics.median(baseline) * 1000:.3f} ms/step, "
+        f"with progress.report {statistics.median(with_reports) * 1000:.3f} ms/step (medians); "
+        f"median paired ratio {ratio:.4f} ({min(ratios):.4f}-{max(ratios):.4f}): overhead "
+        f"{(ratio - 1) * 100:+.2f} % (target < 0.5 %: {'met' if ratio - 1 < 0.005 else 'not met'})"
     )
     print(f"load average: {os.getloadavg()[0]:.2f} (other work on this machine adds noise)")
     rank, read = cpu_per_report()

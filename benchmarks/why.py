@@ -2,8 +2,8 @@
 and line named right, and how often each failure class is produced and named right.
 
 Each round creates one TrainingRun per case on the harness's real kubelet node
-(tests/cluster/realnode.py), in the CPU PyTorch image, as a non-root user, and waits for
-every one to end:
+(tests/cluster/realnode.py), in the CPU PyTorch image, as a non-root user in a namespace
+that enforces Pod Security "restricted" (no ptrace), and waits for every one to end:
   - hangs (``policy.stallTimeoutSeconds`` 15): a rank that sleeps, one blocked in a C call
     (``signal.pause``), one that skips an ``all_reduce`` (three ranks, gloo: it waits in the
     barrier after its loop), and one that sleeps among the ranks torchrun starts
@@ -11,8 +11,9 @@ every one to end:
     timeout + 60 s of its Pods running; named right: ``status.failure`` names rank 1 and
     the script's line (``<string>:N``) the rank is stuck at;
   - failure classes (tests/node/test_failure_classes.py's scripts): a segfault, a missing
-    module, a Python exception, a GPU Xid line, a rendezvous timeout. Named right:
-    ``status.failure.class`` is the expected class, with advice.
+    module, a Python exception, a GPU Xid line, a rendezvous timeout, and a rank over the
+    node Pod's memory limit (tests/node/test_failures.py's, killed by the kernel: HostOOM).
+    Named right: ``status.failure.class`` is the expected class, with advice.
 Every Pod must have run on the real node (``spec.nodeName``), else the round fails. It
 prints each round's results, then per case the detected and named-right counts out of
 ``--runs`` (target: at least 19 of 20), with the machine's load average beside them.
@@ -44,12 +45,14 @@ from tests.cluster.realnode import NodeError, RealNode  # noqa: E402
 from tests.cluster.session import operator_on_real_node  # noqa: E402
 from tests.integration.helpers import wait_status  # noqa: E402
 from tests.node import test_failure_classes as classes  # noqa: E402
+from tests.node import test_failures as failures  # noqa: E402
 from tests.node import test_stalls as stalls  # noqa: E402
 
 from torchyard import k8s  # noqa: E402
 
 NS = "why"
 STALL_SECONDS = stalls.STALL_SECONDS
+RESTRICTED = "pod-security.kubernetes.io/enforce"
 RESOURCES = {"cpu": "250m", "memory": "2Gi", "shmSize": "64Mi"}
 TORCHRUN = ["python", "-m", "torch.distributed.run", "--no_python", "python", "-c"]
 
@@ -63,6 +66,7 @@ class Case:
     backoff: int = 0
     where: str | None = None  # a hang: what status.failure.message must name
     launch: str = "process"
+    memory: str | None = None  # the node Pods' memory limit, when not RESOURCES'
 
 
 CASES: dict[str, Case] = {
@@ -76,6 +80,8 @@ CASES: dict[str, Case] = {
         name: Case(script, klass, nodes=nodes, backoff=backoff)
         for name, (script, nodes, backoff, klass, _) in classes.CASES.items()
     },
+    # rank 1 of node 1 allocates until the kernel kills its container (exit 137)
+    "oom": Case(failures.HOG, "HostOOM", nodes=2, memory=failures.MEMORY_LIMIT),
 }
 
 
@@ -98,7 +104,7 @@ def body(node: RealNode, name: str, case: Case) -> dict[str, Any]:
         .procs(case.procs)
         .pool(node.pool)
         .with_("spec.distribution.launch", case.launch)
-        .with_("spec.resources", dict(RESOURCES))
+        .with_("spec.resources", {**RESOURCES, **({"memory": case.memory} if case.memory else {})})
         .with_("spec.runAsUser", 1000)
         .with_("spec.policy", policy)
         .obj()
@@ -115,6 +121,9 @@ def judge(node: RealNode, name: str, case: Case) -> tuple[bool, bool, str]:
         timeout=STALL_SECONDS + 600,
     )
     pods = k8s.list_(k8s.PODS, NS, label_selector=f"torchyard.dev/run={name}")
+    labels = k8s.get(k8s.NAMESPACES, None, NS)["metadata"].get("labels") or {}
+    if labels.get(RESTRICTED) != "restricted":
+        raise BenchError(f"namespace {NS} does not enforce Pod Security restricted: {labels}")
     for pod in pods:
         if pod["spec"].get("nodeName") not in (None, node.name):
             raise BenchError(f"{pod['metadata']['name']} ran on {pod['spec'].get('nodeName')}")
@@ -175,7 +184,9 @@ def main() -> int:
     if args.runs < 1 or unknown:
         parser.error(f"--runs must be >= 1; cases are {', '.join(CASES)} (not {unknown})")
     try:
-        with operator_on_real_node(NS) as (_cluster, node):
+        with operator_on_real_node(NS) as (cluster, node):
+            # every run's Pods are admitted under Pod Security "restricted" (no ptrace)
+            cluster.kubectl("label", "namespace", NS, f"{RESTRICTED}=restricted")
             k8s.create(environment("pytorch", NS, image=node.images["pytorch"].ref))
             wait_status(k8s.ENVIRONMENTS, NS, "pytorch", lambda s: s.get("phase") == "Ready")
             report(rounds(node, args.runs, only))

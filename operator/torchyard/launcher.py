@@ -775,6 +775,42 @@ def culprit(
     return first
 
 
+# Stalled ranks of a node whose places the termination message carries (about 250 bytes
+# each at most: the message's 4 KiB keeps room for the stuck rank's stack).
+SUSPECTS_REPORTED = 8
+
+
+def suspects_of(
+    stacks: Mapping[int | None, str],
+    suspects: Sequence[int | None],
+    idle: Callable[[int | None], float | None],
+    step: Callable[[int | None], int | None],
+) -> list[dict[str, Any]]:
+    """Where each of ``suspects`` (this node's stalled ranks) is, for the termination
+    message: rank, seconds idle, last step, whether in ``torch.distributed`` and the
+    script's place (``user_frame``). The operator applies ``culprit``'s rules to those of
+    every node (``torchyard.status.culprits``): one node sees only its own ranks."""
+    found: list[dict[str, Any]] = []
+    for rank in suspects[:SUSPECTS_REPORTED]:
+        text = stacks.get(rank) or ""
+        if rank is None or not text:
+            continue
+        seconds = idle(rank)
+        entry: dict[str, Any] = {
+            "rank": rank,
+            "idle": round(seconds, 1) if seconds is not None else None,
+            "step": step(rank),
+            "inCollective": in_collective(text),
+        }
+        top, where = stack_top(text), user_frame(text)
+        if where is not None:
+            entry.update(file=where[0][-120:], line=where[1], function=where[2][:40])
+        if entry["inCollective"] and top is not None:
+            entry["collective"] = top[2][:40]
+        found.append({k: v for k, v in entry.items() if v is not None})
+    return found
+
+
 def merge_metrics(outputs: str, metrics: Mapping[str, Any]) -> None:
     """Put the last metric values into ``outputs/metrics.json`` (what the ModelVersion
     records); a value the script wrote there itself wins."""
@@ -916,6 +952,7 @@ class Launcher:
         # the deadline of a just-in-time save, and what the termination message adds.
         self.checkpoints: Any = None
         self._save_until: float | None = None
+        self._asked_at = 0.0  # when this launcher last asked for the just-in-time save
         self.checkpoint_info: dict[str, Any] = {}
 
     def say(self, text: str) -> None:
@@ -1040,6 +1077,7 @@ class Launcher:
             return False
         wait = _int_env(self.env, "TORCHYARD_CHECKPOINT_SAVE_SECONDS", 20)
         self._save_until = time.monotonic() + wait
+        self._asked_at = time.monotonic()
         self.say(
             f"received signal {signum}: every rank saves a checkpoint at step {target}, "
             f"then stops (at most {wait}s)"
@@ -1050,6 +1088,10 @@ class Launcher:
         """In _wait: stop the ranks once the just-in-time checkpoint is complete, or late."""
         if self._save_until is None:
             return
+        if time.monotonic() >= self._asked_at + 1.0:  # a rank that missed the target moves it
+            self._asked_at = time.monotonic()
+            with contextlib.suppress(OSError):
+                self.checkpoints.request()
         saved = self.checkpoints.saved()
         if saved or time.monotonic() >= self._save_until:
             self.say(
@@ -1244,6 +1286,7 @@ class Launcher:
         # The rank idle longest may only wait for the guilty one in a collective: the
         # stacks of those stalled too tell (``culprit``).
         suspects = self.progress.idle_ranks(watched, time.time(), timeout / 2)
+        first = number
         number = culprit(stacks, suspects, number)
         stuck = node if node is not None else next(r for r in live if r.rank == number)
         label = stuck.label if node is None else f"rank {number}"
@@ -1270,6 +1313,15 @@ class Launcher:
             stall.update(file=where[0], line=where[1], function=where[2])
         if collective:
             stall["collective"] = collective
+        # This node's stalled ranks, idle longest first: the operator names the culprit
+        # across every node's (``suspects_of``).
+        order = [first] + [r for r in suspects if r != first]
+        stall["suspects"] = suspects_of(
+            stacks,
+            order,
+            lambda r: self.progress.idle_seconds(r, time.time()),
+            self.progress.step_of,
+        )
         stall["message"] = message
         self.stall = (stuck, stall)
         self.say(f"{label} stalled at {at}: stopping the ranks")
@@ -1389,7 +1441,12 @@ class Launcher:
             reason, message = "Stalled", self.stall[1]["message"]
             rank = self.stall[1]["rank"]  # launch: node: the rank torchrun started
         info: dict[str, Any] = {
-            "stall": self.stall[1] if self.stall is not None else None,
+            # (its message is the termination message's: not twice in 4 KiB)
+            "stall": (
+                {k: v for k, v in self.stall[1].items() if k != "message"}
+                if self.stall is not None
+                else None
+            ),
             "rank": rank,
             "localRank": failed.local_rank,
             "nodeRank": node_rank,
@@ -1547,18 +1604,33 @@ def upload_file(url: str, path: str, token: str, context: ssl.SSLContext | None 
         conn.endheaders()
 
         # The kernel sends the file (sendfile) while a thread hashes it: two cores, one
-        # pass each, and the digest is confirmed before the file becomes visible.
+        # pass each, and the digest is confirmed before the file becomes visible. The
+        # hash reads into one reused buffer (no 4 MiB allocation faulted in per block).
         def hash_file() -> None:
-            with open(path, "rb") as h:
-                for block in iter(lambda: h.read(4 << 20), b""):
-                    digest.update(block)
+            view = memoryview(bytearray(4 << 20))
+            with open(path, "rb", buffering=0) as h:
+                while True:
+                    n = h.readinto(view)
+                    if not n:
+                        break
+                    digest.update(view[:n])
 
         hasher = threading.Thread(target=hash_file, daemon=True)
         hasher.start()
-        with open(path, "rb") as f:
+        with open(path, "rb", buffering=0) as f:
             if conn.sock is None:
                 raise OSError("not connected")
-            conn.sock.sendfile(f)
+            if isinstance(conn.sock, ssl.SSLSocket):
+                # No sendfile through TLS, and SSLSocket.sendfile's fallback sends 8 KiB
+                # at a time: 1 MiB blocks (OpenSSL cuts them into records in C).
+                block = memoryview(bytearray(1 << 20))
+                while True:
+                    n = f.readinto(block)
+                    if not n:
+                        break
+                    conn.sock.sendall(block[:n])
+            else:
+                conn.sock.sendfile(f)
         hasher.join()
         sent = answer()
         if sent.get("sha256") != digest.hexdigest():

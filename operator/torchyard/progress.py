@@ -39,6 +39,8 @@ PREFIX = "@@torchyard "
 PHASES = ("initializing", "initialising", "saving", "evaluating", "training")
 
 _last_step = [0]  # the step of the last report, for log()
+# (the stream, the line) last written: the same line again there says nothing new
+_last_written: list[Any] = [None, ""]
 
 
 def _number(name: str, value: Any) -> Any:
@@ -72,14 +74,22 @@ def line(step: int, total: int | None = None, phase: str | None = None, **metric
 
 def report(step: int, total: int | None = None, phase: str | None = None, **metrics: Any) -> None:
     """Say that this rank reached ``step`` (of ``total``), with metric values; ``phase``:
-    what it does now besides training (``PHASES``), for its stall budget."""
+    what it does now besides training (``PHASES``), for its stall budget.
+
+    Each new report is one write (the launcher needs every step as it comes: the stall
+    timeout, and the step a failure happened at); a report identical to the one before
+    says nothing new and writes nothing."""
     if os.environ.get("TORCHYARD_LAUNCH") == "node" and os.environ.get("RANK", "").isdigit():
         # torchrun's ranks share one output: the launcher tells them apart by this
         metrics = dict(metrics, rank=int(os.environ["RANK"]))
     text = line(step, total, phase, **metrics)
     _last_step[0] = step
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    out = sys.stdout
+    if _last_written[0] is out and _last_written[1] == text:
+        return
+    _last_written[:] = [out, text]
+    out.write(text + "\n")
+    out.flush()
 
 
 def phase(name: str) -> None:

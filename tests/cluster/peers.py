@@ -316,6 +316,25 @@ def mount_certs(pki: Path) -> None:
 # -- running them -----------------------------------------------------------------------
 
 
+def end_process(cluster: Cluster, binary: str) -> None:
+    """Terminate (then kill, after 10 s) the cluster's process started from ``binary``."""
+    proc = cluster.processes.pop(binary, None)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def remove_webhooks(cluster: Cluster) -> None:
+    """Delete the peers' webhook configurations (which would refuse their objects'
+    writes once their controllers are gone)."""
+    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        cluster.kubectl("delete", kind, "-l", "torchyard.dev/test-peer=true", "--ignore-not-found")
+
+
 class Peers:
     """The peers' controllers against ``cluster`` (processes of the cluster itself)."""
 
@@ -400,18 +419,8 @@ class Peers:
         """End the controllers and remove their webhook configurations (which would
         otherwise refuse their objects' writes)."""
         for name in self.names:
-            proc = self.cluster.processes.pop(PEERS[name].binary, None)
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
-            self.cluster.kubectl(
-                "delete", kind, "-l", "torchyard.dev/test-peer=true", "--ignore-not-found"
-            )
+            end_process(self.cluster, PEERS[name].binary)
+        remove_webhooks(self.cluster)
 
     def __enter__(self) -> Peers:
         return self.start()

@@ -2,7 +2,9 @@
 the real node cannot make): a GPU Xid failure on one node sends the retry to another one
 and the run completes; a node that goes NotReady under a running gang fails the attempt
 at once (not after the taint manager's 5-minute eviction) and the gang restarts
-elsewhere. The pure parts are tested in tests/unit/controller/test_bad_nodes.py."""
+elsewhere; the same node in two consecutive failures (different errors) is left out too.
+The pure parts are tested in tests/unit/controller/test_bad_nodes.py and
+tests/unit/status/test_exclusions.py."""
 
 from __future__ import annotations
 
@@ -120,3 +122,54 @@ def test_a_node_that_goes_not_ready_under_a_running_gang_fails_the_attempt_fast(
         f"{pool}-{i}" for i in range(2) if f"{pool}-{i}" != bad
     )
     assert took < 30, took
+
+
+def crash(message: str, step: int, exit_code: int = 1) -> str:
+    info = {"rank": 0, "nodeRank": 0, "exitCode": exit_code, "reason": "Error", "step": step}
+    return json.dumps({**info, "message": message})
+
+
+@pytest.mark.parametrize("extra_pool", [(2, 8)], indirect=True)
+def test_the_same_node_in_two_consecutive_failures_is_left_out_and_the_run_completes(
+    cluster: Cluster, env: str, extra_pool: Pool
+) -> None:
+    ns, pool = env, extra_pool.name
+    one_node_run(ns, "rep", pool, backoff=3)
+    running(ns, "rep", timeout=120)
+    bad = k8s.get(k8s.PODS, ns, "rep-0")["spec"]["nodeName"]
+    [other] = [f"{pool}-{i}" for i in range(2) if f"{pool}-{i}" != bad]
+    # Keep the retry on the same node: the other one takes no new Pod for a while.
+    cluster.kubectl("cordon", other)
+    segfault = "Fatal Python error: Segmentation fault"
+    finish_pod(cluster, ns, "rep-0", 139, crash(segfault, 5, 139))
+    first = wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "rep",
+        lambda s: s.get("restarts") == 1 and s.get("nodes", {}).get("running") == 1,
+        timeout=120,
+    )["status"]
+    assert first["lastFailure"]["nodeName"] == bad and "excludedNodes" not in first
+    [again] = run_pods(ns, "rep")
+    assert again["metadata"]["labels"]["torchyard.dev/attempt"] == "1"
+    assert again["spec"]["nodeName"] == bad
+    eio = "Traceback (most recent call last):\nOSError: EIO"
+    finish_pod(cluster, ns, "rep-0", 1, crash(eio, 9))
+    second = wait_status(
+        k8s.TRAININGRUNS, ns, "rep", lambda s: s.get("restarts") == 2, timeout=120
+    )["status"]
+    [entry] = second["excludedNodes"]
+    assert (entry["node"], entry["reason"]) == (bad, "RepeatedFailure")
+    assert entry["evidence"] == (
+        f"two consecutive failures on {bad}: Segfault at step 5: Fatal Python error: "
+        "Segmentation fault; then PythonException at step 9: OSError: EIO"
+    )
+    # Only the cordoned node is left: the gang runs there once it takes Pods again.
+    cluster.kubectl("uncordon", other)
+    running(ns, "rep", timeout=120)
+    [third] = run_pods(ns, "rep")
+    assert third["metadata"]["labels"]["torchyard.dev/attempt"] == "2"
+    assert third["spec"]["nodeName"] == other
+    assert exclusions.excluded_of(third) == frozenset({bad})
+    finish_pod(cluster, ns, "rep-0", 0)
+    cluster.kubectl("wait", "--for=condition=Succeeded", "tr/rep", "-n", ns, "--timeout=60s")

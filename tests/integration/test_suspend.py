@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -173,3 +174,67 @@ def test_a_gang_kueue_stops_restarts_as_a_suspension_using_no_limit(
     pods = run_pods(ns, "kueued")
     assert {p["metadata"]["labels"]["torchyard.dev/attempt"] for p in pods} == {"1"}
     assert {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in pods} == {"kueued-1"}
+
+
+def _time(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+def test_time_suspended_is_not_counted_in_the_deadline_and_new_pods_get_what_is_left(
+    cluster: Cluster, env: str, one_node_pool: Pool
+) -> None:
+    """A run with activeDeadlineSeconds 45 is suspended after a few seconds for longer than
+    45 s: resumed, it runs again (before, it failed at once with DeadlineExceeded), its new
+    Pods' activeDeadlineSeconds is what was left, and it fails for the deadline only once
+    it ran 45 s in all."""
+    ns, deadline = env, 45
+    body = whole_node_run("timed", ns, one_node_pool.name)
+    spec = body["spec"]
+    assert isinstance(spec, dict)
+    spec.setdefault("policy", {})["activeDeadlineSeconds"] = deadline
+    k8s.create(body)
+    running(ns, "timed", timeout=60)
+    assert [p["spec"]["activeDeadlineSeconds"] for p in run_pods(ns, "timed")] == [deadline]
+
+    said = torchyard(cluster, "suspend", "timed", "-n", ns)
+    assert said.returncode == 0, said.stderr
+    suspended = wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "timed",
+        lambda s: (
+            s.get("phase") == "Suspended"
+            and conditions({"status": s})["Suspended"]["reason"] == "Suspended"
+        ),
+        timeout=60,
+    )["status"]
+    started, since = _time(suspended["startTime"]), _time(suspended["suspendedSince"])
+    ran = int((since - started).total_seconds())
+    assert 0 <= ran < deadline
+    # Suspended past the moment the deadline would have been over, counted from the start.
+    wait_for(
+        "the deadline counted from the start to be over",
+        lambda: datetime.now(timezone.utc) > started + timedelta(seconds=deadline + 3),
+        timeout=deadline + 10,
+    )
+    assert k8s.get(k8s.TRAININGRUNS, ns, "timed")["status"]["phase"] == "Suspended"
+
+    said = torchyard(cluster, "resume", "timed", "-n", ns)
+    assert said.returncode == 0, said.stderr
+    resumed = running(ns, "timed", timeout=60)["status"]
+    assert "failure" not in resumed
+    assert "suspendedSince" not in resumed
+    assert resumed["suspendedSeconds"] >= deadline + 3 - ran
+    pods = run_pods(ns, "timed")
+    assert [p["metadata"]["labels"]["torchyard.dev/attempt"] for p in pods] == ["1"]
+    assert [p["spec"]["activeDeadlineSeconds"] for p in pods] == [deadline - ran]
+
+    # The clock runs on from where it stood: the run fails for its deadline once it has
+    # run 45 s in all (suspended time left out).
+    failed = wait_status(
+        k8s.TRAININGRUNS, ns, "timed", lambda s: s.get("phase") == "Failed", timeout=120
+    )["status"]
+    assert failed["failure"]["reason"] == "DeadlineExceeded"
+    total = _time(failed["completionTime"]) - started
+    active = total.total_seconds() - failed["suspendedSeconds"]
+    assert deadline - 1 <= active <= deadline + 5, (active, failed)

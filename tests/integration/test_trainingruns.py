@@ -223,6 +223,7 @@ def test_failing_rank_fails_the_run_with_rank_exit_code_and_traceback(
         .obj()
     )
     running(ns, "gpt")
+    node_name = k8s.get(k8s.PODS, ns, "gpt-1")["spec"]["nodeName"]
     finish_pod(cluster, ns, "gpt-1", 1, launcher_message(3, 1, "ValueError: loss is NaN"))
     failed = wait_status(k8s.TRAININGRUNS, ns, "gpt", lambda s: s.get("phase") == "Failed")
     assert failed["status"]["failure"] == {
@@ -236,6 +237,7 @@ def test_failing_rank_fails_the_run_with_rank_exit_code_and_traceback(
         "class": "PythonException",  # status.classes: retried within backoffLimit
         "retryable": True,
         "advice": failed["status"]["failure"]["advice"],
+        "nodeName": node_name,  # the Node the failing rank ran on
     }
     assert failed["status"]["failure"]["advice"].endswith("(matched: ValueError: loss is NaN)")
     assert (

@@ -1,9 +1,9 @@
 """Stalls on the REAL node: a rank that sleeps and a rank blocked in a C call
 (``signal.pause``) stop reporting progress; the launcher (its ranks started with
-faulthandler on SIGUSR1: no ptrace, the Pod runs as a non-root user) collects every
-rank's stacks, names the stuck rank with its file:line, and the run fails with class
-Hang. The Pods must have run on the real node; the kubelet's container state and log
-say the same."""
+faulthandler on SIGUSR1: no ptrace, the Pods admitted under Pod Security "restricted" as
+a non-root user) collects every rank's stacks, names the stuck rank with its file:line,
+and the run fails with class Hang. The Pods must have run on the real node; the kubelet's
+container state and log say the same."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ real_operator = runs.real_operator
 env = runs.env
 
 STALL_SECONDS = 15
+
+
+def restricted(cluster: Cluster, namespace: str) -> None:
+    """Admit the runs' Pods only under Pod Security "restricted" (no ptrace, no added
+    capabilities, non-root): stacks must come from faulthandler, not a debugger."""
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
 
 
 def script(stuck: str) -> str:
@@ -44,6 +52,7 @@ def test_a_sleeping_and_a_blocked_rank_are_named_with_their_line(
     cluster: Cluster, env: str, real_node: RealNode
 ) -> None:
     ns = env
+    restricted(cluster, ns)
     for name, stuck in CASES.items():
         body = (
             node_run(name, ns, real_node, script(stuck))
@@ -107,6 +116,7 @@ def test_a_rank_that_skips_an_all_reduce_and_one_under_torchrun_are_named(
     cluster: Cluster, env: str, real_node: RealNode
 ) -> None:
     ns = env
+    restricted(cluster, ns)
     stall = {"stallTimeoutSeconds": STALL_SECONDS}
     resources = {**runs.RESOURCES, "memory": "2Gi"}  # three processes that import torch
     k8s.create(
@@ -144,3 +154,64 @@ def test_a_rank_that_skips_an_all_reduce_and_one_under_torchrun_are_named(
         assert '"reason": "Stalled"' in term["message"], term
         text = runs.logs(cluster, ns, f"{name}-0")
         assert "[torchyard] rank 1 stalled at <string>:" in text, text
+
+
+ACROSS = (
+    "import time\n"
+    "from datetime import timedelta\n"
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    "from torchyard import progress\n"
+    "dist.init_process_group('gloo', timeout=timedelta(seconds=600))\n"
+    "rank = dist.get_rank()\n"
+    "t = torch.ones(4)\n"
+    "for step in range(1, 100):\n"
+    "    if rank == 1 and step == 3:\n"
+    "        time.sleep(1)\n"
+    "        progress.report(step)\n"
+    "        time.sleep(3600)\n"
+    "    dist.all_reduce(t)\n"
+    "    progress.report(step)\n"
+    "    time.sleep(0.3)\n"
+)
+
+
+def test_the_stuck_rank_on_another_node_is_named_over_the_first_node_to_report(
+    cluster: Cluster, env: str, real_node: RealNode
+) -> None:
+    # Two node Pods, one rank each. Rank 1 (node 1) sleeps outside any collective, a
+    # second after its last report; rank 0 (node 0) waits for it in all_reduce. Node 0's
+    # launcher sees only rank 0 and names it, and reports first (its rank went quiet a
+    # second earlier); node 1's names rank 1. The operator compares both nodes' stalled
+    # ranks: the one outside torch.distributed is the one the other waits for.
+    ns, name = env, "across"
+    restricted(cluster, ns)
+    resources = {**runs.RESOURCES, "memory": "2Gi"}
+    k8s.create(
+        node_run(name, ns, real_node, ACROSS)
+        .nodes(2)
+        .with_("spec.resources", resources)
+        .with_("spec.policy", {"stallTimeoutSeconds": STALL_SECONDS})
+        .obj()
+    )
+    run = runs.finished(ns, name, timeout=300)
+    assert run["status"]["phase"] == "Failed", runs.explain(cluster, ns, name)
+    failure = run["status"]["failure"]
+    assert (failure["reason"], failure["class"], failure["rank"]) == ("Stalled", "Hang", 1)
+    assert (failure["pod"], failure["node"], failure["nodeName"]) == (
+        f"{name}-1",
+        1,
+        real_node.name,
+    ), failure
+    assert "stuck at <string>:13 in <module>" in failure["message"], failure
+    pods = run_pods(ns, name)
+    runs.on_real_node(pods, real_node, 2)
+    # What each node's launcher said, from the kubelet: node 0 named its own rank 0.
+    said = {
+        p["metadata"]["name"]: runs.container(p, "trainer")["state"]["terminated"]["message"]
+        for p in pods
+    }
+    assert '"reason": "Stalled"' in said[f"{name}-0"] and '"rank": 0' in said[f"{name}-0"]
+    assert '"reason": "Stalled"' in said[f"{name}-1"] and '"rank": 1' in said[f"{name}-1"]
+    text = runs.logs(cluster, ns, f"{name}-1")
+    assert "[torchyard] rank 1 stalled at <string>:13 in <module>" in text, text

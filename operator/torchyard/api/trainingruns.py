@@ -424,7 +424,10 @@ class Policy(Model):
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
-        description="Fail the run when it has been running longer than this.",
+        description="Fail the run when it has been running longer than this: the time since "
+        "it first ran, across all its attempts, less the time it was suspended (spec.suspend, "
+        "or Kueue stopping it; as a Job's timer stops while suspended). Each attempt's node "
+        "Pods get the seconds left as their own activeDeadlineSeconds.",
     )
     stall_timeout_seconds: int | None = Field(
         default=None,
@@ -718,6 +721,11 @@ class Failure(Model):
     step: int | None = Field(
         default=None, description="The failing rank's last reported step (torchyard.progress)."
     )
+    node_name: str | None = Field(
+        default=None,
+        description="The Node the failing rank ran on (the root cause's, not a cascade's): "
+        "the same node in two consecutive failures is left out (excludedNodes).",
+    )
 
 
 class CheckpointSeconds(Model):
@@ -763,8 +771,9 @@ class ExcludedNode(Model):
     node: str = Field(description="The Node's name.")
     reason: str = Field(
         description="GpuXid (the failure class says the node's GPU is faulty), LogRule "
-        "(a policy.logRules excludeNode line), NodeNotReady, NodeUnhealthy or "
-        "DeletionByTaintManager."
+        "(a policy.logRules excludeNode line), NodeNotReady, NodeUnhealthy, "
+        "DeletionByTaintManager or RepeatedFailure (two consecutive failures on the node, "
+        "not the same error at the same step)."
     )
     evidence: str | None = Field(default=None, description="What said so: a line, a condition.")
     since: datetime | None = Field(default=None, description="When it was excluded.")
@@ -814,6 +823,16 @@ class TrainingRunStatus(Model):
         "gang): counted in restarts, never against a limit.",
     )
     start_time: datetime | None = Field(default=None, description="When the run started.")
+    suspended_seconds: int | None = Field(
+        default=None,
+        description="Seconds the run was suspended after it started, until its gang ran "
+        "again: not counted in policy.activeDeadlineSeconds.",
+    )
+    suspended_since: datetime | None = Field(
+        default=None,
+        description="When the suspension going on began (spec.suspend, or Kueue stopping the "
+        "gang); it ends when the gang runs again.",
+    )
     completion_time: datetime | None = Field(default=None, description="When the run finished.")
     failure: Failure | None = Field(default=None, description="Why the run failed.")
     last_failure: Failure | None = Field(

@@ -9,7 +9,8 @@ restarted within ``policy.platformRestartLimit``, failures of the user's code wi
 ``policy.backoffLimit``, and a stuck Pod or a failed archive upload never (training
 again would not help). A gang that Kueue stopped (``status.suspensions.kueue_stopped``)
 is restarted as a suspension, counted in neither limit: Kueue gates the new Pods until it
-admits them again. ``policy.activeDeadlineSeconds`` counts from the run's start.
+admits them again. ``policy.activeDeadlineSeconds`` counts from ``started``: the run's
+start moved on by the time it was suspended (``status.deadlines.counted_from``).
 The :class:`Verdict` carries the failure on to the status: it is not computed again.
 Tested as tables in tests/unit/controller/test_failure_policy.py and through the
 reconcile tables of tests/unit/controller/test_reconcile.py.

@@ -43,7 +43,7 @@ from torchyard.controller import (
 from torchyard.controller import ttl_after_finished as ttl
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.planning import checkpoints, names, pods
-from torchyard.status import exclusions
+from torchyard.status import deadlines, exclusions
 from torchyard.status import trainingruns as run_status
 
 # How soon a run whose old attempt's Pods are still going is looked at again.
@@ -108,7 +108,13 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         return suspension.suspend(ctx, run, seen, logger, now)
 
     verdict = failure_policy.decide(
-        run, seen.current, seen.attempts, seen.phase, seen.started, now, ctx.cache.nodes()
+        run,
+        seen.current,
+        seen.attempts,
+        seen.phase,
+        deadlines.counted_from(seen.previous, now),  # suspensions left out
+        now,
+        ctx.cache.nodes(),
     )
     if verdict.settle_seconds is not None:
         logger.debug(
@@ -210,6 +216,7 @@ def _apply_children(
         attempt=seen.attempts.restarts,
         settings=ctx.settings,
         excluded=_excluded(seen),
+        deadline_left=deadlines.pod_seconds(run, seen.previous, now),
     )
     if not seen.current:
         mpi_keys.ensure(ctx, run)  # before the Pods that mount it
@@ -285,6 +292,9 @@ def _conclude(
     if warning is not None:
         outcome.events.append(warning)
     if new.get("phase") == api.Phase.FAILED.value and seen.phase != new["phase"]:
+        # The node it blames is listed even with no attempt left: `torchyard describe`
+        # shows it, and whoever runs there next can read it.
+        outcome.events.extend(_exclude(seen, inputs.failure, new, now))
         # No surviving rank burns a GPU.
         context.delete_pods(ctx, run.namespace, [p for p in inputs.pods if context.live(p)])
         logger.warning(
@@ -325,22 +335,30 @@ def _restart(
     )
     if restart.attempts.suspensions:
         new["suspensions"] = restart.attempts.suspensions
+    if restart.kind == "suspension":
+        new.update(deadlines.paused(seen.previous, now))  # activeDeadlineSeconds stops
     events = [Event("Warning", "Restarting", restart.message)]
-    bad = exclusions.of_failure(restart.failure, now)
+    events.extend(_exclude(seen, restart.failure, new, now))
+    outcome = Outcome(new, now, events)
+    return outcome, Result(requeue_after=RESTART_RETRY_SECONDS)
+
+
+def _exclude(
+    seen: Observed, failure: Mapping[str, Any] | None, new: dict[str, Any], now: datetime
+) -> list[Event]:
+    """Put the node ``failure`` blames (``exclusions.of_failure``, with the attempt
+    before's ``status.lastFailure``) into ``new["excludedNodes"]``; the Event that says so."""
+    bad = exclusions.of_failure(failure, now, seen.previous.get("lastFailure"))
     excluded = exclusions.merged(seen.previous.get("excludedNodes"), bad)
     if excluded:
         new["excludedNodes"] = excluded
-    if bad is not None:
-        events.append(
-            Event(
-                "Warning",
-                "NodeExcluded",
-                f"node {bad['node']} is left out of this run's next attempts "
-                f"({bad['reason']}: {bad['evidence']})",
-            )
-        )
-    outcome = Outcome(new, now, events)
-    return outcome, Result(requeue_after=RESTART_RETRY_SECONDS)
+    if bad is None:
+        return []
+    message = (
+        f"node {bad['node']} is left out of this run's next attempts "
+        f"({bad['reason']}: {bad['evidence']})"
+    )
+    return [Event("Warning", "NodeExcluded", message)]
 
 
 def _invalid(

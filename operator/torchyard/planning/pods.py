@@ -40,6 +40,9 @@ SOURCE_MOUNT = f"{TOOLS_DIR}/source"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# Each attempt is a Pod group of its own: Kueue is not to wait for replacement Pods in it
+# (it would keep the stopped Pods' finalizers, and torchyard waits for them to be gone).
+KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 REGISTRY_AUDIENCE = wire.REGISTRY_AUDIENCE
 REGISTRY_TOKEN_DIR = "/var/run/secrets/torchyard/registry"
 # An Environment build's init container runs in the torchyard image (images/operator),
@@ -287,9 +290,12 @@ def pod(
     attempt: int = 0,
     settings: Settings | None = None,
     excluded: Sequence[str] = (),
+    deadline_left: int | None = None,
 ) -> dict[str, Any]:
     """The Pod of node ``node_rank``: the launcher starts the ranks inside ``image``, on
-    none of the ``excluded`` nodes (the run's ``status.excludedNodes``)."""
+    none of the ``excluded`` nodes (the run's ``status.excludedNodes``); its
+    ``activeDeadlineSeconds`` is ``deadline_left``, the seconds left of the run's
+    ``policy.activeDeadlineSeconds`` (``status.deadlines.pod_seconds``; None: all of it)."""
     settings = settings or Settings()
     in_workspace = run.spec.source.in_workspace
     workdir = WORKDIR if in_workspace else "."
@@ -325,6 +331,7 @@ def pod(
         pod_labels[KUEUE_QUEUE_LABEL] = queue
         pod_labels[KUEUE_GROUP_LABEL] = f"{run.name}-{attempt}"
         annotations[KUEUE_TOTAL_ANNOTATION] = str(run.spec.distribution.node_count)
+        annotations[KUEUE_RETRIABLE_ANNOTATION] = "false"
     container: dict[str, Any] = {
         "name": "trainer",
         "image": image,
@@ -413,8 +420,10 @@ def pod(
         spec["affinity"] = avoid
     if run.spec.compute.priority_class_name:
         spec["priorityClassName"] = run.spec.compute.priority_class_name
-    if run.spec.policy.active_deadline_seconds:
-        spec["activeDeadlineSeconds"] = run.spec.policy.active_deadline_seconds
+    deadline = run.spec.policy.active_deadline_seconds
+    if deadline:
+        left = deadline if deadline_left is None else max(1, min(deadline, deadline_left))
+        spec["activeDeadlineSeconds"] = left
     metadata: dict[str, Any] = {
         "name": names.pod(run.name, node_rank),
         "namespace": run.namespace,
@@ -440,6 +449,7 @@ def pods(
     attempt: int = 0,
     settings: Settings | None = None,
     excluded: Sequence[str] = (),
+    deadline_left: int | None = None,
 ) -> list[dict[str, Any]]:
     return [
         pod(
@@ -450,6 +460,7 @@ def pods(
             attempt=attempt,
             settings=settings,
             excluded=excluded,
+            deadline_left=deadline_left,
         )
         for i in range(run.spec.distribution.node_count)
     ]

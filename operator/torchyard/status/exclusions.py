@@ -7,13 +7,20 @@ a failure of the run points at the node rather than at the code:
 - a ``policy.logRules`` line with ``action: excludeNode`` matched in the failed Pod's output;
 - the node went NotReady, unreachable or unhealthy under a running gang
   (:func:`down_failure`: the attempt fails at once, not after the pod-eviction timeout);
-- the taint manager evicted a node Pod (``DeletionByTaintManager``).
+- the taint manager evicted a node Pod (``DeletionByTaintManager``);
+- the failing rank ran on the same node in two consecutive failures (:func:`repeated_on`,
+  ``RepeatedFailure``): not when it is the same error at the same step (the code's, which
+  stops the retries), a failure the code alone explains (a class that is not retryable:
+  out of memory, a missing module) or a cascade (an NCCL timeout that no earlier failure
+  explained names a symptom's node, not the root cause's).
 
-:func:`of_failure` is the entry a decided failure adds, :func:`merged` the list with it (a
-node is listed once, with the first reason and time; at most ``MAX_EXCLUDED``), and
-:func:`unhealthy` what a Node object says of itself. The next attempt's Pods get a node
-affinity ``NotIn`` these nodes (``planning.exclusions``). Called by the controller's
-failure policy and its restart; pure; tested in tests/unit/status/test_exclusions.py.
+:func:`of_failure` is the entry a decided failure adds (a restart's, and the one that
+ends the run: a GpuXid with no retry left still names its node, for ``torchyard describe``
+and whoever runs there next), :func:`merged` the list with it (a node is listed once, with
+the first reason and time; at most ``MAX_EXCLUDED``), and :func:`unhealthy` what a Node
+object says of itself. The next attempt's Pods get a node affinity ``NotIn`` these nodes
+(``planning.exclusions``). Called by the controller's restart and its conclusion; pure;
+tested in tests/unit/status/test_exclusions.py and tests/unit/controller/test_bad_nodes.py.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import wire
-from torchyard.status import classes
+from torchyard.status import classes, failures
 from torchyard.status.conditions import timestamp
 from torchyard.status.failures import Failure
 
@@ -32,6 +39,10 @@ NOT_READY = "NodeNotReady"
 UNHEALTHY = "NodeUnhealthy"
 TAINT_EVICTION = "DeletionByTaintManager"
 LOG_RULE = "LogRule"
+REPEATED = "RepeatedFailure"
+# Failures that say nothing of the node they happened on: the scheduler took the Pod
+# back, or it never started.
+NOT_THE_NODE = frozenset({"Preempting", "Preempted"}) | failures.NOT_RESTARTED
 # Taints the node lifecycle controller puts on a node that stopped answering.
 NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 # Conditions that say a node is unhealthy when True (node-problem-detector's among them).
@@ -97,9 +108,50 @@ def down_failure(
     return None
 
 
-def of_failure(failure: Mapping[str, Any] | None, now: datetime) -> dict[str, Any] | None:
+def _blames_node(failure: Mapping[str, Any]) -> bool:
+    """Whether ``failure`` (a decided one, or ``status.lastFailure``) may say something of
+    the node it happened on (see the module docstring)."""
+    if failure.get("reason") in NOT_THE_NODE:
+        return False
+    rule = classes.BY_NAME.get(str(failure.get("failureClass") or failure.get("class") or ""))
+    return rule is None or (rule.retryable and not rule.cascade)
+
+
+def _said(failure: Mapping[str, Any]) -> str:
+    """'PythonException at step 120: ValueError: bad' (one line of evidence)."""
+    kind = failure.get("failureClass") or failure.get("class") or failure.get("reason")
+    step = f" at step {failure['step']}" if failure.get("step") is not None else ""
+    lines = str(failure.get("message") or "").strip().splitlines()
+    return f"{kind}{step}" + (f": {lines[-1].strip()[:100]}" if lines else "")
+
+
+def repeated_on(
+    failure: Mapping[str, Any], last: Mapping[str, Any] | None
+) -> dict[str, str] | None:
+    """The ``RepeatedFailure`` exclusion ({reason, evidence}) when ``failure`` and ``last``
+    (``status.lastFailure``: the failure of the attempt before) happened on the same node
+    and both may blame it, unless they are the same error at the same step; else None."""
+    node = failure.get("nodeName")
+    if not node or not last or last.get("nodeName") != node:
+        return None
+    if not (_blames_node(failure) and _blames_node(last)):
+        return None
+    if classes.signature(failure) == classes.signature(last):
+        return None  # deterministic: the code's error, which stops the retries
+    return {
+        "reason": REPEATED,
+        "evidence": f"two consecutive failures on {node}: {_said(last)}; then {_said(failure)}",
+    }
+
+
+def of_failure(
+    failure: Mapping[str, Any] | None,
+    now: datetime,
+    last: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """The ``status.excludedNodes`` entry ``failure`` calls for, None when it blames no
-    node (or its node is not known)."""
+    node (or its node is not known); ``last`` is ``status.lastFailure``, the failure of
+    the attempt before (:func:`repeated_on`)."""
     if not failure or not failure.get("nodeName"):
         return None
     entry: Mapping[str, Any] | None = failure.get("exclude")
@@ -108,6 +160,8 @@ def of_failure(failure: Mapping[str, Any] | None, now: datetime) -> dict[str, An
         if rule is not None and rule.node_fault:
             evidence = failure.get("matched") or failure.get("message") or ""
             entry = {"reason": rule.name, "evidence": str(evidence)}
+    if entry is None:
+        entry = repeated_on(failure, last)
     if entry is None:
         return None
     return {

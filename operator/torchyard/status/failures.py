@@ -2,7 +2,8 @@
 
 ``observe_failure`` reads one Pod (the launcher's JSON termination message, the Pod's
 and the container's reasons); ``first_failure`` names the one that came first (by when the
-failing rank exited) and ``settling`` how long the controller waits for the gang's other
+failing rank exited; of stalls, the rank every node's stalled ranks wait for:
+``culprits``) and ``settling`` how long the controller waits for the gang's other
 Pods to report before deciding; ``lost_failure`` tells which node Pod a running gang lost;
 ``archive_failures`` which nodes succeeded without their archive (optional outputs);
 ``public_failure`` and ``failure_message`` are what ``status.failure`` and Events show.
@@ -17,10 +18,10 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from torchyard.api import wire
-from torchyard.status import classes
+from torchyard.status import classes, culprits
 from torchyard.status.steps import PROGRESS_LINE
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
@@ -94,6 +95,9 @@ class Failure(TypedDict, total=False):
     nodeName: str
     matched: str
     exclude: dict[str, str]
+    # a Stalled failure: the launcher's stall record, with its stalled ranks' places
+    # (``suspects``) that ``culprits.across_nodes`` compares across nodes
+    stall: dict[str, Any]
 
 
 def _trainer(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -170,6 +174,8 @@ def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
         failure["node"] = rank_node
     if isinstance(info.get("step"), int):
         failure["step"] = info["step"]
+    if reason == STALLED and isinstance(info.get("stall"), dict):
+        failure["stall"] = info["stall"]
     if pod.get("spec", {}).get("nodeName") and failure["pod"] == meta.get("name"):
         failure["nodeName"] = str(pod["spec"]["nodeName"])
     if not failure["platform"]:
@@ -245,14 +251,36 @@ def first_failure(pods: Sequence[Mapping[str, Any]]) -> Failure | None:
     failures.sort(key=lambda f: (f.get("exitedAt") or math.inf, f["node"] or 0))
     # An NCCL timeout is what the others see of the rank that hung or died: a failure
     # that explains it wins over it (``classes.prefer``).
-    chosen = classes.prefer(failures)
-    return next(f for f in failures if f is chosen)
+    chosen = next(f for f in failures if f is classes.prefer(failures))
+    if chosen.get("reason") == STALLED:
+        # Each node's launcher named one of its own ranks: the stacks of every node's
+        # stalled ranks tell which one the others wait for.
+        across = culprits.across_nodes(failures)
+        chosen = cast(Failure, dict(across)) if across is not None else chosen
+    return on_its_node(chosen, pods)
+
+
+def on_its_node(failure: Failure, pods: Sequence[Mapping[str, Any]]) -> Failure:
+    """``failure`` with the Node of the Pod it names (``nodeName``), when another Pod
+    reported it: an MPI rank's failure comes from node 0's launcher (``rankNode``), yet its
+    node is the one that rank ran on, which exclusion must blame."""
+    if failure.get("nodeName") or not failure.get("pod"):
+        return failure
+    for pod in pods:
+        if pod.get("metadata", {}).get("name") == failure["pod"]:
+            node_name = pod.get("spec", {}).get("nodeName")
+            return {**failure, "nodeName": str(node_name)} if node_name else failure
+    return failure
 
 
 # How long after the first failure the controller waits for the gang's other Pods to
 # report theirs before deciding which came first (the kubelet notices a container's end
 # within about a second, then writes the Pod's status).
 FAILURE_SETTLE_SECONDS = 3.0
+# A stall: every node's launcher finds its ranks quiet on its own clock (checked once a
+# second), collects their stacks and archives its logs before its Pod ends; the other
+# nodes' reports say which rank the others wait for (``culprits``), so they get longer.
+STALL_SETTLE_SECONDS = 20.0
 
 
 def settling(
@@ -261,8 +289,9 @@ def settling(
     """Seconds to wait before ``failure`` (``first_failure``'s) may decide the run, or
     None to decide now: while another Pod of the gang still runs (and may yet report an
     earlier failure: the culprit's peers often end first) and the failure is younger than
-    FAILURE_SETTLE_SECONDS. A failure time more than that ahead of ``now`` (clocks far
-    apart) or unknown is decided at once, so that no run waits for long."""
+    FAILURE_SETTLE_SECONDS (a stall: STALL_SETTLE_SECONDS). A failure time more than that
+    ahead of ``now`` (clocks far apart) or unknown is decided at once, so that no run
+    waits for long."""
     exited = failure.get("exitedAt")
     if exited is None:
         return None
@@ -274,8 +303,9 @@ def settling(
     ]
     if not others:
         return None
-    left = float(exited) + FAILURE_SETTLE_SECONDS - now.timestamp()
-    return left if 0 < left <= 2 * FAILURE_SETTLE_SECONDS else None
+    window = STALL_SETTLE_SECONDS if failure.get("reason") == STALLED else FAILURE_SETTLE_SECONDS
+    left = float(exited) + window - now.timestamp()
+    return left if 0 < left <= 2 * window else None
 
 
 def _rank_label(pod: Mapping[str, Any]) -> int | None:
@@ -349,7 +379,7 @@ def archive_failures(pods: Sequence[Mapping[str, Any]]) -> dict[int, str]:
 
 def public_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of ``status.failure`` (drops the bookkeeping keys)."""
-    keep = ("rank", "node", "pod", "exitCode", "signal", "reason", "message", "step")
+    keep = ("rank", "node", "pod", "exitCode", "signal", "reason", "message", "step", "nodeName")
     public = {k: failure[k] for k in keep if failure.get(k) not in (None, "")}
     if failure.get("failureClass"):
         public["class"] = failure["failureClass"]

@@ -5,9 +5,12 @@ checkpoint within ``terminationGracePeriodSeconds``), frees the gang's capacity 
 the run ``Suspended`` until ``spec.suspend`` is false again; :func:`suspended_status` is the
 status meanwhile: ``Suspending`` while node Pods are still saving and stopping, then
 ``Suspended``. Kueue stops a gang it handed admission to (``scheduling.queueName``) by
-marking its Pods ``TerminationTarget`` (reason ``StoppedByKueue``) and deleting them
+marking its Pods ``TerminationTarget`` (reason ``WorkloadEvictedDueToPreempted`` when it
+preempts it, as v0.17 does; ``StoppedByKueue`` in older releases) and deleting them
 gracefully: :func:`kueue_stopped` finds that, and the failure policy restarts the gang as a
 suspension (no limit is used; Kueue gates the new Pods until it admits them again).
+Either way ``policy.activeDeadlineSeconds`` stops counting until the gang runs again
+(``status.deadlines``).
 Called by ``controller.suspension`` and ``controller.failure_policy``; tested in
 tests/unit/status/test_suspensions.py.
 """
@@ -19,13 +22,23 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
+from torchyard.status import deadlines
 from torchyard.status.conditions import condition, merge
 from torchyard.status.trainingruns import KSTATUS_TYPES, with_kstatus
 
 SUSPENDED_CONDITION = "Suspended"
-# What Kueue writes on a Pod it stops (evicted, preempted, its Workload deactivated).
+# What Kueue writes on a Pod it stops (evicted, preempted, its Workload deactivated): the
+# reason starts with Kueue's stop reason (``jobframework.StopReason`` in v0.17, an
+# eviction's own reason appended: ``WorkloadEvictedDueToPreempted``; ``StoppedByKueue`` in
+# older releases), the message says why (``Preempted to accommodate a workload ...``).
 KUEUE_STOP_TYPES = ("TerminationTarget", "DisruptionTarget")
-KUEUE_STOP_REASON = "StoppedByKueue"
+KUEUE_STOP_REASONS = (
+    "WorkloadEvicted",
+    "WorkloadDeleted",
+    "NoMatchingWorkload",
+    "NotAdmitted",
+    "StoppedByKueue",
+)
 
 
 def kueue_stopped(pods: Sequence[Mapping[str, Any]]) -> str | None:
@@ -35,7 +48,7 @@ def kueue_stopped(pods: Sequence[Mapping[str, Any]]) -> str | None:
             if (
                 cond.get("type") in KUEUE_STOP_TYPES
                 and cond.get("status") == "True"
-                and cond.get("reason") == KUEUE_STOP_REASON
+                and str(cond.get("reason") or "").startswith(KUEUE_STOP_REASONS)
             ):
                 message = str(cond.get("message") or "").strip()
                 return f"Kueue stopped node Pod {pod['metadata']['name']}" + (
@@ -83,6 +96,7 @@ def suspended_status(
     new: dict[str, Any] = {
         key: value for key, value in previous.items() if key not in ("queue", "phase")
     }
+    new.update(deadlines.paused(previous, now))  # activeDeadlineSeconds stops counting
     new.update(
         {
             "phase": Phase.SUSPENDED.value,

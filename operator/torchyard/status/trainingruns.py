@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
-from torchyard.status import checkpoint_risk
+from torchyard.status import checkpoint_risk, deadlines
 from torchyard.status import steps as run_progress
 from torchyard.status.conditions import condition, merge, progress, timestamp
 from torchyard.status.failures import (
@@ -134,7 +134,8 @@ def trainingrun_status(
     if prev.get("phase") in TERMINAL:
         # A finished run stays finished (its Pods may be cleaned up afterwards).
         return {**prev, "observedGeneration": run.generation}
-    return with_kstatus(_trainingrun_status(run, observed, prev, now), prev, now)
+    new = deadlines.carried(_trainingrun_status(run, observed, prev, now), prev, now)
+    return with_kstatus(new, prev, now)
 
 
 def restarting_status(

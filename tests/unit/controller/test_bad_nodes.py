@@ -159,3 +159,61 @@ def test_a_node_is_listed_once_and_the_list_stays_bounded() -> None:
     out = bad_nodes.merged(many, {"node": "new"})
     assert out is not None and len(out) == bad_nodes.MAX_EXCLUDED and out[-1] == {"node": "new"}
     assert bad_nodes.merged(None, None) is None
+
+
+def test_a_gpu_xid_with_no_retry_left_still_names_its_node() -> None:
+    body = run(status=RUNNING)  # backoffLimit 0: the run fails with it
+    crash = launcher_failure(
+        "Traceback (most recent call last):\nRuntimeError: CUDA error: unspecified launch failure",
+        evidence=[{"rank": 2, "line": XID}],
+    )
+    pods = [node_pod(0, phase="Running", node_name="gpu-0"), failed_on("gpu-1", crash)]
+    fake = world(body, env(), gpu_node("gpu-0"), gpu_node("gpu-1"), *pods)
+    reconcile(fake, at=10)
+    after = status(fake)
+    assert after["phase"] == "Failed" and after["failure"]["class"] == "GpuXid"
+    assert after["failure"]["nodeName"] == "gpu-1"
+    [entry] = after["excludedNodes"]
+    assert (entry["node"], entry["reason"], entry["evidence"]) == ("gpu-1", "GpuXid", XID)
+    assert ("Warning", "NodeExcluded") in [(t, r) for t, r, _ in fake.events]
+    reconcile(fake, at=20)  # a finished run keeps it
+    assert status(fake)["excludedNodes"] == [entry]
+
+
+def step_failure(message: str, step: int, exit_code: int = 1) -> str:
+    return launcher_failure(message, step=step, exitCode=exit_code)
+
+
+def test_the_same_node_in_two_consecutive_failures_is_left_out() -> None:
+    segfault = "Fatal Python error: Segmentation fault"
+    body = run(status=RUNNING, spec={"policy.backoffLimit": 3})
+    pods = [
+        node_pod(0, phase="Running", node_name="gpu-0"),
+        failed_on("gpu-1", step_failure(segfault, 5)),
+    ]
+    nodes = [gpu_node("gpu-0"), gpu_node("gpu-1"), gpu_node("gpu-2")]
+    fake = world(body, env(), *nodes, *pods)
+    reconcile(fake, at=10)
+    first = status(fake)
+    assert first["restarts"] == 1 and first["lastFailure"]["nodeName"] == "gpu-1"
+    assert "excludedNodes" not in first  # once is no pattern
+    reconcile(fake, at=11)  # the next attempt's Pods
+    again = [node_pod(0, attempt=1, phase="Running", node_name="gpu-0")]
+    crash = step_failure("Traceback (most recent call last):\nValueError: bad batch", 9)
+    again.append(
+        node_pod(1, attempt=1, phase="Failed", node_name="gpu-1", exit_code=1, message=crash)
+    )
+    assert sorted(p["metadata"]["name"] for p in fake.pods()) == ["r-0", "r-1"]
+    for p in again:
+        fake.put(p)  # the new attempt ran on the same nodes, and gpu-1's rank failed again
+    reconcile(fake, at=30)
+    after = status(fake)
+    assert after["restarts"] == 2
+    [entry] = after["excludedNodes"]
+    assert (entry["node"], entry["reason"]) == ("gpu-1", "RepeatedFailure")
+    assert entry["evidence"] == (
+        "two consecutive failures on gpu-1: Segfault at step 5: Fatal Python error: "
+        "Segmentation fault; then PythonException at step 9: ValueError: bad batch"
+    )
+    reconcile(fake, at=31)
+    assert all(exclusions.excluded_of(p) == frozenset({"gpu-1"}) for p in fake.pods())

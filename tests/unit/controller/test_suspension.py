@@ -154,3 +154,28 @@ def test_kueue_stopped_is_read_from_the_pod_condition_only() -> None:
         T0,
     )
     assert verdict.restart is not None and verdict.restart.kind == "suspension"
+
+
+def test_kueue_v0_17_stop_reasons_are_kueue_stops_too() -> None:
+    """Kueue v0.17 writes its stop reason on TerminationTarget, the eviction's reason
+    appended (``WorkloadEvictedDueToPreempted`` when it preempts the gang), not
+    ``StoppedByKueue``: seen with the real Kueue in tests/integration/test_kueue.py."""
+    preempted = kueue_stopped_pod(0)
+    preempted["status"]["conditions"][0].update(
+        reason="WorkloadEvictedDueToPreempted",
+        message="Preempted to accommodate a workload (UID: u, JobUID: j) due to "
+        "prioritization in the ClusterQueue",
+    )
+    assert suspensions.kueue_stopped([preempted]) == (
+        "Kueue stopped node Pod r-0: Preempted to accommodate a workload (UID: u, JobUID: j) "
+        "due to prioritization in the ClusterQueue"
+    )
+    verdict = failure_policy.decide(
+        api.parse_trainingrun(run(status=RUNNING)),
+        [preempted],
+        Attempts(restarts=20),
+        "Running",
+        None,
+        T0,
+    )
+    assert verdict.restart is not None and verdict.restart.kind == "suspension"

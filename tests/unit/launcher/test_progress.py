@@ -183,3 +183,33 @@ def test_under_launch_node_a_rank_says_who_it_is_and_the_tracker_keys_by_it(
     assert tracker.reported_ranks() == [5] and tracker.step_of(5) == 3
     assert "rank" not in tracker.metrics()
     tracker.close()
+
+
+class CountingStream(io.StringIO):
+    """A stdout that counts its flushes (each one is a write(2) on a real pipe)."""
+
+    flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+def test_a_report_that_says_nothing_new_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = CountingStream()
+    monkeypatch.setattr(sys, "stdout", out)
+    progress.report(7, total=10, loss=0.5)
+    progress.report(7, total=10, loss=0.5)  # e.g. once per micro-batch of step 7
+    progress.report(7, total=10, loss=0.25)
+    progress.report(8, total=10, loss=0.25)
+    assert out.getvalue().splitlines() == [
+        '@@torchyard {"step": 7, "total": 10, "loss": 0.5}',
+        '@@torchyard {"step": 7, "total": 10, "loss": 0.25}',
+        '@@torchyard {"step": 8, "total": 10, "loss": 0.25}',
+    ]
+    assert out.flushes == 3
+    # Another stream (stdout replaced) gets its line all the same.
+    other = CountingStream()
+    monkeypatch.setattr(sys, "stdout", other)
+    progress.report(8, total=10, loss=0.25)
+    assert other.flushes == 1

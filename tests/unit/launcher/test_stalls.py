@@ -45,6 +45,12 @@ def test_a_stalled_rank_is_named_with_its_line_and_every_stack_is_kept(
     assert (Path(stall["file"]).name, stall["line"]) == ("child.py", 7), stall
     assert stall["seconds"] >= 3
     assert "stuck at" in str(info["message"]) and "child.py" in str(info["message"])
+    # The stalled ranks' places, for the operator's choice across nodes; the message is
+    # the termination message's own, not repeated in the stall record.
+    [suspect] = stall["suspects"]
+    assert (suspect["rank"], suspect["step"], suspect["inCollective"]) == (1, 3, False)
+    assert (Path(suspect["file"]).name, suspect["line"]) == ("child.py", 7), suspect
+    assert "message" not in stall
     stacks = sorted(os.listdir(tmp_path / "logs" / "stacks"))
     assert [name.split(".")[0] for name in stacks] == ["rank-0", "rank-1"], stacks
     # rank 0 was running on: its stack is in its own loop, not at rank 1's line

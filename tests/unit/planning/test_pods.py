@@ -112,6 +112,9 @@ def test_kueue_queue_replaces_gating() -> None:
     assert p["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "r-0"
     assert p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "3"
+    # One group per attempt: Kueue waits for no replacement Pods in it (the real Kueue
+    # would keep the stopped Pods' finalizers: tests/integration/test_kueue.py).
+    assert p["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"] == "false"
 
 
 def test_builders_are_deterministic() -> None:

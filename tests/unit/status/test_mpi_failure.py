@@ -37,3 +37,17 @@ def test_without_rank_node_the_failure_stays_on_the_pod_that_reported_it() -> No
     failure = observe_failure(node0_failed(None))
     assert failure is not None
     assert (failure["node"], failure["pod"], failure["rank"]) == (0, "hvd-0", 3)
+
+
+def test_the_failing_ranks_node_is_the_one_its_pod_ran_on_so_exclusion_blames_it() -> None:
+    reporter = node0_failed(1)
+    reporter["spec"]["nodeName"] = "node-a"
+    done = '{"reason": "Completed"}'
+    worker = pod("hvd", 1, phase="Succeeded", exit_code=0, message=done, node_name="node-b")
+    failure = first_failure([reporter, worker])
+    assert failure is not None
+    assert (failure["pod"], failure.get("nodeName")) == ("hvd-1", "node-b")
+    assert public_failure(failure)["nodeName"] == "node-b"
+    # Without rankNode, the reporting Pod's node.
+    alone = first_failure([node0_failed(None) | {"spec": {"nodeName": "node-a"}}])
+    assert alone is not None and alone.get("nodeName") == "node-a"

@@ -177,6 +177,7 @@ def test_failure_names_rank_node_exit_code_and_traceback() -> None:
         "class": "PythonException",  # status.classes
         "retryable": True,
         "advice": st["failure"]["advice"],
+        "nodeName": "n",  # the Node the failing rank ran on
     }
     assert st["failure"]["advice"].endswith("(matched: ValueError: bad)")
     failed = next(c for c in st["conditions"] if c["type"] == "Failed")

@@ -1,0 +1,97 @@
+"""The stuck rank across nodes: the launcher's ``culprit`` rules over every node's stalls.
+
+A node's launcher sees only its own ranks: in a gang where rank 3 (node 1) sleeps while
+every other rank waits in an ``all_reduce``, node 0's launcher finds all of its ranks in
+``torch.distributed`` and names the one idle longest, which only waits. Each node's
+``Stalled`` termination message lists its stalled ranks (``stall.suspects``, from the
+launcher's ``suspects_of``: rank, seconds idle, last step, whether in
+``torch.distributed``, the script's file:line). :func:`pick` applies the launcher's rules
+to those of all nodes together: the only ranks outside ``torch.distributed`` while
+others are in it (the one idle longest of them), else, of three or more, the one whose
+place in the script differs from where all the others are (it skipped a collective and
+waits in another one), else the one idle longest. :func:`across_nodes` turns the pick into
+the failure to decide on: the reporting node's own, named after the culprit when that
+node named another of its ranks.
+
+Called by ``failures.first_failure``; pure; tested in tests/unit/status/test_culprits.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+STALLED = "Stalled"  # failures.STALLED (failures imports this module)
+
+Place = tuple[Any, Any, Any]  # (file, line, function) of the script
+
+
+def _suspects(failure: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    stall = failure.get("stall")
+    found = stall.get("suspects") if isinstance(stall, Mapping) else None
+    if not isinstance(found, list):
+        return []
+    return [s for s in found if isinstance(s, Mapping) and isinstance(s.get("rank"), int)]
+
+
+def _place(suspect: Mapping[str, Any]) -> Place | None:
+    if suspect.get("file") is None:
+        return None
+    return suspect.get("file"), suspect.get("line"), suspect.get("function")
+
+
+def _idle(suspect: Mapping[str, Any]) -> float:
+    idle = suspect.get("idle")
+    return float(idle) if isinstance(idle, (int, float)) else 0.0
+
+
+def pick(suspects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The suspect the others wait for (see the module docstring); None for none."""
+    if not suspects:
+        return None
+    by_idle = sorted(suspects, key=lambda s: -_idle(s))
+    outside = [s for s in by_idle if not s.get("inCollective")]
+    if outside and len(outside) < len(by_idle):
+        return outside[0]
+    if len(by_idle) >= 3:
+        for one in by_idle:
+            others = {_place(s) for s in by_idle if s is not one}
+            if len(others) == 1 and None not in others and _place(one) not in others:
+                return one
+    return by_idle[0]
+
+
+def _said(suspect: Mapping[str, Any], node: Any) -> str:
+    place = _place(suspect)
+    at = f"{place[0]}:{place[1]} in {place[2]}" if place is not None else "(no Python stack)"
+    if suspect.get("collective"):
+        at += f" (in torch.distributed {suspect['collective']})"
+    return (
+        f"rank {suspect['rank']} (node {node}) made no progress for "
+        f"{_idle(suspect):.0f}s (last step {suspect.get('step')}): stuck at {at}"
+    )
+
+
+def across_nodes(failures: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of ``failures`` (a gang's, first to last), the ``Stalled`` one of the node whose
+    rank the others wait for, named after that rank; None when fewer than two stalled
+    ranks were reported (nothing to compare: the launcher's pick stands)."""
+    stalled = [f for f in failures if f.get("reason") == STALLED and _suspects(f)]
+    everyone = [(f, s) for f in stalled for s in _suspects(f)]
+    if len(everyone) < 2:
+        return None
+    chosen = pick([s for _, s in everyone])
+    failure, suspect = next((f, s) for f, s in everyone if s is chosen)
+    if suspect["rank"] == failure.get("rank"):
+        return failure
+    # Its own node named another rank: only this comparison saw the one they wait for.
+    named = [f"rank {f.get('rank')} (node {f.get('node')})" for f in stalled]
+    message = (
+        f"{_said(suspect, failure.get('node'))}; of the stalled ranks of every node, the one "
+        f"the others wait for (the nodes' launchers named {', '.join(named)}). Every rank's "
+        f"stacks are in logs/stacks/ of its node."
+    )
+    out = {**failure, "rank": suspect["rank"], "message": message}
+    if isinstance(suspect.get("step"), int):
+        out["step"] = suspect["step"]
+    return out

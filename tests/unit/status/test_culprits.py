@@ -1,0 +1,139 @@
+"""The stuck rank across nodes: two nodes' launchers each report their stalled ranks
+(``launcher.suspects_of`` over faulthandler dumps), and ``first_failure`` names the rank
+the others wait for with the launcher's own rules applied to all of them, not the rank
+the first node to report named among its own."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from tests.builders import pod
+from tests.unit.launcher.test_stalls import IN_ALL_REDUCE, IN_BARRIER, SLEEPING
+from torchyard import launcher
+from torchyard.status import culprits, failures
+from torchyard.status.failures import first_failure, public_failure
+
+
+def stalled_node(
+    node: int, stacks: dict[int, str], idle: dict[int, float], exited: float, named: int
+) -> dict[str, Any]:
+    """Node ``node``'s Pod, failed as its launcher reports a stall: ``named`` is the rank
+    it chose among its own (``launcher.culprit``), ``stacks`` its stalled ranks' dumps."""
+    order = [named] + [r for r in stacks if r != named]
+    suspects = launcher.suspects_of({r: stacks[r] for r in order}, order, idle.get, lambda r: 40)
+    info = {
+        "rank": named,
+        "nodeRank": node,
+        "exitCode": 143,
+        "reason": "Stalled",
+        "message": f"rank {named} made no progress for 60s (last step 40): stuck at ...",
+        "step": 40,
+        "exitedAt": exited,
+        "stall": {"rank": named, "seconds": 60, "step": 40, "suspects": suspects},
+    }
+    return pod(
+        "r", node, phase="Failed", node_name=f"gpu-{node}", exit_code=143, message=json.dumps(info)
+    )
+
+
+def test_a_rank_outside_torch_distributed_on_the_second_node_is_named() -> None:
+    # Rank 3 (node 1) sleeps; ranks 0-2 wait in all_reduce. Node 0's launcher can only
+    # name its longest-idle rank, and its Pod reports first.
+    node0 = stalled_node(0, {0: IN_ALL_REDUCE, 1: IN_ALL_REDUCE}, {0: 61, 1: 60}, 100.0, named=0)
+    node1 = stalled_node(1, {2: IN_ALL_REDUCE, 3: SLEEPING}, {2: 60, 3: 60}, 101.5, named=3)
+    failure = first_failure([node0, node1])
+    assert failure is not None
+    public = public_failure(failure)
+    assert (public["rank"], public["node"], public["pod"], public["nodeName"]) == (
+        3,
+        1,
+        "r-1",
+        "gpu-1",
+    )
+    assert public["class"] == "Hang"
+
+
+def test_the_rank_whose_place_differs_across_nodes_is_named_with_its_line() -> None:
+    # Rank 3 skipped an all_reduce and waits in the barrier after the loop; with two
+    # ranks a node cannot tell (no majority), across four the odd one out shows.
+    node0 = stalled_node(0, {0: IN_ALL_REDUCE, 1: IN_ALL_REDUCE}, {0: 61, 1: 60}, 100.0, named=0)
+    node1 = stalled_node(1, {2: IN_ALL_REDUCE, 3: IN_BARRIER}, {2: 61, 3: 60}, 100.4, named=2)
+    failure = first_failure([node0, node1])
+    assert failure is not None
+    assert (failure["rank"], failure["pod"], failure.get("nodeName")) == (3, "r-1", "gpu-1")
+    assert str(failure["message"]).startswith(
+        "rank 3 (node 1) made no progress for 60s (last step 40): stuck at "
+        "/workspace/train.py:18 in <module> (in torch.distributed barrier); of the stalled "
+        "ranks of every node, the one the others wait for (the nodes' launchers named "
+        "rank 0 (node 0), rank 2 (node 1))"
+    )
+
+
+def test_with_no_odd_one_out_the_rank_idle_longest_of_all_nodes_is_named() -> None:
+    node0 = stalled_node(0, {0: IN_ALL_REDUCE, 1: IN_ALL_REDUCE}, {0: 61, 1: 60}, 100.0, named=0)
+    node1 = stalled_node(1, {2: IN_ALL_REDUCE, 3: IN_ALL_REDUCE}, {2: 75, 3: 60}, 100.4, named=2)
+    failure = first_failure([node0, node1])
+    assert failure is not None and (failure["rank"], failure["pod"]) == (2, "r-1")
+
+
+def test_one_stalled_rank_alone_keeps_the_launchers_choice() -> None:
+    node0 = stalled_node(0, {1: SLEEPING}, {1: 60}, 100.0, named=1)
+    failure = first_failure([node0])
+    assert failure is not None and (failure["rank"], failure["pod"]) == (1, "r-0")
+    assert culprits.pick([]) is None
+
+
+def test_what_the_launcher_reports_of_each_stalled_rank() -> None:
+    [waiting, sleeping] = launcher.suspects_of(
+        {0: IN_ALL_REDUCE, 1: SLEEPING, 2: ""}, [0, 1, 2], {0: 61.04, 1: 60.0}.get, lambda r: 40
+    )
+    assert waiting == {
+        "rank": 0,
+        "idle": 61.0,
+        "step": 40,
+        "inCollective": True,
+        "collective": "all_reduce",
+        "file": "/workspace/train.py",
+        "line": 14,
+        "function": "<module>",
+    }
+    assert sleeping == {
+        "rank": 1,
+        "idle": 60.0,
+        "step": 40,
+        "inCollective": False,
+        "file": "/workspace/train.py",
+        "line": 12,
+        "function": "<module>",
+    }
+
+
+def test_a_nodes_stalled_ranks_fit_the_termination_message_beside_a_long_stack() -> None:
+    deep = "/" + "/".join(["very-long-folder-name"] * 20) + "/train.py"
+    stacks = {
+        r: IN_ALL_REDUCE.replace("/workspace/train.py", deep).replace("<module>", "f" * 200)
+        for r in range(16)
+    }
+    suspects = launcher.suspects_of(stacks, list(stacks), lambda r: 61.0, lambda r: 40)
+    assert len(suspects) == launcher.SUSPECTS_REPORTED
+    info = {"reason": "Stalled", "message": "x" * 8000, "stall": {"suspects": suspects}}
+    text = launcher.termination_message(info)
+    assert len(text.encode()) <= launcher.TERMINATION_MESSAGE_LIMIT
+    assert json.loads(text)["stall"]["suspects"] == suspects
+
+
+def test_a_stall_waits_longer_for_the_other_nodes_to_report_theirs() -> None:
+    node0 = stalled_node(0, {0: IN_ALL_REDUCE}, {0: 61}, 100.0, named=0)
+    node1 = pod("r", 1, phase="Running", node_name="gpu-1")
+    stall = first_failure([node0, node1])
+    assert stall is not None and stall["reason"] == "Stalled"
+    at = datetime.fromtimestamp(100.0 + 5, tz=timezone.utc)  # 5 s after node 0's rank exited
+    wait = failures.settling(stall, [node0, node1], at)
+    assert wait == failures.STALL_SETTLE_SECONDS - 5
+    # Any other failure is decided after FAILURE_SETTLE_SECONDS (3 s): by now.
+    error = {**stall, "reason": "Error"}
+    assert failures.settling(error, [node0, node1], at) is None
+    # Once every Pod reported, at once.
+    assert failures.settling(stall, [node0], at) is None
