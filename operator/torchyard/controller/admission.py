@@ -25,10 +25,9 @@ tests/integration/test_trainingruns.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from torchyard import api, k8s
 from torchyard.controller import cache as caches
@@ -42,7 +41,6 @@ SERVICE_ACCOUNT_RETRY_SECONDS = 10.0
 WAITING_MESSAGE = "waiting for the admission pass"
 OUTSIDE_REFRESH_SECONDS = 30.0
 SHIP_REFRESH_SECONDS = 300.0
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -131,30 +129,26 @@ def _create_and_admit(
     gated = [p for p in current if gangs.is_gated(p)]
     if not missing and not gated:
         ctx.cache.forget_run(key)
-        if key in ctx.services_owed:  # its Pods were made, its Service failed: now
-            ctx.k8s.apply(pods.service(run))
-            ctx.services_owed.discard(key)
         return Admission(current)  # created and admitted: nothing to decide
     if missing:
         ship(ctx, ns)
     # The headless Service (rank 0's DNS name) is applied when the gang is admitted, not
-    # while it waits: a queue of thousands makes no Services (nor their Endpoints) early;
-    # and beside the Pods, not before them (``_beside_service``).
+    # while it waits: a queue of thousands makes no Services (nor their Endpoints) early.
     if run.spec.scheduling.queue_name:  # Kueue admits plain Pod groups itself
         if missing:
-            return _beside_service(ctx, run, lambda: _create(ctx, ns, current, missing))
+            ctx.k8s.apply(pods.service(run))
         return _create(ctx, ns, current, missing)
     if missing and current and len(gated) < len(current):
         # An admitted gang that lost some Pods before they were all created (operator
         # restart): finish it ungated.
-        ungated = [pods.ungate(p) for p in missing]
-        return _beside_service(ctx, run, lambda: _create(ctx, ns, current, ungated))
+        ctx.k8s.apply(pods.service(run))
+        return _create(ctx, ns, current, [pods.ungate(p) for p in missing])
     if missing:
         return _create_gang(ctx, run, wanted, current, missing)
     if key in ctx.cache.admitted:  # a pass admitted it: lift every gate together
+        ctx.k8s.apply(pods.service(run))
         by_name = {p["metadata"]["name"]: p for p in wanted}
-        lifted = [pods.ungate(by_name[p["metadata"]["name"]]) for p in gated]
-        _beside_service(ctx, run, lambda: _write(ctx, lifted))
+        _write(ctx, [pods.ungate(by_name[p["metadata"]["name"]]) for p in gated])
         ctx.cache.forget_run(key)
         return Admission(current, _admitted(run, wanted))
     return _queued(ctx, key, current, previous)
@@ -188,19 +182,14 @@ def _create_gang(
         others = admitted + moved
         if not admit_it and far_back is None:
             cache.dirty = True
-
-    def write() -> None:
-        try:
-            _write(ctx, planned, quiet=far_back is not None)
-        except Exception:
-            for p in planned:
-                cache.pod_event("DELETED", p)
-            raise
-
-    if admit_it:
-        _beside_service(ctx, run, write)
-    else:
-        write()
+    try:
+        if admit_it:
+            ctx.k8s.apply(pods.service(run))
+        _write(ctx, planned, quiet=far_back is not None)
+    except Exception:
+        for p in planned:
+            cache.pod_event("DELETED", p)
+        raise
     telemetry.PODS_CREATED.inc(len(missing), namespace=run.namespace)
     created = current + missing
     if admit_it:
@@ -293,36 +282,6 @@ def _queue_field(pool: str, decision: gangs.Decision) -> dict[str, Any] | None:
 def pool_name(gang: gangs.Gang) -> str:
     """The name a pool's queue goes by: its pool label, else its node selector."""
     return gang.pool or ",".join(f"{k}={v}" for k, v in gang.pool_key) or "default"
-
-
-def _beside_service(ctx: Context, run: api.TrainingRun, write: Callable[[], _T]) -> _T:
-    """``write()`` (the gang's Pod writes) while the run's headless Service is applied
-    on another thread: no Pod needs the Service before it starts (the launcher waits until
-    ``MASTER_ADDR`` resolves, and the Service's Endpoints take in Pods made before it), so
-    the first Pod does not wait for it. A Service that could not be applied is owed
-    (``Context.services_owed``): its error is raised (the reconcile is retried), and the
-    run's next reconcile applies it even when every Pod exists."""
-    key = (run.namespace, run.name)
-    service = context.submit(ctx.k8s.apply, pods.service(run))
-    try:
-        done = write()
-    except Exception:
-        _settle(ctx, key, service, raising=False)
-        raise
-    _settle(ctx, key, service, raising=True)
-    return done
-
-
-def _settle(ctx: Context, key: tuple[str, str], service: Future[Any], *, raising: bool) -> None:
-    """Wait for the Service's apply; owe it when it failed (and raise that, if ``raising``)."""
-    try:
-        service.result()
-    except Exception:
-        ctx.services_owed.add(key)
-        if raising:
-            raise
-        return
-    ctx.services_owed.discard(key)
 
 
 def _write(ctx: Context, manifests: list[dict[str, Any]], *, quiet: bool = False) -> None:

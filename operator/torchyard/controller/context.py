@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
@@ -103,9 +103,6 @@ class Context:
     shipped: dict[tuple[str, str], datetime] = field(default_factory=dict)
     # run uid -> when its Pods' logs were last read for progress (``progress.poll``)
     progress_polls: dict[str, Any] = field(default_factory=dict)
-    # (namespace, name) of runs whose headless Service could not be applied beside their
-    # Pods: their next reconcile applies it (``admission``)
-    services_owed: set[tuple[str, str]] = field(default_factory=set)
 
 
 @dataclass
@@ -171,11 +168,6 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> None:
     call is raised here."""
     for future in [_POOL.submit(fn, item) for item in items]:
         future.result()
-
-
-def submit(fn: Callable[..., Any], *args: Any) -> Future[Any]:
-    """``fn(*args)`` on the shared thread pool, started now; its future."""
-    return _POOL.submit(fn, *args)
 
 
 def live(pod: Mapping[str, Any]) -> bool:
