@@ -1917,9 +1917,21 @@ MPI_PROTOCOL = b"torchyard-mpi 1"
 # How long mpirun may take to stop every rank after it reported an MPI_Abort.
 MPI_ABORT_GRACE_SECONDS = 20.0
 _MPI_TAG = re.compile(rb"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$", re.DOTALL)
-# OpenMPI 4.1 tags every write of a rank, so one line may carry the tag again inside
-# ('    [1,3]<stderr>:raise ...', 'text[1,3]<stdout>:\n'): those go.
-_MPI_INNER_TAG = re.compile(rb"\[\d+,\d+\]<std(?:out|err)>:")
+# OpenMPI 4.1 tags every write of a rank, so one line may carry tags again inside, of the
+# same rank ('    [1,3]<stderr>:raise ...', 'text[1,3]<stdout>:\n') or of another.
+_MPI_ANY_TAG = re.compile(rb"\[\d+,(\d+)\]<(stdout|stderr)>:")
+
+
+def mpi_segments(line: bytes) -> list[tuple[int, bytes, bytes]]:
+    """(rank, stream, text) of each tagged write in one line of mpirun's --tag-output
+    (which starts with a tag); the text keeps its newline if it has one."""
+    tags = list(_MPI_ANY_TAG.finditer(line))
+    return [
+        (int(tag.group(1)), tag.group(2), line[tag.end() : nxt.start() if nxt else len(line)])
+        for tag, nxt in zip(tags, [*tags[1:], None])
+    ]
+
+
 _MPI_FIRST = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
 # A rank that called MPI_Abort (``python -m mpi4py script.py`` does on an exception).
 _MPI_ABORT = re.compile(
@@ -2314,42 +2326,62 @@ class MpiLauncher(Launcher):
     def _pump(
         self, pipe: IO[bytes], log: IO[bytes], files: dict[int, IO[bytes]], logs: str
     ) -> None:
-        """mpirun's output: tagged lines go to logs/rank-<r>.txt (and keep a tail per rank)."""
+        """mpirun's output: tagged lines go to logs/rank-<r>.txt (and keep a tail per rank).
+        OpenMPI tags every write, so one line of mpirun's may hold the writes of several
+        ranks ('[1,0]<stdout>:text[1,1]<stdout>:other' when two ranks print their text and
+        newline apart): each rank's text is put back together per rank and stream
+        (``mpi_segments``) and shown when its own newline comes."""
+        partial: dict[tuple[int, bytes], bytes] = {}
         for line in iter(lambda: pipe.readline(65536), b""):
-            match = _MPI_TAG.match(line)
             with self._lock:
                 log.write(line)
                 log.flush()
-                if match is not None:
-                    rank, text = int(match.group(2)), _MPI_INNER_TAG.sub(b"", match.group(4))
-                    if rank not in files:
-                        files[rank] = open(os.path.join(logs, f"rank-{rank}.txt"), "ab")  # noqa: SIM115
-                    files[rank].write(text if text.endswith(b"\n") else text + b"\n")
-                    files[rank].flush()
-                    tail = self.rank_tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
-                    if match.group(3) == b"stdout" and text.startswith(PROGRESS_PREFIX):
-                        record = parse_progress(text.rstrip(b"\r\n"))
-                        if record is not None:
-                            self.progress.record(rank, record)
-                    if match.group(3) == b"stderr":
-                        tail.append(text.decode("utf-8", "replace"))
-                        if self.first_traceback is None and text.startswith(b"Traceback ("):
-                            self.first_traceback = rank
-                    shown = f"[rank {rank}] ".encode() + text
-                else:
+                if _MPI_TAG.match(line) is None:
                     self.output.append(line.decode("utf-8", "replace"))
                     if self.aborted_at is None and b"MPI_ABORT was invoked" in line:
                         self.aborted_at = time.monotonic()
-                    shown = b"[mpirun] " + line
-                sink = self.err if match is None or match.group(3) == b"stderr" else self.out
-                buffer = getattr(sink, "buffer", None)
-                shown = shown if shown.endswith(b"\n") else shown + b"\n"
-                if buffer is not None:
-                    buffer.write(shown)
-                else:
-                    sink.write(shown.decode("utf-8", "replace"))
-                sink.flush()
+                    self._show(self.err, b"[mpirun] " + line)
+                    continue
+                for rank, stream, text in mpi_segments(line):
+                    text = partial.pop((rank, stream), b"") + text
+                    *whole, rest = text.split(b"\n")
+                    if rest:
+                        partial[(rank, stream)] = rest
+                    for piece in whole:
+                        self._rank_line(rank, stream, piece + b"\n", files, logs)
+        for (rank, stream), rest in partial.items():  # a last line without its newline
+            with self._lock:
+                self._rank_line(rank, stream, rest + b"\n", files, logs)
         pipe.close()
+
+    def _rank_line(
+        self, rank: int, stream: bytes, text: bytes, files: dict[int, IO[bytes]], logs: str
+    ) -> None:
+        """One whole line of one rank: its log file, its tail, progress, the console."""
+        if rank not in files:
+            files[rank] = open(os.path.join(logs, f"rank-{rank}.txt"), "ab")  # noqa: SIM115
+        files[rank].write(text)
+        files[rank].flush()
+        tail = self.rank_tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
+        if stream == b"stdout" and text.startswith(PROGRESS_PREFIX):
+            record = parse_progress(text.rstrip(b"\r\n"))
+            if record is not None:
+                self.progress.record(rank, record)
+        if stream == b"stderr":
+            tail.append(text.decode("utf-8", "replace"))
+            if self.first_traceback is None and text.startswith(b"Traceback ("):
+                self.first_traceback = rank
+        self._show(self.out if stream == b"stdout" else self.err, f"[rank {rank}] ".encode() + text)
+
+    @staticmethod
+    def _show(sink: IO[str], shown: bytes) -> None:
+        buffer = getattr(sink, "buffer", None)
+        shown = shown if shown.endswith(b"\n") else shown + b"\n"
+        if buffer is not None:
+            buffer.write(shown)
+        else:
+            sink.write(shown.decode("utf-8", "replace"))
+        sink.flush()
 
     def _end_workers(self, code: int) -> None:
         """Tell every worker launcher that mpirun ended, so that its node ends with it."""

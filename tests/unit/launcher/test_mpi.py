@@ -179,6 +179,11 @@ if "{progress}" == "yes":  # torchyard.progress.report() in ranks 0 and 3
     print('[1,0]<stdout>:@@torchyard {{"step": 4, "total": 10, "loss": 0.5}}', flush=True)
     print('[1,3]<stdout>:@@torchyard {{"step": 2, "total": 10, "loss": 0.9}}', flush=True)
 print("[1,1]<stdout>:hello from rank 1[1,1]<stdout>:", flush=True)
+# two ranks on one node that write their text and its newline apart (print() under
+# PYTHONUNBUFFERED): OpenMPI tags each write, and the writes of two ranks share a line
+sys.stdout.write("[1,3]<stdout>:text of rank 3[1,1]<stdout>:text of rank 1"
+                 "[1,3]<stdout>:\n[1,1]<stdout>:\n")
+sys.stdout.flush()
 if agent:
     code = subprocess.call(agent + ["127.0.0.1", "echo '[1,2]<stdout>:'rank 2 on node $NODE_RANK"])
     sys.stdout.flush()
@@ -257,9 +262,13 @@ def test_node_0_runs_mpirun_over_the_hostfile_with_itself_as_agent(tmp_path: Pat
     assert argv[-2:] == ["python3", "train.py"]
     logs = tmp_path / "node-0" / "logs"
     assert (logs / "rank-0.txt").read_text() == "hello from rank 0\n"
-    assert (logs / "rank-1.txt").read_text() == "hello from rank 1\n"
+    assert (logs / "rank-1.txt").read_text() == "hello from rank 1\ntext of rank 1\n"
     assert (logs / "rank-2.txt").read_text() == "rank 2 on node 1\n"  # through the agent
+    assert (logs / "rank-3.txt").read_text() == "text of rank 3\n"
     assert "[rank 1] hello from rank 1\n" in done.stdout
+    # each rank's writes put back together on a line of its own
+    assert "[rank 3] text of rank 3\n" in done.stdout, done.stdout
+    assert "[rank 1] text of rank 1\n" in done.stdout, done.stdout
     assert termination(tmp_path, 0) == {"nodeRank": 0, "exitCode": 0, "reason": "Completed"}
     worker.communicate(timeout=60)
     assert worker.returncode == 0
