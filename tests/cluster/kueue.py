@@ -87,19 +87,6 @@ def configuration(webhook_port: int, health_port: int, cert_dir: Path) -> dict[s
     }
 
 
-def _put_metrics_cert(pki: Path) -> None:
-    METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
-    for key in ("tls.crt", "tls.key"):
-        data = (pki / key).read_bytes()
-        target = METRICS_CERT_DIR / key
-        if target.is_file() and target.read_bytes() == data:
-            continue
-        tmp = METRICS_CERT_DIR / f".{key}.{os.getpid()}"
-        tmp.write_bytes(data)
-        tmp.chmod(0o600)
-        os.replace(tmp, target)
-
-
 class Kueue:
     """Kueue's controller manager against ``cluster`` (a process of the cluster)."""
 
@@ -122,7 +109,7 @@ class Kueue:
                 hooks = webhooks(doc, self.webhook_port, ca_bundle)
                 if hooks is not None:
                     self._apply(hooks)
-        _put_metrics_cert(pki)
+        peers.mount_certs(pki, METRICS_CERT_DIR, ("tls.crt", "tls.key"))
         path = self.cluster.workdir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(configuration(self.webhook_port, self.health_port, pki)))
         log = open(self.cluster.workdir / "kueue.log", "wb")  # noqa: SIM115

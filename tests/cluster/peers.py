@@ -297,17 +297,20 @@ def cert_secret(namespace: str, name: str, pki: Path) -> dict[str, Any]:
     }
 
 
-def mount_certs(pki: Path) -> None:
-    """What the kubelet does with the rotator's Secret in a Pod: its files in the folder
-    Trainer and Training Operator read (their rotators only check that they are there).
-    Written by rename, so that a concurrent session never reads half a file."""
-    CERT_DIR.mkdir(parents=True, exist_ok=True)
-    for key in ("ca.crt", "tls.crt", "tls.key"):
+def mount_certs(
+    pki: Path, folder: Path = CERT_DIR, keys: tuple[str, ...] = ("ca.crt", "tls.crt", "tls.key")
+) -> None:
+    """What the kubelet does with a certificate Secret in a Pod: its files in the folder
+    a controller reads (by default the one Trainer and Training Operator read; their
+    rotators only check that the files are there). Written by rename, so that a concurrent
+    session never reads half a file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for key in keys:
         data = (pki / key).read_bytes()
-        target = CERT_DIR / key
+        target = folder / key
         if target.is_file() and target.read_bytes() == data:
             continue
-        tmp = CERT_DIR / f".{key}.{os.getpid()}"
+        tmp = folder / f".{key}.{os.getpid()}"
         tmp.write_bytes(data)
         tmp.chmod(0o600)
         os.replace(tmp, target)
