@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
+from tests.integration.helpers import wait_status
 from tests.integration.test_registry_service import Service, trainer_token
 from torchyard import k8s
 
@@ -91,6 +93,15 @@ subsets:
     proxy = f"{k8s.proxy_url(namespace, 'torchyard-registry', 8080, scheme=scheme)}/healthz"
     cluster.wait_for("the service proxy", lambda: cluster.request("GET", proxy)[0] == 200, 20)
     return f"{'http:' if scheme == 'http' else ''}{namespace}/torchyard-registry:8080"
+
+
+@pytest.fixture
+def env(namespace: str, operator: InProcessOperator) -> str:
+    """``namespace`` with the in-process operator running and a curated Environment
+    ``pytorch`` Ready in it: what a TrainingRun test needs before its run."""
+    k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
+    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
+    return namespace
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool
 from tests.integration.helpers import finish_pod, run_pods, wait_status
 from tests.integration.test_cli import torchyard
-from tests.integration.test_trainingruns import env, extra_pool, running
+from tests.integration.test_trainingruns import extra_pool, running
 from torchyard import k8s
 from torchyard.planning import exclusions
 
-__all__ = ["env", "extra_pool"]  # fixtures
+__all__ = ["extra_pool"]  # a fixture
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
 

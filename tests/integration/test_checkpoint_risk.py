@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from tests.builders import TrainingRunBuilder
 from tests.integration.helpers import conditions, wait_status
-from tests.integration.test_checkpoints import env, volume  # noqa: F401 (fixtures)
+from tests.integration.test_checkpoints import volume  # noqa: F401 (a fixture)
 from tests.integration.test_trainingruns import running
 from torchyard import api, k8s
 
 
 def test_a_grace_period_shorter_than_the_slowest_step_and_save_is_warned_about(
-    env: str,  # noqa: F811
+    env: str,
     volume: str,  # noqa: F811
 ) -> None:
     ns = env

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
-from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
     finish_pod,
     launcher_message,
@@ -23,13 +22,6 @@ from torchyard import k8s
 from torchyard.planning import checkpoints
 
 PVCS = k8s.PERSISTENTVOLUMECLAIMS
-
-
-@pytest.fixture
-def env(namespace: str, operator: InProcessOperator) -> str:
-    k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
-    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
-    return namespace
 
 
 @pytest.fixture

@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool, node_manifest
 from tests.cluster.kueue import ADMISSION_GATE, QUEUE_LABEL, Kueue
-from tests.conftest import InProcessOperator
 from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
 from tests.integration.test_trainingruns import running
 from torchyard import k8s
@@ -42,13 +41,6 @@ def kueue(cluster: Cluster) -> Iterator[Kueue]:
     print(f"\n[kueue] ready in {time.monotonic() - started:.1f}s")
     yield k
     k.stop()
-
-
-@pytest.fixture
-def env(namespace: str, operator: InProcessOperator) -> str:
-    k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
-    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
-    return namespace
 
 
 @pytest.fixture

@@ -10,21 +10,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool, node_manifest
-from tests.conftest import InProcessOperator
 from tests.integration.helpers import conditions, finish_pod, run_pods, wait_for, wait_status
 from tests.integration.test_cli import torchyard
 from tests.integration.test_trainingruns import running
 from torchyard import k8s
 from torchyard.k8s import rest
-
-
-@pytest.fixture
-def env(namespace: str, operator: InProcessOperator) -> str:
-    k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
-    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
-    return namespace
 
 
 @pytest.fixture

@@ -30,13 +30,6 @@ from torchyard.planning.pods import LAUNCHER_PATH, shipped_files
 
 
 @pytest.fixture
-def env(namespace: str, operator: InProcessOperator) -> str:
-    k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
-    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
-    return namespace
-
-
-@pytest.fixture
 def extra_pool(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Pool]:
     """A pool of fake nodes of this test's own (so shared pools stay predictable)."""
     nodes, gpus = request.param
