@@ -69,6 +69,9 @@ BENCHMARKS = [
             r"file: 8 MiB, median of 1 interleaved rounds",
             r"plain copy \(reference\): +\d+\.\d+ MB/s",
             r"hashed floor \(the fastest\): +\d+\.\d+ MB/s",
+            # the fair baseline of an upload checked end to end: sha256 as sent and as received
+            r"checked floor \(the fastest\): *\d+\.\d+ MB/s +\(copy \+ sha256 x2, fsync\)",
+            r"upload, checked floor: +ratio +\d+\.\d+ \(rounds \d+\.\d+-\d+\.\d+\)",
             r"upload: +\d+\.\d+ MB/s +ratio to floor +\d+\.\d+ .* ratio to plain copy +\d+\.\d+",
             r"download: +\d+\.\d+ MB/s +ratio to floor +\d+\.\d+ .* ratio to plain copy +\d+\.\d+",
             r"service peak memory: +\d+\.\d+ MiB",
