@@ -11,9 +11,11 @@ that enforces Pod Security "restricted" (no ptrace), and waits for every one to 
     timeout + 60 s of its Pods running; named right: ``status.failure`` names rank 1 and
     the script's line (``<string>:N``) the rank is stuck at;
   - failure classes (tests/node/test_failure_classes.py's scripts): a segfault, a missing
-    module, a Python exception, a GPU Xid line, a rendezvous timeout, and a rank over the
-    node Pod's memory limit (tests/node/test_failures.py's, killed by the kernel: HostOOM).
-    Named right: ``status.failure.class`` is the expected class, with advice.
+    module, a Python exception, a GPU Xid line, a rendezvous timeout, a collective timeout
+    (gloo's, ``collective``: rank 1 sleeps instead of joining an ``all_reduce``), and a rank
+    over the node Pod's memory limit (tests/node/test_failures.py's, killed by the kernel:
+    HostOOM). Named right: ``status.failure.class`` is the expected class, with advice (a
+    collective timeout: advice that names node 1, the node it waited for).
 Every Pod must have run on the real node (``spec.nodeName``), else the round fails. It
 prints each round's results, then per case the detected and named-right counts out of
 ``--runs`` (target: at least 19 of 20), with the machine's load average beside them.
@@ -67,6 +69,7 @@ class Case:
     where: str | None = None  # a hang: what status.failure.message must name
     launch: str = "process"
     memory: str | None = None  # the node Pods' memory limit, when not RESOURCES'
+    policy: tuple[tuple[str, int], ...] = ()  # spec.policy fields beyond backoffLimit
 
 
 CASES: dict[str, Case] = {
@@ -77,7 +80,13 @@ CASES: dict[str, Case] = {
     "skipper": Case(stalls.SKIPS, "Hang", procs=3, where="<string>:14"),
     "torchrunner": Case(stalls.SLEEPS, "Hang", procs=2, where="<string>:11", launch="node"),
     **{
-        name: Case(script, klass, nodes=nodes, backoff=backoff)
+        name: Case(
+            script,
+            klass,
+            nodes=nodes,
+            backoff=backoff,
+            policy=tuple(classes.POLICIES.get(name, {}).items()),
+        )
         for name, (script, nodes, backoff, klass, _) in classes.CASES.items()
     },
     # rank 1 of node 1 allocates until the kernel kills its container (exit 137)
@@ -93,7 +102,7 @@ def body(node: RealNode, name: str, case: Case) -> dict[str, Any]:
     command = ["python", "-c", case.script]
     if case.launch == "node":
         command = [*TORCHRUN, case.script]
-    policy: dict[str, Any] = {"backoffLimit": case.backoff}
+    policy: dict[str, Any] = {"backoffLimit": case.backoff, **dict(case.policy)}
     if case.klass == "Hang":
         policy["stallTimeoutSeconds"] = STALL_SECONDS
     return (
@@ -141,6 +150,10 @@ def judge(node: RealNode, name: str, case: Case) -> tuple[bool, bool, str]:
         message = str(failure.get("message") or "")
         named = detected and failure.get("rank") == 1 and f"stuck at {case.where}" in message
         said += f" at {message.split('stuck at ', 1)[-1].split('.', 1)[0][:60]}"
+    elif case.klass == "CollectiveTimeout":
+        advice = str(failure.get("advice") or "")
+        named = detected and failure.get("rank") == 0 and "while node 1 (Pod " in advice
+        said += f" waited for {advice.split(' while ', 1)[-1].split(' still ran', 1)[0][:40]}"
     else:
         named = detected and bool(failure.get("advice"))
     return detected, named, said

@@ -525,11 +525,13 @@ class ProgressTracker:
 
 
 # Lines that say more than a traceback, for the operator's failure classes
-# (``status.classes``): a GPU's Xid/ECC error, CUDA out of memory, NCCL's watchdog, the
-# rendezvous store, a segfault. Kept in the termination message as ``evidence``.
+# (``status.classes``): a GPU's Xid/ECC error, CUDA out of memory, NCCL's watchdog or gloo's
+# transport timing out a collective, the rendezvous store, a segfault. Kept in the
+# termination message as ``evidence``.
 EVIDENCE = re.compile(
     r"NVRM: Xid|\bXid[: ]+\d+|ECC error|CUDA out of memory|OutOfMemoryError|Watchdog caught "
-    r"collective|DistStoreError|DistNetworkError|Rendezvous\w*Error|TCPStore|Segmentation fault"
+    r"collective|Timed out waiting \d+ms for (recv|send) operation|DistStoreError|"
+    r"DistNetworkError|Rendezvous\w*Error|TCPStore|Segmentation fault"
 )
 EVIDENCE_MAX = 4  # lines, of at most EVIDENCE_CHARS each: the message is 4 KiB in all
 EVIDENCE_CHARS = 200

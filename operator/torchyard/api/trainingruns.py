@@ -712,7 +712,7 @@ class Failure(Model):
         default=None,
         alias="class",
         description="GpuXid, CudaOOM, HostOOM, Segfault, ImportError, RendezvousTimeout, "
-        "NCCLTimeout or PythonException: what the evidence (exit, reason, log) says.",
+        "CollectiveTimeout or PythonException: what the evidence (exit, reason, log) says.",
     )
     retryable: bool | None = Field(
         default=None, description="Whether running the gang again may help."

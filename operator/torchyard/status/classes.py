@@ -5,10 +5,11 @@ container's or launcher's reason, the failing rank's traceback tail and the line
 launcher flagged in any rank's output, ``launcher.LogScanner``) and returns the first
 :class:`Rule` of ``RULES`` that matches: its ``name`` becomes ``status.failure.class``,
 with ``retryable`` and ``advice``. The order matters: a GPU's Xid line explains the CUDA
-error after it, a CUDA out-of-memory error the traceback around it; an NCCL watchdog
-timeout is a *cascade* (another rank stalled or died first), so :func:`prefer` picks a
-failure that explains it over it. :func:`signature` is what "the same error at the same
-step" compares, so that a deterministic error stops the retries after two attempts.
+error after it, a CUDA out-of-memory error the traceback around it; a collective timeout
+(NCCL's watchdog, gloo's transport) is a *cascade* (another rank stalled or died first), so
+:func:`prefer` picks a failure that explains it over it. :func:`signature` is what "the
+same error at the same step" compares, so that a deterministic error stops the retries
+after two attempts.
 
 Called by ``failures.observe_failure`` (the class of every failed Pod) and
 ``failures.first_failure``; the failure policy reads ``retryable``. Pure; tested as
@@ -146,18 +147,25 @@ RENDEZVOUS = Rule(
     "started (none Pending), that no NetworkPolicy blocks the port between them, and that "
     "rank 0 listens (a script that calls init_process_group late keeps the others waiting)",
 )
-NCCL_TIMEOUT = Rule(
-    "NCCLTimeout",
+COLLECTIVE_TIMEOUT = Rule(
+    "CollectiveTimeout",
     retryable=True,
     cascade=True,
     patterns=(
+        # NCCL's watchdog: "[Rank 0] Watchdog caught collective operation timeout:
+        # WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 10006 milliseconds before timing out."
         r"Watchdog caught collective operation timeout",
         r"ProcessGroupNCCL.*[Tt]imeout",
         r"NCCL (communicator|watchdog).*(timed out|timeout)",
+        # gloo's tcp transport (CPU), as Debian's torch 1.13 said it on the real node:
+        # "RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting
+        # 15000ms for recv operation to complete"
+        r"Timed out waiting \d+ms for (recv|send) operation to complete",
     ),
-    advice="a collective timed out waiting for a rank: usually a symptom of another rank "
-    "that hung or died first (see its log); if none did, raise the timeout of "
-    "init_process_group or look for a rank that skips a collective",
+    advice="a collective timed out waiting for a rank (NCCL's watchdog on GPUs, gloo's "
+    "transport on CPUs): usually a symptom of another rank that hung or died first (see "
+    "its log and stacks); if none did, look for a rank that skips a collective or is much "
+    "slower, or raise the timeout of init_process_group",
 )
 PYTHON_EXCEPTION = Rule(
     "PythonException",
@@ -175,7 +183,7 @@ RULES: tuple[Rule, ...] = (
     SEGFAULT,
     IMPORT_ERROR,
     RENDEZVOUS,
-    NCCL_TIMEOUT,
+    COLLECTIVE_TIMEOUT,
     PYTHON_EXCEPTION,
 )
 BY_NAME = {rule.name: rule for rule in RULES}
@@ -192,8 +200,8 @@ def classify(evidence: Evidence) -> tuple[Rule, str] | None:
 
 def prefer(failures: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """Of failures ordered first to last, the first that is not a cascade when there is
-    one (an NCCL timeout is what the other ranks see of the rank that broke); else the
-    first."""
+    one (a collective timeout is what the other ranks see of the rank that broke); else
+    the first."""
     if not failures:
         return None
     for failure in failures:

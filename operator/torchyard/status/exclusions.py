@@ -11,7 +11,7 @@ a failure of the run points at the node rather than at the code:
 - the failing rank ran on the same node in two consecutive failures (:func:`repeated_on`,
   ``RepeatedFailure``): not when it is the same error at the same step (the code's, which
   stops the retries), a failure the code alone explains (a class that is not retryable:
-  out of memory, a missing module) or a cascade (an NCCL timeout that no earlier failure
+  out of memory, a missing module) or a cascade (a collective timeout that no earlier failure
   explained names a symptom's node, not the root cause's).
 
 :func:`of_failure` is the entry a decided failure adds (a restart's, and the one that

@@ -3,7 +3,8 @@
 ``observe_failure`` reads one Pod (the launcher's JSON termination message, the Pod's
 and the container's reasons); ``first_failure`` names the one that came first (by when the
 failing rank exited; of stalls, the rank every node's stalled ranks wait for:
-``culprits``) and ``settling`` how long the controller waits for the gang's other
+``culprits``; of a collective timeout nothing explains, the node Pods it waited for:
+``waited_for``) and ``settling`` how long the controller waits for the gang's other
 Pods to report before deciding; ``lost_failure`` tells which node Pod a running gang lost;
 ``archive_failures`` which nodes succeeded without their archive (optional outputs);
 ``public_failure`` and ``failure_message`` are what ``status.failure`` and Events show.
@@ -249,15 +250,67 @@ def first_failure(pods: Sequence[Mapping[str, Any]]) -> Failure | None:
     if not failures:
         return None
     failures.sort(key=lambda f: (f.get("exitedAt") or math.inf, f["node"] or 0))
-    # An NCCL timeout is what the others see of the rank that hung or died: a failure
-    # that explains it wins over it (``classes.prefer``).
+    # A collective timeout is what the others see of the rank that hung or died: a
+    # failure that explains it wins over it (``classes.prefer``).
     chosen = next(f for f in failures if f is classes.prefer(failures))
     if chosen.get("reason") == STALLED:
         # Each node's launcher named one of its own ranks: the stacks of every node's
         # stalled ranks tell which one the others wait for.
         across = culprits.across_nodes(failures)
         chosen = cast(Failure, dict(across)) if across is not None else chosen
-    return on_its_node(chosen, pods)
+    return on_its_node(waited_for(chosen, pods), pods)
+
+
+def _procs_per_node(pod: Mapping[str, Any]) -> int | None:
+    """The node Pod's ranks per node (the launcher's ``LOCAL_WORLD_SIZE``), None unknown."""
+    for container in pod.get("spec", {}).get("containers", []) or []:
+        for var in container.get("env", []) or []:
+            if var.get("name") == "LOCAL_WORLD_SIZE" and str(var.get("value", "")).isdigit():
+                return int(var["value"])
+    return None
+
+
+def _node_said(pod: Mapping[str, Any]) -> str:
+    """'node 1 (Pod r-1, rank 1)': a node Pod and, when its env says, its ranks."""
+    node = _rank_label(pod)
+    procs = _procs_per_node(pod)
+    inside = [f"Pod {pod.get('metadata', {}).get('name')}"]
+    if node is not None and procs:
+        first, last = node * procs, node * procs + procs - 1
+        inside.append(f"rank {first}" if procs == 1 else f"ranks {first}-{last}")
+    return f"node {node} ({', '.join(inside)})"
+
+
+def waited_for(failure: Failure, pods: Sequence[Mapping[str, Any]]) -> Failure:
+    """A cascade (a collective timeout) that no earlier failure explains, with the node
+    Pods its collective waited for named first in its advice: those of the gang still
+    running when it was decided. A rank that hung, sleeps or skipped the collective stays
+    alive, while the ranks waiting for it in the collective time out; ``settling`` gave
+    the others time to report an earlier failure. Any other failure is returned as is."""
+    rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
+    if rule is None or not rule.cascade:
+        return failure
+    running = sorted(
+        (
+            p
+            for p in pods
+            if p.get("metadata", {}).get("name") != failure.get("pod")
+            and p.get("status", {}).get("phase") == "Running"
+        ),
+        key=lambda p: (_rank_label(p) is None, _rank_label(p) or 0),
+    )
+    if not running:
+        return failure
+    who = f"rank {failure.get('rank')} (node {failure.get('node')})"
+    if failure.get("rank") is None:
+        who = f"node {failure.get('node')}"
+    them = ", ".join(_node_said(p) for p in running)
+    note = (
+        f"{who} timed out in a collective while {them} still ran and had not failed: "
+        f"{'its' if len(running) == 1 else 'their'} ranks never joined the collective "
+        "(hung, much slower, or skipped it; see their logs and stacks)"
+    )
+    return {**failure, "advice": f"{note}. {failure.get('advice') or ''}".strip()}
 
 
 def on_its_node(failure: Failure, pods: Sequence[Mapping[str, Any]]) -> Failure:

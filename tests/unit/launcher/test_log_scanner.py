@@ -11,7 +11,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import api
+from torchyard import api, launcher
 from torchyard.planning import pods
 
 XID_THEN_RAISE = (
@@ -74,3 +74,15 @@ def test_log_rules_reach_the_launcher_and_bad_patterns_are_refused() -> None:
     )
     with pytest.raises(api.InvalidSpec, match=r"not a valid regular expression .*escape"):
         api.parse_trainingrun(bad.obj())
+
+
+def test_a_collective_timeout_of_nccl_or_gloo_is_evidence() -> None:
+    gloo = (
+        "RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 15000ms "
+        "for recv operation to complete"
+    )
+    nccl = "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)"
+    scanner = launcher.LogScanner()
+    for rank, line in [(0, "RuntimeError: boom"), (0, gloo), (1, nccl)]:
+        scanner.scan(rank, line.encode() + b"\n")
+    assert scanner.evidence == [{"rank": 0, "line": gloo}, {"rank": 1, "line": nccl}]

@@ -1,6 +1,7 @@
 """Failure classes over realistic evidence: what a failed node Pod's launcher said (exit
 code, signal, reason, traceback tail, flagged lines) -> status.failure.class, retryable
-and advice; an NCCL timeout is a cascade that a failure explaining it wins over."""
+and advice; a collective timeout (NCCL's watchdog, gloo's transport) is a cascade that a
+failure explaining it wins over, else it names the node Pods it waited for."""
 
 from __future__ import annotations
 
@@ -37,6 +38,20 @@ NCCL = """[rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collecti
 timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1048576, Timeout(ms)=600000) ran for \
 600012 milliseconds before timing out.
 RuntimeError: [Rank 1] NCCL watchdog thread terminated with exception"""
+# NCCL's watchdog as torch 2.x prints it when a collective outlives init_process_group's
+# timeout
+NCCL_WATCHDOG = """[rank0]:[E ProcessGroupNCCL.cpp:1182] [Rank 0] Watchdog caught collective \
+operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, \
+Timeout(ms)=10000) ran for 10006 milliseconds before timing out."""
+# what Debian's torch 1.13 (the pytorch image) said when rank 1 never joined an all_reduce
+# of a gloo group with a 15 s timeout (tests/node/test_failure_classes.py's "collective")
+GLOO = """Traceback (most recent call last):
+  File "<string>", line 8, in <module>
+  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 1541, \
+in all_reduce
+    work.wait()
+RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 15000ms for recv \
+operation to complete"""
 # what torch 2.x said on the real node when node 1 never joined (tests/node)
 CLIENT_TIMEOUT = """Traceback (most recent call last):
   File "<string>", line 4, in <module>
@@ -60,7 +75,15 @@ XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
         ({"exitCode": 1, "message": IMPORT}, "ImportError", False),
         ({"exitCode": 1, "message": RENDEZVOUS}, "RendezvousTimeout", True),
         ({"exitCode": 1, "message": CLIENT_TIMEOUT}, "RendezvousTimeout", True),
-        ({"exitCode": 1, "message": NCCL}, "NCCLTimeout", True),
+        ({"exitCode": 1, "message": NCCL}, "CollectiveTimeout", True),
+        ({"exitCode": 1, "message": NCCL_WATCHDOG}, "CollectiveTimeout", True),
+        ({"exitCode": 1, "message": GLOO}, "CollectiveTimeout", True),
+        # the watchdog line flagged in another rank's output, this rank's traceback generic
+        (
+            {"exitCode": 1, "message": "RuntimeError: boom", "lines": [NCCL_WATCHDOG]},
+            "CollectiveTimeout",
+            True,
+        ),
         ({"exitCode": 1, "message": PYTHON}, "PythonException", True),
         # the Xid line came before a CUDA error: the hardware explains it
         (
@@ -113,6 +136,24 @@ def test_evidence_lines_from_the_launcher_are_classified() -> None:
     assert XID in failure["advice"]
 
 
+def test_a_collective_timeout_matches_the_line_that_says_it_timed_out() -> None:
+    for text, line in [
+        (NCCL_WATCHDOG, "Watchdog caught collective operation timeout"),
+        (GLOO, "Timed out waiting 15000ms for recv operation to complete"),
+    ]:
+        found = classes.classify({"exitCode": 1, "message": text})
+        assert found is not None and found[0] is classes.COLLECTIVE_TIMEOUT
+        assert line in found[1] and found[0].cascade
+    assert "NCCL's watchdog" in classes.COLLECTIVE_TIMEOUT.advice
+    assert "gloo" in classes.COLLECTIVE_TIMEOUT.advice
+    assert "NCCLTimeout" not in classes.BY_NAME
+    assert classes.BY_NAME["CollectiveTimeout"] is classes.COLLECTIVE_TIMEOUT
+    # a gloo peer that went away is not a timeout: the rank's own error stays a Python one
+    closed = "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer"
+    found = classes.classify({"exitCode": 1, "message": closed})
+    assert found is not None and found[0].name == "PythonException"
+
+
 def test_an_nccl_timeout_is_a_cascade_the_rank_that_broke_wins_over() -> None:
     # node 1 timed out first (its watchdog fired), node 0's rank raised a bit later: the
     # exception explains the timeout
@@ -125,7 +166,57 @@ def test_an_nccl_timeout_is_a_cascade_the_rank_that_broke_wins_over() -> None:
     )
     # nothing else explains it: the timeout is the failure
     only = first_failure([timeout])
-    assert only is not None and only["failureClass"] == "NCCLTimeout"
+    assert only is not None and only["failureClass"] == "CollectiveTimeout"
+
+
+def test_a_gloo_timeout_after_an_earlier_real_error_names_the_error() -> None:
+    # node 1's rank raised first; node 0's rank then timed out in gloo waiting for it
+    culprit = launcher_pod(1, PYTHON, 100.0, step=3)
+    timeout = launcher_pod(0, GLOO, 115.0, step=3)
+    chosen = first_failure([timeout, culprit])
+    assert chosen is not None
+    assert (chosen["node"], chosen["failureClass"]) == (1, "PythonException")
+    assert "timed out in a collective" not in chosen["advice"]
+    assert classes.prefer([observe_failure(timeout), observe_failure(culprit)]) == (
+        observe_failure(culprit)
+    )
+
+
+def running_pod(node: int, procs: int) -> dict[str, Any]:
+    running = pod("r", node, phase="Running")
+    running["spec"]["containers"][0]["env"] = [{"name": "LOCAL_WORLD_SIZE", "value": str(procs)}]
+    return running
+
+
+def test_a_collective_timeout_alone_names_the_nodes_it_waited_for() -> None:
+    # rank 0 timed out in gloo; node 1's rank (asleep, or stuck) never joined and still runs
+    chosen = first_failure([launcher_pod(0, GLOO, 115.0), running_pod(1, 1)])
+    assert chosen is not None and chosen["failureClass"] == "CollectiveTimeout"
+    assert (chosen["rank"], chosen["node"], chosen["pod"]) == (0, 0, "r-0")
+    assert chosen["advice"].startswith(
+        "rank 0 (node 0) timed out in a collective while node 1 (Pod r-1, rank 1) still ran "
+        "and had not failed: its ranks never joined the collective"
+    ), chosen["advice"]
+    assert chosen["advice"].endswith(
+        "(matched: RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+        "waiting 15000ms for recv operation to complete)"
+    )
+    # two nodes of four ranks each still running: both named, with their ranks
+    many = first_failure(
+        [launcher_pod(0, NCCL_WATCHDOG, 5.0), running_pod(2, 4), running_pod(1, 4)]
+    )
+    assert many is not None
+    assert (
+        "while node 1 (Pod r-1, ranks 4-7), node 2 (Pod r-2, ranks 8-11) still ran"
+        in (many["advice"])
+    )
+    assert "their ranks never joined" in many["advice"]
+    # every other node failed too: nobody to name, the rule's advice alone
+    alone = first_failure([launcher_pod(0, GLOO, 115.0)])
+    assert alone is not None and alone["advice"].startswith("a collective timed out")
+    # a failure that is no cascade is never annotated
+    raised = first_failure([launcher_pod(0, PYTHON, 1.0), running_pod(1, 1)])
+    assert raised is not None and raised["advice"].startswith("the training script raised")
 
 
 def test_a_log_rule_that_cancels_retries_makes_the_failure_final() -> None:

@@ -115,7 +115,7 @@ def test_a_cascade_names_the_root_causes_node() -> None:
 def test_a_cascade_with_no_root_cause_found_blames_no_node() -> None:
     before = decided(failed_pod(0, "gpu-0", NCCL, 7, 100.0))
     now = decided(failed_pod(0, "gpu-0", NCCL, 12, 200.0))
-    assert before["failureClass"] == now["failureClass"] == "NCCLTimeout"
+    assert before["failureClass"] == now["failureClass"] == "CollectiveTimeout"
     assert exclusions.of_failure(now, NOW, last(before)) is None
 
 
