@@ -29,6 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if not __package__:  # run as a script (make tools): the repository root is not on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.cluster.patches import KWOK_UID_DELETE, Patch, patched_modfile
+
 GO_DIR = Path(__file__).resolve().parent / "go"
 
 KUBERNETES_VERSION = "v1.37.2"
@@ -50,10 +54,12 @@ class Tool:
     # binary name -> Go package path
     commands: dict[str, str]
     ldflags: tuple[str, ...] = field(default_factory=tuple)
+    patch: Patch | None = None  # built from a patched copy of the module (patches.py)
 
     @property
     def cache_dir(self) -> Path:
-        return cache_root() / f"{self.name}-{self.version}"
+        tag = f"-{self.patch.name}" if self.patch else ""
+        return cache_root() / f"{self.name}-{self.version}{tag}"
 
     def path(self, binary: str) -> Path:
         return self.cache_dir / binary
@@ -89,6 +95,7 @@ TOOLS: dict[str, Tool] = {
         module_dir="kwok",
         commands={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
         ldflags=(f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION}",),
+        patch=KWOK_UID_DELETE,  # deletes a Pod by uid, as the kubelet does
     ),
     "registry": Tool(
         name="registry",
@@ -171,19 +178,29 @@ def build(tool: Tool, *, log: bool = True) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{tool.name}-", dir=tool.cache_dir.parent))
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-buildvcs=false -mod=readonly")
     try:
+        modfile: list[str] = []
+        if tool.patch is not None:
+            work = tmp / ".patched"
+            work.mkdir()
+            found = patched_modfile(go, GO_DIR / tool.module_dir, tool.patch, env, work)
+            modfile = ["-modfile", str(found)]
         for binary, package in tool.commands.items():
             started = time.monotonic()
             if log:
                 print(f"[tools] building {binary} ({tool.name} {tool.version}) ...", flush=True)
             ldflags = " ".join(("-s", "-w", *tool.ldflags))
+            output = ["-o", str(tmp / binary), package]
             subprocess.run(
-                [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp / binary), package],
+                [go, "build", *modfile, "-trimpath", "-ldflags", ldflags, *output],
                 cwd=GO_DIR / tool.module_dir,
                 env=env,
                 check=True,
             )
             if log:
                 print(f"[tools] built {binary} in {time.monotonic() - started:.0f}s", flush=True)
+        shutil.rmtree(tmp / ".patched", ignore_errors=True)
+        if tool.is_built():  # another process built it meanwhile: keep that one
+            return tool.cache_dir
         if tool.cache_dir.exists():  # a partial folder from an older layout
             shutil.rmtree(tool.cache_dir)
         tmp.rename(tool.cache_dir)
