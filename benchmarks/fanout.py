@@ -16,7 +16,8 @@ out), read before the create and 1 s after the N-th Pod is Running.
 
 The operator runs as a process of its own (``python -m torchyard.controller``, as
 benchmarks/scale.py starts it), so that it does not share this interpreter (and its GIL)
-with the benchmark's polls; its CPU seconds and RSS are printed after the rounds.
+with the benchmark's polls; its CPU seconds per fan-out (from the create until 1 s after
+the N-th Pod is Running, per round and their median) and its RSS are printed.
 
     .venv/bin/python benchmarks/fanout.py [--sizes 8,64,256] [--rounds 3]
         [--profile DIR]   # the operator under benchmarks/sampler.py: where its time goes
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import statistics
 import sys
 import time
@@ -38,6 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from benchmarks.peers import _METRIC  # noqa: E402
 from benchmarks.peers import writes as api_writes  # noqa: E402
 from benchmarks.scale import Operator  # noqa: E402
 from tests.cluster.harness import Cluster, Pool  # noqa: E402
@@ -48,6 +51,19 @@ from torchyard.planning import pods  # noqa: E402
 NS = "fanout"
 POOL = Pool("fan", nodes=256, gpus=0, cpu="8", memory="32Gi")
 TARGET_N, TARGET_RATIO = 256, 1.5
+
+
+def log_reads(cluster: Cluster) -> int:
+    """The apiserver's ``pods/log`` reads so far (the operator's progress polls: nobody
+    else here reads a log)."""
+    code, text = cluster.request("GET", "/metrics")
+    assert code == 200, text
+    total = 0.0
+    for labels, value in _METRIC.findall(text):
+        tags = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if tags.get("resource") == "pods" and tags.get("subresource") == "log":
+            total += float(value)
+    return int(total)
 
 
 def run_body(name: str, n: int) -> dict[str, Any]:
@@ -82,6 +98,9 @@ def gone(label: str) -> bool:
     return not k8s.list_(k8s.PODS, NS, label_selector=label)
 
 
+DIRECT_LABEL = "bench.torchyard.dev/direct"
+
+
 def ceiling(n: int, round_: int) -> float:
     """N Pods from the same builder, created directly by 16 concurrent requests."""
     run = api.parse_trainingrun(run_body(f"direct-{n}-{round_}", n))
@@ -89,8 +108,11 @@ def ceiling(n: int, round_: int) -> float:
     for p in pods.pods(run, image="img"):
         p = pods.ungate(p)
         p["metadata"].pop("ownerReferences")
+        # a label of their own: the operator beside them reconciles no run for them
+        labels = p["metadata"]["labels"]
+        labels[DIRECT_LABEL] = labels.pop("torchyard.dev/run")
         manifests.append(p)
-    label = f"torchyard.dev/run=direct-{n}-{round_}"
+    label = f"{DIRECT_LABEL}=direct-{n}-{round_}"
     started = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(k8s.create, manifests))
@@ -107,20 +129,29 @@ def ceiling(n: int, round_: int) -> float:
     return elapsed
 
 
-def operator_run(cluster: Cluster, n: int, round_: int) -> tuple[float, int]:
+def operator_run(
+    cluster: Cluster, op: Operator, n: int, round_: int
+) -> tuple[float, int, float, int]:
+    """Seconds to N Running, API writes, the operator's CPU seconds from the create
+    until 1 s after the N-th Pod is Running (the teardown after it not counted), and the
+    Pod logs it read meanwhile."""
     name = f"fan-{n}-{round_}"
     label = f"torchyard.dev/run={name}"
     before = api_writes(cluster)
+    logs_before = log_reads(cluster)
+    cpu_before = op.cpu_seconds()
     started = time.monotonic()
     k8s.create(run_body(name, n))
     wait(f"{n} operator Pods Running", lambda: running(label, n))
     elapsed = time.monotonic() - started
     time.sleep(1)  # let the last status write land before counting
+    cpu = op.cpu_seconds() - cpu_before
+    logs = log_reads(cluster) - logs_before
     delta = api_writes(cluster) - before
     writes = sum(v for k, v in delta.items() if "DELETE" not in k)
     k8s.delete(k8s.TRAININGRUNS, NS, name, propagation="Foreground")
     wait("operator Pods gone", lambda: gone(label))
-    return elapsed, writes
+    return elapsed, writes, cpu, logs
 
 
 def load() -> str:
@@ -173,18 +204,22 @@ def main() -> int:
         )
         op.start()
         results: dict[int, list[tuple[float, float, int]]] = {n: [] for n in sizes}
+        # the operator's CPU seconds per torchyard fan-out (create .. Running + 1 s)
+        cpus: dict[int, list[float]] = {n: [] for n in sizes}
         try:
             for r in range(args.rounds):
                 for n in sizes:
                     direct = ceiling(n, r)
                     op.cut()  # a profile window per torchyard fan-out (--profile)
-                    mine, writes = operator_run(cluster, n, r)
+                    mine, writes, cpu, logs = operator_run(cluster, op, n, r)
                     op.cut()
                     results[n].append((mine, direct, writes))
+                    cpus[n].append(cpu)
                     print(
                         f"round {r + 1}/{args.rounds}  N={n:4d}  torchyard {mine:6.2f}s  "
                         f"ceiling {direct:6.2f}s  ratio {mine / direct:5.2f}  "
-                        f"API writes {writes}",
+                        f"API writes {writes}  operator CPU {cpu:5.2f}s "
+                        f"({1000 * cpu / n:.1f} ms/Pod)  Pod logs read {logs}",
                         flush=True,
                     )
             rss, peak = op.memory_mib()
@@ -195,7 +230,10 @@ def main() -> int:
         finally:
             op.stop()
     print(f"\nmedian of {args.rounds} interleaved rounds (spread: lowest-highest)")
-    print("   N  torchyard          ceiling            ratio              API writes/run")
+    print(
+        "   N  torchyard          ceiling            ratio              API writes/run"
+        "  operator CPU/fan-out"
+    )
     for n in sizes:
         mine = [m for m, _, _ in results[n]]
         direct = [d for _, d, _ in results[n]]
@@ -205,7 +243,9 @@ def main() -> int:
             f"{n:4d}  {statistics.median(mine):6.2f}s ({spread(mine)})  "
             f"{statistics.median(direct):6.2f}s ({spread(direct)})  "
             f"{statistics.median(ratios):5.2f} ({spread(ratios)})  "
-            f"{statistics.median(writes):6.0f}"
+            f"{statistics.median(writes):6.0f}          "
+            f"{statistics.median(cpus[n]):5.2f}s ({spread(cpus[n])}, "
+            f"{1000 * statistics.median(cpus[n]) / n:.1f} ms/Pod)"
         )
     print(f"load average after: {load()}")
     if TARGET_N in results:

@@ -35,7 +35,11 @@ per node (8 GPUs per Pod):
 With ``--breakdown`` (on in ``--smoke``) watches on the namespace (benchmarks/timeline.py)
 say where each fan-out's time goes: from the create to the run's object seen, its first
 child (JobSet, Service, Pod...), its Service, its first status, its first and last Pod
-created and its last Pod Running, so the steps before the first Pod are measured apart.
+created and its last Pod Running, so the steps before the first Pod are measured apart;
+and where each gang restart's time goes (benchmarks/restart_steps.py, a watch on the run's
+Pods by uid): from the failure to the victim seen Failed, the first old Pod being
+deleted, the last old Pod gone, the first and last new Pod created and all Running, and
+how many Pods were created (more than replaced: a Pod was made twice).
 
 Every figure is a median over the rounds with its spread (lowest-highest); ratios are
 against ``direct`` (fan-out) or torchyard. Peers that do not gang-schedule may deadlock in
@@ -70,7 +74,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
-from benchmarks import timeline  # noqa: E402
+from benchmarks import restart_steps, timeline  # noqa: E402
 from benchmarks.scale import Operator  # noqa: E402
 from kubernetes import client, watch  # noqa: E402
 from tests.cluster import peers  # noqa: E402
@@ -225,18 +229,26 @@ class Contender:
         return k8s.list_(k8s.PODS, NS, label_selector=f"{self.label}={name}")
 
 
+# Direct Pods carry a label of their own instead of torchyard's run label, so that the
+# operator running beside them treats them as it treats the peers' Pods (GPU holders for
+# its admission cache), not as a run's Pods to reconcile.
+DIRECT_LABEL = "bench.torchyard.dev/direct"
+
+
 def direct_create(name: str, n: int, pool: str) -> None:
     run = api.parse_trainingrun(trainingrun(name, n, pool))
     manifests = []
     for p in pod_builder.pods(run, image="img"):
         p = pod_builder.ungate(p)
         p["metadata"].pop("ownerReferences", None)
+        labels = p["metadata"]["labels"]
+        labels[DIRECT_LABEL] = labels.pop("torchyard.dev/run")
         manifests.append(p)
     with ThreadPoolExecutor(16) as ex:
         list(ex.map(k8s.create, manifests))
 
 
-DIRECT = Contender("direct", "torchyard.dev/run", None, None)
+DIRECT = Contender("direct", DIRECT_LABEL, None, None)
 TORCHYARD = Contender("torchyard", "torchyard.dev/run", k8s.TRAININGRUNS, trainingrun)
 TRAINJOB = Contender("trainjob", "jobset.sigs.k8s.io/jobset-name", TRAINJOBS, trainjob)
 PYTORCHJOB = Contender(
@@ -291,6 +303,8 @@ class Results:
     restart: dict[str, list[float]] = field(default_factory=dict)
     replaced: dict[str, list[int]] = field(default_factory=dict)
     restart_writes: dict[str, Counter[str]] = field(default_factory=dict)
+    # contender -> per round, seconds from the failure to each step (restart_steps.STEPS)
+    restart_steps: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
     finished: dict[str, list[int]] = field(default_factory=dict)
     drain: dict[str, list[float | None]] = field(default_factory=dict)
     partial: dict[str, list[int]] = field(default_factory=dict)
@@ -326,13 +340,17 @@ def fanout(
     return elapsed
 
 
-def gang_restart(cluster: Cluster, c: Contender, n: int, r: int, res: Results) -> float:
+def gang_restart(
+    cluster: Cluster, c: Contender, n: int, r: int, res: Results, breakdown: bool = False
+) -> float:
     name = f"{c.name}-restart-{n}-{r}"
     c.create(name, n, "gpu", restarts=10)
     items = wait(f"{n} {c.name} Pods Running", lambda: running(c, name, n))
     old = {p["metadata"]["uid"] for p in items}
     # the last Pod by name: a worker (never the PyTorchJob's Master, which ends its job)
     victim = sorted(items, key=lambda p: p["metadata"]["name"])[-1]
+    log = restart_steps.PodLog(c.label, name)
+    stop_watch = _watch_pods(log) if breakdown else None
     before = writes(cluster)
     started = time.monotonic()
     rest.call(
@@ -352,6 +370,10 @@ def gang_restart(cluster: Cluster, c: Contender, n: int, r: int, res: Results) -
     elapsed = time.monotonic() - started
     time.sleep(2)  # the last status writes of the restart
     res.restart_writes[c.name] = writes(cluster) - before
+    if stop_watch is not None:
+        stop_watch.set()
+        steps = restart_steps.steps(log.snapshot(), old, victim["metadata"]["uid"], n, started)
+        res.restart_steps.setdefault(c.name, []).append(steps)
     res.restart.setdefault(c.name, []).append(elapsed)
     res.replaced.setdefault(c.name, []).append(sum(p["metadata"]["uid"] not in old for p in now))
     c.delete(name)
@@ -497,6 +519,28 @@ def _watcher(list_fn: Callable[..., Any], *args: Any) -> timeline.Watcher:
     return stream
 
 
+def _watch_pods(log: restart_steps.PodLog) -> threading.Event:
+    """A watch on the namespace's Pods into ``log`` (from now) until the event is set."""
+    stopping = threading.Event()
+    stream = _watcher(client.CoreV1Api(k8s.load()).list_namespaced_pod, NS)
+    opened = threading.Event()
+
+    def note(type_: str, obj: dict[str, Any]) -> None:
+        opened.set()
+        log.note(type_, obj)
+
+    def run() -> None:
+        while not stopping.is_set():
+            try:
+                stream(note, stopping)
+            except Exception:  # an expired or broken watch: open it again
+                time.sleep(0.2)
+
+    threading.Thread(target=run, daemon=True, name="restart-pods").start()
+    opened.wait(30)  # the list's ADDED events: the run's Pods as they are before the failure
+    return stopping
+
+
 def start_timeline(with_peers: bool) -> timeline.Timeline:
     """Watches on the namespace's Pods, Services, ConfigMaps, Jobs and every contender's
     kind (``--breakdown``)."""
@@ -598,6 +642,8 @@ def report_restart(args: argparse.Namespace, res: Results) -> None:
     for name, delta in res.restart_writes.items():
         items = delta.most_common(8)
         print(f"  {name:11s} " + ", ".join(f"{k} {v}" for k, v in items))
+    if res.restart_steps:
+        restart_steps.report(res.restart_steps, args.restart_size)
     if args.restart_size == TARGET_RESTART_N and base and len(res.restart) > 1:
         slower = [
             name
@@ -650,7 +696,8 @@ def main() -> int:
     parser.add_argument(
         "--breakdown",
         action="store_true",
-        help="fan-out: where the time goes, step by step (watches on the namespace)",
+        help="where the time goes, step by step, in the fan-out and the gang restart "
+        "(watches on the namespace)",
     )
     parser.add_argument(
         "--operator-src",
@@ -713,9 +760,8 @@ def main() -> int:
                 line = [f"round {r + 1}/{args.rounds}  restart N={args.restart_size:4d}"]
                 for c in turn:
                     if c is not DIRECT and "restart" in parts:
-                        line.append(
-                            f"{c.name} {gang_restart(cluster, c, args.restart_size, r, res):6.2f}s"
-                        )
+                        took = gang_restart(cluster, c, args.restart_size, r, res, args.breakdown)
+                        line.append(f"{c.name} {took:6.2f}s")
                 if "restart" in parts:
                     print("  ".join(line), flush=True)
                 line = [f"round {r + 1}/{args.rounds}  admission {args.admission_runs} runs"]

@@ -23,6 +23,9 @@ BENCHMARKS = [
         "fanout.py",
         [
             r"round 3/3  N=   8  torchyard +\d+\.\d+s  ceiling +\d+\.\d+s  ratio +\d+\.\d+",
+            # the operator's CPU per fan-out, and the Pod logs it read meanwhile
+            r"operator CPU +\d+\.\d+s \(\d+\.\d+ ms/Pod\)  Pod logs read \d+\n",
+            r"\n   8 .* +\d+\.\d+s \(\d+\.\d+-\d+\.\d+, \d+\.\d+ ms/Pod\)\n",
             r"median of 3 interleaved rounds",
             r"\n   8 +\d+\.\d+s \(\d+\.\d+-\d+\.\d+\) +\d+\.\d+s \(.*\) +\d+\.\d+ \(\d+\.\d+-",
             r"target: ratio <= 1\.5 at N = 256 \(not measured in this run\)",
@@ -96,6 +99,9 @@ BENCHMARKS = [
             r"\n   8  torchyard +\d+\.\d+s( +\d+\.\d+s){6}\n",
             r"\n   8  torchyard +\d+\.\d+s +\d+\.\d+s +\d+\.\d+s +\((\d+\.\d+[ |]*){9}\)\n",
             r"\n   8  direct +- +\d+\.\d+s +- +- +\d+\.\d+s",
+            # --breakdown of the gang restart: every step seen, the 8 Pods created once each
+            r"where a gang restart of N = 8 goes \(--breakdown\)",
+            r"\n  torchyard +(\d+\.\d+s +){6}8\.00\n",
         ],
     ),
 ]
