@@ -14,11 +14,10 @@ file in the same run, rounds interleaved:
   hash (hashlib and os.write release the GIL); fsynced. The registry must hash every byte, so
   this is what it can at best reach. Target: upload and download >= 0.8 of it.
 - the **checked floor**, for the upload: the same bytes copied and sha256-hashed *twice*,
-  once as read and once as written (``tee`` hands the source to one hasher and the pipe to
-  a second ``tee``, which writes the file and feeds another hasher: four processes, both
-  cores), which is the work of an upload checked end to end (the launcher hashes what it
-  sends, the service what it receives). The target stays against the hashed floor; this
-  says how much of the gap is the second hash.
+  once as read (a hasher reading the file) and once as written (``tee dst | hasher``),
+  three processes at once on both cores: the work of an upload checked end to end (the
+  launcher hashes what it sends, the service what it receives). The target stays
+  against the hashed floor; this says how much of the gap is the second hash.
 - the **plain copy**: ``shutil.copyfile`` + fsync (in-kernel, no hash), for scale.
 
 Each figure also says what it costs in CPU (core-seconds per GiB: this process, its
@@ -161,32 +160,18 @@ def hashed_copy_threads(src: Path, dst: Path) -> str:
 
 
 def checked_copy_tee(src: Path, dst: Path, hasher: list[str]) -> str:
-    """``tee >(<hasher>) < src | tee dst | <hasher>``: the bytes hashed as read and again
-    as written, by two processes, while two ``tee`` copy them; fsynced. Both digests must
-    agree (the one returned)."""
-    sent = subprocess.Popen(hasher, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert sent.stdin is not None and sent.stdout is not None
-    into = sent.stdin.fileno()
-    with src.open("rb") as stdin:
-        first = subprocess.Popen(
-            ["tee", f"/dev/fd/{into}"], stdin=stdin, stdout=subprocess.PIPE, pass_fds=(into,)
-        )
-    sent.stdin.close()
-    assert first.stdout is not None
-    second = subprocess.Popen(["tee", str(dst)], stdin=first.stdout, stdout=subprocess.PIPE)
-    first.stdout.close()
-    assert second.stdout is not None
-    received = subprocess.run(hasher, stdin=second.stdout, capture_output=True, check=True)
-    second.stdout.close()
-    one = sent.stdout.read().split()[0].decode()
-    sent.stdout.close()
-    if (first.wait(), second.wait(), sent.wait()) != (0, 0, 0):
-        raise RuntimeError("a tee or hasher of the checked copy failed")
-    fsync_path(dst)
-    two = received.stdout.split()[0].decode()
-    if one != two:
-        raise RuntimeError(f"checked copy: {one} as read, {two} as written")
-    return two
+    """``<hasher> src & tee dst < src | <hasher>``: the bytes hashed as read (by a process
+    reading the file itself, as the launcher's hashing thread does beside its send) and
+    again as written (``tee`` copies, another process hashes), all at once; fsynced. Both
+    digests must agree (the one returned)."""
+    sent = subprocess.Popen([*hasher, str(src)], stdout=subprocess.PIPE)
+    received = hashed_copy_tee(src, dst, hasher)
+    one = sent.communicate()[0].split()[0].decode()
+    if sent.returncode != 0:
+        raise RuntimeError("the checked copy's first hasher failed")
+    if one != received:
+        raise RuntimeError(f"checked copy: {one} as read, {received} as written")
+    return received
 
 
 CHECKED_COPIES: dict[str, Callable[[Path, Path], str]] = {

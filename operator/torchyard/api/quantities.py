@@ -9,6 +9,7 @@ node capacity (``torchyard.planning.admission``). Pure; tested in
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal
 from typing import Any
@@ -42,7 +43,14 @@ def quantity(value: Any) -> Decimal:
 
     ValueError for anything Kubernetes would not parse either (a fractional exponent,
     an unknown suffix, two decimal points)."""
-    text = str(value).strip()
+    return _parse(str(value).strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Decimal:
+    """:func:`quantity` of the text, remembered: an admission pass parses every node's
+    allocatable and every Pod's requests, the same few strings thousands of times."""
+    value = text
     match = _QUANTITY.match(text)
     if not match or text.lstrip("+-").count(".") > 1 or text.lstrip("+-") in (".", ""):
         raise ValueError(f"not a quantity: {value!r}")

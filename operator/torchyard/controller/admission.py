@@ -14,12 +14,14 @@ write per Pod), one that does not is created gated; a gang created with at least
 ``EXACT_POSITIONS`` (50) gangs ahead of it in a pool whose head is blocked is placed
 without that pass (:func:`_far_back`: its place would be "more than 50 ahead" whatever
 the pass found, and nobody behind it moves), so a burst of thousands of new runs costs
-no pass over thousands each. A run with ``scheduling.queueName``
-is left to Kueue. Until the cache is primed (``prime``, at start-up) nothing is admitted.
-The apiserver's refusals that a user must fix come back as :class:`Admission` fields
-rather than errors: a missing ServiceAccount (the run waits for it) and Pod Security (the
-run cannot run). Tested in tests/unit/controller/test_admission_pass.py and
-tests/unit/controller/test_reconcile.py, and against a real control plane in
+no pass over thousands each. A gang whose Pods all exist ungated needs none of this:
+:func:`settled` says so without the wanted manifests being built. A run with
+``scheduling.queueName`` is left to Kueue. Until the cache is primed (``prime``, at
+start-up) nothing is admitted. The apiserver's refusals that a user must fix come back
+as :class:`Admission` fields rather than errors: a missing ServiceAccount (the run waits
+for it) and Pod Security (the run cannot run). Tested in
+tests/unit/controller/test_admission_pass.py, tests/unit/controller/test_reconcile.py and
+tests/unit/controller/test_fanout_cost.py, and against a real control plane in
 tests/integration/test_trainingruns.py.
 """
 
@@ -34,7 +36,7 @@ from torchyard.controller import cache as caches
 from torchyard.controller import context, telemetry
 from torchyard.controller.context import Context, Key
 from torchyard.planning import admission as gangs
-from torchyard.planning import pods, shipped
+from torchyard.planning import names, pods, shipped
 
 SERVICE_ACCOUNT_RETRY_SECONDS = 10.0
 # Before the first pass after a restart has placed a gang: what its status said is kept.
@@ -82,6 +84,20 @@ def admit(
                 ),
             )
         raise
+
+
+def settled(ctx: Context, run: api.TrainingRun, current: list[dict[str, Any]]) -> Admission | None:
+    """What :func:`admit` would answer for a gang that is whole and ungated (every node
+    Pod of this attempt exists, none gated), worked out without building the wanted
+    manifests: most reconciles of a running gang (each burst of its Pods' status
+    changes) need none. None when :func:`admit` must decide."""
+    have = {p["metadata"]["name"] for p in current}
+    if any(gangs.is_gated(p) for p in current) or not have.issuperset(
+        names.pod(run.name, i) for i in range(run.spec.distribution.node_count)
+    ):
+        return None
+    ctx.cache.forget_run((run.namespace, run.name))
+    return Admission(current)
 
 
 def ship(ctx: Context, namespace: str) -> None:

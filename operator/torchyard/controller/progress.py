@@ -6,10 +6,12 @@ ServiceAccount is the user's). So each launcher prints its node's progress as on
 ``TORCHYARD_PROGRESS_INTERVAL`` seconds (5), and the operator, which may read Pod logs,
 reads the tail of each running node Pod's log (``pods/log``, through the apiserver and
 the kubelet: no route to the Pod network needed, and no port the Pod must open) and keeps
-the latest line. :func:`poll` does that at most every ``POLL_SECONDS`` per run, and only
-every ``QUIET_POLL_SECONDS`` once a run's logs held no progress ``QUIET_AFTER`` times in a
-row (a script that never reports costs one log read a minute). When the run finished,
-``status.steps.final_progress`` takes the last summary from the termination messages.
+the latest line (not of a Pod whose trainer started less than ``YOUNG_SECONDS`` ago: a
+gang's fan-out reads no logs). :func:`poll` does that at most every ``POLL_SECONDS`` per
+run, and only every ``QUIET_POLL_SECONDS`` once a run's logs held no progress
+``QUIET_AFTER`` times in a row (a script that never reports costs one log read a minute).
+When the run finished, ``status.steps.final_progress`` takes the last summary from the
+termination messages.
 
 Called by ``trainingruns.reconcile`` for runs whose Pods run; the parsing and merging
 are pure (``status.steps``). Tested in tests/unit/controller/test_progress.py and on
@@ -25,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard import k8s
-from torchyard.controller.context import Context
+from torchyard.controller.context import Context, parse_time
 from torchyard.planning import names
 from torchyard.status import steps as run_progress
 
@@ -39,6 +41,11 @@ TRAINER = "trainer"
 # A kubelet that does not answer (a node gone quiet) holds a work queue worker this long
 # at most, then counts as a read without progress.
 READ_TIMEOUT_SECONDS = 5.0
+# A Pod whose trainer started less than this long ago is not read: its launcher and script
+# are still starting (a progress line comes at most every TORCHYARD_PROGRESS_INTERVAL,
+# 5 s). A gang's fan-out would otherwise read the log of every Pod that has just started,
+# through the apiserver, while the apiserver is busiest creating and binding the rest.
+YOUNG_SECONDS = 5.0
 
 
 @dataclass
@@ -62,6 +69,26 @@ def _running(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [p for p in pods if p.get("status", {}).get("phase") == "Running"]
 
 
+def _started(pod: Mapping[str, Any]) -> datetime | None:
+    """When the trainer container started running (None: not said)."""
+    for container in pod.get("status", {}).get("containerStatuses") or []:
+        if container.get("name") == TRAINER:
+            started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+            try:
+                return parse_time(str(started)) if started else None
+            except ValueError:
+                return None
+    return None
+
+
+def _young_for(pod: Mapping[str, Any], now: datetime) -> float:
+    """Seconds until ``pod`` has run YOUNG_SECONDS (0: it has, or its start is not said)."""
+    started = _started(pod)
+    if started is None:
+        return 0.0
+    return max(0.0, YOUNG_SECONDS - (now - started).total_seconds())
+
+
 def _node_rank(pod: Mapping[str, Any]) -> int:
     value = str(pod.get("metadata", {}).get("labels", {}).get(names.LABEL_NODE_RANK, "0"))
     return int(value) if value.isdigit() else 0
@@ -70,12 +97,17 @@ def _node_rank(pod: Mapping[str, Any]) -> int:
 def poll(
     ctx: Context, namespace: str, uid: str, pods: Sequence[Mapping[str, Any]], now: datetime
 ) -> Polled | None:
-    """Read the running node Pods' progress if this run is due (None: no Pod runs)."""
+    """Read the running node Pods' progress if this run is due (None: no Pod runs).
+    Pods whose trainer started less than YOUNG_SECONDS ago are not read yet."""
     running = _running(pods)
     if not running:
         with _LOCK:
             ctx.progress_polls.pop(uid, None)
         return None
+    young = [_young_for(p, now) for p in running]
+    if all(y > 0 for y in young):  # none can have said anything yet: not a poll
+        return Polled(None, min(young))
+    running = [p for p, y in zip(running, young, strict=True) if y == 0]
     with _LOCK:
         polls: _Polls | None = ctx.progress_polls.get(uid)
         every = (

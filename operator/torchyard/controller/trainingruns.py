@@ -207,6 +207,9 @@ def _apply_children(
         context.delete_pods(ctx, run.namespace, on_bad, grace_period_seconds=0)
         result.requeue_after = STALE_RETRY_SECONDS
         return None
+    settled = admission.settled(ctx, run, seen.current)
+    if settled is not None:  # whole and ungated: no manifests to build, nothing to write
+        return settled
     env_status = (seen.environment or {}).get("status", {})
     env_spec = (seen.environment or {}).get("spec", {})
     wanted = pods.pods(

@@ -255,7 +255,11 @@ def decide(
 
     What placing a gang finds depends only on its shape and the free room, so it is
     worked out once per shape while the free room stays as it is: a pass over thousands
-    of like gangs behind a blocked head costs a dictionary look-up each."""
+    of like gangs behind a blocked head costs a dictionary look-up each. With no gang
+    waiting there is nothing to decide, and the free room is not worked out (the passes
+    while an admitted gang's Pods are bound, one per burst of their events)."""
+    if not waiting:
+        return {}
     pods, nodes = list(pods), list(nodes)
     free = free_nodes(nodes, pods)
     empty = free_nodes(nodes, [])
