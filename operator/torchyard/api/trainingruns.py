@@ -711,8 +711,9 @@ class Failure(Model):
     failure_class: str | None = Field(
         default=None,
         alias="class",
-        description="GpuXid, CudaOOM, HostOOM, Segfault, ImportError, RendezvousTimeout, "
-        "CollectiveTimeout or PythonException: what the evidence (exit, reason, log) says.",
+        description="GpuXid, CudaOOM, HostOOM, Segfault, ImportError, PeerLost, "
+        "RendezvousTimeout, CollectiveTimeout or PythonException: what the evidence (exit, "
+        "reason, log) says.",
     )
     retryable: bool | None = Field(
         default=None, description="Whether running the gang again may help."

@@ -2,8 +2,9 @@
 
 Pure functions, called by ``trainingruns.reconcile`` between observing and applying.
 :func:`decide` finds the failure (the first failed Pod of the current attempt, else a
-node Pod that a running gang lost), holds it while the gang's other Pods may still
-report an earlier one (``failures.settling``), and says whether the gang
+node Pod that a running gang lost), holds one that may be a symptom of another rank's
+failure while the gang's other Pods may still report that one (``failures.settling``),
+and says whether the gang
 restarts or the run fails with it: platform failures (a lost node, an eviction) are
 restarted within ``policy.platformRestartLimit``, failures of the user's code within
 ``policy.backoffLimit``, and a stuck Pod or a failed archive upload never (training

@@ -44,6 +44,10 @@ class Rule:
     signals: frozenset[int] = field(default_factory=frozenset)
     exit_codes: frozenset[int] = field(default_factory=frozenset)
     cascade: bool = False  # a symptom of another rank's failure
+    # May be what a rank sees of another's failure, though not always (a cascade always
+    # is): the operator waits for the gang's other reports before deciding on one of
+    # either (``failures.settling``).
+    symptom: bool = False
     node_fault: bool = False  # the node, not the code: try elsewhere
 
     def matches(self, evidence: Evidence) -> str | None:
@@ -126,9 +130,29 @@ IMPORT_ERROR = Rule(
     advice="a module is missing from the image: add its package to the Environment's "
     "pip list (or use an image that has it), or ship the module with the source",
 )
+# What a rank's collective reports when a peer rank or its node went away while they
+# exchanged data: gloo's tcp pair ("[../third_party/gloo/gloo/transport/tcp/pair.cc:598]
+# Connection closed by peer [10.244.0.5]:6105", "Read error ...: Connection reset by
+# peer"), NCCL's ncclRemoteError ("remote process exited or there was a network error").
+PEER_LOST = Rule(
+    "PeerLost",
+    retryable=True,
+    cascade=True,
+    patterns=(
+        r"Connection closed by peer",
+        r"gloo/transport/tcp/pair\.cc.*(Connection reset by peer|Broken pipe)",
+        r"remote process exited or there was a network error",
+        r"ncclRemoteError",
+        r"NCCL communicator was aborted",
+    ),
+    advice="a rank lost its connection to another rank in a collective: usually a symptom "
+    "of that rank failing or its node going away first (see the other nodes' logs); if "
+    "none did, look at the network between the nodes",
+)
 RENDEZVOUS = Rule(
     "RendezvousTimeout",
     retryable=True,
+    symptom=True,  # a rank that lost the store may have lost rank 0, which holds it
     patterns=(
         r"DistStoreError",
         r"DistNetworkError",
@@ -182,6 +206,7 @@ RULES: tuple[Rule, ...] = (
     HOST_OOM,
     SEGFAULT,
     IMPORT_ERROR,
+    PEER_LOST,
     RENDEZVOUS,
     COLLECTIVE_TIMEOUT,
     PYTHON_EXCEPTION,

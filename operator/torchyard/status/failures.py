@@ -282,13 +282,12 @@ def _node_said(pod: Mapping[str, Any]) -> str:
 
 
 def waited_for(failure: Failure, pods: Sequence[Mapping[str, Any]]) -> Failure:
-    """A cascade (a collective timeout) that no earlier failure explains, with the node
+    """A collective timeout that no earlier failure explains, with the node
     Pods its collective waited for named first in its advice: those of the gang still
     running when it was decided. A rank that hung, sleeps or skipped the collective stays
     alive, while the ranks waiting for it in the collective time out; ``settling`` gave
     the others time to report an earlier failure. Any other failure is returned as is."""
-    rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
-    if rule is None or not rule.cascade:
+    if failure.get("failureClass") != classes.COLLECTIVE_TIMEOUT.name:
         return failure
     running = sorted(
         (
@@ -340,13 +339,20 @@ def settling(
     failure: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime
 ) -> float | None:
     """Seconds to wait before ``failure`` (``first_failure``'s) may decide the run, or
-    None to decide now: while another Pod of the gang still runs (and may yet report an
-    earlier failure: the culprit's peers often end first) and the failure is younger than
-    FAILURE_SETTLE_SECONDS (a stall: STALL_SETTLE_SECONDS). A failure time more than that
+    None to decide now: while it may be what its rank saw of another rank's failure (a
+    stall, or a class that is a symptom: a collective that timed out or lost its peer, a
+    store that went away; the culprit's peers often report first), another Pod of the
+    gang still runs (and may yet report the earlier failure) and the failure is younger
+    than FAILURE_SETTLE_SECONDS (a stall: STALL_SETTLE_SECONDS). A failure of its own
+    kind (an exception, a crash, out of memory, an exit with nothing to say) is decided
+    at once: the gang restarts without waiting. A failure time more than the window
     ahead of ``now`` (clocks far apart) or unknown is decided at once, so that no run
     waits for long."""
     exited = failure.get("exitedAt")
     if exited is None:
+        return None
+    rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
+    if failure.get("reason") != STALLED and (rule is None or not (rule.cascade or rule.symptom)):
         return None
     others = [
         p

@@ -130,11 +130,28 @@ VERDICTS: list[tuple[str, api.TrainingRun, list[dict[str, object]], str, str]] =
     ("a Pod gone while Running", two_nodes(), RUNNING[:1], "Running", "restart platform"),
     ("a Pod not yet there while Queued", two_nodes(), RUNNING[:1], "Queued", "nothing"),
     (
-        "a failure its peer may yet precede",
+        "a lost peer's failure may yet precede",
+        two_nodes(),
+        [
+            pod(
+                "r",
+                0,
+                phase="Failed",
+                exit_code=1,
+                message="RuntimeError: [pair.cc:598] Connection closed by peer",
+                finished_at="2026-01-01T12:00:00Z",
+            ),
+            RUNNING[1],
+        ],
+        "Running",
+        "settle 3",
+    ),
+    (
+        "a failure of its own while its peer runs: at once",
         two_nodes(),
         [pod("r", 0, phase="Failed", exit_code=1, finished_at="2026-01-01T12:00:00Z"), RUNNING[1]],
         "Running",
-        "settle 3",
+        "fail Error",
     ),
 ]
 

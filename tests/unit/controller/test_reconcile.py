@@ -326,9 +326,14 @@ CASES = [
         deleted=["r-0", "r-1"],
     ),
     Case(
-        "a failure while its peer still runs -> nothing decided until it settled",
+        "a lost connection while its peer still runs -> nothing decided until it settled",
         run(status=RUNNING),
-        [env(), *NODES, failed_pod(0), node_pod(1, phase="Running", node_name="gpu-1")],
+        [
+            env(),
+            *NODES,
+            failed_pod(0, message="RuntimeError: Connection closed by peer"),
+            node_pod(1, phase="Running", node_name="gpu-1"),
+        ],
         "Running",
         requeue=FAILURE_SETTLE_SECONDS + 0.5,
         at=-0.5,

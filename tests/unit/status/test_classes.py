@@ -148,10 +148,45 @@ def test_a_collective_timeout_matches_the_line_that_says_it_timed_out() -> None:
     assert "gloo" in classes.COLLECTIVE_TIMEOUT.advice
     assert "NCCLTimeout" not in classes.BY_NAME
     assert classes.BY_NAME["CollectiveTimeout"] is classes.COLLECTIVE_TIMEOUT
-    # a gloo peer that went away is not a timeout: the rank's own error stays a Python one
+    # a gloo peer that went away is not a timeout: it lost its peer (PeerLost)
     closed = "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer"
     found = classes.classify({"exitCode": 1, "message": closed})
-    assert found is not None and found[0].name == "PythonException"
+    assert found is not None and found[0].name == "PeerLost"
+
+
+# What the other ranks' collectives say when a peer rank or its node went away (gloo as
+# Debian's torch 1.13 said it on the real node; NCCL's ncclRemoteError).
+GLOO_CLOSED = (
+    'Traceback (most recent call last):\n  File "train.py", line 30, in <module>\n'
+    "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+    "[10.244.0.5]:6105"
+)
+GLOO_RESET = (
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error "
+    "[10.244.0.7]:39217: Connection reset by peer"
+)
+NCCL_REMOTE = (
+    "torch.distributed.DistBackendError: NCCL error in: "
+    "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, remote process exited or "
+    "there was a network error, NCCL version 2.19.3\nncclRemoteError: A call failed possibly "
+    "due to a network error or a remote process exiting prematurely."
+)
+
+
+@pytest.mark.parametrize("text", [GLOO_CLOSED, GLOO_RESET, NCCL_REMOTE])
+def test_a_collective_that_lost_its_peer_is_a_cascade_not_the_ranks_own_error(text: str) -> None:
+    found = classes.classify({"exitCode": 1, "message": text})
+    assert found is not None and found[0] is classes.PEER_LOST, found
+    assert found[0].cascade and found[0].retryable
+    # an earlier real error on another node explains it
+    peer = {"failureClass": "PeerLost", "node": 0}
+    culprit = {"failureClass": "PythonException", "node": 1}
+    assert classes.prefer([peer, culprit]) is culprit
+
+
+def test_only_classes_that_may_be_another_ranks_failure_are_symptoms() -> None:
+    waits = {rule.name for rule in classes.RULES if rule.cascade or rule.symptom}
+    assert waits == {"PeerLost", "RendezvousTimeout", "CollectiveTimeout"}
 
 
 def test_an_nccl_timeout_is_a_cascade_the_rank_that_broke_wins_over() -> None:

@@ -83,9 +83,15 @@ def test_without_the_launchers_time_the_kubelets_finish_decides_as_before() -> N
     first = first_failure([late, early])
     assert first is not None and first["rank"] == 3
     assert first["exitedAt"] == T0.timestamp() + 1
+    # two errors of their own at the same time: the node rank breaks the tie
     tie = failed(1, 3, CULPRIT, None, finished="2026-01-01T12:00:05Z")
-    first = first_failure([tie, late])
-    assert first is not None and first["node"] == 0  # node rank breaks a tie
+    other = failed(0, 1, "KeyError: 'label'", None, finished="2026-01-01T12:00:05Z")
+    first = first_failure([tie, other])
+    assert first is not None and first["node"] == 0
+    # an error of its own wins a tie over a peer's lost connection (a cascade)
+    lost = failed(0, 1, COLLATERAL, None, finished="2026-01-01T12:00:05Z")
+    first = first_failure([tie, lost])
+    assert first is not None and first["node"] == 1
 
 
 @pytest.mark.parametrize(
@@ -121,10 +127,11 @@ SETTLE: list[tuple[str, float | None, list[int], float, float | None]] = [
 def test_settling(
     case: str, exited: float | None, others: list[int], after: float, wait: float | None
 ) -> None:
-    culprit = failed(0, 1, CULPRIT, exited, finished=SECOND if exited is not None else "")
-    failure = first_failure([culprit, *[running(n) for n in others]])
-    assert failure is not None
-    got = settling(failure, [culprit, *[running(n) for n in others]], T0 + timedelta(seconds=after))
+    # a lost connection: what a rank sees of a peer that failed first
+    peer = failed(0, 1, COLLATERAL, exited, finished=SECOND if exited is not None else "")
+    failure = first_failure([peer, *[running(n) for n in others]])
+    assert failure is not None and failure["failureClass"] == "PeerLost"
+    got = settling(failure, [peer, *[running(n) for n in others]], T0 + timedelta(seconds=after))
     if wait is None:
         assert got is None
     else:
@@ -145,3 +152,25 @@ def test_a_killed_launchers_log_tail_is_the_message_without_its_progress_lines()
     only_progress = pod("r", 1, phase="Failed", exit_code=137, message=tail.splitlines()[1])
     failure = observe_failure(only_progress)
     assert failure is not None and "progress" not in failure["message"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [CULPRIT, "KeyError: 'label'", ""],
+    ids=["an exception", "another exception", "an exit with nothing to say"],
+)
+def test_a_failure_of_its_own_kind_is_decided_at_once_while_its_peers_run(text: str) -> None:
+    """Nothing in it says another rank failed first: the gang restarts without waiting."""
+    culprit = failed(0, 1, text, AGO) if text else pod("r", 0, phase="Failed", exit_code=1)
+    failure = first_failure([culprit, running(1)])
+    assert failure is not None
+    assert settling(failure, [culprit, running(1)], T0 + timedelta(seconds=0.5)) is None
+
+
+def test_a_store_that_went_away_may_be_rank_0s_failure_so_it_waits() -> None:
+    store = "torch.distributed.DistNetworkError: Connection reset by peer"
+    lost = failed(1, 3, store, AGO)
+    failure = first_failure([lost, running(0)])
+    assert failure is not None and failure["failureClass"] == "RendezvousTimeout"
+    wait = settling(failure, [lost, running(0)], T0 + timedelta(seconds=0.5))
+    assert wait == pytest.approx(FAILURE_SETTLE_SECONDS - 0.5)
