@@ -76,7 +76,7 @@ class Requests:
 
 @pytest.fixture
 def pod_writes(env: str, monkeypatch: pytest.MonkeyPatch) -> Requests:
-    """Count every DELETE and PATCH (server-side apply) of a Pod in ``env``."""
+    """Count every DELETE, PATCH (server-side apply) and POST (create) of a Pod in ``env``."""
     seen = Requests(env)
     prefix = f"/api/v1/namespaces/{env}/pods/"
     real = rest.call
@@ -89,6 +89,9 @@ def pod_writes(env: str, monkeypatch: pytest.MonkeyPatch) -> Requests:
         ):
             with seen.lock:
                 seen.counts[(method, path[len(prefix) :])] += 1
+        elif method == "POST" and path == prefix.rstrip("/"):  # a create, named in its body
+            with seen.lock:
+                seen.counts[(method, kw["body"]["metadata"]["name"])] += 1
         return real(method, path, **kw)
 
     monkeypatch.setattr(rest, "call", spy)
@@ -169,10 +172,12 @@ def test_a_64_node_gang_restarts_once_with_one_write_per_pod(
     )
     first = wait_for("64 Pods Running", lambda: all_running(ns, "gang", "0"), timeout=300)
     old = {p["metadata"]["uid"]: p["metadata"]["name"] for p in first}
-    assert len(pods_seen.of_attempt("0")) == N  # one creation per Pod
+    # one creation per Pod (the test's own watch may lag the list it polled)
+    wait_for("the watch to see 64 Pods", lambda: len(pods_seen.of_attempt("0")) >= N, timeout=60)
+    assert len(pods_seen.of_attempt("0")) == N
     before_deletes = pod_writes.of("DELETE")
     assert not before_deletes
-    applied_before = pod_writes.of("PATCH")
+    applied_before = pod_writes.of("PATCH") + pod_writes.of("POST")
 
     finish_pod(cluster, ns, "gang-63", 1, launcher_message(63, 63, "RuntimeError: boom"))
     again = wait_for(
@@ -207,7 +212,8 @@ def test_a_64_node_gang_restarts_once_with_one_write_per_pod(
     assert set(deletes) == set(old.values()), "every old Pod deleted by the operator"
     twice = {name: n for name, n in deletes.items() if n > 1}
     assert not twice, f"Pods deleted more than once: {twice}"
-    applies = pod_writes.of("PATCH") - applied_before
+    # each new Pod written once: created (POST), or applied
+    applies = pod_writes.of("PATCH") + pod_writes.of("POST") - applied_before
     assert set(applies) == set(old.values())
     again_applied = {name: n for name, n in applies.items() if n > 1}
-    assert not again_applied, f"Pods applied more than once after the failure: {again_applied}"
+    assert not again_applied, f"Pods written more than once after the failure: {again_applied}"

@@ -201,7 +201,7 @@ def _create_gang(
     try:
         if admit_it:
             ctx.k8s.apply(pods.service(run))
-        _write(ctx, planned, quiet=far_back is not None)
+        _write(ctx, planned, quiet=far_back is not None, new=True)
     except Exception:
         for p in planned:
             cache.pod_event("DELETED", p)
@@ -300,10 +300,30 @@ def pool_name(gang: gangs.Gang) -> str:
     return gang.pool or ",".join(f"{k}={v}" for k, v in gang.pool_key) or "default"
 
 
-def _write(ctx: Context, manifests: list[dict[str, Any]], *, quiet: bool = False) -> None:
-    """Apply ``manifests`` (Pods) and tell the cache what the apiserver holds now."""
+def _write(
+    ctx: Context, manifests: list[dict[str, Any]], *, quiet: bool = False, new: bool = False
+) -> None:
+    """Write ``manifests`` (Pods) and tell the cache what the apiserver holds now.
+
+    A Pod that exists (``new`` False: its gate is being lifted) or carries the gang gate
+    is applied: the gate goes by a later apply that leaves it out, which removes only
+    what that manager's applies set. A ``new`` Pod without the gate (an admitted gang,
+    Kueue's Pods) is created by POST, which costs the apiserver less than an apply (it
+    merges no applied configuration: about 1 ms of its CPU per Pod, measured); one that
+    exists already (409: an earlier write this reconcile did not see) is applied."""
+
+    def write(pod: dict[str, Any]) -> dict[str, Any]:
+        if not new or gangs.is_gated(pod):
+            return ctx.k8s.apply(pod)
+        try:
+            return ctx.k8s.create(pod, field_manager=k8s.FIELD_MANAGER)
+        except k8s.ApiError as err:
+            if not err.conflict:
+                raise
+            return ctx.k8s.apply(pod)
+
     written: list[dict[str, Any]] = []
-    context.parallel(lambda p: written.append(ctx.k8s.apply(p)), manifests)
+    context.parallel(lambda p: written.append(write(p)), manifests)
     for pod in written:
         ctx.cache.assume(pod, quiet=quiet)
 
@@ -312,7 +332,7 @@ def _create(
     ctx: Context, ns: str, current: list[dict[str, Any]], missing: list[dict[str, Any]]
 ) -> Admission:
     """Create ``missing`` as they are, with no admission decision."""
-    _write(ctx, missing)
+    _write(ctx, missing, new=True)
     telemetry.PODS_CREATED.inc(len(missing), namespace=ns)
     return Admission(current + missing)
 

@@ -16,11 +16,11 @@ were a third of the apiserver's work. :class:`WatchedReads` wraps ``torchyard.k8
 
 Everything else goes to the apiserver. A copy is replaced only by a newer one (by
 ``resourceVersion``), so a watch event that was on its way while this operator wrote
-never hides the write's answer; a delete marks the Pod as being deleted at once, and the
-watch's ``DELETED`` removes it. Before a copy is held (an object not seen yet), the read
-goes to the apiserver, and its answer is held. A copy is held as compact JSON text (a
-fifth of the memory of the parsed object: thousands of runs and Pods are held), and each
-read parses its own.
+never hides the write's answer; a delete marks the Pod as being deleted at once (an event
+of it that was on its way keeps that mark), and the watch's ``DELETED`` removes it.
+Before a copy is held (an object not seen yet), the read goes to the apiserver, and its
+answer is held. A copy is held as compact JSON text (a fifth of the memory of the parsed
+object: thousands of runs and Pods are held), and each read parses its own.
 
 Built by ``handlers`` at start-up as the ``Context``'s ``k8s``; tested in
 tests/unit/controller/test_reads.py and, through the operator, by the integration tests.
@@ -81,6 +81,8 @@ class WatchedReads:
         self._objects: dict[_Key, _Held] = {}
         self._gone: dict[_Key, int | None] = {}  # deleted: the version it was deleted at
         self._by_run: dict[tuple[str, str], set[str]] = {}  # (namespace, run) -> Pod names
+        # Pods this operator asked to delete, by key: their uid (a namesake is another Pod)
+        self._deleting: dict[_Key, str] = {}
 
     # -- fed by the watches -------------------------------------------------------------
 
@@ -155,8 +157,10 @@ class WatchedReads:
         self._answer(k8s.resource_of(manifest), answer)
         return answer
 
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        answer = self.inner.create(manifest)
+    def create(
+        self, manifest: dict[str, Any], *, field_manager: str | None = None
+    ) -> dict[str, Any]:
+        answer = self.inner.create(manifest, field_manager=field_manager)
         self._answer(k8s.resource_of(manifest), answer)
         return answer
 
@@ -171,6 +175,10 @@ class WatchedReads:
                 obj = held.parse()
                 obj["metadata"].setdefault("deletionTimestamp", _now())
                 self._objects[key] = held._replace(text=_text(obj))
+                if len(self._deleting) >= _TOMBSTONES:
+                    for old in list(self._deleting)[: _TOMBSTONES // 2]:
+                        del self._deleting[old]
+                self._deleting[key] = str(obj["metadata"].get("uid") or "")
             elif held is not None:
                 self._remove(res.plural, held.parse())
         return deleted
@@ -238,6 +246,14 @@ class WatchedReads:
                 return  # a late event of an object already deleted
             del self._gone[key]
         run = None
+        if key in self._deleting:
+            meta = obj.get("metadata") or {}
+            if self._deleting[key] != str(meta.get("uid") or ""):
+                del self._deleting[key]  # a new Pod of that name
+            elif not meta.get("deletionTimestamp"):
+                # An event that was on its way when this operator deleted the Pod: it
+                # is still being deleted (its delete is not sent again).
+                obj = {**obj, "metadata": {**meta, "deletionTimestamp": _now()}}
         if plural == k8s.PODS.plural:
             run = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_RUN)
             if run:
@@ -250,6 +266,7 @@ class WatchedReads:
             for old in list(self._gone)[: _TOMBSTONES // 2]:
                 del self._gone[old]
         held = self._objects.pop(key, None)
+        self._deleting.pop(key, None)
         versions = [v for v in (_version(obj), held.version if held else None) if v is not None]
         self._gone[key] = max(versions) if versions else None
         if held is not None and held.run:

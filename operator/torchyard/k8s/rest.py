@@ -89,12 +89,16 @@ def list_(
     return items
 
 
-def create(manifest: dict[str, Any]) -> dict[str, Any]:
+def create(manifest: dict[str, Any], *, field_manager: str | None = None) -> dict[str, Any]:
+    """Create ``manifest`` (409 when it exists), its fields owned by ``field_manager``
+    when given (as an update's, not an apply's: a later apply of the same manager does
+    not remove them by leaving them out)."""
     res = resource_of(manifest)
     namespace = manifest.get("metadata", {}).get("namespace")
-    result: dict[str, Any] = call(
-        "POST", res.path(namespace), body=manifest, query=[("fieldValidation", "Strict")]
-    )
+    query = [("fieldValidation", "Strict")]
+    if field_manager:
+        query.append(("fieldManager", field_manager))
+    result: dict[str, Any] = call("POST", res.path(namespace), body=manifest, query=query)
     return result
 
 

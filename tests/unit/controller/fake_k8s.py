@@ -27,6 +27,7 @@ class FakeK8s:
         self.objects: dict[Stored, dict[str, Any]] = {}
         self.statuses: list[dict[str, Any]] = []  # every status apply's manifest
         self.applied: list[dict[str, Any]] = []  # every (non-status) apply's manifest
+        self.posted: list[str] = []  # the names created by POST (they are in applied too)
         self.deleted: list[tuple[str, str]] = []  # (kind plural, name)
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
         self.refusals: dict[str, k8s.ApiError] = {}  # kind -> the error its apply raises
@@ -61,6 +62,7 @@ class FakeK8s:
     def reset_writes(self) -> None:
         self.statuses.clear()
         self.applied.clear()
+        self.posted.clear()
         self.deleted.clear()
         self.events.clear()
 
@@ -126,11 +128,14 @@ class FakeK8s:
             self.objects[key] = new
             return copy.deepcopy(new)
 
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def create(
+        self, manifest: dict[str, Any], *, field_manager: str | None = None
+    ) -> dict[str, Any]:
         res = k8s.resource_of(manifest)
         key = self._key(res, manifest["metadata"].get("namespace"), manifest["metadata"]["name"])
         if key in self.objects:
             raise k8s.ApiError(409, "AlreadyExists", f"{res.plural} already exists")
+        self.posted.append(manifest["metadata"]["name"])
         return self.apply(manifest)
 
     def apply_status(self, manifest: dict[str, Any], *, field_manager: str = "") -> dict[str, Any]:

@@ -102,3 +102,42 @@ def test_pods_that_just_started_are_not_read_for_progress_until_they_ran_a_while
     later = progress.poll(ctx, w.NS, w.UID, pods_, w.T0 + timedelta(seconds=progress.YOUNG_SECONDS))
     assert later is not None and later.progress is not None and later.progress["step"] == 3
     assert sorted(fake.log_reads) == ["r-0", "r-1"]
+
+
+# -- how each Pod is written --------------------------------------------------------------
+
+
+def test_an_admitted_gangs_new_pods_are_created_by_post_not_applied() -> None:
+    fake = w.world(w.run(), w.env(), w.gpu_node("gpu-0"), w.gpu_node("gpu-1"))
+    w.reconcile(fake)
+    assert sorted(fake.posted) == ["r-0", "r-1"]
+    made = [m for m in fake.applied if m["kind"] == "Pod"]
+    assert all("schedulingGates" not in m["spec"] for m in made)
+
+
+def test_a_gated_pod_is_applied_so_that_a_later_apply_lifts_its_gate() -> None:
+    # a node of 4 GPUs for a gang of 2 x 8: created gated, queued
+    fake = w.world(w.run(), w.env(), w.gpu_node("gpu-0", gpus=4))
+    w.reconcile(fake)
+    assert fake.posted == []
+    gated = [m for m in fake.applied if m["kind"] == "Pod"]
+    assert sorted(m["metadata"]["name"] for m in gated) == ["r-0", "r-1"]
+    assert all(m["spec"]["schedulingGates"] for m in gated)
+
+
+def test_a_new_pod_that_exists_after_all_is_applied_not_refused() -> None:
+    """An earlier write the reconcile did not see: POST says 409, the apply converges."""
+    fake = w.world(w.run(), w.env(), w.gpu_node("gpu-0"), w.gpu_node("gpu-1"))
+    real_create = fake.create
+
+    def raced(manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        if manifest["metadata"]["name"] == "r-1":
+            fake.apply(manifest)  # made by the earlier write, a moment ago
+        return real_create(manifest, **kw)
+
+    fake.create = raced  # type: ignore[method-assign]
+    w.reconcile(fake)
+    assert fake.posted == ["r-0"]
+    names = [m["metadata"]["name"] for m in fake.applied if m["kind"] == "Pod"]
+    assert sorted(names) == ["r-0", "r-1", "r-1"]  # r-0 by POST; r-1 twice, then applied
+    assert w.status(fake)["phase"] in ("Queued", "Running", "Pending")

@@ -107,3 +107,32 @@ def test_a_deleted_pod_shows_as_being_deleted_at_once_and_goes_with_its_event() 
     # A new Pod of that name (a restart's) is newer: held again.
     held.pods_seen([("ADDED", versioned(pod0, 8))])
     assert len(held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")) == 1
+
+
+def test_an_event_on_its_way_when_the_pod_was_deleted_keeps_it_marked_as_being_deleted() -> None:
+    """Else the next reconcile would see it live and send its delete again."""
+    pod0 = versioned(world.node_pod(0, phase="Running", node_name="gpu-0"), 3)
+    pod0["metadata"]["uid"] = "uid-old"
+    inner = Counting(world.run(), pod0)
+    held = reads.WatchedReads(inner)
+    held.pods_listed.set()
+    held.pods_seen([("ADDED", pod0)])
+    held.delete(k8s.PODS, world.NS, "r-0", grace_period_seconds=5)
+    # written before the delete (a status change), delivered after it
+    held.pods_seen([("MODIFIED", versioned(pod0, 4, phase="Failed"))])
+    [being] = held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")
+    assert being["metadata"].get("deletionTimestamp"), being
+    assert being["status"]["phase"] == "Failed"  # the event's news is kept
+    # the next attempt's Pod of that name is another Pod: not being deleted
+    fresh = versioned(world.node_pod(0, phase="Pending"), 9)
+    fresh["metadata"]["uid"] = "uid-new"
+    held.pods_seen([("DELETED", versioned(pod0, 6)), ("ADDED", fresh)])
+    [new] = held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")
+    assert not new["metadata"].get("deletionTimestamp")
+    # and a namesake seen before the old one's DELETED is not marked either
+    held.delete(k8s.PODS, world.NS, "r-0", grace_period_seconds=5)
+    other = versioned(world.node_pod(0, phase="Pending"), 12)
+    other["metadata"]["uid"] = "uid-third"
+    held.pods_seen([("ADDED", other)])
+    [third] = held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")
+    assert not third["metadata"].get("deletionTimestamp")
