@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool, node_manifest
@@ -109,25 +108,28 @@ class PodsSeen:
         self.thread = threading.Thread(target=self._run, daemon=True, name="pods-seen")
 
     def _run(self) -> None:
-        core = client.CoreV1Api(k8s.load())
+        # torchyard's own list-then-watch (raw JSON: no client models to build or refuse)
         version: str | None = None
         while not self.stopping.is_set():
-            kwargs: dict[str, Any] = {"timeout_seconds": 10}
-            if version:
-                kwargs["resource_version"] = version
             try:
-                for item in watch.Watch().stream(
-                    core.list_namespaced_pod, self.namespace, **kwargs
-                ):
-                    meta = item["raw_object"]["metadata"]
-                    version = meta.get("resourceVersion") or version
-                    labels = meta.get("labels") or {}
-                    with self.lock:
-                        self.pods[meta["uid"]] = (meta["name"], labels.get(ATTEMPT, ""))
+                if version is None:
+                    items, version = k8s.list_versioned(k8s.PODS, self.namespace)
+                    self._note(items)
+                stream = k8s.WatchStream(k8s.PODS, self.namespace, version, timeout_seconds=10)
+                for events in stream:
+                    self._note([pod for _, pod in events])
                     if self.stopping.is_set():
                         break
+                version = stream.version
             except Exception:
                 version = None  # expired: list again (a uid seen twice counts once)
+
+    def _note(self, pods: list[dict[str, Any]]) -> None:
+        with self.lock:
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                labels = meta.get("labels") or {}
+                self.pods[meta["uid"]] = (meta["name"], labels.get(ATTEMPT, ""))
 
     def of_attempt(self, attempt: str) -> dict[str, str]:
         """uid -> name of the Pods of ``attempt`` seen so far."""
