@@ -64,6 +64,9 @@ NOT_RESTARTED = STUCK_REASONS | {ARCHIVE_FAILED, NO_PROGRESS}
 # container's main process, which a runtime need not report as OOMKilled).
 # Stalled: the launcher found a rank that made no progress past the stall timeout.
 STALLED = "Stalled"
+# The kubelet ended the Pod at its activeDeadlineSeconds: every node Pod of the gang has
+# the same deadline and ends by it within moments, each with this reason.
+DEADLINE_EXCEEDED = "DeadlineExceeded"
 LAUNCHER_REASONS = frozenset({ARCHIVE_FAILED, "LaunchError", "OOMKilled", NO_PROGRESS, STALLED})
 GENERIC = (None, "", "Error")
 NODE_LOST = "NodeLost"
@@ -341,7 +344,8 @@ def settling(
     """Seconds to wait before ``failure`` (``first_failure``'s) may decide the run, or
     None to decide now: while it may be what its rank saw of another rank's failure (a
     stall, or a class that is a symptom: a collective that timed out or lost its peer, a
-    store that went away; the culprit's peers often report first), another Pod of the
+    store that went away; the culprit's peers often report first; or a deadline every node
+    Pod shares, which ends each by itself), another Pod of the
     gang still runs (and may yet report the earlier failure) and the failure is younger
     than FAILURE_SETTLE_SECONDS (a stall: STALL_SETTLE_SECONDS). A failure of its own
     kind (an exception, a crash, out of memory, an exit with nothing to say) is decided
@@ -352,7 +356,8 @@ def settling(
     if exited is None:
         return None
     rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
-    if failure.get("reason") != STALLED and (rule is None or not (rule.cascade or rule.symptom)):
+    shared = failure.get("reason") in (STALLED, DEADLINE_EXCEEDED)
+    if not shared and (rule is None or not (rule.cascade or rule.symptom)):
         return None
     others = [
         p

@@ -174,3 +174,13 @@ def test_a_store_that_went_away_may_be_rank_0s_failure_so_it_waits() -> None:
     assert failure is not None and failure["failureClass"] == "RendezvousTimeout"
     wait = settling(failure, [lost, running(0)], T0 + timedelta(seconds=0.5))
     assert wait == pytest.approx(FAILURE_SETTLE_SECONDS - 0.5)
+
+
+def test_a_pod_ended_at_its_deadline_waits_for_its_siblings_to_end_at_theirs() -> None:
+    ended = pod(
+        "r", 0, phase="Failed", exit_code=137, pod_reason="DeadlineExceeded", finished_at=SECOND
+    )
+    failure = first_failure([ended, running(1)])
+    assert failure is not None and failure["reason"] == "DeadlineExceeded", failure
+    wait = settling(failure, [ended, running(1)], T0 + timedelta(seconds=0.5))
+    assert wait == pytest.approx(FAILURE_SETTLE_SECONDS - 0.5)
