@@ -26,6 +26,9 @@ Clock = Callable[[], datetime]
 Log = logging.Logger | logging.LoggerAdapter[Any]
 Key = tuple[str, str, str]  # (kind, namespace, name) of an object to reconcile
 EventType = Literal["Normal", "Warning"]
+# At most one status write per object in this many seconds when only its counts changed
+# (``batched``).
+BATCH_SECONDS = 1.0
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="torchyard-apply")
 
 
@@ -101,6 +104,8 @@ class Context:
     # (kind, namespace, name) -> the resourceVersion of this operator's last status write:
     # the watch event that brings it back needs no reconcile (``handlers``, ``workqueue``).
     written: dict[Key, str] = field(default_factory=dict)
+    # (kind, namespace, name) -> when this operator last wrote its status (``batched``)
+    written_at: dict[Key, datetime] = field(default_factory=dict)
     # (namespace, name) of the shipped-modules ConfigMaps applied, and when (admission.ship)
     shipped: dict[tuple[str, str], datetime] = field(default_factory=dict)
     # run uid -> when its Pods' logs were last read for progress (``progress.poll``)
@@ -142,6 +147,44 @@ def phase_events(previous: Mapping[str, Any], new: Mapping[str, Any]) -> list[Ev
     return [Event("Warning" if type_ == "Warning" else "Normal", reason, message)]
 
 
+def batched(
+    ctx: Context,
+    body: Mapping[str, Any],
+    outcome: Outcome,
+    fields: frozenset[str],
+    period: float = BATCH_SECONDS,
+) -> float | None:
+    """Seconds to hold ``outcome`` back, or None to write it now.
+
+    A status that differs from the object's only in ``fields`` and in the messages of its
+    conditions (a gang's Pod counts while it comes up: "3/256 scheduled"), and brings no
+    Event, waits until ``period`` has passed since this operator's last write of it; the
+    reconcile that comes then writes what it sees. The Job controller batches its Pod
+    updates the same way (``podUpdateBatchPeriod``, 1 s): a gang of 256 coming up is a
+    few writes, not one per Pod event, and every other change (a phase, a condition's
+    status or reason, a failure) is written at once."""
+    if outcome.events:
+        return None
+    old = dict(body.get("status") or {})
+    if old == outcome.status or _facts(old, fields) != _facts(outcome.status, fields):
+        return None
+    meta = body["metadata"]
+    last = ctx.written_at.get((str(body["kind"]), str(meta["namespace"]), str(meta["name"])))
+    if last is None:
+        return None
+    left = period - (outcome.at - last).total_seconds()
+    return left if left > 0 else None
+
+
+def _facts(st: Mapping[str, Any], counts: frozenset[str]) -> dict[str, Any]:
+    """``st`` less the ``counts`` fields and the conditions' messages."""
+    facts = {k: v for k, v in st.items() if k not in counts and k != "conditions"}
+    facts["conditions"] = [
+        {k: v for k, v in c.items() if k != "message"} for c in st.get("conditions") or []
+    ]
+    return facts
+
+
 def write(ctx: Context, body: Mapping[str, Any], outcome: Outcome) -> bool:
     """Apply ``outcome.status`` unless the object already shows exactly that, then record
     its Events; True when the status was written. The only status write of a reconcile."""
@@ -156,9 +199,11 @@ def write(ctx: Context, body: Mapping[str, Any], outcome: Outcome) -> bool:
                 "status": outcome.status,
             }
         )
+        key = (str(body["kind"]), str(meta["namespace"]), str(meta["name"]))
+        ctx.written_at[key] = outcome.at
         version = (answer or {}).get("metadata", {}).get("resourceVersion")
         if version:
-            ctx.written[(str(body["kind"]), str(meta["namespace"]), str(meta["name"]))] = version
+            ctx.written[key] = version
     now = status.timestamp(outcome.at)
     for event in outcome.events:
         ctx.k8s.record_event(dict(body), event.type, event.reason, event.message, now=now)

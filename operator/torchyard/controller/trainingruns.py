@@ -15,7 +15,9 @@
    (``finalize``);
 6. **write** the status and its Events once, at the end, only when they changed
    (``context.write``), from ``status.trainingrun_status`` fed with what was observed
-   and decided: the failure decided in step 4 travels with it, never computed again.
+   and decided: the failure decided in step 4 travels with it, never computed again. A
+   change of the Pod counts alone is written at most once a second
+   (``context.batched``).
 
 Called by ``handlers`` (work queue workers); tested as tables against an in-memory
 fake of ``torchyard.k8s`` in tests/unit/controller/test_reconcile.py, and against a
@@ -50,6 +52,9 @@ from torchyard.status import trainingruns as run_status
 STALE_RETRY_SECONDS = 1.0
 # How soon a gang being restarted is looked at again (its new Pods are created then).
 RESTART_RETRY_SECONDS = 0.5
+# The status fields whose change alone is written at most once a second
+# (``context.batched``): the Pod counts, which change on every Pod event of a gang coming up.
+BATCHED_FIELDS = frozenset({"nodes"})
 # How soon a run whose model could not be registered yet tries again.
 REGISTER_RETRY_SECONDS = 5.0
 
@@ -83,8 +88,13 @@ class Observed:
 def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     """Reconcile one TrainingRun (see the module docstring)."""
     outcome, result = _reconcile(body, logger, ctx)
-    if outcome is not None:
+    if outcome is None:
+        return result
+    wait = context.batched(ctx, body, outcome, BATCHED_FIELDS)
+    if wait is None:
         context.write(ctx, body, outcome)
+    elif result.requeue_after is None or wait < result.requeue_after:
+        result.requeue_after = wait
     return result
 
 

@@ -22,6 +22,7 @@ from torchyard.status import steps as run_progress
 from torchyard.status.conditions import condition, merge, progress, timestamp
 from torchyard.status.failures import (
     ARCHIVE_FAILED,
+    DEADLINE_EXCEEDED,
     Failure,
     archive_failures,
     failure_message,
@@ -148,14 +149,16 @@ def restarting_status(
     last_failure: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The status of a gang being restarted: back to Pending, Running=False/Restarting,
-    no longer admitted (the next attempt's gang is admitted afresh); ``last_failure``
-    (``status.failure``'s fields) is what restarted it."""
+    no longer admitted (the next attempt's gang is admitted afresh), none of its Pods
+    counted yet; ``last_failure`` (``status.failure``'s fields) is what restarted it."""
     new = {
         **previous,
         "phase": Phase.PENDING.value,
         "restarts": restarts,
         "observedGeneration": generation,
     }
+    if "nodes" in previous:  # the counts are the new attempt's: none of its Pods yet
+        new["nodes"] = _counts(int(previous["nodes"].get("total") or 0), [])
     if last_failure is not None:
         new["lastFailure"] = public_failure(last_failure)
     if failed_attempts:
@@ -265,7 +268,7 @@ def _trainingrun_status(
         return finish(
             Phase.FAILED,
             {
-                "reason": "DeadlineExceeded",
+                "reason": DEADLINE_EXCEEDED,
                 "message": f"the run exceeded activeDeadlineSeconds "
                 f"({run.spec.policy.active_deadline_seconds}s)",
             },

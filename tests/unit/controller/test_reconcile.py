@@ -508,6 +508,38 @@ def test_a_whole_run_writes_its_status_at_most_once_per_reconcile() -> None:
     assert [e[1] for e in fake.events] == ["Succeeded"]
 
 
+def test_a_gang_coming_up_writes_its_counts_at_most_once_a_second() -> None:
+    """Each Pod event of a big gang changes only ``status.nodes``: that is written at most
+    once a second (the reconcile in between asks to be queued again when the second is
+    up), while a phase change is written at once."""
+    nodes = [gpu_node(f"gpu-{i}") for i in range(4)]
+    fake = world(run(spec={"distribution.nodeCount": 4}), env(), *nodes)
+    written_at: dict[Any, Any] = {}
+    reconcile(fake, at=0, written_at=written_at)
+    assert status(fake)["nodes"]["scheduled"] == 0
+
+    def schedule(i: int) -> None:
+        next(p for p in fake.pods() if p["metadata"]["name"] == f"r-{i}")["spec"]["nodeName"] = (
+            f"gpu-{i}"
+        )
+
+    fake.reset_writes()
+    schedule(0)
+    assert reconcile(fake, at=0.25, written_at=written_at).requeue_after == 0.75
+    schedule(1)
+    assert reconcile(fake, at=0.5, written_at=written_at).requeue_after == 0.5
+    assert (fake.statuses, status(fake)["nodes"]["scheduled"]) == ([], 0)
+    reconcile(fake, at=1.0, written_at=written_at)  # the second is up: what it sees now
+    assert (len(fake.statuses), status(fake)["nodes"]["scheduled"]) == (1, 2)
+
+    fake.reset_writes()
+    for p in fake.pods():
+        p["spec"]["nodeName"] = "gpu-" + p["metadata"]["name"][-1]
+        p["status"] = {"phase": "Running"}
+    reconcile(fake, at=1.1, written_at=written_at)  # Running: a phase, written at once
+    assert (len(fake.statuses), status(fake)["phase"]) == (1, "Running")
+
+
 def test_a_run_being_deleted_is_left_alone() -> None:
     body = run(status=RUNNING)
     body["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"

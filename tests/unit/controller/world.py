@@ -80,15 +80,20 @@ def world(body: dict[str, Any], *objects: dict[str, Any]) -> FakeK8s:
 
 
 def reconcile(
-    fake: FakeK8s, at: float = 0.0, settings: pods.Settings | None = None
+    fake: FakeK8s,
+    at: float = 0.0,
+    settings: pods.Settings | None = None,
+    written_at: dict[context.Key, datetime] | None = None,
 ) -> context.Result:
     """One reconcile of run ``r`` as the work queue makes it, ``at`` seconds after T0,
-    after the admission pass that the watches' events (the fake's objects) made."""
+    after the admission pass that the watches' events (the fake's objects) made; by a
+    fresh operator unless ``written_at`` carries when the same operator last wrote."""
     body = fake.get(k8s.TRAININGRUNS, NS, "r")
     ctx = context.Context(
         settings=settings or pods.Settings(),
         clock=lambda: T0 + timedelta(seconds=at),
         k8s=fake,
+        written_at=written_at if written_at is not None else {},
     )
     admission.prime(ctx)
     admission.run_pass(ctx)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import environment
+from tests.builders import environment, pod
 from tests.unit.status.test_trainingrun_status import T0, TABLE, compute, run_2x2
 from torchyard import api, status
 from torchyard.status.trainingruns import Observed
@@ -75,6 +75,25 @@ def test_a_restarting_gang_is_reconciling_and_no_longer_admitted() -> None:
     assert by_type["Reconciling"] == ("True", "Restarting")
     assert by_type["Stalled"] == ("False", "Restarting")
     assert by_type["Ready"] == ("False", "Restarting")
+
+
+def test_a_restarting_gang_counts_none_of_the_failed_attempts_pods() -> None:
+    """``status.nodes`` is the new attempt's: a client waiting for "restarted and one node
+    running" does not take the old attempt's Running Pod for the new one's."""
+    pods = [pod("r", 0, phase="Running", node_name="n0"), pod("r", 1, phase="Pending")]
+    running = compute(pods)
+    assert running["nodes"]["running"] == 1
+    st = status.restarting_status(
+        running, 3, restarts=1, failed_attempts=1, message="restarting the gang", now=T0
+    )
+    assert st["nodes"] == {
+        "total": 2,
+        "scheduled": 0,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "ready": "0/2",
+    }
 
 
 def test_an_invalid_run_is_stalled() -> None:
