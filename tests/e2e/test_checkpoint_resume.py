@@ -16,6 +16,7 @@ import torch
 import yaml
 
 from tests.e2e.conftest import EXAMPLES, Local
+from tests.processes import as_from_a_terminal, working_in
 from torchyard import checkpoint
 
 
@@ -111,6 +112,7 @@ def test_ctrl_c_saves_the_ddp_run_just_in_time_and_the_next_execution_resumes_th
         [sys.executable, "-m", "torchyard", "run", str(path), "--local", "--registry",
          str(local.registry), "--workdir", str(local.workdir), *source],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=local.tmp,
+        preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     folder = local.workdir / "checkpoints" / "default" / "interrupted"
     deadline = time.monotonic() + 300
@@ -123,7 +125,8 @@ def test_ctrl_c_saves_the_ddp_run_just_in_time_and_the_next_execution_resumes_th
     at_interrupt = max(checkpoint.reported(str(folder)).values())
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
     _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode != 0
+    assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    assert working_in(local.workdir) == []
     assert "every rank saves a checkpoint at step" in stderr, stderr[-3000:]
     saved = checkpoint.complete_steps(str(folder))
     assert len(saved) == 1 and saved[0] > at_interrupt, (saved, at_interrupt, stderr[-3000:])

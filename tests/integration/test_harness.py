@@ -21,23 +21,14 @@ import yaml
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster import binaries
+from tests.processes import running
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def processes_using(folder: Path) -> list[int]:
     """The processes whose command line names ``folder`` (etcd, apiserver, ... of it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(folder) in cmdline:
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, cmdline, _ in running() if str(folder) in cmdline]
 
 
 class KeptCluster:

@@ -1,8 +1,9 @@
 """spec.checkpoints in local mode (``torchyard run --local``): the same contract as in a
 cluster, with the run's checkpoint folder under the working root, so that the next
-execution of the run resumes: after a crash, and after Ctrl-C (every node's ranks save one
-just-in-time checkpoint at the same step first). Real CLI and launcher processes over a
-deterministic standard-library toy that uses ``torchyard.checkpoint``."""
+execution of the run resumes: after a crash, and after Ctrl-C or SIGTERM (every node's
+ranks save one just-in-time checkpoint at the same step first, and no process is left).
+Real CLI and launcher processes over a deterministic standard-library toy that uses
+``torchyard.checkpoint``."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 import torchyard
 from tests.builders import TrainingRunBuilder
+from tests.processes import as_from_a_terminal, working_in
 from torchyard import checkpoint
 
 # The CLI subprocesses import this checkout's torchyard.
@@ -127,13 +130,27 @@ def test_a_crashed_local_run_resumes_from_its_newest_complete_checkpoint(tmp_pat
         assert abs(final["state"] - reference(rank, 30)) < 1e-9
 
 
+@pytest.mark.parametrize(
+    "signum",
+    [
+        pytest.param(signal.SIGINT, id="ctrl-c"),
+        # a kill, a process manager, `timeout`: the nodes run in sessions of their own, and
+        # the CLI ended alone, leaving them training
+        pytest.param(signal.SIGTERM, id="sigterm"),
+    ],
+)
 def test_ctrl_c_saves_every_node_at_one_step_and_the_next_execution_resumes_there(
-    tmp_path: Path,
+    tmp_path: Path, signum: signal.Signals
 ) -> None:
     # No interval saves here: a checkpoint after the interrupt can only be the just-in-time one.
     src = write(tmp_path, interval=100000, STEPS="100000", STEP_SECONDS="0.05")
     proc = subprocess.Popen(
-        argv(tmp_path, src), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+        argv(tmp_path, src),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        preexec_fn=as_from_a_terminal,
     )
     ckpt = folder(tmp_path)
     deadline = time.monotonic() + 120
@@ -144,9 +161,10 @@ def test_ctrl_c_saves_every_node_at_one_step_and_the_next_execution_resumes_ther
         assert time.monotonic() < deadline and proc.poll() is None, "no progress reported"
         time.sleep(0.05)
     at_interrupt = max(checkpoint.reported(str(ckpt)).values())
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the CLI
+    proc.send_signal(signum)  # SIGINT: what Ctrl-C sends the CLI
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    assert proc.returncode == 128 + signum, stderr[-3000:]
+    assert working_in(tmp_path / "runs") == []
     saved = checkpoint.complete_steps(str(ckpt))
     assert len(saved) == 1 and saved[0] > at_interrupt, (saved, stderr[-3000:])
     step = saved[0]

@@ -286,3 +286,38 @@ def test_the_package_is_a_face_and_run_local_names_its_options() -> None:
     ]  # fmt: skip
     with pytest.raises(TypeError, match="unexpected keyword argument 'workdir'"):
         local.run_local(None, Path("."), [], workdir=Path("."))  # type: ignore[arg-type, call-arg]
+
+
+def test_sigterm_and_sighup_stop_a_local_run_once_and_an_ignored_one_stays_ignored() -> None:
+    """Within ``stopped_by_signals`` SIGTERM raises ``Stopped`` (a KeyboardInterrupt, so
+    the run stops as on Ctrl-C), a second signal while stopping is swallowed, and the
+    handlers are put back after; SIGHUP that the process was started with ignored
+    (``nohup``) stays ignored. The whole CLI under SIGTERM: test_local_checkpoints.py."""
+    import os
+    import signal
+    import time
+
+    from torchyard.local import runs
+
+    def deliver(signum: int) -> None:
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)  # the handler runs between bytecodes of the main thread
+
+    before = {
+        signal.SIGHUP: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL),  # whatever we got
+    }
+    try:
+        with pytest.raises(runs.Stopped) as stopped, runs.stopped_by_signals():
+            deliver(signal.SIGHUP)  # ignored, as under nohup: nothing happens
+            try:
+                deliver(signal.SIGTERM)
+            finally:
+                deliver(signal.SIGTERM)  # while stopping: swallowed
+        assert stopped.value.signum == signal.SIGTERM
+        assert runs.interruption(stopped.value) == "SIGTERM received"
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)

@@ -18,6 +18,7 @@ tests/integration/test_cli.py.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -87,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "submit" and hasattr(args, "context") and args.namespace is None:
             args.namespace = clusters.default_namespace(args.kubeconfig, args.context)
         result: int = args.func(args)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or a local run's SIGTERM/SIGHUP
+        return 128 + int(getattr(err, "signum", signal.SIGINT))
     except Exception as err:
         error = failure(err)
         if error is None:

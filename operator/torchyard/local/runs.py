@@ -17,8 +17,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -240,17 +241,18 @@ class LocalRun:
         warnings = self._prepare()
         for warning in warnings:
             self.say(f"warning: {warning}")
-        try:
-            self._start()
-            nodes = self._wait(started)
-        except KeyboardInterrupt:
-            self.say("interrupted: stopping every node")
-            self._stop_all()
-            for proc in self.procs.values():
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(self._stop_seconds())
-            self._stop_all(signal.SIGKILL)
-            raise
+        with stopped_by_signals():  # held while stopping too: a second signal waits
+            try:
+                self._start()
+                nodes = self._wait(started)
+            except KeyboardInterrupt as err:
+                self.say(f"{interruption(err)}: stopping every node")
+                self._stop_all()
+                for proc in self.procs.values():
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(self._stop_seconds())
+                self._stop_all(signal.SIGKILL)
+                raise
         failure = first_failure(nodes)
         exit_code = 0 if failure is None else int(failure.get("exitCode") or 1)
         result = LocalResult(exit_code, self.workdir, nodes, failure=failure, warnings=warnings)
@@ -264,6 +266,53 @@ class LocalRun:
             result.failure = result.failure or {"reason": "FinalizeFailed", "message": str(err)}
         result.seconds = time.monotonic() - started
         return result
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached a local run: it stops as on Ctrl-C (every node asked to
+    stop, the just-in-time checkpoint saved, no process left behind)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+# What a local run turns into :class:`Stopped`, as torchrun's agent does; a signal the
+# process was started with ignored (``nohup`` ignores SIGHUP) stays ignored.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Within: SIGTERM and SIGHUP raise :class:`Stopped` (once; a second one is ignored so
+    that the stop runs to its end). The nodes run in sessions of their own, so without
+    this a ``kill``, a process manager or a closed terminal ended the CLI alone and left
+    every node training. Only in the main thread (where Python runs signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        if not raised:
+            raised.append(signum)
+            raise Stopped(signum)
+
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, handler in before.items():
+        if handler == signal.SIG_DFL:
+            signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler == signal.SIG_DFL:
+                signal.signal(sig, handler)
+
+
+def interruption(err: KeyboardInterrupt) -> str:
+    """How a stopped run says what stopped it."""
+    return f"{err} received" if isinstance(err, Stopped) else "interrupted"
 
 
 def run_local(
