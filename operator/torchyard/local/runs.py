@@ -241,7 +241,7 @@ class LocalRun:
         warnings = self._prepare()
         for warning in warnings:
             self.say(f"warning: {warning}")
-        with stopped_by_signals():  # held while stopping too: a second signal waits
+        with stopped_by_signals():  # held while stopping too: a second signal is ignored
             try:
                 self._start()
                 nodes = self._wait(started)
