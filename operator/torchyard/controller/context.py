@@ -147,6 +147,12 @@ def phase_events(previous: Mapping[str, Any], new: Mapping[str, Any]) -> list[Ev
     return [Event("Warning" if type_ == "Warning" else "Normal", reason, message)]
 
 
+def key_of(body: Mapping[str, Any]) -> Key:
+    """The work queue's key of ``body`` (kind, namespace, name)."""
+    meta = body["metadata"]
+    return str(body["kind"]), str(meta["namespace"]), str(meta["name"])
+
+
 def batched(
     ctx: Context,
     body: Mapping[str, Any],
@@ -168,8 +174,7 @@ def batched(
     old = dict(body.get("status") or {})
     if old == outcome.status or _facts(old, fields) != _facts(outcome.status, fields):
         return None
-    meta = body["metadata"]
-    last = ctx.written_at.get((str(body["kind"]), str(meta["namespace"]), str(meta["name"])))
+    last = ctx.written_at.get(key_of(body))
     if last is None:
         return None
     left = period - (outcome.at - last).total_seconds()
@@ -199,7 +204,7 @@ def write(ctx: Context, body: Mapping[str, Any], outcome: Outcome) -> bool:
                 "status": outcome.status,
             }
         )
-        key = (str(body["kind"]), str(meta["namespace"]), str(meta["name"]))
+        key = key_of(body)
         ctx.written_at[key] = outcome.at
         version = (answer or {}).get("metadata", {}).get("resourceVersion")
         if version:
