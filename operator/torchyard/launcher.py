@@ -661,10 +661,11 @@ def prune_empty(folder: str) -> None:
         os.rmdir(folder)  # only when empty
 
 
-def install_stack_hook(env: dict[str, str], logs: str) -> str:
+def install_stack_hook(env: dict[str, str], logs: str) -> tuple[str, str]:
     """Make every rank write its stacks on SIGUSR1 to ``logs/stacks/`` (``STACK_HOOK``), and
     for GPU runs enable PyTorch's NCCL flight recorder, dumped there on a timeout. Returns
-    the stacks folder."""
+    the stacks folder and the hook's own temporary folder, which the caller removes once
+    the ranks are gone (read only as an interpreter starts)."""
     import tempfile
 
     stacks = os.path.join(logs, "stacks")
@@ -680,7 +681,7 @@ def install_stack_hook(env: dict[str, str], logs: str) -> str:
         env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
         env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(stacks, "nccl-trace-rank-"))
-    return stacks
+    return stacks, hook
 
 
 _STACK_FILE = re.compile(r"^rank-(\d+)\.pid-(\d+)\.txt$")
@@ -1105,25 +1106,9 @@ class Launcher:
             for rank in self.ranks:
                 rank.signal(signal.SIGTERM)
 
-    def run(self) -> int:
-        launch, nproc, node_rank, logs = self._config()
-        if self.env.get("MASTER_ADDR"):
-            wait_for_dns(
-                self.env["MASTER_ADDR"], _int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300), self.err
-            )
-        grace = _int_env(self.env, "TORCHYARD_GRACE_PERIOD", 10)
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-        started = time.monotonic()
-        self._start_checkpoints(node_rank)
-        self.progress = ProgressTracker(logs)
-        # launch: node: torchrun's workers inherit the hook (they have RANK; torchrun has
-        # not) and say their rank in their progress lines (TORCHYARD_LAUNCH=node)
-        self.stacks = install_stack_hook(self.env, logs)
-        interval = max(1, _int_env(self.env, "TORCHYARD_PROGRESS_INTERVAL", 5))
-        publisher = threading.Thread(target=self._publish_progress, args=(interval,), daemon=True)
-        publisher.start()
+    def _start_ranks(self, launch: str, nproc: int, node_rank: int, logs: str) -> None:
+        """One process per rank (launch: process), or the node command (launch: node);
+        those already started are killed when one cannot start (LaunchError)."""
         try:
             if launch == "process":
                 for local in range(nproc):
@@ -1166,9 +1151,33 @@ class Launcher:
                 started_rank.proc.wait()
                 started_rank.finish()
             raise
-        failed = self._wait(grace)
-        for rank in self.ranks:
-            rank.finish()
+
+    def run(self) -> int:
+        launch, nproc, node_rank, logs = self._config()
+        if self.env.get("MASTER_ADDR"):
+            wait_for_dns(
+                self.env["MASTER_ADDR"], _int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300), self.err
+            )
+        grace = _int_env(self.env, "TORCHYARD_GRACE_PERIOD", 10)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        started = time.monotonic()
+        self._start_checkpoints(node_rank)
+        self.progress = ProgressTracker(logs)
+        # launch: node: torchrun's workers inherit the hook (they have RANK; torchrun has
+        # not) and say their rank in their progress lines (TORCHYARD_LAUNCH=node)
+        self.stacks, hook = install_stack_hook(self.env, logs)
+        interval = max(1, _int_env(self.env, "TORCHYARD_PROGRESS_INTERVAL", 5))
+        publisher = threading.Thread(target=self._publish_progress, args=(interval,), daemon=True)
+        publisher.start()
+        try:
+            self._start_ranks(launch, nproc, node_rank, logs)
+            failed = self._wait(grace)
+            for rank in self.ranks:
+                rank.finish()
+        finally:
+            shutil.rmtree(hook, ignore_errors=True)
         if self.checkpoints is not None:
             self.checkpoint_info = self.checkpoints.stop(rank_failed=failed is not None)
         self._progress_done()
@@ -2249,13 +2258,22 @@ class MpiLauncher(Launcher):
         # mpirun writes orted's command for the shell it finds here (the agent's worker
         # runs it with /bin/sh); a Pod often has no SHELL, and then mpirun warns.
         self.env.setdefault("SHELL", "/bin/sh")
-        folder = tempfile.mkdtemp(prefix="torchyard-mpi-")
-        hostfile = os.path.join(folder, "hostfile")
-        _write(hostfile, self.env.get("TORCHYARD_MPI_HOSTFILE", f"localhost slots={nproc}\n"))
         try:
             args = [str(a) for a in json.loads(self.env.get("TORCHYARD_MPIRUN_ARGS", "[]"))]
         except ValueError:
             raise LaunchError("TORCHYARD_MPIRUN_ARGS must be a JSON list of strings") from None
+        folder = tempfile.mkdtemp(prefix="torchyard-mpi-")  # for the hostfile; removed below
+        try:
+            return self._run_mpirun(mpirun, args, folder, nproc, logs, started)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _run_mpirun(
+        self, mpirun: str, args: list[str], folder: str, nproc: int, logs: str, started: float
+    ) -> int:
+        agent = "TORCHYARD_MPI_PORT" in self.env
+        hostfile = os.path.join(folder, "hostfile")
+        _write(hostfile, self.env.get("TORCHYARD_MPI_HOSTFILE", f"localhost slots={nproc}\n"))
         command = [mpirun, "--hostfile", hostfile, *args]
         if agent:
             this = os.path.abspath(__file__)

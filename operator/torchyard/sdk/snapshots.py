@@ -155,7 +155,8 @@ def ignored(rules: list[Rule], rel: str, is_dir: bool) -> bool:
 
 @dataclass
 class Snapshot:
-    """A folder's files, archived. ``archive`` is a temporary file; ``close()`` drops it."""
+    """A folder's files, archived. ``archive`` is a temporary file; ``close()`` (or the end
+    of a ``with`` block) drops it."""
 
     root: Path
     files: list[str]
@@ -190,6 +191,12 @@ class Snapshot:
 
     def close(self) -> None:
         self.archive.unlink(missing_ok=True)
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def report(self) -> str:
         return (
@@ -352,15 +359,9 @@ def _has_private_key(path: Path) -> bool:
         return False
 
 
-def snapshot(root: Path, include_secrets: bool = False, exclude: Iterable[Path] = ()) -> Snapshot:
-    """Archive ``root`` reproducibly (see the module docstring)."""
-    root, exclude = root.resolve(), list(exclude)
-    files, ignore_file, skipped = collect(root, include_secrets, exclude)
-    if not files:
-        raise SnapshotError(f"nothing to snapshot in {root} (everything is ignored?)")
-    fd, name = tempfile.mkstemp(prefix="torchyard-snapshot-", suffix=".tar.gz")
-    os.close(fd)
-    archive = Path(name)
+def _write_archive(archive: Path, root: Path, files: list[str]) -> int:
+    """The reproducible .tar.gz of ``files`` (no times, owners or modes beyond +x); returns
+    the bytes archived, uncompressed."""
     size = 0
     with (
         archive.open("wb") as raw,
@@ -379,6 +380,23 @@ def snapshot(root: Path, include_secrets: bool = False, exclude: Iterable[Path] 
             with path.open("rb") as f:
                 tar.addfile(info, f)
             size += st.st_size
+    return size
+
+
+def snapshot(root: Path, include_secrets: bool = False, exclude: Iterable[Path] = ()) -> Snapshot:
+    """Archive ``root`` reproducibly (see the module docstring)."""
+    root, exclude = root.resolve(), list(exclude)
+    files, ignore_file, skipped = collect(root, include_secrets, exclude)
+    if not files:
+        raise SnapshotError(f"nothing to snapshot in {root} (everything is ignored?)")
+    fd, name = tempfile.mkstemp(prefix="torchyard-snapshot-", suffix=".tar.gz")
+    os.close(fd)
+    archive = Path(name)
+    try:
+        size = _write_archive(archive, root, files)
+    except BaseException:
+        archive.unlink(missing_ok=True)  # a file that vanished or could not be read
+        raise
     digest = hashlib.sha256()
     with archive.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

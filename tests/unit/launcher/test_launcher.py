@@ -267,6 +267,25 @@ def test_runs_in_user_images_as_one_stdlib_only_file_for_python_3_8(path: Path) 
     assert imported - {"__future__"} <= set(sys.stdlib_module_names)
 
 
+@pytest.mark.parametrize("code", [0, 3], ids=["ranks-succeed", "a-rank-fails"])
+def test_the_stack_hook_is_there_while_the_ranks_run_and_gone_after(
+    tmp_path: Path, code: int
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = (
+        "import os, sys\n"
+        "hook = os.environ['PYTHONPATH'].split(os.pathsep)[-1]\n"
+        "print('hook', os.path.isfile(os.path.join(hook, 'sitecustomize.py')),"
+        " 'sitecustomize' in sys.modules, hook.startswith(os.environ['TMPDIR']))\n"
+        f"raise SystemExit({code})\n"
+    )
+    done = launch(tmp_path, script, extra={"TMPDIR": str(scratch)})
+    assert done.returncode == code, done.stderr
+    assert "[rank 0] hook True True True" in done.stdout
+    assert list(scratch.iterdir()) == []
+
+
 @pytest.mark.parametrize("mode", ["process", "node"])
 def test_launch_modes(tmp_path: Path, mode: str) -> None:
     done = launch(

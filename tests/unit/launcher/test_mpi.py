@@ -172,6 +172,8 @@ args = sys.argv[1:]
 agent = args[args.index("plm_rsh_agent") + 1].split() if "plm_rsh_agent" in args else None
 with open("{record}", "w") as f:
     f.write(repr(args))
+with open(args[args.index("--hostfile") + 1]) as src, open("{record}.hostfile", "w") as f:
+    f.write(src.read())
 with open("{record}.env", "w") as f:  # what the ranks on node 0 would inherit
     f.write(repr({{k: v for k, v in os.environ.items() if k.startswith("TORCHYARD_RESUME")}}))
 print("[1,0]<stdout>:hello from rank 0", flush=True)
@@ -256,8 +258,9 @@ def test_node_0_runs_mpirun_over_the_hostfile_with_itself_as_agent(tmp_path: Pat
     done = node0(tmp_path, port, fake_mpirun(tmp_path, fail=False))
     assert done.returncode == 0, done.stderr
     argv = eval((tmp_path / "argv").read_text())
-    hostfile = argv[argv.index("--hostfile") + 1]
-    assert Path(hostfile).read_text() == "localhost slots=2\n127.0.0.1 slots=2\n"
+    hostfile = Path(argv[argv.index("--hostfile") + 1])
+    assert (tmp_path / "argv.hostfile").read_text() == "localhost slots=2\n127.0.0.1 slots=2\n"
+    assert not hostfile.parent.exists()  # its temporary folder is gone with mpirun
     assert argv[argv.index("plm_rsh_agent") + 1] == f"{sys.executable} {LAUNCHER} --rsh"
     assert argv[-2:] == ["python3", "train.py"]
     logs = tmp_path / "node-0" / "logs"

@@ -92,19 +92,37 @@ def test_a_private_key_is_found_by_its_content_too(tmp_path: Path) -> None:
 
 def test_the_same_code_gives_the_same_archive(tmp_path: Path) -> None:
     src = tree(tmp_path / "src", {"train.py": "print(1)\n", "lib/util.py": "X = 1\n"})
-    first = snapshots.snapshot(src)
-    os.utime(src / "train.py", (1, 1))  # only times change
-    second = snapshots.snapshot(src)
-    assert first.sha256 == second.sha256
-    assert first.configmap_name == second.configmap_name
-    assert members(second.data()) == {
-        "lib/util.py": b"X = 1\n",
-        "train.py": b"print(1)\n",
-    }
-    (src / "train.py").write_text("print(2)\n")
-    assert snapshots.snapshot(src).sha256 != first.sha256
-    assert first.fits_configmap
-    assert "2 files" in first.report()
+    with snapshots.snapshot(src) as first:
+        os.utime(src / "train.py", (1, 1))  # only times change
+        with snapshots.snapshot(src) as second:
+            assert first.sha256 == second.sha256
+            assert first.configmap_name == second.configmap_name
+            assert members(second.data()) == {
+                "lib/util.py": b"X = 1\n",
+                "train.py": b"print(1)\n",
+            }
+        (src / "train.py").write_text("print(2)\n")
+        with snapshots.snapshot(src) as changed:
+            assert changed.sha256 != first.sha256
+        assert first.fits_configmap
+        assert "2 files" in first.report()
+
+
+def test_the_temporary_archive_is_gone_after_use_or_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(snapshots.tempfile, "tempdir", str(tmp_path / "tmp"))
+    src = tree(tmp_path / "src", {"train.py": "print(1)\n", "b.py": ""})
+    with snapshots.snapshot(src) as snap:
+        assert snap.archive.parent == tmp_path / "tmp"
+        assert snap.archive.exists()
+    assert not snap.archive.exists()
+    # a file collected, then gone before it is archived
+    monkeypatch.setattr(snapshots, "collect", lambda *a: (["b.py", "gone.py"], None, 0))
+    with pytest.raises(FileNotFoundError):
+        snapshots.snapshot(src)
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_an_empty_or_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
@@ -158,10 +176,10 @@ def test_torchyards_own_folders_inside_the_source_are_left_out(
     files, _, skipped = snapshots.collect(src, exclude=exclude)
     assert files == ["state/notes.md", "train.py"]
     assert skipped == 0  # left out, not counted as ignored by an ignore file
-    snap = snapshots.snapshot(src, exclude=iter(exclude))  # any iterable, read once
-    assert sorted(members(snap.data())) == ["state/notes.md", "train.py"]
-    assert snap.excluded == ("runs/", "state/registry/")
-    assert "left out runs/, state/registry/" in snap.report()
+    with snapshots.snapshot(src, exclude=iter(exclude)) as snap:  # any iterable, read once
+        assert sorted(members(snap.data())) == ["state/notes.md", "train.py"]
+        assert snap.excluded == ("runs/", "state/registry/")
+        assert "left out runs/, state/registry/" in snap.report()
     # A relative path or one with '..' names the same folder.
     monkeypatch.chdir(src)
     assert snapshots.collect(Path("."), exclude=[Path("runs"), Path("x/../state")])[0] == [
@@ -221,8 +239,8 @@ def test_a_link_to_a_file_is_archived_as_the_file_and_other_links_are_left_out(
     files, _, skipped = snapshots.collect(src)
     assert files == ["run.yaml", "train.py"]
     assert skipped == 3
-    snap = snapshots.snapshot(src)
-    assert members(snap.data()) == {"run.yaml": b"", "train.py": b"print('shared')\n"}
+    with snapshots.snapshot(src) as snap:
+        assert members(snap.data()) == {"run.yaml": b"", "train.py": b"print('shared')\n"}
 
 
 @pytest.mark.parametrize(
