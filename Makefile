@@ -92,8 +92,10 @@ e2e: venv
 node: venv tools
 	@$(PY) -m pytest -m node $(PYTEST_ARGS)
 
+# The tiers as separate pytest runs: unit+integration beside node (both mostly wait), then
+# e2e alone (tests/tiers.py); TORCHYARD_TEST_SERIAL=1: one plain pytest run instead.
 test: venv tools lint typecheck layers
-	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) -m tests.tiers $(PYTEST_ARGS)
 
 # The benchmarks print each figure beside its baseline from the same run; `make test` runs
 # them at their smallest size (tests/integration/test_benchmarks_smoke.py; real_launch, which

@@ -24,7 +24,8 @@ Every figure is printed for both, then the ratios (baseline / this tree).
         [--tree DIR]   # measure another operator/ folder as "this tree"
         [--profile DIR]   # the operator under benchmarks/sampler.py: where time goes
         [--peers]   # and the same queue as TrainJobs and PyTorchJobs (scale_peers.py)
-    .venv/bin/python benchmarks/scale.py --smoke   # 50 runs (tests run this)
+    .venv/bin/python benchmarks/scale.py --smoke   # 50 runs (tests run this); the
+        # baseline's refill is left out (--baseline-refills 0: it takes ~40 s a refill)
 """
 
 from __future__ import annotations
@@ -387,7 +388,8 @@ def measure(
         figures["rss"], figures["rss_peak"] = op.memory_mib()
         op.cut()  # profile window 2: idle
         ungated, pod_running, running = [], [], []
-        for i in range(args.refills if n > SLOTS else 0):
+        refills = args.refills if label == "tree" else args.baseline_refills
+        for i in range(refills if n > SLOTS else 0):
             with world.lock:
                 victim = min(r for r, p in world.phase.items() if p == "Running")
                 before = set(world.pod_ungated_at)
@@ -567,6 +569,12 @@ def main() -> int:
         help="the operator/ folder measured as this tree (default: this checkout's)",
     )
     parser.add_argument("--refills", type=int, default=3, help="freed slots to time")
+    parser.add_argument(
+        "--baseline-refills",
+        type=int,
+        help="freed slots to time on the baseline (default: --refills; --smoke: 0, as the "
+        "baseline takes ~40 s a refill)",
+    )
     parser.add_argument("--idle", type=float, default=30.0, help="idle CPU window (s)")
     parser.add_argument("--timeout", type=float, default=900.0, help="limit per wait (s)")
     parser.add_argument("--refill-timeout", type=float, default=60.0)
@@ -576,7 +584,11 @@ def main() -> int:
         default=300.0,
         help="limit per wait of the baseline (s): what it does not reach by then is 'n/a'",
     )
-    parser.add_argument("--smoke", action="store_true", help="50 runs, 1 refill, 5 s idle")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="50 runs, 1 refill (none of the baseline's), 5 s idle",
+    )
     parser.add_argument(
         "--peers",
         action="store_true",
@@ -590,8 +602,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.refills, args.idle, args.refill_timeout = 50, 1, 5.0, 75.0
-    if args.runs < 1 or args.refills < 0 or args.idle <= 0:
-        parser.error("--runs must be >= 1, --refills >= 0, --idle > 0")
+        if args.baseline_refills is None:
+            args.baseline_refills = 0
+    if args.baseline_refills is None:
+        args.baseline_refills = args.refills
+    if args.runs < 1 or min(args.refills, args.baseline_refills) < 0 or args.idle <= 0:
+        parser.error("--runs must be >= 1, --refills and --baseline-refills >= 0, --idle > 0")
     if not (args.tree / "torchyard" / "controller").is_dir():
         parser.error(f"--tree {args.tree}: not an operator/ folder (no torchyard/controller)")
     with tempfile.TemporaryDirectory(prefix="torchyard-scale-") as tmp:

@@ -17,6 +17,7 @@ Called by ``tests/cluster/realnode.py`` and ``tests/cluster/images.py``; tested 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -94,8 +95,17 @@ def _has_candidate(package: str) -> bool:
     )
 
 
+APT_LOCK = Path("/tmp/torchyard-apt.lock")
+
+
 def _apt(cmd: list[str], env: dict[str, str]) -> None:
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    """``cmd`` (apt-get), one at a time on this machine: ``make test`` runs two pytest
+    processes side by side (tests/tiers.py), and dpkg refuses a second apt-get at once;
+    apt's own wait covers anyone else's."""
+    cmd = [cmd[0], "-o", "DPkg::Lock::Timeout=600", *cmd[1:]]
+    with APT_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SetupError(
             f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stderr[-2000:]}\n"

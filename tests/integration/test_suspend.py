@@ -175,11 +175,11 @@ def _time(value: str) -> datetime:
 def test_time_suspended_is_not_counted_in_the_deadline_and_new_pods_get_what_is_left(
     cluster: Cluster, env: str, one_node_pool: Pool
 ) -> None:
-    """A run with activeDeadlineSeconds 45 is suspended after a few seconds for longer than
-    45 s: resumed, it runs again (before, it failed at once with DeadlineExceeded), its new
+    """A run with activeDeadlineSeconds 20 is suspended after a few seconds for longer than
+    20 s: resumed, it runs again (before, it failed at once with DeadlineExceeded), its new
     Pods' activeDeadlineSeconds is what was left, and it fails for the deadline only once
-    it ran 45 s in all."""
-    ns, deadline = env, 45
+    it ran 20 s in all."""
+    ns, deadline = env, 20
     body = whole_node_run("timed", ns, one_node_pool.name)
     spec = body["spec"]
     assert isinstance(spec, dict)
@@ -222,7 +222,7 @@ def test_time_suspended_is_not_counted_in_the_deadline_and_new_pods_get_what_is_
     assert [p["spec"]["activeDeadlineSeconds"] for p in pods] == [deadline - ran]
 
     # The clock runs on from where it stood: the run fails for its deadline once it has
-    # run 45 s in all (suspended time left out).
+    # run 20 s in all (suspended time left out).
     failed = wait_status(
         k8s.TRAININGRUNS, ns, "timed", lambda s: s.get("phase") == "Failed", timeout=120
     )["status"]
