@@ -97,7 +97,7 @@ def relay(run: Run, proc: subprocess.Popen[bytes], lock: threading.Lock) -> str:
             sys.stdout.buffer.write(prefix + line)
             sys.stdout.buffer.flush()
     proc.wait()
-    return last.decode("utf-8", "replace")
+    return last.decode("utf-8", "replace").strip("= ")
 
 
 def stage(

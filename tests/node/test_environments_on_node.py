@@ -49,7 +49,7 @@ from tests.cluster.realnode import RealNode
 from tests.cluster.registry import OciRegistry, push_archive
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import _host_address
-from tests.integration.helpers import run_pods, wait_status
+from tests.integration.helpers import run_pods, wait_for, wait_status
 from tests.node.test_trainingruns import container, explain, finished, logs, operator_with
 from torchyard import envbuild, k8s
 from torchyard.planning import environments
@@ -228,8 +228,16 @@ def test_a_pip_environment_is_built_on_the_node_and_a_run_uses_it(
         f"\n[node] baseImage + pip Environment: {st['phase']} in {time.monotonic() - started:.1f}s"
     )
     assert st["phase"] == "Ready", explain_env(cluster, ns, "built")
+    ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "Built", ready  # by its Job, not found there before
 
-    # the build ran on the real node, in the base image, as the non-root build user
+    # the build ran on the real node, in the base image, as the non-root build user; Ready
+    # comes with the push, so the builder may still be exiting
+    wait_for(
+        "the builder to exit",
+        lambda: "terminated" in container(build_pod(ns, st["buildJob"]), "build")["state"],
+        timeout=60,
+    )
     pod = build_pod(ns, st["buildJob"])
     assert pod["spec"]["nodeName"] == node.name, pod["spec"].get("nodeName")
     build = container(pod, "build")

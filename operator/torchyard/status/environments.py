@@ -75,16 +75,14 @@ def environment_status(
         status["buildJob"] = build.job
     if build.image:
         status["image"] = build.image
-        how = (
-            f"built by Job {build.job}"
-            if build.job_state == "Complete"
-            else "found in the registry"
+        # Ready as soon as the image is in the registry: while its build Job still ends
+        # (the builder exits after the push), it was built by that Job all the same.
+        if not build.job:
+            return ready("Cached", "image found in the registry", EnvironmentPhase.READY)
+        how = {"Complete": "", "Failed": " (the Job then failed: see its Pod's log)"}.get(
+            build.job_state, " (the Job is ending)"
         )
-        return ready(
-            "Built" if build.job_state == "Complete" else "Cached",
-            f"image {how}",
-            EnvironmentPhase.READY,
-        )
+        return ready("Built", f"image built by Job {build.job}{how}", EnvironmentPhase.READY)
     if build.job_state == "Failed":
         status["message"] = build.job_message
         last = build.job_message.strip().splitlines()[-1] if build.job_message.strip() else ""

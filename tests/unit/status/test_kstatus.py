@@ -234,3 +234,31 @@ def test_the_events_of_a_run_from_creation_to_failure() -> None:
 
 
 TABLE_STATUS = {row[0]: compute(**row[1]) for row in TABLE}
+
+
+READY_REASONS = [
+    ("in the registry, no Job", status.BuildObserved("sha256:1", image="r/e@sha256:2"), "Cached",
+     "image found in the registry"),
+    ("its Job complete", status.BuildObserved("sha256:1", image="r/e@sha256:2", job="b",
+     job_state="Complete"), "Built", "image built by Job b"),
+    # the builder pushed and has yet to exit: Ready now, and it was built, not found
+    ("its Job still ending", status.BuildObserved("sha256:1", image="r/e@sha256:2", job="b",
+     job_state="Running"), "Built", "image built by Job b (the Job is ending)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("build", "reason", "message"),
+    [row[1:] for row in READY_REASONS],
+    ids=[row[0] for row in READY_REASONS],
+)
+def test_an_image_in_the_registry_is_ready_and_says_who_made_it(
+    build: status.BuildObserved, reason: str, message: str
+) -> None:
+    body = environment("pytorch", "team", **BUILD)
+    st = status.environment_status(api.parse_environment(body), None, T0, build)
+    ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+    assert (st["phase"], ready["status"], ready["reason"], ready["message"]) == (
+        "Ready", "True", reason, message,
+    )  # fmt: skip
+    assert st["image"] == "r/e@sha256:2"
