@@ -325,10 +325,10 @@ def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path
     (src / "pkg").mkdir(parents=True)
     (src / "train.py").write_text("print('hi')\n")
     (src / "pkg" / "m.py").write_text("X = 1\n")
-    snap = snapshots.snapshot(src)
     volume = tmp_path / "configmap"
     volume.mkdir()
-    (volume / launcher.SNAPSHOT).write_bytes(snap.data())
+    with snapshots.snapshot(src) as snap:
+        (volume / launcher.SNAPSHOT).write_bytes(snap.data())
     work = tmp_path / "work"
     code = launcher.prepare(["--copy", str(volume), str(work)])
     assert code == 0
