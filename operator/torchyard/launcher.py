@@ -1927,6 +1927,10 @@ def prepare(args: Sequence[str], termination_log: str | None = None) -> int:
 MPI_PROTOCOL = b"torchyard-mpi 1"
 # How long mpirun may take to stop every rank after it reported an MPI_Abort.
 MPI_ABORT_GRACE_SECONDS = 20.0
+# OpenMPI 4.1's show_help race: the abort report is lost ("Data unpack would read past
+# end of buffer" / "had inadequate space"); mpirun then exits, or stays with every rank
+# gone. Either way the job is ending, as after an MPI_Abort report.
+_MPI_REPORT_LOST = re.compile(rb"ORTE_ERROR_LOG: .*/show_help\.c")
 _MPI_TAG = re.compile(rb"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$", re.DOTALL)
 # OpenMPI 4.1 tags every write of a rank, so one line may carry tags again inside, of the
 # same rank ('    [1,3]<stderr>:raise ...', 'text[1,3]<stdout>:\n') or of another.
@@ -2166,7 +2170,7 @@ class MpiLauncher(Launcher):
         # report of the failing rank is lost (OpenMPI 4.1's show_help can drop it with
         # "ORTE_ERROR_LOG: Data unpack would read past end of buffer" after an MPI_Abort).
         self.first_traceback: int | None = None
-        self.aborted_at: float | None = None  # when mpirun reported an MPI_Abort
+        self.aborted_at: float | None = None  # when mpirun reported an MPI_Abort (or lost it)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.stopping is None:
@@ -2316,9 +2320,10 @@ class MpiLauncher(Launcher):
         return self._mpi_report(code, nproc, exited_at, time.monotonic() - started)
 
     def _wait_mpirun(self, mpirun: subprocess.Popen[bytes]) -> int:
-        """mpirun's exit code. Once it reported an MPI_Abort (the job is to end), it gets
-        MPI_ABORT_GRACE_SECONDS to stop the ranks and exit; OpenMPI 4.1 sometimes stays
-        behind with every rank gone, and is then stopped (its process group)."""
+        """mpirun's exit code. Once it reported an MPI_Abort, or lost that report
+        (``_MPI_REPORT_LOST``; the job is to end), it gets MPI_ABORT_GRACE_SECONDS to stop
+        the ranks and exit; OpenMPI 4.1 sometimes stays behind with every rank gone, and
+        is then stopped (its process group)."""
         while True:
             try:
                 return mpirun.wait(timeout=1)
@@ -2329,8 +2334,8 @@ class MpiLauncher(Launcher):
                 and time.monotonic() - self.aborted_at > MPI_ABORT_GRACE_SECONDS
             ):
                 self.say(
-                    f"mpirun still running {MPI_ABORT_GRACE_SECONDS:.0f}s after an MPI_Abort: "
-                    "stopping it"
+                    f"mpirun still running {MPI_ABORT_GRACE_SECONDS:.0f}s after an MPI_Abort "
+                    "(or the loss of its report): stopping it"
                 )
                 for sig in (signal.SIGTERM, signal.SIGKILL):
                     with contextlib.suppress(OSError):
@@ -2358,7 +2363,8 @@ class MpiLauncher(Launcher):
                 log.flush()
                 if _MPI_TAG.match(line) is None:
                     self.output.append(line.decode("utf-8", "replace"))
-                    if self.aborted_at is None and b"MPI_ABORT was invoked" in line:
+                    ending = b"MPI_ABORT was invoked" in line or _MPI_REPORT_LOST.search(line)
+                    if self.aborted_at is None and ending:
                         self.aborted_at = time.monotonic()
                     self._show(self.err, b"[mpirun] " + line)
                     continue

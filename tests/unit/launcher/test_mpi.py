@@ -207,6 +207,12 @@ if "{fail}" != "no":
         err.write("[vm:23941] [[12667,0],0] ORTE_ERROR_LOG: Data unpack would read past end "
                   "of buffer in file ../../../orte/util/show_help.c at line 501\n")
         sys.exit(1)
+    if "{fail}" == "lost-hangs":  # the same race, then mpirun stays with every rank gone
+        err.write("[vm:10009] [[19431,0],0] ORTE_ERROR_LOG: Data unpack had inadequate "
+                  "space in file ../../../orte/util/show_help.c at line 513\n")
+        err.flush()
+        import time
+        time.sleep(3600)
     if "{fail}" == "abort":  # python -m mpi4py: MPI_Abort on the exception
         err.write("-" * 74 + "\nMPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD"
                   "\nwith errorcode 1.\n\nNOTE: invoking MPI_ABORT causes Open MPI to kill "
@@ -279,8 +285,14 @@ def test_node_0_runs_mpirun_over_the_hostfile_with_itself_as_agent(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "how",
-    ["yes", "abort", "lost", "hangs"],
-    ids=["exit", "mpi-abort", "abort-report-lost", "mpirun-stays-after-abort"],
+    ["yes", "abort", "lost", "hangs", "lost-hangs"],
+    ids=[
+        "exit",
+        "mpi-abort",
+        "abort-report-lost",
+        "mpirun-stays-after-abort",
+        "mpirun-stays-after-the-report-is-lost",
+    ],
 )
 def test_a_failing_rank_is_named_with_its_node_and_traceback(tmp_path: Path, how: str) -> None:
     port = free_port()
