@@ -3,6 +3,7 @@ Prometheus metrics, and an operator in a process of its own (as a ServiceAccount
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import yaml
 
 from tests.cluster.harness import Cluster
 from torchyard import k8s
+from torchyard.controller import references
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
@@ -53,6 +55,78 @@ def wait_status(
             f"status of {name} never matched: {json.dumps(last.get('status'), indent=1)}"
         ) from None
     return result
+
+
+@contextlib.contextmanager
+def stand_in_kueue() -> Iterator[None]:
+    """Kueue's LocalQueue CRD (a stand-in with an open schema; no Kueue controller runs)
+    while the cluster has none, taken away afterwards: what the operator looks up for a
+    run's ``scheduling.queueName`` (``controller.references``). With Kueue's own CRD
+    already there (tests/integration/test_kueue.py), that one is used and kept."""
+    if k8s.get_or_none(k8s.CRDS, None, k8s.LOCALQUEUES_CRD) is not None:
+        yield
+        return
+    k8s.create(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": k8s.LOCALQUEUES_CRD},
+            "spec": {
+                "group": k8s.KUEUE_GROUP,
+                "scope": "Namespaced",
+                "names": {
+                    "kind": "LocalQueue",
+                    "listKind": "LocalQueueList",
+                    "plural": "localqueues",
+                    "singular": "localqueue",
+                },
+                "versions": [
+                    {
+                        "name": "v1beta2",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+    )
+
+    def established() -> bool:
+        crd = k8s.get(k8s.CRDS, None, k8s.LOCALQUEUES_CRD)
+        return any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in crd.get("status", {}).get("conditions", [])
+        )
+
+    wait_for("the stand-in LocalQueue CRD established", established)
+    try:
+        yield
+    finally:
+        k8s.delete(k8s.CRDS, None, k8s.LOCALQUEUES_CRD)
+
+
+def local_queue(namespace: str, name: str) -> None:
+    """A LocalQueue ``name`` in ``namespace``, in the version the cluster's CRD serves
+    (``stand_in_kueue`` or Kueue's own)."""
+    version = references.served_version(k8s.get(k8s.CRDS, None, k8s.LOCALQUEUES_CRD))
+    assert version is not None
+    res = k8s.local_queues(version)
+    k8s.rest.call(
+        "POST",
+        res.path(namespace),
+        body={
+            "apiVersion": res.api_version,
+            "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterQueue": f"{name}-cq"},
+        },
+    )
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -54,18 +54,26 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("", "services"): {"create", "patch", "delete"},
     # mpi_keys.ensure: an MPI run's key Secret, created once and never read back.
     ("", "secrets"): {"create"},
-    # checkpoints: a run's own checkpoint claim, applied before its Pods.
-    ("", "persistentvolumeclaims"): {"create", "patch"},
+    # checkpoints: a run's own checkpoint claim, applied before its Pods; a named one
+    # looked up (references.missing).
+    ("", "persistentvolumeclaims"): {"get", "create", "patch"},
     # controller.progress: the tail of a running node Pod's log, read at most every 10 s.
     ("", "pods/log"): {"get"},
-    # applied: an Environment build's recipe, and the launcher's ConfigMap of node Pods
-    ("", "configmaps"): {"create", "patch"},
+    # applied: an Environment build's recipe, and the launcher's ConfigMap of node Pods;
+    # a run's source.configMap looked up (references.missing)
+    ("", "configmaps"): {"get", "create", "patch"},
+    # references.missing: a run's scheduling.queueName, Kueue's LocalQueue
+    ("kueue.x-k8s.io", "localqueues"): {"get"},
     ("", "events"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    # Kopf; references.missing: is Kueue installed (its LocalQueue CRD)
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    # references.missing: a run's compute.priorityClassName
+    ("scheduling.k8s.io", "priorityclasses"): {"get"},
     ("", "namespaces"): {"list", "watch"},
     ("", "nodes"): {"list", "watch"},
 }
+CLUSTER_SCOPED = ("customresourcedefinitions", "priorityclasses", "namespaces", "nodes")
 FORBIDDEN_VERBS = {"*", "escalate", "bind", "impersonate"}
 
 
@@ -224,15 +232,14 @@ def test_a_namespaced_operator_gets_roles_in_its_namespaces_and_cluster_reads_on
     docs = helm.template("--set", "watchNamespaces={team-a,team-b}")
     cluster_wide = _grants(docs, "ClusterRole", "t-torchyard-operator")
     assert cluster_wide == {
-        ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+        ("scheduling.k8s.io", "priorityclasses"): {"get"},
         ("", "namespaces"): {"list", "watch"},
         ("", "nodes"): {"list", "watch"},
         ("", "pods"): {"list"},  # gang admission counts every Pod on the pool's nodes
     }
     namespaced_needs = {
-        key: verbs
-        for key, verbs in OPERATOR_NEEDS.items()
-        if key[1] not in ("customresourcedefinitions", "namespaces", "nodes")
+        key: verbs for key, verbs in OPERATOR_NEEDS.items() if key[1] not in CLUSTER_SCOPED
     }
     for ns in ("team-a", "team-b"):
         role = next(
@@ -656,7 +663,7 @@ def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls
         elsewhere = "default"
         for (group, resource), verbs in OPERATOR_NEEDS.items():
             for verb in verbs:
-                cluster_scoped = resource in ("customresourcedefinitions", "namespaces", "nodes")
+                cluster_scoped = resource in CLUSTER_SCOPED
                 where = "" if cluster_scoped else elsewhere
                 assert operator.can(verb, resource, where, group), (verb, group, resource, where)
         assert not operator.can("get", "secrets", elsewhere)
@@ -769,7 +776,8 @@ def test_health_checks_judge_the_status_the_operator_wrote(
     preparing = wait_status(k8s.TRAININGRUNS, ns, "no-env", lambda s: s.get("phase") == "Preparing")
     assert health("TrainingRun", preparing) == {
         "status": "Progressing",
-        "message": f"Environment missing does not exist in namespace {ns}",
+        "message": f"spec.environment: Environment missing does not exist in namespace {ns}; "
+        "the run waits for it",
     }
 
     gpu_run("queued", nodes=2, pool="nowhere")  # a pool without nodes: never admitted

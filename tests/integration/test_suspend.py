@@ -12,7 +12,15 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool, node_manifest
-from tests.integration.helpers import conditions, finish_pod, run_pods, wait_for, wait_status
+from tests.integration.helpers import (
+    conditions,
+    finish_pod,
+    local_queue,
+    run_pods,
+    stand_in_kueue,
+    wait_for,
+    wait_status,
+)
 from tests.integration.test_cli import torchyard
 from tests.integration.test_trainingruns import running
 from torchyard import k8s
@@ -102,9 +110,16 @@ def test_a_gang_kueue_stops_restarts_as_a_suspension_using_no_limit(
 ) -> None:
     """Kueue stops a plain Pod group by marking its Pods TerminationTarget (reason
     StoppedByKueue) and deleting them; done here by hand, as Kueue's pod controller does
-    (no Kueue runs here, so nothing gates the new Pods). Before this, the deleted Pod was a
+    (no Kueue runs here, so nothing gates the new Pods; its LocalQueue CRD is a stand-in,
+    as the operator waits for the queue a run names). Before this, the deleted Pod was a
     platform failure: with platformRestartLimit 0 the run failed."""
     ns = env
+    with stand_in_kueue():
+        local_queue(ns, "team-a")
+        _kueue_stops_the_gang(ns)
+
+
+def _kueue_stops_the_gang(ns: str) -> None:
     k8s.create(
         TrainingRunBuilder("kueued", ns)
         .environment("pytorch")

@@ -180,15 +180,23 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["create"]
-# The checkpoint claim a run asks for (spec.checkpoints.size): applied, owned by the run.
+# The checkpoint claim a run asks for (spec.checkpoints.size): applied, owned by the run;
+# a named one (spec.checkpoints.claimName) is looked up before the run's Pods
+# (controller/references.py).
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["create", "patch"]
+  verbs: ["get", "create", "patch"]
 # The conda environment.yml / Dockerfile of an Environment build, and the launcher's
-# ConfigMap that node Pods mount (controller/admission.py ship), both applied.
+# ConfigMap that node Pods mount (controller/admission.py ship), both applied; a run's
+# source.configMap is looked up before its Pods (controller/references.py).
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "patch"]
+  verbs: ["get", "create", "patch"]
+# A run's scheduling.queueName: Kueue's LocalQueue is looked up before its Pods
+# (controller/references.py); nothing is granted where Kueue is not installed.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["localqueues"]
+  verbs: ["get"]
 # Events about runs (k8s.record_event) and Kopf's own handler events.
 - apiGroups: [""]
   resources: ["events"]
@@ -212,10 +220,15 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 
 {{/* What the operator needs cluster-wide, whatever it watches. */}}
 {{- define "torchyard.operatorClusterRules" -}}
-# Kopf discovers and watches the resources it serves.
+# Kopf discovers and watches the resources it serves; a run with scheduling.queueName
+# looks up Kueue's LocalQueue CRD (is Kueue installed, which version: references.py).
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
+# A run's compute.priorityClassName is looked up before its Pods (references.py).
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
+  verbs: ["get"]
 # Kopf observes namespaces (it matches --namespace against them).
 - apiGroups: [""]
   resources: ["namespaces"]

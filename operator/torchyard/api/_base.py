@@ -8,9 +8,9 @@ modules of this package; no I/O here.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 # Re-exported: defined once in wire.py.
@@ -33,6 +33,32 @@ QUANTITY = (
 )
 QUANTITY_MAX_LENGTH = 64
 ENV_VAR_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# A label value, and the name part of a label key (at most 63 characters each; a key may
+# have a DNS-1123 subdomain prefix of at most 253 and a '/'): what a node's labels are.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_VALUE_MAX_LENGTH = 63
+LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+LABEL_KEY_PREFIX_MAX_LENGTH = 253
+# A string that reaches a process's argv or environment (a C string: NUL ends it, so a
+# NUL byte would cut the argument short, or make the runtime refuse to start the Pod).
+NO_NUL = r"^[^\x00]*$"
+NO_NUL_RULE = (
+    "must not contain a NUL byte (\\u0000): a process's arguments and environment are C "
+    "strings, which end at the first NUL"
+)
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{NO_NUL_RULE}; got {value!r}")
+    return value
+
+
+# A string without a NUL byte: the CRD's pattern, and the same check with a message here.
+NoNulStr = Annotated[str, AfterValidator(_no_nul), Field(json_schema_extra={"pattern": NO_NUL})]
 
 
 BASE_CONFIG = ConfigDict(

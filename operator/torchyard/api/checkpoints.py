@@ -20,10 +20,15 @@ from torchyard.api._base import (
     Model,
     with_rules,
 )
+from torchyard.api.quantities import quantity
 
 ONE_OF_RULE = (
     "checkpoints needs exactly one of claimName (an existing PersistentVolumeClaim) or size "
     "(a claim the operator creates for the run)"
+)
+SIZE_RULE = (
+    "checkpoints.size must be more than 0 (a PersistentVolumeClaim asks for some storage), "
+    "e.g. 50Gi"
 )
 CREATED_ONLY_RULE = (
     "checkpoints.storageClassName and checkpoints.accessMode describe the claim the operator "
@@ -54,6 +59,14 @@ class Checkpoints(Model):
             "rule": "has(self.size) || (!has(self.storageClassName) && !has(self.accessMode))",
             "message": CREATED_ONLY_RULE,
         },
+        {
+            # isQuantity first: the pattern says what is wrong with a non-quantity.
+            "rule": "!has(self.size) || !isQuantity(self.size) || "
+            "quantity(self.size).isGreaterThan(quantity('0'))",
+            "message": SIZE_RULE,
+            "fieldPath": ".size",
+            "reason": "FieldValueInvalid",
+        },
     )
 
     claim_name: str | None = Field(
@@ -62,7 +75,8 @@ class Checkpoints(Model):
         pattern=DNS1123_SUBDOMAIN,
         description="An existing PersistentVolumeClaim in the run's namespace; it outlives "
         "the run (several runs may resume from one folder, one at a time). With several "
-        "nodes its volume must be ReadWriteMany.",
+        "nodes its volume must be ReadWriteMany. The run waits (Admitted False, "
+        "ClaimNotFound) until it exists.",
     )
     size: str | None = Field(
         default=None,
@@ -112,6 +126,13 @@ class Checkpoints(Model):
             raise ValueError(ONE_OF_RULE)
         if self.size is None and (self.storage_class_name or self.access_mode):
             raise ValueError(CREATED_ONLY_RULE)
+        if self.size is not None:
+            try:
+                empty = quantity(self.size) <= 0
+            except ValueError:
+                empty = False  # the pattern says what is wrong
+            if empty:
+                raise ValueError(f"{SIZE_RULE}; got {self.size}")
         return self
 
     def access_mode_for(self, node_count: int) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -22,10 +22,15 @@ from torchyard.api._base import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     ENV_VAR_NAME,
+    LABEL_KEY,
+    LABEL_KEY_PREFIX_MAX_LENGTH,
+    LABEL_VALUE,
+    LABEL_VALUE_MAX_LENGTH,
     QUANTITY,
     QUANTITY_MAX_LENGTH,
     Condition,
     Model,
+    NoNulStr,
     nested,
     with_rules,
 )
@@ -57,17 +62,50 @@ class Phase(str, Enum):
     SUSPENDED = "Suspended"  # spec.suspend: the gang saved a checkpoint and was stopped
 
 
+# The clone runs in the node Pod's init container: a URL it can reach over the network.
+GIT_URL = r"^((https?|ssh|git)://[^/]|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)"
+GIT_URL_MAX_LENGTH = 2048
+GIT_URL_RULE = (
+    "source.git.url must be an https://, http://, ssh:// or git:// URL, or user@host:path "
+    "(ssh): the clone runs in the node Pod, where a file:// URL or a local path names "
+    "nothing of yours; push the repository to a Git server, or send the folder with "
+    "source.configMap (torchyard submit --source DIR)"
+)
+
+
 class GitSource(Model):
     """Code cloned from a Git repository by an init container."""
 
-    url: str = Field(min_length=1, description="URL of the repository to clone.")
-    revision: str = Field(
-        default="HEAD", min_length=1, description="Branch, tag or commit to check out."
+    model_config = with_rules(
+        {
+            "rule": "self.url.matches(r'" + GIT_URL + "')",
+            "message": GIT_URL_RULE,
+            "fieldPath": ".url",
+            "reason": "FieldValueInvalid",
+        }
     )
-    path: str = Field(
+
+    url: NoNulStr = Field(
+        min_length=1,
+        max_length=GIT_URL_MAX_LENGTH,
+        description="URL of the repository to clone: https://, http://, ssh://, git:// or "
+        "user@host:path (no file:// nor a local path: the clone runs in the node Pod).",
+    )
+    revision: NoNulStr = Field(
+        default="HEAD",
+        min_length=1,
+        description="Branch, tag or commit to check out.",
+    )
+    path: NoNulStr = Field(
         default="",
         description="Sub-folder of the repository to run the command in ('' = the root).",
     )
+
+    @model_validator(mode="after")
+    def _cloneable_url(self) -> GitSource:
+        if not re.match(GIT_URL, self.url):
+            raise ValueError(f"{GIT_URL_RULE}; got {self.url!r}")
+        return self
 
 
 class Source(Model):
@@ -93,7 +131,8 @@ class Source(Model):
         max_length=253,
         pattern=DNS1123_SUBDOMAIN,
         description="Name of a ConfigMap in the run's namespace holding the code "
-        "(`torchyard submit --source DIR` makes one); mounted as the working directory.",
+        "(`torchyard submit --source DIR` makes one); mounted as the working directory. "
+        "The run waits (Admitted False, ConfigMapNotFound) until it exists.",
     )
     snapshot: str | None = Field(
         default=None,
@@ -205,7 +244,7 @@ class Distribution(Model):
         description="type mpi only: the MPI implementation the image carries. Only "
         "'openmpi' (the default) is supported.",
     )
-    mpirun_args: list[str] | None = Field(
+    mpirun_args: list[NoNulStr] | None = Field(
         default=None,
         max_length=64,
         description="type mpi only: extra arguments for mpirun, placed before the command "
@@ -258,6 +297,14 @@ SHM_RULE = (
     "resources.shmSize must not exceed resources.memory: /dev/shm is memory-backed and "
     "counts against the container's memory limit (leave shmSize out for half of memory)"
 )
+# The launcher and one Python process need about this much before any training code runs:
+# a smaller limit only gets the node Pod OOM-killed at its start.
+MIN_MEMORY = "32Mi"
+MIN_MEMORY_RULE = (
+    f"resources.memory must be at least {MIN_MEMORY}: the launcher and a Python process "
+    "need that much before any training code runs (a PyTorch rank needs hundreds of Mi); "
+    "write it with a unit, e.g. 8Gi or 512Mi (1Ki is 1024 bytes)"
+)
 
 
 class Resources(Model):
@@ -273,7 +320,14 @@ class Resources(Model):
             "message": SHM_RULE,
             "fieldPath": ".shmSize",
             "reason": "FieldValueInvalid",
-        }
+        },
+        {
+            "rule": "!has(self.memory) || !isQuantity(self.memory) || "
+            f"quantity(self.memory).compareTo(quantity('{MIN_MEMORY}')) >= 0",
+            "message": MIN_MEMORY_RULE,
+            "fieldPath": ".memory",
+            "reason": "FieldValueInvalid",
+        },
     )
 
     gpus_per_node: int = Field(
@@ -293,7 +347,7 @@ class Resources(Model):
         pattern=QUANTITY,
         max_length=QUANTITY_MAX_LENGTH,
         description="Memory per node Pod (request and limit), as a Kubernetes quantity "
-        "(e.g. 64Gi).",
+        f"(e.g. 64Gi); at least {MIN_MEMORY}.",
     )
     shm_size: str | None = Field(
         default=None,
@@ -306,6 +360,13 @@ class Resources(Model):
 
     @model_validator(mode="after")
     def _shm_fits_memory(self) -> Resources:
+        if self.memory is not None:
+            try:
+                too_small = quantity(self.memory) < quantity(MIN_MEMORY)
+            except ValueError:
+                too_small = False  # the pattern says what is wrong
+            if too_small:
+                raise ValueError(f"{MIN_MEMORY_RULE}; got {self.memory}")
         if self.shm_size is None or self.memory is None:
             return self
         try:
@@ -331,8 +392,40 @@ class Toleration(Model):
     )
 
 
+NODE_SELECTOR_MAX = 64
+NODE_SELECTOR_KEY_RULE = (
+    "compute.nodeSelector: every key must be a label key, as a node's labels are: a name "
+    f"of at most {LABEL_VALUE_MAX_LENGTH} letters, digits, '-', '_' or '.' that starts and "
+    "ends with a letter or digit, with an optional prefix (a DNS subdomain of at most "
+    f"{LABEL_KEY_PREFIX_MAX_LENGTH} characters) and '/' before it, e.g. "
+    "topology.kubernetes.io/zone"
+)
+
+
+def label_key(key: str) -> bool:
+    """``key`` is a label key (the CEL rule of ``compute.nodeSelector`` in Python)."""
+    slash = key.rfind("/")
+    return (
+        re.fullmatch(LABEL_KEY, key) is not None
+        and len(key) - slash - 1 <= LABEL_VALUE_MAX_LENGTH
+        and slash <= LABEL_KEY_PREFIX_MAX_LENGTH
+    )
+
+
 class Compute(Model):
     """Which nodes run the run (~ an Azure ML compute target)."""
+
+    model_config = with_rules(
+        {
+            "rule": f"!has(self.nodeSelector) || self.nodeSelector.all(k, "
+            f"k.matches(r'{LABEL_KEY}') && "
+            f"size(k) - k.lastIndexOf('/') - 1 <= {LABEL_VALUE_MAX_LENGTH} && "
+            f"k.lastIndexOf('/') <= {LABEL_KEY_PREFIX_MAX_LENGTH})",
+            "message": NODE_SELECTOR_KEY_RULE,
+            "fieldPath": ".nodeSelector",
+            "reason": "FieldValueInvalid",
+        }
+    )
 
     pool: str | None = Field(
         default=None,
@@ -340,8 +433,15 @@ class Compute(Model):
         pattern=DNS1123_LABEL,
         description=f"Node pool: selects nodes labelled {LABEL_POOL}=<pool>.",
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Extra node labels the node Pods require."
+    node_selector: dict[
+        str,
+        Annotated[str, Field(max_length=LABEL_VALUE_MAX_LENGTH, pattern=LABEL_VALUE)],
+    ] = Field(
+        default_factory=dict,
+        max_length=NODE_SELECTOR_MAX,
+        description="Extra node labels the node Pods require: keys and values as a node's "
+        f"labels are (a value: at most {LABEL_VALUE_MAX_LENGTH} letters, digits, '-', '_' "
+        "or '.', starting and ending with a letter or digit, or empty).",
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
@@ -352,8 +452,16 @@ class Compute(Model):
         default=None,
         max_length=253,
         pattern=DNS1123_SUBDOMAIN,
-        description="PriorityClass of the node Pods.",
+        description="PriorityClass of the node Pods; the run waits (Admitted False, "
+        "PriorityClassNotFound) until it exists.",
     )
+
+    @model_validator(mode="after")
+    def _label_keys(self) -> Compute:
+        bad = sorted(k for k in self.node_selector if not label_key(k))
+        if bad:
+            raise ValueError(f"{NODE_SELECTOR_KEY_RULE}; got {', '.join(map(repr, bad))}")
+        return self
 
 
 LOG_RULE_ACTIONS = ("cancelRetries", "excludeNode", "ignore")
@@ -450,6 +558,14 @@ class Policy(Model):
         description="Rules over the ranks' output lines, first match wins: cancelRetries, "
         "excludeNode or ignore.",
     )
+    log_limit_bytes: int | None = Field(
+        default=None,
+        ge=4096,  # launcher.LOG_LIMIT_MIN
+        le=1 << 40,
+        description="The most each rank's archived log (logs/rank-<r>.txt) may hold; a rank "
+        "that writes more keeps its first and last half, with a line saying how many bytes "
+        "and lines were dropped between them. Default 64 MiB (67108864).",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,
@@ -539,7 +655,7 @@ class EnvVar(Model):
     )
 
     name: str = Field(min_length=1, max_length=256, pattern=ENV_VAR_NAME, description="Name.")
-    value: str = Field(default="", description="Value.")
+    value: NoNulStr = Field(default="", description="Value (no NUL byte).")
 
     @model_validator(mode="after")
     def _not_rank_contract(self) -> EnvVar:
@@ -558,7 +674,8 @@ class Scheduling(Model):
         max_length=63,
         pattern=DNS1123_LABEL,
         description="Hand admission to Kueue's LocalQueue of this name instead of "
-        "torchyard's own gang admission.",
+        "torchyard's own gang admission; the run waits (Admitted False) until Kueue is "
+        "installed and the LocalQueue exists in the run's namespace.",
     )
 
 
@@ -591,10 +708,11 @@ class TrainingRunSpec(Model):
         description="Where the code comes from: a ConfigMap, a Git repository, or the image.",
         json_schema_extra={"default": {"image": True}},
     )
-    command: list[str] = Field(
+    command: list[NoNulStr] = Field(
         min_length=1,
         description="Command run in the working directory, e.g. "
-        "[python, train.py, --num_epochs, '30'] (~ ScriptRunConfig script + arguments).",
+        "[python, train.py, --num_epochs, '30'] (~ ScriptRunConfig script + arguments); "
+        "no argument may hold a NUL byte.",
     )
     env: list[EnvVar] = Field(
         default_factory=list,

@@ -17,9 +17,9 @@ the pass found, and nobody behind it moves), so a burst of thousands of new runs
 no pass over thousands each. A gang whose Pods all exist ungated needs none of this:
 :func:`settled` says so without the wanted manifests being built. A run with
 ``scheduling.queueName`` is left to Kueue. Until the cache is primed (``prime``, at
-start-up) nothing is admitted. The apiserver's refusals that a user must fix come back
-as :class:`Admission` fields rather than errors: a missing ServiceAccount (the run waits
-for it) and Pod Security (the run cannot run). Tested in
+start-up) nothing is admitted. The apiserver's refusals are raised as they come;
+``trainingruns`` tells them apart (``refusals``: the run waits, fails, or the work queue
+retries). Tested in
 tests/unit/controller/test_admission_pass.py, tests/unit/controller/test_reconcile.py and
 tests/unit/controller/test_fanout_cost.py, and against a real control plane in
 tests/integration/test_trainingruns.py.
@@ -38,7 +38,6 @@ from torchyard.controller.context import Context, Key
 from torchyard.planning import admission as gangs
 from torchyard.planning import names, pods, shipped
 
-SERVICE_ACCOUNT_RETRY_SECONDS = 10.0
 # Before the first pass after a restart has placed a gang: what its status said is kept.
 WAITING_MESSAGE = "waiting for the admission pass"
 OUTSIDE_REFRESH_SECONDS = 30.0
@@ -52,9 +51,10 @@ class Admission:
     pods: list[dict[str, Any]]  # the current attempt's Pods, those just created included
     decision: gangs.Decision | None = None  # None: nothing was decided this time
     others: list[Key] = field(default_factory=list)  # other runs the decision admitted
-    # (reason, message): the Pods cannot be created yet (a missing ServiceAccount).
+    # (reason, message): the Pods cannot be created yet (``references``, ``refusals``:
+    # a missing ConfigMap, claim, PriorityClass, LocalQueue or ServiceAccount).
     pending: tuple[str, str] | None = None
-    refused: str = ""  # the namespace's Pod Security admission refuses the Pods: why
+    refused: str = ""  # the apiserver refuses a child for good (``refusals``): why
     queue: dict[str, Any] | None = None  # {pool, position}: the run's place in its queue
 
 
@@ -66,24 +66,10 @@ def admit(
     previous: Mapping[str, Any] | None = None,
 ) -> Admission:
     """Create the missing node Pods of ``wanted`` (``current`` exist) and admit the gang
-    when it fits; the apiserver's refusals that a user must fix are told apart.
-    ``previous`` (the run's status) is kept while no pass has placed the gang yet."""
-    try:
-        return _create_and_admit(ctx, run, wanted, current, previous or {})
-    except k8s.ApiError as err:
-        if err.status == 403 and no_service_account(err.message):
-            # The run waits for it (its creation sends this operator no event).
-            return Admission(current, pending=service_account_missing(run))
-        if err.status == 403 and "PodSecurity" in err.message:
-            return Admission(
-                current,
-                refused=(
-                    f"the namespace's Pod Security admission refused the node Pods "
-                    f"({err.message}); set spec.runAsUser (e.g. 1000, the curated "
-                    "images' user) to run them as non-root"
-                ),
-            )
-        raise
+    when it fits; an apiserver's refusal is raised (``trainingruns`` maps it with
+    ``refusals``). ``previous`` (the run's status) is kept while no pass has placed the
+    gang yet."""
+    return _create_and_admit(ctx, run, wanted, current, previous or {})
 
 
 def settled(ctx: Context, run: api.TrainingRun, current: list[dict[str, Any]]) -> Admission | None:
@@ -112,23 +98,6 @@ def ship(ctx: Context, namespace: str) -> None:
     if applied is None or (now - applied).total_seconds() >= SHIP_REFRESH_SECONDS:
         ctx.k8s.apply(pods.launcher_config_map(namespace))
         ctx.shipped[key] = now
-
-
-def no_service_account(message: str) -> bool:
-    """The apiserver's ServiceAccount admission refused a Pod whose ServiceAccount is
-    missing ("error looking up service account NS/NAME: serviceaccount "NAME" not found")."""
-    text = message.lower()
-    return "service account" in text and "not found" in text
-
-
-def service_account_missing(run: api.TrainingRun) -> tuple[str, str]:
-    sa, ns = run.spec.service_account_name, run.namespace
-    return (
-        "ServiceAccountNotFound",
-        f"the node Pods run as ServiceAccount {sa} (spec.serviceAccountName), which does not "
-        f"exist in namespace {ns}: create it (kubectl create serviceaccount {sa} -n {ns}) "
-        "or name one that exists; the run waits for it",
-    )
 
 
 def _create_and_admit(

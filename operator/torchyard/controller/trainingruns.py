@@ -10,9 +10,11 @@
    gracefully and waits (``suspension``);
 4. **decide** with pure functions: the deadline and the failure policy
    (``failure_policy``: wait for the gang to settle, restart it, or fail);
-5. **apply** children: delete stale Pods, else create the Service and node Pods and
-   admit the gang (``admission``); register the model once every node succeeded
-   (``finalize``);
+5. **apply** children: delete stale Pods, else check that the objects the spec names
+   exist (``references``: the run waits for a missing one), create the Service and node
+   Pods and admit the gang (``admission``), the apiserver's refusals told apart
+   (``refusals``: the run waits, or fails as InvalidSpec at once); register the model
+   once every node succeeded (``finalize``);
 6. **write** the status and its Events once, at the end, only when they changed
    (``context.write``), from ``status.trainingrun_status`` fed with what was observed
    and decided: the failure decided in step 4 travels with it, never computed again. A
@@ -39,6 +41,8 @@ from torchyard.controller import (
     finalize,
     mpi_keys,
     progress,
+    references,
+    refusals,
     suspension,
     telemetry,
 )
@@ -143,6 +147,9 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         applied = _apply_children(ctx, run, seen, result, logger, now)
         if applied is not None and applied.refused:
             logger.warning("TrainingRun %s/%s: %s", run.namespace, run.name, applied.refused)
+            # Pods the apiserver took before it refused the rest would wait for nothing.
+            left = observe(ctx, run, previous).children
+            context.delete_pods(ctx, run.namespace, [p for p in left if context.live(p)])
             return _invalid(run.generation, applied.refused, previous, now), Result()
     inputs = _status_inputs(seen, verdict, applied)
     if verdict.failure is None and not verdict.deadline_exceeded:
@@ -207,7 +214,9 @@ def _apply_children(
     ctx: Context, run: api.TrainingRun, seen: Observed, result: Result, logger: Log, now: datetime
 ) -> admission.Admission | None:
     """Delete an earlier attempt's Pods first (None); else the node Pods this attempt
-    wants, created and admitted (``admission.admit``)."""
+    wants, created and admitted (``admission.admit``), once the objects the spec names
+    exist (``references``); a refusal of the apiserver that a retry cannot fix comes
+    back as ``pending`` (the run waits) or ``refused`` (it fails), see ``refusals``."""
     if seen.stale:
         # A Pod on a node left out as bad (NotReady: no kubelet confirms its end) is
         # deleted at once: the next attempt's Pod of the same name waits for it.
@@ -220,6 +229,28 @@ def _apply_children(
     settled = admission.settled(ctx, run, seen.current)
     if settled is not None:  # whole and ungated: no manifests to build, nothing to write
         return settled
+    if not seen.current:  # before a gang's first Pod: what it names must exist
+        waiting = references.missing(ctx, run)
+        if waiting is not None:
+            result.requeue_after = refusals.WAIT_SECONDS
+            return admission.Admission(seen.current, pending=waiting)
+    try:
+        return _create_children(ctx, run, seen, result, logger, now)
+    except k8s.ApiError as err:
+        refusal = refusals.of(err, run)
+        if refusal is None:
+            raise
+        if refusal.fails:
+            return admission.Admission(seen.current, refused=refusal.message)
+        result.requeue_after = refusals.WAIT_SECONDS
+        return admission.Admission(seen.current, pending=refusal.pending)
+
+
+def _create_children(
+    ctx: Context, run: api.TrainingRun, seen: Observed, result: Result, logger: Log, now: datetime
+) -> admission.Admission:
+    """The node Pods this attempt wants, created and admitted, and what they need first
+    (the MPI key, the checkpoint claim)."""
     env_status = (seen.environment or {}).get("status", {})
     env_spec = (seen.environment or {}).get("spec", {})
     wanted = pods.pods(
@@ -237,8 +268,6 @@ def _apply_children(
     if claim is not None and len(seen.current) < len(wanted):
         ctx.k8s.apply(claim)  # before the Pods that mount it; owned by the run
     applied = admission.admit(ctx, run, wanted, seen.current, seen.previous)
-    if applied.pending is not None:
-        result.requeue_after = admission.SERVICE_ACCOUNT_RETRY_SECONDS
     result.also.extend(applied.others)
     decision = applied.decision
     if decision is not None and decision.admit:

@@ -59,6 +59,16 @@ SUBJECTACCESSREVIEWS = Resource(
     "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
 )
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+PRIORITYCLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
+# Kueue's queues: its version is the one the cluster's CRD serves (``local_queues``).
+KUEUE_GROUP = "kueue.x-k8s.io"
+LOCALQUEUES_CRD = f"localqueues.{KUEUE_GROUP}"
+
+
+def local_queues(version: str) -> Resource:
+    """Kueue's LocalQueues as ``version`` serves them (v1beta1, v1beta2 ...)."""
+    return Resource(KUEUE_GROUP, version, "localqueues")
+
 
 _BY_KIND: dict[tuple[str, str], Resource] = {
     (wire.API_VERSION, "TrainingRun"): TRAININGRUNS,
@@ -79,6 +89,7 @@ _BY_KIND: dict[tuple[str, str], Resource] = {
     ("authentication.k8s.io/v1", "TokenReview"): TOKENREVIEWS,
     ("authorization.k8s.io/v1", "SubjectAccessReview"): SUBJECTACCESSREVIEWS,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
+    ("scheduling.k8s.io/v1", "PriorityClass"): PRIORITYCLASSES,
 }
 
 
@@ -96,11 +107,14 @@ __all__ = [
     "ENVIRONMENTS",
     "EVENTS",
     "JOBS",
+    "KUEUE_GROUP",
+    "LOCALQUEUES_CRD",
     "MODELVERSIONS",
     "NAMESPACES",
     "NODES",
     "PERSISTENTVOLUMECLAIMS",
     "PODS",
+    "PRIORITYCLASSES",
     "ROLEBINDINGS",
     "ROLES",
     "SECRETS",
@@ -110,5 +124,6 @@ __all__ = [
     "TOKENREVIEWS",
     "TRAININGRUNS",
     "Resource",
+    "local_queues",
     "resource_of",
 ]

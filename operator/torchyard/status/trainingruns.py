@@ -50,8 +50,9 @@ class Observed:
     # The failure the controller's failure policy decided on (a lost node Pod, or the
     # first failed Pod; see ``first_failure``), None when there is none: never recomputed.
     failure: Failure | None = None
-    # (reason, message) when the node Pods cannot be created yet (a missing
-    # ServiceAccount): the run is Pending with Admitted=False for that reason.
+    # (reason, message) when the node Pods cannot be created yet (an object the spec
+    # names is missing, or the apiserver refuses them for now: ``controller.references``,
+    # ``controller.refusals``): the run is Pending with Admitted=False for that reason.
     pending: tuple[str, str] | None = None
     # status.progress as the controller last read it from the node Pods' logs
     # (``controller.progress``), None when it did not read this time.
@@ -246,7 +247,8 @@ def _trainingrun_status(
     if env_phase != "Ready":
         reason = "EnvironmentNotFound" if env_phase == "NotFound" else "EnvironmentNotReady"
         message = (
-            f"Environment {run.spec.environment} does not exist in namespace {run.namespace}"
+            f"spec.environment: Environment {run.spec.environment} does not exist in "
+            f"namespace {run.namespace}; the run waits for it"
             if env_phase == "NotFound"
             else f"Environment {run.spec.environment} is {env_phase}"
         )

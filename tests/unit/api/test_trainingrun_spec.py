@@ -147,6 +147,81 @@ REFUSED.append(
     )
 )
 
+# What the apiserver used to accept and the node Pods then failed on, or ignored: each
+# class with several bad values (the CRD's rules say the same: tests/integration/test_crds.py).
+BAD_NODE_SELECTORS = [
+    ({"gpu": "a b"}, "spec.compute.nodeSelector.gpu"),
+    ({"gpu": "-a100"}, "spec.compute.nodeSelector.gpu"),
+    ({"gpu": "a100_"}, "spec.compute.nodeSelector.gpu"),
+    ({"gpu": "x" * 64}, "spec.compute.nodeSelector.gpu"),
+    ({"zone": "eu/west"}, "spec.compute.nodeSelector.zone"),
+    ({"bad key": "x"}, "every key must be a label key"),
+    ({"-gpu": "x"}, "every key must be a label key"),
+    ({"Example.com/gpu": "x"}, "every key must be a label key"),
+    ({"a/b/c": "x"}, "every key must be a label key"),
+    ({"example.com/" + "g" * 64: "x"}, "every key must be a label key"),
+    ({"a" * 254 + "/gpu": "x"}, "every key must be a label key"),
+    ({"": "x"}, "every key must be a label key"),
+]
+BAD_GIT_URLS = [
+    "file:///srv/repo.git",
+    "FILE:///srv/repo.git",
+    "/srv/repo.git",
+    "./repo",
+    "ext::sh -c touch% /tmp/pwned",
+    "ftp://example.com/repo.git",
+    "https:///no-host",
+    "git@:repo.git",
+]
+SMALL_MEMORY = ["1Ki", "0", "1", "1M", "31Mi", "33554431", "0.03Gi"]
+NUL_FIELDS = [
+    ("spec.command", ["python", "train.py", "--tag", "a\x00b"]),
+    ("spec.command", ["\x00"]),
+    ("spec.env", [{"name": "TAG", "value": "a\x00"}]),
+    ("spec.distribution", {"type": "mpi", "mpirunArgs": ["--mca", "\x00"]}),
+    ("spec.source", {"git": {"url": "https://git.example/x.git", "revision": "main\x00"}}),
+]
+REFUSED += [
+    (
+        f"nodeSelector {selector!r}",
+        TrainingRunBuilder("r").with_("spec.compute.nodeSelector", selector).obj(),
+        said,
+    )
+    for selector, said in BAD_NODE_SELECTORS
+]
+REFUSED += [
+    (
+        f"git url {url!r}",
+        TrainingRunBuilder("r").source(git={"url": url}).obj(),
+        "source.git.url must be an https://, http://, ssh:// or git:// URL",
+    )
+    for url in BAD_GIT_URLS
+]
+REFUSED += [
+    (
+        f"memory {memory}",
+        TrainingRunBuilder("r").with_("spec.resources.memory", memory).obj(),
+        "resources.memory must be at least 32Mi",
+    )
+    for memory in SMALL_MEMORY
+]
+REFUSED += [
+    (
+        f"NUL in {path} {value!r}",
+        TrainingRunBuilder("r").with_(path, value).obj(),
+        "must not contain a NUL byte",
+    )
+    for path, value in NUL_FIELDS
+]
+REFUSED += [
+    (
+        f"checkpoint size {size}",
+        TrainingRunBuilder("r").with_("spec.checkpoints", {"size": size}).obj(),
+        "checkpoints.size must be more than 0",
+    )
+    for size in ["0", "0Gi", "0.0"]
+]
+
 
 @pytest.mark.parametrize(("case", "body", "message"), REFUSED, ids=[c[0] for c in REFUSED])
 def test_invalid_specs_are_refused_naming_the_field(
@@ -188,3 +263,37 @@ def test_environment_needs_image_xor_base_image() -> None:
                 "spec": {"image": "a", "baseImage": "b"},
             }
         )
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("spec.compute.nodeSelector", {"gpu": "a100", "empty": ""}),
+        ("spec.compute.nodeSelector", {"topology.kubernetes.io/zone": "eu-west-1a"}),
+        ("spec.compute.nodeSelector", {"example.com/" + "g" * 63: "x" * 63}),
+        ("spec.compute.nodeSelector", {"A_b.c": "D-e_f.g"}),
+        ("spec.source", {"git": {"url": "https://github.com/org/repo.git"}}),
+        ("spec.source", {"git": {"url": "http://git.local:3000/org/repo"}}),
+        ("spec.source", {"git": {"url": "ssh://git@git.example/org/repo.git"}}),
+        ("spec.source", {"git": {"url": "git://git.example/repo"}}),
+        ("spec.source", {"git": {"url": "git@github.com:org/repo.git"}}),
+        ("spec.resources.memory", "32Mi"),
+        ("spec.resources.memory", "33554432"),
+        ("spec.resources.memory", "0.5Gi"),
+        ("spec.command", ["python", "-c", "print('\\x00 as text is fine')"]),
+        ("spec.checkpoints", {"size": "1Mi"}),
+    ],
+)
+def test_values_on_the_edge_of_the_rules_are_accepted(path: str, value: Any) -> None:
+    run = api.parse_trainingrun(TrainingRunBuilder("r").with_(path, value).obj())
+    wire: Any = run.to_dict()
+    for key in path.split("."):
+        wire = wire[key]
+    assert _written(wire, value)
+
+
+def _written(wire: Any, value: Any) -> bool:
+    """``value`` is in ``wire`` (which may hold defaults beside it)."""
+    if isinstance(value, dict):
+        return isinstance(wire, dict) and all(_written(wire.get(k), v) for k, v in value.items())
+    return bool(wire == value)

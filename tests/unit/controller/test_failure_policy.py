@@ -9,7 +9,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder, pod
 from torchyard import api
-from torchyard.controller import admission, failure_policy, ttl_after_finished
+from torchyard.controller import failure_policy, ttl_after_finished
 from torchyard.controller.failure_policy import Attempts
 from torchyard.status.failures import Failure
 
@@ -71,29 +71,6 @@ def test_a_final_platform_failure_says_no_restart_was_left() -> None:
         "(2 of policy.platformRestartLimit 2 used)"
     )
     assert failure_policy.final(run(), USER, Attempts()) == USER
-
-
-@pytest.mark.parametrize(
-    ("message", "missing"),
-    [
-        (
-            'pods "r-0" is forbidden: error looking up service account t/trainer: '
-            'serviceaccount "trainer" not found',
-            True,
-        ),
-        ('pods "r-0" is forbidden: violates PodSecurity "restricted:latest"', False),
-        ('pods "r-0" is forbidden: exceeded quota: compute', False),
-    ],
-)
-def test_a_missing_service_account_is_told_apart(message: str, missing: bool) -> None:
-    assert admission.no_service_account(message) is missing
-
-
-def test_a_missing_service_account_says_what_to_do() -> None:
-    body = TrainingRunBuilder("r", "team").with_("spec.serviceAccountName", "trainer").obj()
-    reason, message = admission.service_account_missing(api.parse_trainingrun(body))
-    assert reason == "ServiceAccountNotFound"
-    assert "kubectl create serviceaccount trainer -n team" in message
 
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

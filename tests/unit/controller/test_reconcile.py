@@ -23,7 +23,10 @@ from tests.unit.controller.fake_k8s import FakeK8s
 from tests.unit.controller.world import (
     env,
     gpu_node,
+    kueue,
+    named,
     node_pod,
+    priority_class,
     reconcile,
     run,
     running,
@@ -64,6 +67,7 @@ class Case:
     failure: dict[str, Any] = field(default_factory=dict)  # fields of status.failure
     restarts: tuple[int, int] | None = None  # (restarts, failedAttempts) afterwards
     writes: int = 1  # status writes of the run
+    refusal: tuple[str, int, str] | None = None  # (kind, HTTP status, message) of its applies
 
 
 CASES = [
@@ -138,6 +142,12 @@ CASES = [
         events=["Pending"],
         conditions={"Admitted": ("False", "ServiceAccountNotFound")},
         requeue=10.0,
+        refusal=(
+            "Pod",
+            403,
+            'pods "r-0" is forbidden: error looking up service account ns/trainer: '
+            'serviceaccount "trainer" not found',
+        ),
     ),
     Case(
         "Pod Security refuses the Pods -> Failed, says what to do",
@@ -146,11 +156,119 @@ CASES = [
         "Failed",
         events=["InvalidSpec"],
         conditions={"Accepted": ("False", "InvalidSpec")},
+        refusal=("Pod", 403, 'pods "r-0" is forbidden: violates PodSecurity "restricted"'),
+    ),
+    Case(
+        "the apiserver finds the Pods invalid -> Failed at once, no retry",
+        run(),
+        [env(), *NODES],
+        "Failed",
+        events=["InvalidSpec"],
+        conditions={"Accepted": ("False", "InvalidSpec"), "Failed": ("True", "InvalidSpec")},
+        failure={"reason": "InvalidSpec"},
+        refusal=("Pod", 422, 'Pod "r-0" is invalid: spec.nodeSelector: Invalid value: "a b"'),
+    ),
+    Case(
+        "the apiserver finds the checkpoint claim invalid -> Failed at once, no Pods",
+        run(spec={"checkpoints": {"size": "1Gi"}}),
+        [env(), *NODES],
+        "Failed",
+        events=["InvalidSpec"],
+        conditions={"Accepted": ("False", "InvalidSpec")},
+        refusal=(
+            "PersistentVolumeClaim",
+            422,
+            'PersistentVolumeClaim "r-checkpoints" is invalid: spec.accessModes: '
+            'Unsupported value: "ReadWriteOncePod"',
+        ),
+    ),
+    Case(
+        "the PriorityClass went away as the Pods were created -> Pending, waits for it",
+        run(spec={"compute.priorityClassName": "high"}),
+        [env(), *NODES, priority_class("high")],
+        "Pending",
+        events=["Pending"],
+        conditions={"Admitted": ("False", "PriorityClassNotFound")},
+        requeue=10.0,
+        refusal=("Pod", 403, 'pods "r-0" is forbidden: no PriorityClass with name high was found'),
+    ),
+    Case(
+        "the namespace's quota is full -> Pending, waits for room",
+        run(),
+        [env(), *NODES],
+        "Pending",
+        events=["Pending"],
+        conditions={"Admitted": ("False", "QuotaExceeded")},
+        requeue=10.0,
+        refusal=("Pod", 403, 'pods "r-0" is forbidden: exceeded quota: gpus, requested: 4'),
+    ),
+    # -- objects the spec names, looked up before the Pods ------------------------------
+    Case(
+        "the ConfigMap of its code is missing -> Pending, no Pods, waits for it",
+        run(spec={"source": {"configMap": "src"}}),
+        [env(), *NODES],
+        "Pending",
+        events=["Pending"],
+        conditions={"Admitted": ("False", "ConfigMapNotFound")},
+        requeue=10.0,
+    ),
+    Case(
+        "the ConfigMap of its code exists -> created",
+        run(spec={"source": {"configMap": "src"}}),
+        [env(), *NODES, named("ConfigMap", "src")],
+        "Queued",
+        events=["Queued"],
+        created=["r-0", "r-1"],
+    ),
+    Case(
+        "its checkpoint claim is missing -> Pending, no Pods, waits for it",
+        run(spec={"checkpoints": {"claimName": "ckpt"}}),
+        [env(), *NODES],
+        "Pending",
+        events=["Pending"],
+        conditions={"Admitted": ("False", "PersistentVolumeClaimNotFound")},
+        requeue=10.0,
+    ),
+    Case(
+        "its PriorityClass is missing -> Pending, no Pods, waits for it",
+        run(spec={"compute.priorityClassName": "high"}),
+        [env(), *NODES],
+        "Pending",
+        events=["Pending"],
+        conditions={"Admitted": ("False", "PriorityClassNotFound")},
+        requeue=10.0,
+    ),
+    Case(
+        "its claim and PriorityClass exist -> created",
+        run(spec={"checkpoints": {"claimName": "ckpt"}, "compute.priorityClassName": "high"}),
+        [env(), *NODES, named("PersistentVolumeClaim", "ckpt"), priority_class("high")],
+        "Queued",
+        events=["Queued"],
+        created=["r-0", "r-1"],
+        gated=True,  # a PriorityClass's value only the apiserver knows: the pass places it
+    ),
+    Case(
+        "a queueName and no Kueue in the cluster -> Pending, not ignored",
+        run(spec={"scheduling.queueName": "team"}),
+        [env(), *NODES],
+        "Pending",
+        events=["Pending"],
+        conditions={"Admitted": ("False", "KueueNotInstalled")},
+        requeue=10.0,
+    ),
+    Case(
+        "a queueName Kueue does not have -> Pending, waits for the LocalQueue",
+        run(spec={"scheduling.queueName": "team"}),
+        [env(), *NODES, *kueue("other")],
+        "Pending",
+        events=["Pending"],
+        conditions={"Admitted": ("False", "LocalQueueNotFound")},
+        requeue=10.0,
     ),
     Case(
         "Kueue admits the gang itself -> created as planned",
         run(spec={"scheduling.queueName": "team"}),
-        [env(), *NODES],
+        [env(), *NODES, *kueue("team")],
         "Queued",
         events=["Queued"],
         created=["r-0", "r-1"],
@@ -393,18 +511,9 @@ CASES = [
 
 def prepare(case: Case) -> FakeK8s:
     fake = world(case.body, *case.objects)
-    if case.name.startswith("a missing ServiceAccount"):
-        fake.refuse(
-            "Pod",
-            403,
-            "Forbidden",
-            'pods "r-0" is forbidden: error looking up service account ns/trainer: '
-            'serviceaccount "trainer" not found',
-        )
-    if case.name.startswith("Pod Security"):
-        fake.refuse(
-            "Pod", 403, "Forbidden", 'pods "r-0" is forbidden: violates PodSecurity "restricted"'
-        )
+    if case.refusal is not None:
+        kind, code, message = case.refusal
+        fake.refuse(kind, code, {403: "Forbidden", 422: "Invalid"}[code], message)
     return fake
 
 

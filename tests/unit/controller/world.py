@@ -57,6 +57,45 @@ def gpu_node(name: str, gpus: int = 8) -> dict[str, Any]:
     }
 
 
+def named(kind: str, name: str) -> dict[str, Any]:
+    """A ConfigMap, PersistentVolumeClaim ... ``name`` in the run's namespace."""
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": NS}}
+
+
+def priority_class(name: str, value: int = 1000) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+
+
+def kueue(*queues: str, versions: tuple[str, ...] = ("v1beta1", "v1beta2")) -> list[dict[str, Any]]:
+    """Kueue installed (its LocalQueue CRD serving ``versions``, the last one stored) with
+    the LocalQueues ``queues`` in the run's namespace."""
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": k8s.LOCALQUEUES_CRD},
+        "spec": {
+            "group": k8s.KUEUE_GROUP,
+            "versions": [
+                {"name": v, "served": True, "storage": v == versions[-1]} for v in versions
+            ],
+        },
+    }
+    return [crd] + [
+        {
+            "apiVersion": f"{k8s.KUEUE_GROUP}/{versions[-1]}",
+            "kind": "LocalQueue",
+            "metadata": {"name": q, "namespace": NS},
+            "spec": {"clusterQueue": "cq"},
+        }
+        for q in queues
+    ]
+
+
 def node_pod(node: int, *, attempt: int = 0, **state: Any) -> dict[str, Any]:
     """Node ``node``'s Pod of run ``r`` in the given state (``tests.builders.pod``)."""
     obj = pod("r", node, attempt=attempt, **state)

@@ -250,7 +250,7 @@ def test_node_pods_run_as_the_runs_service_account_without_an_api_token() -> Non
         ("64Gi", None, "32Gi"),
         ("1G", None, "500M"),
         ("0.5Ti", None, "256Gi"),
-        ("3Mi", None, "1536Ki"),
+        ("33Mi", None, "16896Ki"),
         ("64Gi", "16Gi", "16Gi"),
         ("2Gi", "2Gi", "2Gi"),
         (None, "4Gi", "4Gi"),
