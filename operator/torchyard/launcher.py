@@ -43,6 +43,15 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
                                stall timeout while a rank says it is in that phase
                                (``progress.report(phase=...)``; defaults STALL_BUDGETS)
     TORCHYARD_LOG_RULES        JSON ``[{"pattern", "action"}]``: policy.logRules
+    TORCHYARD_LOG_LIMIT_BYTES  the most each rank's ``logs/rank-<r>.txt`` holds (default
+                               64 MiB; 0: no limit): policy.logLimitBytes; more keeps its
+                               first and last half and says what was dropped between
+    TORCHYARD_PROGRESS_FILE    local mode: the node's progress summaries go to this file,
+                               one JSON a line, instead of ``[torchyard] progress`` lines,
+                               and the ranks' ``@@torchyard`` lines are not shown
+    TORCHYARD_NODE_COOKIE      marks every process the ranks start (default: a random
+                               value; local mode sets its own): once the ranks ended, what
+                               carries it, or still holds their output pipes, is ended
     TORCHYARD_GPUS_PER_NODE    > 0: PyTorch's NCCL flight recorder is switched on
     TORCHYARD_CHECKPOINT_DIR   the run's shared checkpoint folder (``torchyard.checkpoint``):
                                the ranks get TORCHYARD_RESUME_FROM/STEP of the newest
@@ -57,8 +66,13 @@ and then:
 - waits until MASTER_ADDR resolves (headless-Service DNS appears a moment after the Pod);
 - ``launch: process`` starts TORCHYARD_NPROC_PER_NODE children with RANK, LOCAL_RANK,
   ...; ``launch: node`` starts the command once (e.g. ``torchrun``, which reads PET_*);
-- tees every line of every rank to ``logs/rank-<r>.txt`` and to its own output with a
-  ``[rank r]`` prefix, line by line;
+- tees every line of every rank to ``logs/rank-<r>.txt`` (within TORCHYARD_LOG_LIMIT_BYTES)
+  and to its own output with a ``[rank r]`` prefix, whole lines, from one writer thread
+  that never makes a rank wait: a reader slower than the ranks write loses rank lines
+  from this output (a line says how many), never the launcher's own;
+- once the ranks ended, ends whatever they started that still runs (a helper in a
+  session of its own, a daemon: TORCHYARD_NODE_COOKIE), so that it neither outlives the
+  node nor holds it;
 - fails fast: the first rank to exit non-zero decides; the others get SIGTERM, then
   SIGKILL after the grace period; the launcher exits with that rank's code;
 - forwards SIGTERM/SIGINT to the ranks;
@@ -83,6 +97,7 @@ import hmac
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -97,7 +112,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 TERMINATION_MESSAGE_LIMIT = 4096
-TAIL_LINES = 60
+TAIL_LINES = 120  # launch: node: torchrun's 35-line summary comes after the rank's error
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank", re.MULTILINE)
 
 
@@ -134,6 +149,15 @@ def expand_arguments(command: Sequence[str], env: Mapping[str, str]) -> list[str
         return env.get(name, match.group(0))
 
     return [_CONTRACT_VAR.sub(value, arg) for arg in command]
+
+
+def torchrun_root_cause(tail: Sequence[str]) -> int | None:
+    """The rank torchrun's failure summary names as the root cause (its "Root Cause (first
+    observed failure)" section; "Failures:" before it lists the others), None for none."""
+    text = "".join(tail)
+    root = text.rfind("Root Cause")
+    found = _TORCHRUN_RANK.findall(text[root:] if root >= 0 else text)
+    return int(found[0]) if found else None
 
 
 class LaunchError(Exception):
@@ -550,11 +574,28 @@ class LogScanner:
             for index, rule in enumerate(rules):
                 pattern, action = str(rule["pattern"]), str(rule["action"])
                 self.rules.append((index, re.compile(pattern), pattern, action))
+            # over a whole read: a read no rule finds anything in is not searched line by
+            # line (MULTILINE: ^ and $ at each line's start and end, as for one line)
+            self.read_rules = [re.compile(pattern, re.MULTILINE) for _, _, pattern, _ in self.rules]
         except (ValueError, TypeError, KeyError, re.error) as err:
             raise LaunchError(f"TORCHYARD_LOG_RULES is not valid: {err}") from None
         self.evidence: list[dict[str, Any]] = []
         self.hit: dict[str, Any] | None = None
         self._lock = threading.Lock()
+
+    def scan_read(self, rank: int | None, lines: bytes) -> None:
+        """:meth:`scan` every line of one read of a rank's output (whole lines), when
+        a line may matter: one holds an EVIDENCE word, or a rule finds something in it."""
+        if not self.rules and len(self.evidence) >= EVIDENCE_MAX:
+            return
+        maybe = len(self.evidence) < EVIDENCE_MAX and any(w in lines for w in EVIDENCE_WORDS)
+        if not maybe and self.rules:
+            text = lines.decode("utf-8", "replace").replace("\r\n", "\n")
+            maybe = any(regex.search(text) for regex in self.read_rules)
+        if maybe:
+            for line in lines.split(b"\n"):
+                if line:
+                    self.scan(rank, line)
 
     def scan(self, rank: int | None, raw: bytes) -> None:
         if not self.rules and len(self.evidence) >= EVIDENCE_MAX:
@@ -741,18 +782,53 @@ def _frames(text: str) -> list[tuple[str, int, str]]:
 _LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]|[/\\]lib[/\\]python\d")
 
 
+# The autograd engine's entry points: a DDP or FSDP rank waits for its peers inside
+# ``loss.backward()`` (the gradient all-reduce runs in the engine's C++ hooks), with no
+# ``torch.distributed`` frame on its Python stack.
+_BACKWARD = (
+    ("torch/autograd/graph.py", "_engine_run_backward"),
+    ("torch/autograd/__init__.py", "backward"),
+)
+
+
+def waiting_in(text: str) -> str | None:
+    """What a rank's stack dump shows it waiting for the others in: the innermost
+    ``torch.distributed`` function (a collective, a barrier, a store wait), or "backward"
+    when its innermost frame is the autograd engine (DDP's and FSDP's gradient
+    all-reduce); None when it is elsewhere (the one the others may wait for)."""
+    frames = [(f.replace("\\", "/"), line, fn) for f, line, fn in _frames(text)]
+    for file, _, function in frames:
+        if "torch/distributed/" in file:
+            return function
+    if frames and any(frames[0][0].endswith(f) and frames[0][2] == fn for f, fn in _BACKWARD):
+        return "backward"
+    return None
+
+
+def waiting_words(collective: str) -> str:
+    """How a message says where a rank waits (``waiting_in``'s answer); the operator's
+    ``status.culprits`` says it the same way."""
+    if collective == "backward":
+        return "waiting in backward: the gradient all-reduce"
+    return f"in torch.distributed {collective}"
+
+
 def in_collective(text: str) -> bool:
-    """Whether a rank's stack dump shows it inside ``torch.distributed`` (a collective, a
-    barrier, a store wait): waiting for the others, not the one they wait for."""
-    return any("torch/distributed/" in f.replace("\\", "/") for f, _, _ in _frames(text))
+    """Whether a rank's stack dump shows it waiting for the others (``waiting_in``): in
+    ``torch.distributed`` or in the autograd engine's ``backward``, not the one they wait
+    for."""
+    return waiting_in(text) is not None
 
 
 def user_frame(text: str) -> tuple[str, int, str] | None:
     """The innermost frame of a dump outside the Python library and installed packages:
-    where in the training script the rank is."""
+    where in the training script the rank is (relative to the working folder, when in it)."""
+    here = os.path.join(os.getcwd(), "")
     for file, line, function in _frames(text):
         if not _LIBRARY.search(file):
-            return file, line, function
+            # relative to the node's working folder: the same script's place reads the
+            # same on every node (local mode gives each node a folder of its own)
+            return (file[len(here) :] if file.startswith(here) else file), line, function
     return None
 
 
@@ -781,6 +857,8 @@ def culprit(
 # Stalled ranks of a node whose places the termination message carries (about 250 bytes
 # each at most: the message's 4 KiB keeps room for the stuck rank's stack).
 SUSPECTS_REPORTED = 8
+# Ranks that exited with status 0 that a termination message names (``earlyExits``).
+EARLY_EXITS_REPORTED = 4
 
 
 def suspects_of(
@@ -805,11 +883,11 @@ def suspects_of(
             "step": step(rank),
             "inCollective": in_collective(text),
         }
-        top, where = stack_top(text), user_frame(text)
+        where = user_frame(text)
         if where is not None:
             entry.update(file=where[0][-120:], line=where[1], function=where[2][:40])
-        if entry["inCollective"] and top is not None:
-            entry["collective"] = top[2][:40]
+        if entry["inCollective"]:
+            entry["collective"] = str(waiting_in(text))[:40]
         found.append({k: v for k, v in entry.items() if v is not None})
     return found
 
@@ -835,8 +913,393 @@ def merge_metrics(outputs: str, metrics: Mapping[str, Any]) -> None:
         json.dump(dict(numbers, **mine), f, sort_keys=True)
 
 
+# -- what a rank's output may cost: its log file, the node's own output ---------------
+
+# TORCHYARD_LOG_LIMIT_BYTES: the most one rank's log file (logs/rank-<r>.txt) may hold,
+# set from spec.policy.logLimitBytes. A rank that writes more keeps its first and its last
+# half; a line between them says how much was dropped. 0: no limit.
+LOG_LIMIT_BYTES = 64 << 20
+LOG_LIMIT_MIN = 4096  # a smaller limit would hold little more than the dropped note
+LOG_NOTE_BYTES = 256  # room kept for that note, so that the file stays within the limit
+# One read of a rank's pipe, and the longest line shown as one: a longer one comes in
+# pieces (as the launcher showed them before). Lines are handled a read at a time, not one
+# by one, so that a rank writing tens of MB/s costs its node a fraction of a core.
+READ_BYTES = 1 << 16
+# The pipe's kernel buffer (Linux): a rank writing bursts waits less while the pumps are
+# between two reads. The default is 64 KiB.
+PIPE_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (named in Python >= 3.10 only)
+# How long a rank's output threads go on reading once it and everything it started ended:
+# a process that escaped (another user's, a setuid program) holding the pipe open cannot
+# hold the node.
+PUMP_DRAIN_SECONDS = 1.0
+# The node's own output (the ranks' lines with their ``[rank r]`` prefix, the launcher's
+# messages): what may wait for a slow reader (a terminal, a log collector) before rank
+# lines are dropped from it. The ranks never wait for it; their log files keep everything.
+ECHO_BUFFER_BYTES = 4 << 20
+ECHO_DRAIN_SECONDS = 10.0  # at the end, how long the rest may take to be written
+# Literal words every EVIDENCE match contains (test_log_scanner keeps them in step): a
+# read of a rank's output that holds none of them holds no evidence, and is not searched
+# line by line (the regular expression alone reads ~30 MB/s).
+EVIDENCE_WORDS = (
+    b"Xid",
+    b"ECC error",
+    b"CUDA out of memory",
+    b"OutOfMemoryError",
+    b"Watchdog caught",
+    b"Timed out waiting",
+    b"DistStoreError",
+    b"DistNetworkError",
+    b"Rendezvous",
+    b"TCPStore",
+    b"Segmentation fault",
+)
+
+
+def log_limit(env: Mapping[str, str]) -> int:
+    """TORCHYARD_LOG_LIMIT_BYTES (default LOG_LIMIT_BYTES; 0: none; at least LOG_LIMIT_MIN)."""
+    limit = _int_env(env, "TORCHYARD_LOG_LIMIT_BYTES", LOG_LIMIT_BYTES)
+    if limit < 0 or 0 < limit < LOG_LIMIT_MIN:
+        raise LaunchError(
+            f"TORCHYARD_LOG_LIMIT_BYTES must be 0 (no limit) or at least {LOG_LIMIT_MIN}, "
+            f"got {limit}"
+        )
+    return limit
+
+
+class CappedLog:
+    """A rank's log file of at most ``limit`` bytes (0: no limit): its first half as
+    written, then, once the rank wrote more, the last lines within the other half,
+    after a line saying how many bytes and lines were dropped between them.
+
+    The end is kept on disk while the rank runs, in at most two segment files beside the
+    log (``<name>.tail0``, ``.tail1``) of a quarter of the limit each: the older one is
+    dropped when the newer one is full. :meth:`close` appends what is left of them to the
+    log. So neither the disk nor the launcher's memory holds more than ``limit`` per rank,
+    however much it writes. Thread-safe: both output threads of a rank write to it."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path = path
+        self.file: IO[bytes] = open(path, "ab")  # noqa: SIM115 - closed by close()
+        self.limit = limit
+        written = self.file.tell()  # a launcher started again in the same folder
+        self.head_left = max(0, limit // 2 - written)
+        self.segment_limit = max(1, (limit - limit // 2 - LOG_NOTE_BYTES) // 2)
+        self.segments: list[tuple[str, IO[bytes]]] = []
+        self.counts: list[list[int]] = []  # per segment: bytes, newlines, ends a line (1/0)
+        self.segment_size = 0
+        self.made = 0  # segments made so far (their names' numbers)
+        self.dropped_bytes = 0
+        self.dropped_lines = 0
+        self.dropped_ends_line = True  # what was dropped ends with a whole line
+        self.head_ends_line = True
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            if self.file.closed:
+                return
+            if not self.limit:
+                self.file.write(data)
+                self.file.flush()
+                return
+            if self.head_left > 0:
+                if len(data) <= self.head_left:
+                    self._head(data)
+                    return
+                # the head ends at the end of a line when one ends in what fits
+                cut = data.rfind(b"\n", 0, self.head_left) + 1
+                if cut:
+                    self._head(data[:cut])
+                    data = data[cut:]
+                self.head_left = 0
+            self._tail(data)
+
+    def _head(self, data: bytes) -> None:
+        self.file.write(data)
+        self.file.flush()
+        self.head_left -= len(data)
+        self.head_ends_line = data.endswith(b"\n")
+
+    def _tail(self, data: bytes) -> None:
+        if len(data) > self.segment_limit:  # one read bigger than a segment: its end only
+            self._drop(data[: len(data) - self.segment_limit])
+            data = data[len(data) - self.segment_limit :]
+        if not self.segments or self.segment_size + len(data) > self.segment_limit:
+            if len(self.segments) == 2:
+                name, old = self.segments.pop(0)
+                old.close()
+                os.unlink(name)
+                size, lines, ends_line = self.counts.pop(0)
+                self.dropped_bytes += size
+                self.dropped_lines += lines
+                self.dropped_ends_line = bool(ends_line)
+            name = f"{self.path}.tail{self.made}"
+            self.made += 1
+            self.segments.append((name, open(name, "wb")))  # noqa: SIM115 - closed by close()
+            self.counts.append([0, 0, 1])
+            self.segment_size = 0
+        self.segments[-1][1].write(data)
+        self.segments[-1][1].flush()
+        self.segment_size += len(data)
+        # counted as written, so that dropping a segment needs no reading it back
+        counts = self.counts[-1]
+        counts[0] += len(data)
+        counts[1] += data.count(b"\n")
+        counts[2] = data.endswith(b"\n")
+
+    def _drop(self, data: bytes) -> None:
+        self.dropped_bytes += len(data)
+        self.dropped_lines += data.count(b"\n")
+        self.dropped_ends_line = data.endswith(b"\n")
+
+    def close(self) -> None:
+        """Append the note on what was dropped, then the kept end from its first whole
+        line on, and remove the segment files."""
+        with self._lock:
+            if self.file.closed:
+                return
+            for _, segment in self.segments:
+                segment.close()
+            names = [name for name, _ in self.segments]
+            self.segments, self.counts = [], []
+            # the kept end may start within a line whose beginning was dropped: that line
+            # is dropped too
+            skip = 0 if self.dropped_ends_line else _first_line(names)
+            if skip:
+                self.dropped_bytes += skip
+                self.dropped_lines += 1
+            if self.dropped_bytes:
+                note = (
+                    f"[torchyard] {self.dropped_bytes} bytes ({self.dropped_lines} lines) of "
+                    "this rank's output dropped here: its log keeps the first and the last "
+                    f"{self.limit // 2} bytes (TORCHYARD_LOG_LIMIT_BYTES {self.limit}: "
+                    "spec.policy.logLimitBytes)\n"
+                )
+                self.file.write((b"" if self.head_ends_line else b"\n") + note.encode())
+            for name in names:
+                with open(name, "rb") as f:
+                    while True:
+                        chunk = f.read(READ_BYTES)
+                        if not chunk:
+                            break
+                        if skip >= len(chunk):
+                            skip -= len(chunk)
+                            continue
+                        self.file.write(chunk[skip:])
+                        skip = 0
+                os.unlink(name)
+            self.file.close()
+
+
+def _first_line(names: Sequence[str]) -> int:
+    """The size of the first line (with its newline) in the files ``names`` one after
+    the other; their whole size when there is no newline."""
+    size = 0
+    for name in names:
+        with open(name, "rb") as f:
+            while True:
+                chunk = f.read(READ_BYTES)
+                if not chunk:
+                    break
+                end = chunk.find(b"\n")
+                if end >= 0:
+                    return size + end + 1
+                size += len(chunk)
+    return size
+
+
+class Echo:
+    """The node's own output: its ranks' lines and its ``[torchyard]`` messages, written
+    to the launcher's stdout/stderr by one thread, in the order they came.
+
+    A rank's output thread only queues its lines (:meth:`put`), so a reader slower than
+    the ranks write (a terminal, a container runtime's log) never makes a rank wait:
+    once ``limit`` bytes wait, rank lines are dropped from this output (their log files
+    keep them), and a line says how many, when the reader caught up. The launcher's own
+    messages (``label`` None: its progress lines, which the operator reads) are never
+    dropped."""
+
+    def __init__(self, notes: IO[str], limit: int = ECHO_BUFFER_BYTES) -> None:
+        self.notes = notes
+        self.limit = limit
+        # reentrant: a signal handler in the main thread may say something while that
+        # thread is queueing
+        self._cond = threading.Condition(threading.RLock())
+        self._queue: collections.deque[tuple[IO[str], bytes]] = collections.deque()
+        self._size = 0  # bytes queued or being written
+        self._dropped: dict[str, list[int]] = {}  # label -> [lines, bytes] not shown
+        self._thread: threading.Thread | None = None
+
+    def put(self, sink: IO[str], data: bytes, label: str | None = None) -> None:
+        with self._cond:
+            if label is not None and self._size + len(data) > self.limit:
+                dropped = self._dropped.setdefault(label, [0, 0])
+                dropped[0] += data.count(b"\n")
+                dropped[1] += len(data)
+                return
+            self._queue.append((sink, data))
+            self._size += len(data)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_all, daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def drain(self, timeout: float = ECHO_DRAIN_SECONDS) -> None:
+        """Wait until everything queued was written (at most ``timeout`` seconds: a
+        reader that stopped reading cannot hold the launcher's exit)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (self._size or self._dropped) and self._thread is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(min(left, 0.1))
+
+    def _write_all(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._dropped:
+                    self._cond.wait()
+                batch, self._queue = self._queue, collections.deque()
+                if self._dropped:
+                    for label, (lines, size) in self._dropped.items():
+                        note = (
+                            f"[torchyard] {label}: {lines} lines ({size} bytes) not shown "
+                            "here: written faster than this output is read; its log file "
+                            "in logs/ has them\n"
+                        )
+                        batch.append((self.notes, note.encode()))
+                    self._dropped.clear()
+            size = 0
+            # consecutive pieces for one sink in one write
+            while batch:
+                sink, data = batch.popleft()
+                pieces = [data]
+                while batch and batch[0][0] is sink:
+                    pieces.append(batch.popleft()[1])
+                joined = b"".join(pieces)
+                with contextlib.suppress(OSError, ValueError):  # a closed or broken reader
+                    buffer = getattr(sink, "buffer", None)
+                    if buffer is not None:
+                        buffer.write(joined)
+                    else:
+                        sink.write(joined.decode("utf-8", "replace"))
+                    sink.flush()
+                size += len(joined)
+            with self._cond:
+                self._size = max(0, self._size - size)
+                self._cond.notify_all()
+
+
+# -- what a node's ranks leave behind --------------------------------------------------
+
+# Every process a node's ranks start inherits this variable (the launcher sets it to a
+# random value of its own, or keeps the one local mode gave it): when the ranks ended,
+# whatever still carries it is theirs (a helper in a session of its own, a daemon) and is
+# ended, as is whatever still holds their output pipes open.
+COOKIE_VARIABLE = "TORCHYARD_NODE_COOKIE"
+LEFTOVER_GRACE_SECONDS = 2.0  # between SIGTERM and SIGKILL of what the ranks left
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:  # no /proc (macOS): the process groups are all there is
+        return []
+
+
+def _carries(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in b"\0" + f.read()
+    except OSError:  # gone, or another user's
+        return False
+
+
+def _holds(pid: int, pipes: set[str]) -> bool:
+    folder = f"/proc/{pid}/fd"
+    try:
+        for fd in os.listdir(folder):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"{folder}/{fd}") in pipes:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def leftovers(cookie: str, pipes: Sequence[int] = ()) -> list[int]:
+    """The processes (not this one) that carry ``COOKIE_VARIABLE=cookie`` in their
+    environment or hold one of the pipes whose inode numbers are ``pipes``."""
+    marker = f"\0{COOKIE_VARIABLE}={cookie}\0".encode()
+    links = {f"pipe:[{inode}]" for inode in pipes}
+    me = os.getpid()
+    return [
+        pid
+        for pid in _pids()
+        if pid != me and ((cookie and _carries(pid, marker)) or (links and _holds(pid, links)))
+    ]
+
+
+def end_leftovers(
+    cookie: str,
+    groups: Sequence[int] = (),
+    pipes: Sequence[int] = (),
+    grace: float = LEFTOVER_GRACE_SECONDS,
+) -> list[int]:
+    """End what a node's ranks left running once they exited: every process that carries
+    the node's cookie or holds a rank's output pipe (``pipes``: inode numbers), which
+    finds their process groups (DataLoader workers) and those that moved to a session of
+    their own (``setsid``, daemons); without /proc, the ranks' process ``groups``.
+    SIGTERM, then SIGKILL after ``grace`` seconds. In a node Pod the launcher is the
+    container's first process: every other process there is also ended (the kernel ends
+    them anyway when it exits, but only after the archive, which would wait for them).
+    A process that both dropped the variable and closed the pipes (``env -i`` and a
+    redirect) is not found outside a Pod. Returns the processes signalled."""
+    # Without /proc (macOS) the ranks' process groups are all there is to end. With it,
+    # their members carry the cookie: a group whose members all ended may have a new
+    # owner by now (its number is a process number, free again), and is not signalled.
+    if not _pids():
+        for group in groups:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+        return []
+    found = set(leftovers(cookie, pipes))
+    if os.getpid() == 1:
+        found |= set(_pids()) - {1}
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    alive = set(found)
+    while alive and time.monotonic() < deadline:
+        alive = {pid for pid in alive if _alive(pid)}
+        if alive:
+            time.sleep(0.05)
+    for pid in alive | set(leftovers(cookie, pipes)):  # and any started meanwhile
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return sorted(found)
+
+
+def _alive(pid: int) -> bool:
+    """Still running (a zombie, ended but not yet waited for by its parent, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+
 class Rank:
-    """One child process and the threads that tee its output."""
+    """One child process and the threads that tee its output: to its log file (at most
+    ``log_limit`` bytes, :class:`CappedLog`) and, with its ``[rank r]`` prefix, to the
+    node's own output (``echo``, which never makes it wait)."""
 
     def __init__(
         self,
@@ -848,19 +1311,27 @@ class Rank:
         log_dir: str,
         out: IO[str],
         err: IO[str],
-        lock: threading.Lock,
+        echo: Echo,
         progress: ProgressTracker | None = None,
         scanner: LogScanner | None = None,
+        *,
+        log_limit: int = LOG_LIMIT_BYTES,
+        show_progress: bool = True,
     ) -> None:
         self.rank = rank
         self.progress = progress
         self.scanner = scanner
         self.local_rank = local_rank
         self.label = label
+        self.echo = echo
+        # False (local mode): its ``@@torchyard`` lines are not shown (the node's progress
+        # line says what they said; they stay in its log and metrics.jsonl)
+        self.show_progress = show_progress
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         name = f"rank-{rank}.txt" if rank is not None else label.replace(" ", "-") + ".txt"
-        self.log = open(os.path.join(log_dir, name), "ab")  # noqa: SIM115
-        self._lock = lock
+        self.log = CappedLog(os.path.join(log_dir, name), log_limit)
+        # set by finish(): until when the output threads go on reading
+        self._read_until: float | None = None
         try:
             self.proc = subprocess.Popen(
                 command,
@@ -873,6 +1344,9 @@ class Rank:
         except OSError as err:
             self.log.close()
             raise LaunchError(f"cannot start {command[0]!r}: {err.strerror}") from None
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        # the pipes' inode numbers: whoever holds one when the rank ended is its leftover
+        self.pipes = [os.fstat(p.fileno()).st_ino for p in (self.proc.stdout, self.proc.stderr)]
         # When it exited (time.time(), set by a thread that waits for it): which rank
         # failed first, here and across nodes (``exitedAt`` in the termination message).
         self.exited_at: float | None = None
@@ -893,27 +1367,72 @@ class Rank:
         return self.proc.returncode if self.exited_at is not None else None
 
     def _pump(self, pipe: IO[bytes], sink: IO[str], keep_tail: bool) -> None:
-        prefix = (f"[{self.label}] ").encode()
-        sink_buffer = getattr(sink, "buffer", None)
-        for line in iter(lambda: pipe.readline(65536), b""):
-            shown = prefix + (line if line.endswith(b"\n") else line + b"\n")
-            with self._lock:
-                self.log.write(line)
-                self.log.flush()
-                if sink_buffer is not None:
-                    sink_buffer.write(shown)
-                else:
-                    sink.write(shown.decode("utf-8", "replace"))
-                sink.flush()
-            if keep_tail:
-                self.tail.append(line.decode("utf-8", "replace"))
-            if self.scanner is not None:
-                self.scanner.scan(self.rank, line)
-            if self.progress is not None and line.startswith(PROGRESS_PREFIX):
-                record = parse_progress(line.rstrip(b"\r\n"))
-                if record is not None:
-                    self.progress.record(self.rank, record)
+        """Read the pipe a read at a time (at most READ_BYTES) and hand its whole lines
+        on; a line longer than READ_BYTES goes on in pieces. Ends at the end of the pipe,
+        or PUMP_DRAIN_SECONDS after :meth:`finish` (a process nobody could end holds it)."""
+        fd = pipe.fileno()
+        with contextlib.suppress(OSError):  # Linux only; a bigger buffer, fewer waits
+            import fcntl
+
+            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+        prefix = f"[{self.label}] ".encode()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        rest = b""
+        while self._read_until is None or time.monotonic() < self._read_until:
+            if not poller.poll(200):
+                continue
+            try:
+                data = os.read(fd, READ_BYTES)
+            except OSError:
+                break
+            if not data:
+                break
+            data = rest + data
+            end = data.rfind(b"\n") + 1
+            if not end and len(data) < READ_BYTES:
+                rest = data
+                continue
+            end = end or len(data)
+            rest = data[end:]
+            self._lines(data[:end], data[:end], sink, prefix, keep_tail)
+        if rest:  # a last line without its newline
+            self._lines(rest, rest + b"\n", sink, prefix, keep_tail)
         pipe.close()
+
+    def _lines(
+        self, raw: bytes, text: bytes, sink: IO[str], prefix: bytes, keep_tail: bool
+    ) -> None:
+        """One read's whole lines (``text``, each ending with a newline; ``raw`` as the
+        rank wrote them): its log, the node's output, the traceback tail, the evidence
+        scanner and the progress records. Whole-read operations only, no loop over the
+        lines unless one of them matters."""
+        self.log.write(raw)
+        progress = PROGRESS_PREFIX in text
+        shown = text
+        if progress and not self.show_progress:
+            shown = b"".join(
+                line + b"\n"
+                for line in text[:-1].split(b"\n")
+                if not line.startswith(PROGRESS_PREFIX)
+            )
+        if shown:
+            self.echo.put(
+                sink, prefix + shown[:-1].replace(b"\n", b"\n" + prefix) + b"\n", self.label
+            )
+        if keep_tail:
+            self.tail.extend(
+                line.decode("utf-8", "replace") + "\n"
+                for line in text[:-1].split(b"\n")[-TAIL_LINES:]
+            )
+        if self.scanner is not None:
+            self.scanner.scan_read(self.rank, text)
+        if progress and self.progress is not None:
+            for line in text.split(b"\n"):
+                if line.startswith(PROGRESS_PREFIX):
+                    record = parse_progress(line.rstrip(b"\r"))
+                    if record is not None:
+                        self.progress.record(self.rank, record)
 
     def signal(self, signum: int) -> None:
         if self.proc.poll() is None:
@@ -921,8 +1440,11 @@ class Rank:
                 os.killpg(self.proc.pid, signum)
 
     def finish(self) -> None:
+        """Once the rank exited and what it left was ended (:func:`end_leftovers`): read
+        what its pipes still hold, at most PUMP_DRAIN_SECONDS, and close its log."""
+        self._read_until = time.monotonic() + PUMP_DRAIN_SECONDS
         for t in self.threads:
-            t.join(timeout=5)
+            t.join(timeout=PUMP_DRAIN_SECONDS + 1)
         self.log.close()
 
 
@@ -943,6 +1465,17 @@ class Launcher:
         self.ranks: list[Rank] = []
         self.stopping: int | None = None  # the signal we were asked to stop with
         self._lock = threading.Lock()
+        # The node's own output (ranks' lines and these messages), written by one thread
+        # so that a slow reader never makes a rank wait (Echo).
+        self.echo = Echo(self.err)
+        # Carried by every process the ranks start (COOKIE_VARIABLE): what is left of
+        # them when they ended is found and ended (end_leftovers). Local mode gives its
+        # own, to find them too should this launcher be killed.
+        self.cookie = self.env.get(COOKIE_VARIABLE) or os.urandom(8).hex()
+        self.log_limit = LOG_LIMIT_BYTES  # TORCHYARD_LOG_LIMIT_BYTES, read by run()
+        # Local mode: the node's progress summaries go to this file, one JSON a line, for
+        # its one progress line (torchyard.local), instead of this output.
+        self.progress_file = self.env.get("TORCHYARD_PROGRESS_FILE") or None
         self.cgroup = self.env.get("TORCHYARD_CGROUP_ROOT") or "/sys/fs/cgroup"
         self._oom_kills = oom_kills(self.cgroup)  # before any rank ran
         self.progress = ProgressTracker(".")  # replaced in run(), once logs/ is known
@@ -957,11 +1490,25 @@ class Launcher:
         self._save_until: float | None = None
         self._asked_at = 0.0  # when this launcher last asked for the just-in-time save
         self.checkpoint_info: dict[str, Any] = {}
+        # launch: node: the ranks the node command started ({rank: [pid, when it ended or
+        # None]}), watched every half second (``_watch_node_ranks``)
+        self._node_ranks: dict[int, list[Any]] = {}
+        self._node_ranks_at = 0.0
 
     def say(self, text: str) -> None:
-        with self._lock:
-            self.err.write(f"[torchyard] {text}\n")
-            self.err.flush()
+        self.echo.put(self.err, f"[torchyard] {text}\n".encode())
+
+    def _end_leftovers(self) -> None:
+        """Once every rank exited: end whatever they started that still runs (a helper in
+        a session of its own would otherwise outlive the node, and hold its output
+        threads while it holds their pipes)."""
+        pipes = [inode for rank in self.ranks for inode in rank.pipes]
+        ended = end_leftovers(self.cookie, [rank.proc.pid for rank in self.ranks], pipes)
+        if ended:
+            self.say(
+                f"ended {len(ended)} process(es) the ranks left running "
+                f"(pid {', '.join(map(str, ended[:10]))}{', ...' if len(ended) > 10 else ''})"
+            )
 
     def _config(self) -> tuple[str, int, int, str]:
         env = self.env
@@ -1013,7 +1560,10 @@ class Launcher:
                 summary = {"step": self.checkpoints.reported_step()}
             if summary is not None:
                 summary["checkpointSeconds"] = seconds
-        if summary is not None:
+        if summary is not None and self.progress_file is not None:
+            with contextlib.suppress(OSError), open(self.progress_file, "a") as f:
+                f.write(json.dumps(summary, sort_keys=True) + "\n")
+        elif summary is not None:
             self.say("progress " + json.dumps(summary, sort_keys=True))
 
     def _checkpoint_seconds(self) -> Any:
@@ -1124,9 +1674,11 @@ class Launcher:
                             logs,
                             self.out,
                             self.err,
-                            self._lock,
+                            self.echo,
                             self.progress,
                             self.scanner,
+                            log_limit=self.log_limit,
+                            show_progress=self.progress_file is None,
                         )
                     )
             else:
@@ -1140,20 +1692,33 @@ class Launcher:
                         logs,
                         self.out,
                         self.err,
-                        self._lock,
+                        self.echo,
                         self.progress,
                         self.scanner,
+                        log_limit=self.log_limit,
+                        show_progress=self.progress_file is None,
                     )
                 )
         except LaunchError:
             for started_rank in self.ranks:
                 started_rank.signal(signal.SIGKILL)
                 started_rank.proc.wait()
+            self._end_leftovers()
+            for started_rank in self.ranks:
                 started_rank.finish()
             raise
 
     def run(self) -> int:
+        """Run the node; its output written (ECHO_DRAIN_SECONDS at most) when it returns."""
+        try:
+            return self._run()
+        finally:
+            self.echo.drain()
+
+    def _run(self) -> int:
         launch, nproc, node_rank, logs = self._config()
+        self.log_limit = log_limit(self.env)
+        self.env[COOKIE_VARIABLE] = self.cookie
         if self.env.get("MASTER_ADDR"):
             wait_for_dns(
                 self.env["MASTER_ADDR"], _int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300), self.err
@@ -1174,6 +1739,7 @@ class Launcher:
         try:
             self._start_ranks(launch, nproc, node_rank, logs)
             failed = self._wait(grace)
+            self._end_leftovers()
             for rank in self.ranks:
                 rank.finish()
         finally:
@@ -1290,10 +1856,21 @@ class Launcher:
         if found is None:
             return None
         number, seconds, step, timeout = found
+        detected = time.time()
         if node is None:
             stacks = self._collect_stacks([(r.rank, r.proc.pid) for r in live])
         else:  # the node command's ranks: the processes that opened a stack file
             stacks = self._collect_stacks(rank_processes(self.stacks, node.proc.pid))
+        # The signal that takes the stacks ends a blocking call (a C sleep, a read without
+        # SA_RESTART): a gang that made progress since was slow, not stuck for good.
+        if self.progress.idle_seconds(number, time.time()) is not None and (
+            (self.progress.idle_seconds(number, time.time()) or 0.0) < seconds
+        ):
+            self.say(
+                f"rank {number} made no progress for {seconds:.0f}s, then went on when its "
+                "stacks were taken (in logs/stacks/ of this node): not stopped"
+            )
+            return None
         # The rank idle longest may only wait for the guilty one in a collective: the
         # stacks of those stalled too tell (``culprit``).
         suspects = self.progress.idle_ranks(watched, time.time(), timeout / 2)
@@ -1307,9 +1884,9 @@ class Launcher:
         inner = stack_top(text)
         where = user_frame(text) or inner  # the script's line, not torch's
         at = f"{where[0]}:{where[1]} in {where[2]}" if where else "(no Python stack)"
-        collective = inner[2] if inner is not None and in_collective(text) else None
+        collective = waiting_in(text)
         if collective:
-            at += f" (in torch.distributed {collective})"
+            at += f" ({waiting_words(collective)})"
         phase = self.progress.phase_of(stuck.rank)
         budget = f"stall budget while {phase}" if phase else "stall timeout"
         message = (
@@ -1334,6 +1911,9 @@ class Launcher:
             self.progress.step_of,
         )
         stall["message"] = message
+        # when the stall was found: the stuck rank itself may take the grace period to end
+        # (it ignores SIGTERM), while its peers on other nodes end at once
+        stall["detectedAt"] = round(detected, 6)
         self.stall = (stuck, stall)
         self.say(f"{label} stalled at {at}: stopping the ranks")
         for rank in self.ranks:
@@ -1377,6 +1957,7 @@ class Launcher:
         kill_at: float | None = None
         while True:
             if failed is None and self.stopping is None:
+                self._watch_node_ranks()
                 failed = self._check_stall()  # a stalled rank fails the node
                 if failed is not None:
                     kill_at = time.monotonic() + grace
@@ -1405,6 +1986,49 @@ class Launcher:
                 kill_at = float("inf")
             time.sleep(0.05)
 
+    def _watch_node_ranks(self) -> None:
+        """launch: node: when each rank the node command (torchrun) started ended. The
+        launcher is not their parent and gets no exit code: torchrun names those that
+        failed, and one that ended before them and is not named exited with status 0."""
+        now = time.monotonic()
+        if not self.ranks or self.ranks[0].rank is not None or now < self._node_ranks_at:
+            return
+        self._node_ranks_at = now + 0.5
+        if self.stacks:
+            for number, pid in rank_processes(self.stacks, self.ranks[0].proc.pid):
+                if number is None:
+                    continue
+                if number not in self._node_ranks or self._node_ranks[number][0] != pid:
+                    self._node_ranks[number] = [pid, None]
+        for seen in self._node_ranks.values():
+            if seen[1] is None and not _alive(seen[0]):
+                seen[1] = time.time()
+
+    def _failed_at(self, failed: Rank) -> float | None:
+        """When ``failed`` failed (Unix time): when its stall was found, else when it exited."""
+        if self.stall is not None and self.stall[0] is failed:
+            return float(self.stall[1]["detectedAt"])
+        return round(failed.exited_at, 6) if failed.exited_at is not None else None
+
+    def _early_exits(self, before: float | None) -> list[dict[str, Any]] | None:
+        """The ranks of this node that exited with status 0 (before ``before``, when given),
+        first first: a rank that leaves early while its peers train is what they fail of
+        (``status.failures.early_exit`` decides). None for none."""
+        ended = [(r.rank, r.exited_at or 0.0) for r in self.ranks if r.exit_code() == 0]
+        if self.ranks and self.ranks[0].rank is None:  # launch: node (``_watch_node_ranks``)
+            failed = set(map(int, _TORCHRUN_RANK.findall("".join(self.ranks[0].tail))))
+            ended = [(r, seen[1]) for r, seen in self._node_ranks.items() if seen[1] is not None]
+            ended = [(r, at) for r, at in ended if r not in failed]
+            if failed:  # not after the first of those torchrun names as failed
+                gone = [s[1] for r, s in self._node_ranks.items() if r in failed and s[1]]
+                before = min([before, *gone]) if before is not None and gone else before
+        found = [
+            {"rank": r, "exitedAt": round(at, 6), "step": self.progress.step_of(r)}
+            for r, at in sorted(ended, key=lambda item: item[1])
+            if r is not None and (before is None or at < before)
+        ]
+        return found[:EARLY_EXITS_REPORTED] or None
+
     def _report(self, failed: Rank | None, node_rank: int, elapsed: float) -> int:
         path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
         if failed is None and self.stopping is not None:
@@ -1414,9 +2038,11 @@ class Launcher:
                 "signal": self.stopping,
                 "exitCode": 128 + self.stopping,
                 "message": "stopped by signal",
+                # the node may have been stopped because another failed of losing these
+                "earlyExits": self._early_exits(None),
                 **self.checkpoint_info,
             }
-            _write(path, termination_message(stopped))
+            _write(path, termination_message({k: v for k, v in stopped.items() if v is not None}))
             return 128 + self.stopping
         if failed is None:
             _write(
@@ -1427,6 +2053,7 @@ class Launcher:
                         "exitCode": 0,
                         "reason": "Completed",
                         "progress": self.progress.summary(),
+                        "earlyExits": self._early_exits(None),
                         **self.checkpoint_info,
                     }
                 ),
@@ -1440,8 +2067,12 @@ class Launcher:
         message = traceback_tail(failed.tail)
         rank = failed.rank
         if rank is None:  # launch: node; torchrun names the failing rank in its summary
-            found = _TORCHRUN_RANK.findall("".join(failed.tail))
-            rank = int(found[0]) if found else None
+            rank = torchrun_root_cause(failed.tail)
+            # torch >= 2.2 prefixes an uncaught error's lines with its rank: that rank's
+            # own traceback says more than torchrun's ChildFailedError after it
+            prefix = f"[rank{rank}]: "
+            own = [line[len(prefix) :] for line in failed.tail if line.startswith(prefix)]
+            message = traceback_tail(own) if own else message
         exit_code = code if code >= 0 else 128 - code
         reason = "Error"
         if code == -signal.SIGKILL and self._oom_kills is not None:
@@ -1467,13 +2098,14 @@ class Launcher:
             "message": message,
             # Unix time the rank exited: the operator names the rank that failed first
             # when peers on other nodes fail a moment later because they lost it.
-            "exitedAt": round(failed.exited_at, 6) if failed.exited_at is not None else None,
+            "exitedAt": self._failed_at(failed),
             # The failing rank's last reported step: the same error at the same step
             # twice stops the retries (``status.classes``).
             "step": self.progress.step_of(rank if failed.rank is None else failed.rank),
             "progress": self.progress.summary(),
             "evidence": self.scanner.evidence or None,
             "logRule": self.scanner.hit,
+            "earlyExits": self._early_exits(self._failed_at(failed)),
             # resumedFrom, checkpointStep, quarantined; reason NoProgress (and why) when
             # too many attempts failed before getting past their checkpoint.
             **self.checkpoint_info,
@@ -2182,8 +2814,9 @@ class MpiLauncher(Launcher):
         if self.worker is not None:
             self.worker.stop(signal.SIGTERM)
 
-    def run(self) -> int:
+    def _run(self) -> int:
         _, nproc, node_rank, logs = self._config()
+        self.log_limit = log_limit(self.env)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -2286,8 +2919,8 @@ class MpiLauncher(Launcher):
             command.append("--allow-run-as-root")
         command += self.command
         self.say("starting " + " ".join(command[:1] + command[3:]))
-        log = open(os.path.join(logs, "mpirun.txt"), "ab")  # noqa: SIM115
-        files: dict[int, IO[bytes]] = {}
+        log = CappedLog(os.path.join(logs, "mpirun.txt"), self.log_limit)
+        files: dict[int, CappedLog] = {}
         try:
             self.mpirun = subprocess.Popen(
                 command,
@@ -2349,7 +2982,7 @@ class MpiLauncher(Launcher):
                 return code if code is not None and code > 0 else 1
 
     def _pump(
-        self, pipe: IO[bytes], log: IO[bytes], files: dict[int, IO[bytes]], logs: str
+        self, pipe: IO[bytes], log: CappedLog, files: dict[int, CappedLog], logs: str
     ) -> None:
         """mpirun's output: tagged lines go to logs/rank-<r>.txt (and keep a tail per rank).
         OpenMPI tags every write, so one line of mpirun's may hold the writes of several
@@ -2360,13 +2993,12 @@ class MpiLauncher(Launcher):
         for line in iter(lambda: pipe.readline(65536), b""):
             with self._lock:
                 log.write(line)
-                log.flush()
                 if _MPI_TAG.match(line) is None:
                     self.output.append(line.decode("utf-8", "replace"))
                     ending = b"MPI_ABORT was invoked" in line or _MPI_REPORT_LOST.search(line)
                     if self.aborted_at is None and ending:
                         self.aborted_at = time.monotonic()
-                    self._show(self.err, b"[mpirun] " + line)
+                    self._show(self.err, b"[mpirun] " + line, None)
                     continue
                 for rank, stream, text in mpi_segments(line):
                     text = partial.pop((rank, stream), b"") + text
@@ -2381,13 +3013,12 @@ class MpiLauncher(Launcher):
         pipe.close()
 
     def _rank_line(
-        self, rank: int, stream: bytes, text: bytes, files: dict[int, IO[bytes]], logs: str
+        self, rank: int, stream: bytes, text: bytes, files: dict[int, CappedLog], logs: str
     ) -> None:
         """One whole line of one rank: its log file, its tail, progress, the console."""
         if rank not in files:
-            files[rank] = open(os.path.join(logs, f"rank-{rank}.txt"), "ab")  # noqa: SIM115
+            files[rank] = CappedLog(os.path.join(logs, f"rank-{rank}.txt"), self.log_limit)
         files[rank].write(text)
-        files[rank].flush()
         tail = self.rank_tails.setdefault(rank, collections.deque(maxlen=TAIL_LINES))
         if stream == b"stdout" and text.startswith(PROGRESS_PREFIX):
             record = parse_progress(text.rstrip(b"\r\n"))
@@ -2397,17 +3028,13 @@ class MpiLauncher(Launcher):
             tail.append(text.decode("utf-8", "replace"))
             if self.first_traceback is None and text.startswith(b"Traceback ("):
                 self.first_traceback = rank
-        self._show(self.out if stream == b"stdout" else self.err, f"[rank {rank}] ".encode() + text)
+        label = f"rank {rank}"
+        sink = self.out if stream == b"stdout" else self.err
+        self._show(sink, f"[{label}] ".encode() + text, label)
 
-    @staticmethod
-    def _show(sink: IO[str], shown: bytes) -> None:
-        buffer = getattr(sink, "buffer", None)
-        shown = shown if shown.endswith(b"\n") else shown + b"\n"
-        if buffer is not None:
-            buffer.write(shown)
-        else:
-            sink.write(shown.decode("utf-8", "replace"))
-        sink.flush()
+    def _show(self, sink: IO[str], shown: bytes, label: str | None) -> None:
+        """To the node's output (``label`` None: never dropped, see Echo)."""
+        self.echo.put(sink, shown if shown.endswith(b"\n") else shown + b"\n", label)
 
     def _end_workers(self, code: int) -> None:
         """Tell every worker launcher that mpirun ended, so that its node ends with it."""

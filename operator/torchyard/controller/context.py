@@ -84,6 +84,7 @@ class K8s(Protocol):
         container: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        limit_bytes: int | None = None,
         timeout: float = ...,
     ) -> Iterator[str]: ...
 

@@ -37,6 +37,11 @@ QUIET_AFTER = 3
 # Lines of each node Pod's log read: the launcher's summary is among the last ones unless
 # the ranks print more than this many lines between two summaries.
 TAIL_LINES = 2000
+# And at most this many bytes of them (the kubelet's limitBytes, counted from the first of
+# those lines): a rank's lines are at most 64 KiB (the launcher shows longer ones in
+# pieces), so without it one poll of a chatty node could read 128 MiB. When the tail is
+# bigger, its start is read, which may hold an older summary, or none.
+LIMIT_BYTES = 4 << 20
 TRAINER = "trainer"
 # A kubelet that does not answer (a node gone quiet) holds a work queue worker this long
 # at most, then counts as a read without progress.
@@ -125,6 +130,7 @@ def poll(
                 pod["metadata"]["name"],
                 container=TRAINER,
                 tail_lines=TAIL_LINES,
+                limit_bytes=LIMIT_BYTES,
                 timeout=READ_TIMEOUT_SECONDS,
             )
             nodes[_node_rank(pod)] = run_progress.summary_of_log(lines)

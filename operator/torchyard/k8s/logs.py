@@ -22,9 +22,11 @@ def pod_log_lines(
     container: str | None = None,
     follow: bool = False,
     tail_lines: int | None = None,
+    limit_bytes: int | None = None,
     timeout: float = 60,
 ) -> Iterator[str]:
-    """A Pod's log, line by line (``follow``: until the container ends). The apiserver
+    """A Pod's log, line by line (``follow``: until the container ends; ``tail_lines``:
+    its last lines only; ``limit_bytes``: at most that much of them). The apiserver
     gets it from the node's kubelet; errors surface as :class:`ApiError`, or
     :class:`Unreachable` when the apiserver does not answer (within ``timeout`` seconds,
     unless following) or the stream breaks off."""
@@ -36,6 +38,8 @@ def pod_log_lines(
         query.append(("follow", "true"))
     if tail_lines is not None:
         query.append(("tailLines", tail_lines))
+    if limit_bytes is not None:
+        query.append(("limitBytes", limit_bytes))
     rest.REQUESTS["GET"] += 1
     try:
         method, url, headers, _, _ = api.param_serialize(

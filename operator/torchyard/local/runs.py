@@ -26,12 +26,15 @@ from typing import IO, Any
 import torchyard.launcher
 from torchyard.api import Environment, TrainingRun
 from torchyard.local.checks import missing_packages
+from torchyard.local.console import Console, Progress, progress_line
 from torchyard.local.finalize import archive_and_register
-from torchyard.local.results import LocalResult, NodeResult, first_failure
+from torchyard.local.results import LocalResult, NodeResult, first_failure, node_failure
 from torchyard.planning import checkpoints, mpi, node_env, pods
 from torchyard.registry import Store
+from torchyard.status import failures
 
 LAUNCHER_FILE = Path(torchyard.launcher.__file__)
+PROGRESS_EVERY_SECONDS = 0.5  # how often the progress line is read and drawn again
 
 
 def default_registry() -> Path:
@@ -78,10 +81,15 @@ class LocalRun:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.workdir = self.workroot / f"{run.namespace}-{run.name}-{stamp}-{os.getpid()}"
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        # Each node's launcher marks what its ranks start with this (COOKIE_VARIABLE): what
+        # is left of them when the node ended is ended, even should its launcher be killed.
+        self.cookies: dict[int, str] = {}
+        self.console = Console(out)
+        self.progress = Progress({})
+        self.ended = threading.Event()  # every node ended: no more progress to show
 
     def say(self, text: str) -> None:
-        self.out.write(f"[torchyard] {text}\n")
-        self.out.flush()
+        self.console.write(self.out, f"[torchyard] {text}\n".encode())
 
     def node_dir(self, node: int) -> Path:
         return self.workdir / f"node-{node}"
@@ -137,6 +145,10 @@ class LocalRun:
             )
         )
         env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
+        # its summaries for the run's one progress line (not as JSON on the terminal)
+        env["TORCHYARD_PROGRESS_FILE"] = str(self.progress_file(node))
+        cookie = self.cookies.setdefault(node, os.urandom(8).hex())
+        env[torchyard.launcher.COOKIE_VARIABLE] = cookie
         env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
         env.update(pods.watch_env(self.run))  # stall timeout and budgets, log rules
         if self.run.spec.distribution.type == "mpi":
@@ -150,6 +162,10 @@ class LocalRun:
         # The current interpreter's scripts (torchrun, ...) come first, as in its venv.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         return env
+
+    def progress_file(self, node: int) -> Path:
+        """The node's progress summaries, one JSON a line (``launcher.ProgressTracker``)."""
+        return self.node_dir(node) / "progress.jsonl"
 
     def checkpoint_dir(self) -> Path:
         """The run's checkpoint folder here: per namespace and claim (or run) name."""
@@ -178,13 +194,22 @@ class LocalRun:
                 "slots on this machine"
             )
             nodes = 1
+        self.progress = Progress({node: str(self.progress_file(node)) for node in range(nodes)})
+        threading.Thread(target=self._show_progress, daemon=True).start()
         for node in range(nodes):
             self.procs[node] = subprocess.Popen(
                 [sys.executable, str(LAUNCHER_FILE), "--", *self.run.spec.command],
                 cwd=self.node_dir(node),
                 env=self._env(node, port),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 start_new_session=True,
             )
+            # relayed, so that the progress line stays below the nodes' output
+            stdout, stderr = self.procs[node].stdout, self.procs[node].stderr
+            assert stdout is not None and stderr is not None
+            self.console.relay(stdout, sys.stdout)
+            self.console.relay(stderr, self.out)
             nproc = self.run.spec.distribution.process_count_per_node
             what = (
                 f"{nproc} process(es)"
@@ -192,6 +217,20 @@ class LocalRun:
                 else "the command once (launch: node)"
             )
             self.say(f"node {node} started: {what}, pid {self.procs[node].pid}")
+
+    def _show_progress(self) -> None:
+        """The run's one progress line, from the nodes' summaries, until every node ended."""
+        while not self.ended.wait(PROGRESS_EVERY_SECONDS):
+            self.progress.read()
+            self.console.show(progress_line(self.progress.run()))
+
+    def _end_leftovers(self) -> None:
+        """Once the launchers ended: what their ranks started that still runs (a killed
+        launcher could not end it itself), and the relays of their output."""
+        self.ended.set()
+        for cookie in self.cookies.values():
+            torchyard.launcher.end_leftovers(cookie)
+        self.console.join()
 
     def _stop_all(self, signum: int = signal.SIGTERM) -> None:
         for proc in self.procs.values():
@@ -201,6 +240,7 @@ class LocalRun:
 
     def _wait(self, started: float) -> list[NodeResult]:
         done: dict[int, NodeResult] = {}
+        settle_until: float | None = None  # when to stop the others after a failure
         stop_deadline: float | None = None
         while len(done) < len(self.procs):
             for node, proc in self.procs.items():
@@ -211,10 +251,21 @@ class LocalRun:
                 done[node] = result
                 verdict = "succeeded" if code == 0 else f"failed (exit code {code})"
                 self.say(f"node {node} {verdict} after {result.seconds:.1f}s")
-                if code != 0 and stop_deadline is None:
-                    self.say("stopping the other nodes")
-                    self._stop_all()
-                    stop_deadline = time.monotonic() + self.grace + 5
+                if code != 0 and settle_until is None:
+                    # as the operator does: a failure that may be what its ranks saw of
+                    # another node's (a lost peer, a stall) waits for the others to report
+                    running = len(done) < len(self.procs)
+                    wait = failures.settle_seconds(node_failure(result), running, time.time())
+                    settle_until = time.monotonic() + (wait or 0.0)
+                    if wait:
+                        self.say(f"waiting up to {wait:.0f}s for the other nodes to report")
+            settled = settle_until is not None and (
+                time.monotonic() >= settle_until or len(done) == len(self.procs)
+            )
+            if settled and stop_deadline is None:
+                self.say("stopping the other nodes")
+                self._stop_all()
+                stop_deadline = time.monotonic() + self.grace + 5
             if stop_deadline is not None and time.monotonic() > stop_deadline:
                 self._stop_all(signal.SIGKILL)
             time.sleep(0.05)
@@ -252,7 +303,9 @@ class LocalRun:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(self._stop_seconds())
                 self._stop_all(signal.SIGKILL)
+                self._end_leftovers()
                 raise
+            self._end_leftovers()
         failure = first_failure(nodes)
         exit_code = 0 if failure is None else int(failure.get("exitCode") or 1)
         result = LocalResult(exit_code, self.workdir, nodes, failure=failure, warnings=warnings)

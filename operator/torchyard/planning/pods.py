@@ -264,8 +264,8 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
 def watch_env(run: TrainingRun) -> dict[str, str]:
     """What the launcher watches the ranks with (policy): the stall timeout
     (``launcher.Launcher._check_stall``), the stall budgets of the phases
-    (``launcher.stall_budgets``) and the log rules (``launcher.LogScanner``). Local mode
-    passes the same."""
+    (``launcher.stall_budgets``), the log rules (``launcher.LogScanner``) and the limit
+    of each rank's log (``launcher.CappedLog``). Local mode passes the same."""
     env: dict[str, str] = {}
     policy = run.spec.policy
     if policy.stall_timeout_seconds:
@@ -278,6 +278,8 @@ def watch_env(run: TrainingRun) -> dict[str, str]:
         env["TORCHYARD_LOG_RULES"] = json.dumps(
             [r.to_dict() for r in policy.log_rules], separators=(",", ":")
         )
+    if policy.log_limit_bytes is not None:
+        env["TORCHYARD_LOG_LIMIT_BYTES"] = str(policy.log_limit_bytes)
     return env
 
 

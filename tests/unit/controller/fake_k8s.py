@@ -33,6 +33,7 @@ class FakeK8s:
         self.refusals: dict[str, k8s.ApiError] = {}  # kind -> the error its apply raises
         self.logs: dict[str, list[str]] = {}  # Pod name -> its log lines (pod_log_lines)
         self.log_reads: list[str] = []  # the Pods whose log was read, in order
+        self.log_bytes = 0  # how much of them was read
         self.silent_kubelets: set[str] = set()  # Pods whose log read times out (Unreachable)
         self._lock = threading.Lock()
         self._uids = itertools.count(1)
@@ -41,9 +42,12 @@ class FakeK8s:
 
     # -- test helpers -------------------------------------------------------------------
 
-    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Store ``obj`` as the apiserver would hold it (no writes recorded)."""
-        res = k8s.resource_of(obj)
+    def put(self, obj: dict[str, Any], res: k8s.Resource | None = None) -> dict[str, Any]:
+        """Store ``obj`` as the apiserver would hold it (no writes recorded); ``res`` for a
+        kind torchyard does not manage (a Kueue LocalQueue)."""
+        if res is None and obj.get("kind") == "LocalQueue":
+            res = k8s.local_queues(obj["apiVersion"].rpartition("/")[2])
+        res = res or k8s.resource_of(obj)
         meta = obj["metadata"]
         self.objects[
             (res.plural, meta.get("namespace") if res.namespaced else None, meta["name"])
@@ -177,10 +181,13 @@ class FakeK8s:
         container: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        limit_bytes: int | None = None,
         timeout: float = 60,
     ) -> Iterator[str]:
-        """The lines set in ``logs[pod]`` (the last ``tail_lines``), counted in
-        ``log_reads``; a Pod without any answers as a kubelet without the log would."""
+        """The lines set in ``logs[pod]`` (the last ``tail_lines``, then as many of
+        those as fit ``limit_bytes``, as the kubelet counts them), counted in
+        ``log_reads`` and ``log_bytes``; a Pod without any answers as a kubelet without
+        the log would."""
         with self._lock:
             self.log_reads.append(pod)
             lines = self.logs.get(pod)
@@ -189,7 +196,11 @@ class FakeK8s:
             raise k8s.Unreachable(f"the kubelet of {pod} did not answer within {timeout}s")
         if lines is None:
             raise k8s.ApiError(400, "BadRequest", f"container {container} has no log")
-        yield from lines[-tail_lines:] if tail_lines else lines
+        lines = lines[-tail_lines:] if tail_lines else lines
+        text = "".join(f"{line}\n" for line in lines).encode()[:limit_bytes]
+        with self._lock:
+            self.log_bytes += len(text)
+        yield from text.decode("utf-8", "replace").splitlines()
 
 
 def _labels_match(obj: dict[str, Any], selector: str | None) -> bool:

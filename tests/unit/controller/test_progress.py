@@ -70,3 +70,15 @@ def test_a_kubelet_that_does_not_answer_ends_the_poll_instead_of_holding_it_per_
     assert fake.log_reads == ["g-0", "g-1"]
     assert polled is not None and polled.progress is not None
     assert polled.progress["step"] == 5
+
+
+def test_a_chatty_nodes_log_is_read_within_a_bound() -> None:
+    """A rank that writes long lines fast: a poll reads at most LIMIT_BYTES of the node's
+    log, not TAIL_LINES of its longest lines (the launcher shows at most 64 KiB a line)."""
+    fake = FakeK8s()
+    chatty = "[rank 0] " + "x" * 65536
+    fake.logs = {"c-0": [line(5, 5)] + [chatty] * progress.TAIL_LINES}
+    ctx = Context(k8s=fake)
+    progress.poll(ctx, "default", "uid-3", [pod("c", 0, phase="Running")], T0)
+    assert fake.log_reads == ["c-0"]
+    assert 0 < fake.log_bytes <= progress.LIMIT_BYTES

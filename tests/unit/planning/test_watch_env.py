@@ -32,3 +32,16 @@ def test_a_budget_below_five_seconds_or_an_unknown_phase_is_refused() -> None:
         policy(stallBudgets={"saving": 1})
     with pytest.raises(api.InvalidSpec, match=r"spec\.policy\.stallBudgets\.lunch"):
         policy(stallBudgets={"lunch": 60})
+
+
+@pytest.mark.parametrize(("limit", "read"), [(None, launcher.LOG_LIMIT_BYTES), (8 << 20, 8 << 20)])
+def test_the_log_limit_reaches_the_launcher_which_reads_it_back(
+    limit: int | None, read: int
+) -> None:
+    env = pods.watch_env(policy(logLimitBytes=limit) if limit else policy())
+    assert launcher.log_limit(env) == read
+
+
+def test_a_log_limit_too_small_to_hold_the_note_is_refused() -> None:
+    with pytest.raises(api.InvalidSpec, match=r"spec\.policy\.logLimitBytes"):
+        policy(logLimitBytes=100)

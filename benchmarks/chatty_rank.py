@@ -1,0 +1,173 @@
+"""What a chatty rank costs its own training, through the real launcher.
+
+Runs the launcher (one node, one rank) over a script whose steps each burn ``--step-ms``
+of CPU in ten slices and, between the slices, write to stdout whatever keeps their
+output at ``--mbps`` MB/s (lines of about 120 bytes, a write per slice, as a logger that
+buffers would), twice per round, rounds interleaved: once quiet (the baseline: no output
+but a last line), once chatty. The launcher's own output goes to a reader as slow as a
+terminal (``--terminal-mbps``). Each round gives one paired ratio (the chatty run's steps
+per second / the quiet run's): load that changes between rounds cancels within a pair,
+and the order's own bias (quiet first in even rounds) cancels over the rounds. The
+figure is the median of the paired ratios; the target is at least 0.8. It also says how
+big the rank's log is against its limit (TORCHYARD_LOG_LIMIT_BYTES, ``--limit-mib``) and
+how much of its output reached the "terminal".
+
+    .venv/bin/python benchmarks/chatty_rank.py [--seconds 10] [--mbps 50] [--rounds 3]
+    .venv/bin/python benchmarks/chatty_rank.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = Path(os.environ.get("CHATTY_LAUNCHER", ROOT / "operator" / "torchyard" / "launcher.py"))
+
+SCRIPT = """
+import json, sys, time
+seconds, step_s, rate = float(sys.argv[1]), float(sys.argv[2]) / 1000, float(sys.argv[3]) * 1e6
+line = b"2024-01-01 12:00:00,000 INFO trainer: step %08d loss=0.123456 lr=0.000100 " \\
+    b"grad_norm=1.234567 samples/s=1234.5 ..........\\n"
+block = b"".join(line % i for i in range(20000))  # 2.4 MB of lines to cut writes from
+out = sys.stdout.buffer
+written, steps, at = 0, 0, 0
+started = time.perf_counter()
+while time.perf_counter() - started < seconds:
+    for _ in range(10):  # a step: ten slices of work, the output owed after each
+        end = time.perf_counter() + step_s / 10
+        while time.perf_counter() < end:
+            pass
+        owed = int(rate * (time.perf_counter() - started)) - written
+        while owed > 0 and time.perf_counter() - started < seconds:
+            piece = block[at : at + min(owed, len(block) - at)]
+            out.write(piece)
+            at = (at + len(piece)) % len(block)
+            owed -= len(piece)
+            written += len(piece)
+        out.flush()
+    steps += 1
+elapsed = time.perf_counter() - started
+with open("result.json", "w") as f:
+    json.dump({"steps": steps, "seconds": elapsed, "written": written}, f)
+print("done", flush=True)
+"""
+
+
+def slow_reader(pipe: object, mbps: float, counted: list[int]) -> None:
+    """Read ``pipe`` no faster than ``mbps`` MB/s, as a terminal draws."""
+    fd = pipe.fileno()  # type: ignore[attr-defined]
+    started = time.monotonic()
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            return
+        counted[0] += len(data)
+        ahead = counted[0] / (mbps * 1e6) - (time.monotonic() - started)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def one(seconds: float, step_ms: float, mbps: float, terminal: float, limit: int) -> dict:
+    """Steps per second of the rank, its log's size and what the terminal got."""
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "bench.py").write_text(SCRIPT)
+        env = {
+            "PATH": os.environ["PATH"],
+            "TORCHYARD_NPROC_PER_NODE": "1",
+            "NODE_RANK": "0",
+            "WORLD_SIZE": "1",
+            "TORCHYARD_TERMINATION_LOG": str(Path(tmp, "termination.json")),
+            "TORCHYARD_LOG_LIMIT_BYTES": str(limit),
+        }
+        arguments = [str(seconds), str(step_ms), str(mbps)]
+        proc = subprocess.Popen(
+            [sys.executable, str(LAUNCHER), "--", sys.executable, "bench.py", *arguments],
+            cwd=tmp,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        shown, said = [0], [0]
+        readers = [
+            threading.Thread(target=slow_reader, args=(proc.stdout, terminal, shown)),
+            threading.Thread(target=slow_reader, args=(proc.stderr, terminal, said)),
+        ]
+        for t in readers:
+            t.start()
+        code = proc.wait(timeout=seconds * 10 + 60)
+        for t in readers:
+            t.join()
+        assert code == 0, f"the launcher exited with {code}"
+        result = json.loads(Path(tmp, "result.json").read_text())
+        log = Path(tmp, "logs", "rank-0.txt")
+        text = log.read_bytes()
+        at = text.find(b"[torchyard] ", text.find(b"dropped here") - 200)
+        note = text[at : text.find(b"\n", at)].decode() if b"dropped here" in text else ""
+        return {
+            "rate": result["steps"] / result["seconds"],
+            "written": result["written"],
+            "log": log.stat().st_size,
+            "note": note,
+            "shown": shown[0] + said[0],
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="of each run")
+    parser.add_argument("--step-ms", type=float, default=60.0, help="CPU per step (16/s)")
+    parser.add_argument("--mbps", type=float, default=50.0, help="the chatty rank's output")
+    parser.add_argument("--terminal-mbps", type=float, default=2.0, help="what is read")
+    parser.add_argument("--limit-mib", type=int, default=64, help="TORCHYARD_LOG_LIMIT_BYTES")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        args.seconds, args.rounds, args.limit_mib = 2.0, 1, 16
+    limit = args.limit_mib << 20
+    ratios, quiet, chatty = [], [], []
+    last: dict = {}
+    for i in range(args.rounds):
+        order = (0.0, args.mbps) if i % 2 == 0 else (args.mbps, 0.0)
+        got = {m: one(args.seconds, args.step_ms, m, args.terminal_mbps, limit) for m in order}
+        quiet.append(got[0.0]["rate"])
+        chatty.append(got[args.mbps]["rate"])
+        ratios.append(chatty[-1] / quiet[-1])
+        last = got[args.mbps]
+        first = "quiet first" if i % 2 == 0 else "chatty first"
+        print(
+            f"round {i + 1} ({first}): quiet {quiet[-1]:.2f} steps/s, writing "
+            f"{last['written'] / args.seconds / 1e6:.1f} MB/s {chatty[-1]:.2f} steps/s: "
+            f"ratio {ratios[-1]:.3f} (load {os.getloadavg()[0]:.2f})",
+            flush=True,
+        )
+    ratio = statistics.median(ratios)
+    print(
+        f"{args.step_ms:g} ms steps for {args.seconds:g}s, {args.rounds} round(s): quiet "
+        f"{statistics.median(quiet):.2f} steps/s, chatty ({args.mbps:g} MB/s) "
+        f"{statistics.median(chatty):.2f} steps/s (medians); median paired ratio "
+        f"{ratio:.3f} ({min(ratios):.3f}-{max(ratios):.3f}) (target >= 0.8: "
+        f"{'met' if ratio >= 0.8 else 'not met'})"
+    )
+    within = last["log"] <= limit
+    print(
+        f"last chatty run: wrote {last['written'] / 1e6:.0f} MB; its log "
+        f"{last['log'] / 2**20:.1f} MiB, limit {args.limit_mib} MiB "
+        f"({'within' if within else 'OVER'}); the {args.terminal_mbps:g} MB/s terminal got "
+        f"{last['shown'] / 1e6:.1f} MB"
+    )
+    print(f"  {last['note'][:160]}")
+    print(f"load average: {os.getloadavg()[0]:.2f} (other work on this machine adds noise)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""What a rank's output may cost its node: its log file keeps its head and tail within
+TORCHYARD_LOG_LIMIT_BYTES and says what it dropped; the node's own output never makes a
+rank wait (a slow reader loses rank lines, with a line saying how many, never the
+launcher's own); and what the ranks started is ended with the node, however it left
+their session. The cost in steps per second: benchmarks/chatty_rank.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.launcher.test_launcher import launch, termination
+from torchyard import launcher
+
+NOTE = re.compile(
+    rb"\[torchyard\] (\d+) bytes \((\d+) lines\) of this rank's output dropped here: .*\n"
+)
+
+
+def stream(seed: int, size: int) -> bytes:
+    """``size`` bytes of lines of random lengths (some longer than a read)."""
+    rng = random.Random(seed)
+    parts, total, n = [], 0, 0
+    while total < size:
+        length = rng.choice([0, 5, 80, 300, 5000, launcher.READ_BYTES + 100])
+        line = (b"%d:" % n + b"x" * length)[:length] + b"\n"
+        parts.append(line)
+        total += len(line)
+        n += 1
+    return b"".join(parts)[:size]
+
+
+def written(path: Path, data: bytes, limit: int, seed: int) -> bytes:
+    """``data`` through a CappedLog in reads of random sizes, as a rank's pipe gives it."""
+    log = launcher.CappedLog(str(path), limit)
+    rng, at = random.Random(seed), 0
+    while at < len(data):
+        size = rng.randint(1, launcher.READ_BYTES)
+        log.write(data[at : at + size])
+        at += size
+    log.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("limit", [4096, 10_000, 1 << 20])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_capped_log_keeps_the_head_and_whole_lines_of_the_tail_within_its_limit(
+    tmp_path: Path, limit: int, seed: int
+) -> None:
+    data = stream(seed, limit * 5)
+    kept = written(tmp_path / "rank-0.txt", data, limit, seed)
+    assert len(kept) <= limit
+    note = NOTE.search(kept)
+    assert note is not None, kept[:200]
+    tail = kept[note.end() :]
+    assert data.endswith(tail) and (tail == b"" or data[: len(data) - len(tail)].endswith(b"\n"))
+    # the head, without the newline that ends it before the note when it ended in a line
+    head = next(
+        h
+        for h in (kept[: note.start()], kept[: note.start()].removesuffix(b"\n"))
+        if data.startswith(h) and len(h) + int(note.group(1)) + len(tail) == len(data)
+    )
+    assert len(head) <= limit // 2
+    dropped = data[len(head) : len(data) - len(tail)]
+    assert int(note.group(2)) == dropped.count(b"\n") + (not dropped.endswith(b"\n"))
+    assert list(tmp_path.iterdir()) == [tmp_path / "rank-0.txt"]  # no segment file left
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 20])
+def test_what_fits_the_limit_is_kept_as_written(tmp_path: Path, limit: int) -> None:
+    data = stream(7, 900_000)
+    assert written(tmp_path / "rank-0.txt", data, limit, 7) == data
+
+
+def test_the_limit_comes_from_the_environment_and_refuses_a_useless_one() -> None:
+    assert launcher.log_limit({}) == launcher.LOG_LIMIT_BYTES
+    assert launcher.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "0"}) == 0
+    with pytest.raises(launcher.LaunchError, match="at least 4096"):
+        launcher.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "100"})
+
+
+def test_a_chatty_rank_succeeds_with_its_log_within_the_limit(tmp_path: Path) -> None:
+    chatty = (
+        "import sys\n"
+        "for i in range(200000):\n"
+        "    sys.stdout.write('line %d of a chatty rank\\n' % i)\n"
+        "print('the last line')\n"
+    )
+    done = launch(tmp_path, chatty, nproc=1, extra={"TORCHYARD_LOG_LIMIT_BYTES": "65536"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = (tmp_path / "logs" / "rank-0.txt").read_bytes()
+    assert len(log) <= 65536
+    assert log.startswith(b"line 0 of a chatty rank\n") and log.endswith(b"the last line\n")
+    assert NOTE.search(log) is not None
+    assert termination(tmp_path)["exitCode"] == 0
+
+
+class Blocked(io.StringIO):
+    """A reader that reads nothing until let go (a terminal scrolled back, a stuck log
+    collector)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.go.wait()
+        return super().write(text)
+
+
+def test_a_reader_that_does_not_read_makes_no_rank_wait_and_loses_no_launcher_message() -> None:
+    out, err = Blocked(), Blocked()
+    echo = launcher.Echo(err, limit=1000)
+    lines = [b"[rank 0] line %d\n" % i for i in range(1000)]
+    for line in lines:
+        echo.put(out, line, "rank 0")  # returns at once: the reader does not read
+    echo.put(err, b"[torchyard] progress {}\n")
+    out.go.set()
+    err.go.set()
+    echo.drain()
+    shown = out.getvalue().splitlines()
+    assert shown == [x.decode().rstrip("\n") for x in lines[: len(shown)]]  # in order
+    # (a note each time the reader caught up: one or more)
+    notes = re.findall(r"rank 0: (\d+) lines \(\d+ bytes\) not shown here", err.getvalue())
+    assert notes, err.getvalue()
+    assert len(shown) + sum(map(int, notes)) == len(lines)
+    assert "[torchyard] progress {}" in err.getvalue()
+
+
+EVIDENCE_LINES = [
+    "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "[E ProcessGroupNCCL.cpp:475] Watchdog caught collective operation timeout",
+    "RuntimeError: [/pytorch/gloo/transport/tcp/pair.cc:598] Timed out waiting 1800000ms "
+    "for recv operation to complete",
+    "torch.distributed.DistStoreError: Timed out after 901 seconds",
+    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+    "Fatal Python error: Segmentation fault",
+    "ECC error on device 0",
+]
+
+
+@pytest.mark.parametrize("line", EVIDENCE_LINES)
+def test_every_evidence_line_holds_an_evidence_word(line: str) -> None:
+    """The whole-read filter (EVIDENCE_WORDS) lets every EVIDENCE line through."""
+    assert launcher.EVIDENCE.search(line)
+    assert any(word in line.encode() for word in launcher.EVIDENCE_WORDS)
+
+
+def test_every_evidence_alternative_names_an_evidence_word() -> None:
+    depth, start, alternatives = 0, 0, []
+    pattern = launcher.EVIDENCE.pattern
+    for i, char in enumerate(pattern):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "|" and depth == 0:
+            alternatives.append(pattern[start:i])
+            start = i + 1
+    alternatives.append(pattern[start:])
+    for alternative in alternatives:
+        literal = re.sub(r"\\[bdws]\*?|\[[^]]*\][+*]?|\\", " ", alternative)
+        assert any(w.decode() in literal for w in launcher.EVIDENCE_WORDS), alternative
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        [],
+        [{"pattern": "^boom$", "action": "cancelRetries"}, {"pattern": "Xid", "action": "ignore"}],
+    ],
+    ids=["evidence", "rules-with-anchors"],
+)
+def test_a_whole_read_flags_what_its_lines_one_by_one_flag(rules: list[dict[str, str]]) -> None:
+    lines = [b"quiet\n", *(x.encode() + b"\r\n" for x in EVIDENCE_LINES), b"boom\r\n", b"x\n"]
+    one_by_one, whole = (launcher.LogScanner(json.dumps(rules)) for _ in range(2))
+    for line in lines:
+        one_by_one.scan(3, line)
+    for at in range(0, len(lines), 3):
+        whole.scan_read(3, b"".join(lines[at : at + 3]))
+    assert (whole.evidence, whole.hit) == (one_by_one.evidence, one_by_one.hit)
+
+
+# -- what the ranks leave behind ------------------------------------------------------
+
+HELPER = "import time; time.sleep(600)"
+# How a rank's helper may leave the rank's session: each is found by a different trait.
+LEAVING = {
+    # setsid, still writing to the rank's stdout (the node waited for it: the pipe)
+    "own-session-holding-the-pipe": "subprocess.Popen([sys.executable, '-c', HELPER], "
+    "start_new_session=True)",
+    # a daemon: its own session, its output elsewhere (found by the node's cookie)
+    "daemon-with-the-pipes-closed": "subprocess.Popen([sys.executable, '-c', HELPER], "
+    "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+    # a clean environment, still holding the pipe (found by the pipe)
+    "clean-environment-holding-the-pipe": "subprocess.Popen([sys.executable, '-c', HELPER], "
+    "start_new_session=True, env={})",
+}
+
+
+def gone(pid: int) -> bool:
+    """Ended (a zombie not yet waited for by its new parent counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("how", list(LEAVING), ids=list(LEAVING))
+@pytest.mark.parametrize("code", [0, 3], ids=["ranks-succeed", "a-rank-fails"])
+def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
+    tmp_path: Path, how: str, code: int
+) -> None:
+    script = (
+        "import os, subprocess, sys, time\n"
+        f"HELPER = {HELPER!r}\n"
+        f"helper = {LEAVING[how]}\n"
+        "with open(f'helper-{os.environ[\"RANK\"]}.tmp', 'w') as f:\n"
+        "    f.write(str(helper.pid))\n"
+        "os.rename(f'helper-{os.environ[\"RANK\"]}.tmp', f'helper-{os.environ[\"RANK\"]}.pid')\n"
+        "while not all(os.path.exists(f'helper-{r}.pid') for r in (0, 1)):  # both started\n"
+        "    time.sleep(0.01)\n"
+        f"sys.exit({code})\n"
+    )
+    done = launch(tmp_path, script, nproc=2)
+    ended = time.monotonic()
+    pids = [int((tmp_path / f"helper-{r}.pid").read_text()) for r in (0, 1)]
+    try:
+        assert done.returncode == code, done.stderr
+        assert "ended 2 process(es) the ranks left running" in done.stderr
+        # within 5 s of the node's end, every one of them is gone
+        while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
+            time.sleep(0.05)
+        assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
+    finally:
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, 9)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
+def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -> None:
+    cookie = os.urandom(8).hex()
+    marked = subprocess.Popen(
+        [sys.executable, "-c", HELPER],
+        env={**os.environ, launcher.COOKIE_VARIABLE: cookie},
+        start_new_session=True,
+    )
+    read, write = os.pipe()
+    holding = subprocess.Popen(
+        [sys.executable, "-c", HELPER], stdout=write, env={}, start_new_session=True
+    )
+    os.close(write)
+    other = subprocess.Popen(
+        [sys.executable, "-c", HELPER],
+        env={**os.environ, launcher.COOKIE_VARIABLE: cookie + "0"},  # another node's
+        start_new_session=True,
+    )
+    try:
+        inode = os.fstat(read).st_ino
+        found = launcher.leftovers(cookie, [inode])
+        assert marked.pid in found and holding.pid in found and other.pid not in found
+        assert os.getpid() not in found  # it holds the pipe too: never itself
+        assert launcher.end_leftovers(cookie, pipes=[inode]) == sorted([marked.pid, holding.pid])
+        assert marked.wait(5) and holding.wait(5)  # ended by a signal (non-zero)
+        assert other.poll() is None
+    finally:
+        os.close(read)
+        for proc in (marked, holding, other):
+            proc.kill()
+            proc.wait()
