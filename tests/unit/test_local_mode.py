@@ -66,7 +66,10 @@ def test_runs_and_registry_inside_the_source_are_not_copied_and_runs_do_not_grow
                 if not f.startswith(("outputs/", "logs/")) and f != "termination-log.json"
             ]
             assert copied == [".gitignore", "run.yaml", "train.py"], run
-    assert size_of(runs[0]) == size_of(runs[1]) == size_of(runs[2])
+    # the same size but for the timestamps of logs and termination messages (whose
+    # decimals vary in length); a run holding an earlier one would be 300 KB bigger
+    sizes = [size_of(run) for run in runs]
+    assert max(sizes) - min(sizes) < 1024, sizes
     assert Store(src / "registry").versions("default", "tiny") == [1, 2, 3]
 
 

@@ -15,7 +15,13 @@ from typing import Any, cast
 
 from torchyard.registry import Version
 from torchyard.status import steps
-from torchyard.status.failures import Failure, classify_failure, failure_message
+from torchyard.status.failures import (
+    Failure,
+    classify_failure,
+    decide,
+    exits_of,
+    failure_message,
+)
 
 
 @dataclass
@@ -55,24 +61,41 @@ class LocalResult:
 
 
 def first_failure(nodes: Sequence[NodeResult]) -> dict[str, Any] | None:
-    """The termination message of the node whose failure came first, with ``node`` and
-    ``exitCode``; None when every node succeeded."""
+    """The failure the run failed of, with ``node`` and ``exitCode``, decided as the
+    operator decides on a gang's node Pods (``failures.decide``); None when every node
+    succeeded."""
     failed = [n for n in nodes if n.exit_code != 0]
     if not failed:
         return None
-    # Nodes stopped by us report 'Terminated'. Peers of a failing rank die of it a moment
-    # later ("Connection closed by peer"): the launcher's exitedAt (when its first rank
-    # failed) orders them, run time breaks ties.
+    # Nodes stopped by us report 'Terminated': they only went down with the one that failed.
     real = [n for n in failed if n.termination.get("reason") != "Terminated"] or failed
-    first = min(real, key=lambda n: (_exited_at(n.termination), n.seconds))
-    info = dict(first.termination)
-    info["node"] = info.pop("nodeRank", first.node)
+    exits = [e for n in nodes for e in exits_of(n.termination, _node_of(n))]
+    chosen = decide([node_failure(n) for n in real], exits)
+    return dict(chosen) if chosen is not None else None
+
+
+def _node_of(node: NodeResult) -> int:
+    said = node.termination.get("nodeRank")
+    return said if isinstance(said, int) and not isinstance(said, bool) else node.node
+
+
+def node_failure(node: NodeResult) -> Failure:
+    """A failed node's termination message as a failure (as ``failures.observe_failure``
+    reads a node Pod's), classified unless local mode itself ended it."""
+    info = dict(node.termination)
+    info.pop("nodeRank", None)
+    info["node"] = _node_of(node)
     if isinstance(info.get("rankNode"), int):  # MPI: the node mpirun ran that rank on
         info["node"] = info.pop("rankNode")
-    info.setdefault("exitCode", first.exit_code)
+    info.setdefault("exitCode", node.exit_code)
+    info["exitedAt"] = _exited_at(node.termination)
+    if not math.isfinite(info["exitedAt"]):
+        # unknown (a launcher that was killed): after every known one, by run time
+        info["exitedAt"] = None
+    failure = cast(Failure, info)
     if info.get("reason") not in LOCAL_FAULTS:  # the user's code, as for a node Pod
-        classify_failure(cast(Failure, info), first.termination)
-    return info
+        classify_failure(failure, node.termination)
+    return failure
 
 
 # Reasons that are local mode's own doing, not the script's: nothing to classify.

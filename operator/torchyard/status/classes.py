@@ -191,6 +191,19 @@ COLLECTIVE_TIMEOUT = Rule(
     "its log and stacks); if none did, look for a rank that skips a collective or is much "
     "slower, or raise the timeout of init_process_group",
 )
+# A rank that exits with status 0 while its peers still train (``failures.early_exit``
+# names it when they then fail of losing it): uneven data per rank, a ``return`` or
+# ``sys.exit(0)`` taken on some ranks only.
+EARLY_EXIT = Rule(
+    "EarlyExit",
+    retryable=False,
+    reasons=frozenset({"EarlyExit"}),
+    advice="a rank finished (exit status 0) while the other ranks still trained, and they "
+    "then failed waiting for it in a collective: give every rank the same number of steps "
+    "(DistributedSampler with drop_last=True, or torch.distributed.algorithms.Join for "
+    "uneven inputs) and make sure no rank returns or calls sys.exit early; a retry would "
+    "end the same way",
+)
 PYTHON_EXCEPTION = Rule(
     "PythonException",
     retryable=True,
@@ -200,6 +213,7 @@ PYTHON_EXCEPTION = Rule(
 )
 
 RULES: tuple[Rule, ...] = (
+    EARLY_EXIT,
     GPU_XID,
     HANG,
     CUDA_OOM,

@@ -64,7 +64,9 @@ def pick(suspects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
 def _said(suspect: Mapping[str, Any], node: Any) -> str:
     place = _place(suspect)
     at = f"{place[0]}:{place[1]} in {place[2]}" if place is not None else "(no Python stack)"
-    if suspect.get("collective"):
+    if suspect.get("collective") == "backward":  # the launcher's ``waiting_words``
+        at += " (waiting in backward: the gradient all-reduce)"
+    elif suspect.get("collective"):
         at += f" (in torch.distributed {suspect['collective']})"
     return (
         f"rank {suspect['rank']} (node {node}) made no progress for "

@@ -242,26 +242,125 @@ def _exited_at(info: Mapping[str, Any], term: Mapping[str, Any]) -> float | None
     return when.replace(tzinfo=timezone.utc).timestamp()
 
 
+class Exit(TypedDict):
+    """A rank that exited with status 0 (the launcher's ``earlyExits``), and its node."""
+
+    rank: int
+    node: int | None
+    exitedAt: float
+    step: int | None
+
+
+def exits_of(info: Mapping[str, Any], node: int | None) -> list[Exit]:
+    """The ranks a launcher's termination message says exited with status 0."""
+    found = info.get("earlyExits")
+    exits: list[Exit] = []
+    for item in found if isinstance(found, list) else []:
+        if not isinstance(item, Mapping):
+            continue
+        rank, at, step = item.get("rank"), item.get("exitedAt"), item.get("step")
+        if isinstance(rank, int) and isinstance(at, (int, float)) and math.isfinite(at):
+            exits.append(
+                {
+                    "rank": rank,
+                    "node": node,
+                    "exitedAt": float(at),
+                    "step": step if isinstance(step, int) else None,
+                }
+            )
+    return exits
+
+
+def _pod_exits(pod: Mapping[str, Any]) -> list[Exit]:
+    term = _trainer(pod).get("state", {}).get("terminated") or {}
+    if not term.get("message"):
+        return []
+    return exits_of(_termination(str(term["message"])), _rank_label(pod))
+
+
+def _waits_for_peers(failure: Mapping[str, Any]) -> bool:
+    """Whether ``failure`` may be what its rank saw of a peer that went away: a class that
+    is a cascade or a symptom (a collective that lost its peer or timed out, a store that
+    went away), or a stall of ranks waiting in a collective."""
+    rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
+    if rule is not None and (rule.cascade or rule.symptom):
+        return True
+    stall = failure.get("stall")
+    if failure.get("reason") != STALLED or not isinstance(stall, Mapping):
+        return False
+    suspects = stall.get("suspects")
+    return bool(stall.get("collective")) or (
+        isinstance(suspects, list)
+        and any(isinstance(s, Mapping) and s.get("inCollective") for s in suspects)
+    )
+
+
+def early_exit(failure: Failure, exits: Sequence[Exit]) -> Failure:
+    """``failure``, or the rank that exited with status 0 before it when ``failure`` may be
+    what the ranks saw of losing it (``_waits_for_peers``): a rank that leaves early while
+    the others still train is the cause, class EarlyExit. The first such exit is named."""
+    at = failure.get("exitedAt")
+    if at is None or not _waits_for_peers(failure):
+        return failure
+    before = [e for e in exits if e["exitedAt"] < at and e["rank"] != failure.get("rank")]
+    if not before:
+        return failure
+    first = min(before, key=lambda e: (e["exitedAt"], e["rank"]))
+    step = f"at step {first['step']}" if first["step"] is not None else "before its first step"
+    then = failure_message(failure).splitlines()[0]
+    message = (
+        f"rank {first['rank']} (node {first['node']}) exited with status 0 {step} while "
+        f"the other ranks still trained; {then}"
+    )
+    pod = failure.get("pod")
+    out: Failure = {
+        "pod": f"{str(pod).rsplit('-', 1)[0]}-{first['node']}" if pod else None,
+        "node": first["node"],
+        "rank": first["rank"],
+        "exitCode": 0,
+        "reason": classes.EARLY_EXIT.name,
+        "message": message,
+        "platform": False,
+        "finishedAt": failure.get("finishedAt", ""),
+        "exitedAt": first["exitedAt"],
+    }
+    if first["step"] is not None:
+        out["step"] = first["step"]
+    classify_failure(out, {})
+    return out
+
+
+def decide(failures: Sequence[Failure], exits: Sequence[Exit] = ()) -> Failure | None:
+    """Of a gang's failures (one per failed node) and the ranks that exited with status 0
+    (``exits``), the one the run failed of: the earliest, node rank breaking ties; a
+    failure that explains a cascade over the cascade (``classes.prefer``); of stalls, the
+    rank every node's stalled ranks wait for (``culprits.across_nodes``); and a rank that
+    left early before ranks that failed waiting for it (``early_exit``). The one decision
+    of node Pods (``first_failure``) and local mode (``torchyard.local.results``)."""
+    if not failures:
+        return None
+    ordered = sorted(failures, key=lambda f: (f.get("exitedAt") or math.inf, f.get("node") or 0))
+    # A collective timeout is what the others see of the rank that hung or died: a
+    # failure that explains it wins over it (``classes.prefer``).
+    chosen = next(f for f in ordered if f is classes.prefer(ordered))
+    if chosen.get("reason") == STALLED:
+        # Each node's launcher named one of its own ranks: the stacks of every node's
+        # stalled ranks tell which one the others wait for.
+        across = culprits.across_nodes(ordered)
+        chosen = cast(Failure, dict(across)) if across is not None else chosen
+    return early_exit(chosen, exits)
+
+
 def first_failure(pods: Sequence[Mapping[str, Any]]) -> Failure | None:
-    """The failure that came first: the earliest exit, node rank breaking ties.
+    """The failure that came first (``decide``) of the node Pods.
 
     A rank that fails takes its peers on the other nodes down with it (gloo's or NCCL's
     "Connection closed by peer" a few milliseconds later), often within the second the
     kubelet's ``finishedAt`` counts in, and the culprit's Pod may end later still (its
     launcher stops its siblings first): the launcher's ``exitedAt`` tells them apart."""
     failures = [f for f in (observe_failure(p) for p in pods) if f is not None]
-    if not failures:
-        return None
-    failures.sort(key=lambda f: (f.get("exitedAt") or math.inf, f["node"] or 0))
-    # A collective timeout is what the others see of the rank that hung or died: a
-    # failure that explains it wins over it (``classes.prefer``).
-    chosen = next(f for f in failures if f is classes.prefer(failures))
-    if chosen.get("reason") == STALLED:
-        # Each node's launcher named one of its own ranks: the stacks of every node's
-        # stalled ranks tell which one the others wait for.
-        across = culprits.across_nodes(failures)
-        chosen = cast(Failure, dict(across)) if across is not None else chosen
-    return on_its_node(waited_for(chosen, pods), pods)
+    chosen = decide(failures, [e for p in pods for e in _pod_exits(p)])
+    return on_its_node(waited_for(chosen, pods), pods) if chosen is not None else None
 
 
 def _procs_per_node(pod: Mapping[str, Any]) -> int | None:
@@ -352,23 +451,26 @@ def settling(
     at once: the gang restarts without waiting. A failure time more than the window
     ahead of ``now`` (clocks far apart) or unknown is decided at once, so that no run
     waits for long."""
+    others = any(
+        p.get("metadata", {}).get("name") != failure.get("pod")
+        and p.get("status", {}).get("phase") == "Running"
+        for p in pods
+    )
+    return settle_seconds(failure, others, now.timestamp())
+
+
+def settle_seconds(failure: Mapping[str, Any], others_running: bool, now: float) -> float | None:
+    """``settling``'s rule, for a gang of which ``others_running`` says whether another
+    node still runs (local mode asks it of its node processes); ``now`` in Unix time."""
     exited = failure.get("exitedAt")
-    if exited is None:
+    if exited is None or not others_running:
         return None
     rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
     shared = failure.get("reason") in (STALLED, DEADLINE_EXCEEDED)
     if not shared and (rule is None or not (rule.cascade or rule.symptom)):
         return None
-    others = [
-        p
-        for p in pods
-        if p.get("metadata", {}).get("name") != failure.get("pod")
-        and p.get("status", {}).get("phase") == "Running"
-    ]
-    if not others:
-        return None
     window = STALL_SETTLE_SECONDS if failure.get("reason") == STALLED else FAILURE_SETTLE_SECONDS
-    left = float(exited) + window - now.timestamp()
+    left = float(exited) + window - now
     return left if 0 < left <= 2 * window else None
 
 

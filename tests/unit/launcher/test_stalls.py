@@ -195,3 +195,43 @@ def test_the_rank_the_others_wait_for_is_named_by_the_stacks() -> None:
     assert launcher.culprit({}, [0, 1], 1) == 1
     assert launcher.user_frame(IN_ALL_REDUCE) == ("/workspace/train.py", 14, "<module>")
     assert launcher.in_collective(IN_BARRIER) and not launcher.in_collective(SLEEPING)
+
+
+TORCH = "/venv/lib/python3.11/site-packages/torch"
+IN_BACKWARD = dump(  # DDP: the gradient all-reduce waits in the autograd engine's hooks
+    (f"{TORCH}/autograd/graph.py", 1113, "_engine_run_backward"),
+    (f"{TORCH}/autograd/__init__.py", 395, "backward"),
+    (f"{TORCH}/_tensor.py", 623, "backward"),
+    ("/workspace/train.py", 29, "<module>"),
+)
+IN_OWN_BACKWARD_CODE = dump(  # a custom autograd Function's backward: the rank's own code
+    ("/workspace/model.py", 40, "backward"),
+    (f"{TORCH}/autograd/function.py", 307, "apply"),
+    ("/workspace/train.py", 29, "<module>"),
+)
+
+
+def test_a_ddp_rank_waiting_in_backward_waits_for_the_others() -> None:
+    assert launcher.waiting_in(IN_BACKWARD) == "backward"
+    assert launcher.waiting_in(IN_ALL_REDUCE) == "all_reduce"
+    assert launcher.waiting_in(IN_BARRIER) == "barrier"
+    for elsewhere in (SLEEPING, IN_OWN_BACKWARD_CODE, "", "no frames here"):
+        assert launcher.waiting_in(elsewhere) is None
+    # Rank 1 is stuck in its own line (a C call holding the GIL, a sleep, a lock) while the
+    # others wait in loss.backward(): named, whoever has been idle longest.
+    for first in (0, 1, 2):
+        stacks = {0: IN_BACKWARD, 1: SLEEPING, 2: IN_BACKWARD}
+        assert launcher.culprit(stacks, [0, 1, 2], first) == 1
+    said = launcher.suspects_of({0: IN_BACKWARD}, [0], lambda r: 31.0, lambda r: 9)
+    assert said == [
+        {
+            "rank": 0,
+            "idle": 31.0,
+            "step": 9,
+            "inCollective": True,
+            "collective": "backward",
+            "file": "/workspace/train.py",
+            "line": 29,
+            "function": "<module>",
+        }
+    ]

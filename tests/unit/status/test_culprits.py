@@ -137,3 +137,20 @@ def test_a_stall_waits_longer_for_the_other_nodes_to_report_theirs() -> None:
     assert failures.settling(error, [node0, node1], at) is None
     # Once every Pod reported, at once.
     assert failures.settling(stall, [node0], at) is None
+
+
+def test_a_ddp_rank_stuck_outside_backward_is_named_across_nodes_and_on_its_own() -> None:
+    # DDP, the GIL-held rank 1 (node 0) at its own line; ranks 0, 2, 3 wait in
+    # loss.backward() (the autograd engine's all-reduce): no torch.distributed frame.
+    from tests.unit.launcher.test_stalls import IN_BACKWARD
+
+    for named0, idle in ((0, {0: 61.0, 1: 60.0}), (1, {0: 60.0, 1: 61.0})):
+        node0 = stalled_node(0, {0: IN_BACKWARD, 1: SLEEPING}, idle, 100.0, named=named0)
+        node1 = stalled_node(1, {2: IN_BACKWARD, 3: IN_BACKWARD}, {2: 62, 3: 61}, 99.0, named=2)
+        for pods in ([node0, node1], [node1, node0]):
+            failure = first_failure(pods)
+            assert failure is not None
+            assert (failure["rank"], failure["node"]) == (1, 0), failure
+            if named0 == 0:  # only the comparison across nodes saw the one they wait for
+                assert "rank 1 (node 0) made no progress for 6" in failure["message"]
+                assert "stuck at /workspace/train.py:12 in <module>" in failure["message"]

@@ -1,0 +1,83 @@
+"""A node's launcher says which of its ranks exited with status 0 (``earlyExits`` in the
+termination message, whatever the node's end), so that ``status.failures.decide`` can
+name a rank that left early while its peers trained; and it reads torchrun's summary for
+the root-cause rank and that rank's own traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.unit.launcher.test_launcher import launch, termination
+from torchyard import launcher
+
+# Rank 1 (node 2: ranks 4 and 5 here) leaves at once; rank 0 "loses" it a moment later.
+LEAVES = """\
+import os, sys, time
+from torchyard import progress
+rank = int(os.environ["RANK"])
+if rank % 2 == 1:
+    progress.report(3)
+    sys.exit(0)
+time.sleep(1.0)
+raise RuntimeError("[../gloo/transport/tcp/pair.cc:561] Connection closed by peer [10.0.0.5]:6105")
+"""
+
+
+def test_a_rank_that_exited_0_before_the_failure_is_listed(tmp_path: Path) -> None:
+    done = launch(
+        tmp_path, LEAVES, node_rank=2, extra={"PYTHONPATH": str(Path(launcher.__file__).parents[1])}
+    )
+    assert done.returncode == 1, done.stderr
+    said = termination(tmp_path)
+    assert said["rank"] == 4
+    exits = said["earlyExits"]
+    assert isinstance(exits, list) and len(exits) == 1
+    assert exits[0]["rank"] == 5 and exits[0]["step"] == 3
+    assert exits[0]["exitedAt"] < said["exitedAt"]
+
+
+def test_ranks_that_all_succeeded_are_listed_for_the_other_nodes(tmp_path: Path) -> None:
+    done = launch(tmp_path, "import sys\nsys.exit(0)\n", node_rank=1)
+    assert done.returncode == 0, done.stderr
+    said = termination(tmp_path)
+    assert said["reason"] == "Completed"
+    assert sorted(e["rank"] for e in said["earlyExits"]) == [2, 3]  # type: ignore[union-attr]
+
+
+def test_a_rank_that_exited_0_after_the_failure_is_not_listed(tmp_path: Path) -> None:
+    late = "import os, sys, time\nif os.environ['RANK'] == '0':\n    sys.exit(3)\ntime.sleep(0.5)\n"
+    done = launch(tmp_path, late)
+    assert done.returncode == 3, done.stderr
+    assert "earlyExits" not in termination(tmp_path)
+
+
+TORCHRUN_TAIL = """\
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/workspace/train.py", line 24, in <module>
+[rank2]: RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:29414
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-27_10:16:15
+  rank      : 3 (local_rank: 1)
+  exitcode  : -15 (pid: 20360)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-27_10:16:15
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 20359)
+============================================================
+"""
+
+
+def test_torchruns_root_cause_is_the_rank_named_not_the_first_listed() -> None:
+    tail = TORCHRUN_TAIL.splitlines(keepends=True)
+    assert launcher.torchrun_root_cause(tail) == 2
+    only = [line for line in tail if "Root Cause" not in line]
+    assert launcher.torchrun_root_cause(only) == 3  # no section: the first rank it lists
+    assert launcher.torchrun_root_cause(["no summary\n"]) is None
