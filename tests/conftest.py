@@ -47,6 +47,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [item for item in items if not item.get_closest_marker("peers")]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """A run with ``node`` tests (as root) first prepares the real node: Debian packages,
+    binaries and images, cached after. On a fresh machine that takes many minutes, which
+    no test's timeout may count: the first test to start the node timed out building
+    images, and its harness was killed. Returns None: the tests then run as always."""
+    if session.config.option.collectonly or os.geteuid() != 0:
+        return
+    if any(item.get_closest_marker("node") for item in session.items):
+        from tests.cluster import realnode
+
+        realnode.prepare()
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[object]:
     from tests.cluster.harness import Cluster, free_port

@@ -23,6 +23,7 @@ stage starts.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,19 +86,26 @@ def start(run: Run, args: Sequence[str]) -> subprocess.Popen[bytes]:
     )
 
 
+# pytest's last line: "3 passed, 1 skipped in 12.34s" (or "no tests ran in 0.01s")
+SUMMARY = re.compile(rb"\b(passed|failed|errors?|skipped|deselected|no tests ran)\b.* in [\d.]+s")
+
+
 def relay(run: Run, proc: subprocess.Popen[bytes], lock: threading.Lock) -> str:
     """Each line of ``run``'s output, prefixed with its label, to this process's stdout,
-    until it ends; returns its last non-empty line (pytest's summary)."""
-    prefix, last = f"[{run.label}] ".encode(), b""
+    until it ends; returns pytest's summary line (else its last non-empty line): what the
+    interpreter writes after it at exit (a library's warning) does not take its place."""
+    prefix, last, summary = f"[{run.label}] ".encode(), b"", b""
     assert proc.stdout is not None
     for line in iter(proc.stdout.readline, b""):
         if line.strip():
             last = line.strip()
+            if SUMMARY.search(last):
+                summary = last
         with lock:
             sys.stdout.buffer.write(prefix + line)
             sys.stdout.buffer.flush()
     proc.wait()
-    return last.decode("utf-8", "replace").strip("= ")
+    return (summary or last).decode("utf-8", "replace").strip("= ")
 
 
 def stage(

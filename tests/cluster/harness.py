@@ -23,6 +23,7 @@ operators of ``tests/cluster/peers.py``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -33,9 +34,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +86,33 @@ def host_address() -> str | None:
             return None
         address: str = s.getsockname()[0]
     return None if address.startswith("127.") else address
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+# What ends a harness: each unwinds like Ctrl-C (stop() ends what it started).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def dies_with_us() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child gets SIGKILL when this process dies, by any
+    signal (SIGKILL too: pytest-timeout's last resort, a killed test's ``process.kill()``),
+    so that no etcd, apiserver or kubelet outlives a harness that could not stop it.
+    Linux only (None elsewhere), and only from the main thread: the kernel sends the
+    signal when the *thread* that started the child ends, and a helper thread ends long
+    before the cluster should."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # died before the line above: nobody would send it
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
 
 
 def free_port() -> int:
@@ -204,6 +234,7 @@ class Cluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() ends it and its children
+            preexec_fn=dies_with_us(),  # and killed with this process, however it dies
         )
 
     def _openssl(self, *args: str) -> None:
@@ -595,8 +626,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.cluster import realnode  # imports this module: only when asked for
 
         return realnode.main([])
-    # While starting, SIGTERM unwinds like Ctrl-C (Cluster.start stops what it started).
-    signal.signal(signal.SIGTERM, _interrupted)
+    # While starting, SIGTERM and SIGHUP unwind like Ctrl-C (Cluster.start stops what it
+    # started; a closed terminal's SIGHUP would otherwise end the process alone).
+    for sig in STOP_SIGNALS[1:]:
+        signal.signal(sig, _interrupted)
     cluster = Cluster()
     try:
         cluster.start()
@@ -607,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         # Then block both before waiting for them: sigwait takes a blocked signal, while
         # an unblocked SIGTERM would end the process at once, leaking the cluster. (Blocked
         # only now: the processes started above must not inherit the mask.)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
         print(
             textwrap.dedent(
                 f"""\
@@ -618,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             flush=True,
         )
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait(set(STOP_SIGNALS))
     finally:
         cluster.stop()
     return 0

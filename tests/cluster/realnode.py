@@ -67,7 +67,7 @@ import yaml
 
 from tests.cluster import binaries, buildah, debian, deviceplugin, nodeconfig
 from tests.cluster import images as local_images
-from tests.cluster.harness import Cluster, free_port
+from tests.cluster.harness import STOP_SIGNALS, Cluster, dies_with_us, free_port
 from tests.cluster.nodeconfig import POOL_LABEL, NodeNetwork
 
 # A node's folder: short (unix socket paths) and recognisable (stale clean-up).
@@ -482,6 +482,9 @@ class RealNode:
         self.processes[name] = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
+            # killed with this process however it dies; what they leave (containerd's
+            # shims, mounts, the bridge) is undone by the next node (_clean_stale)
+            preexec_fn=dies_with_us(),
         )  # fmt: skip
 
     def _end(self, name: str, timeout: float = 15) -> None:
@@ -946,7 +949,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare()
         print(f"[node] prepared in {time.monotonic() - t0:.1f}s", flush=True)
         return 0
-    signal.signal(signal.SIGTERM, _interrupted)  # while starting, unwind like Ctrl-C
+    for sig in STOP_SIGNALS[1:]:  # while starting, SIGTERM and SIGHUP unwind like Ctrl-C
+        signal.signal(sig, _interrupted)
     cluster = Cluster()
     node: RealNode | None = None
     try:
@@ -954,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
         node = RealNode(cluster).start()
         # sigwait needs the signals blocked (an unblocked SIGTERM would end us at once);
         # blocked only now so that the processes started above do not inherit the mask
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
         python = node.images["python"].ref
         print(
             f"control plane up in {cluster.timings['total']:.1f}s, real node {node.name} "
@@ -968,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
             f"logs in {cluster.workdir} and {node.root}; Ctrl-C to stop",
             flush=True,
         )
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait(set(STOP_SIGNALS))
     finally:
         if node is not None:
             node.stop()

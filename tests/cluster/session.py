@@ -27,7 +27,8 @@ def _interrupted(signum: int, _frame: object) -> None:
 @contextlib.contextmanager
 def operator_on_real_node(namespace: str) -> Iterator[tuple[Cluster, RealNode]]:
     """Control plane, real node, ``namespace``, operator; all stopped on exit."""
-    signal.signal(signal.SIGTERM, _interrupted)  # unwind (stop the node) like Ctrl-C
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # unwind (stop the node) like Ctrl-C
+        signal.signal(sig, _interrupted)
     # Reach no registry but the local one; an in-process operator serves no /metrics.
     os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
     os.environ.setdefault("TORCHYARD_METRICS_PORT", "0")
