@@ -108,7 +108,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -1077,35 +1077,33 @@ class CappedLog:
                     "spec.policy.logLimitBytes)\n"
                 )
                 self.file.write((b"" if self.head_ends_line else b"\n") + note.encode())
+            for chunk in _chunks(names):
+                if skip >= len(chunk):
+                    skip -= len(chunk)
+                    continue
+                self.file.write(chunk[skip:])
+                skip = 0
             for name in names:
-                with open(name, "rb") as f:
-                    while True:
-                        chunk = f.read(READ_BYTES)
-                        if not chunk:
-                            break
-                        if skip >= len(chunk):
-                            skip -= len(chunk)
-                            continue
-                        self.file.write(chunk[skip:])
-                        skip = 0
                 os.unlink(name)
             self.file.close()
+
+
+def _chunks(names: Sequence[str]) -> Iterator[bytes]:
+    """The bytes of the files ``names``, one after the other, READ_BYTES at a time."""
+    for name in names:
+        with open(name, "rb") as f:
+            yield from iter(lambda: f.read(READ_BYTES), b"")
 
 
 def _first_line(names: Sequence[str]) -> int:
     """The size of the first line (with its newline) in the files ``names`` one after
     the other; their whole size when there is no newline."""
     size = 0
-    for name in names:
-        with open(name, "rb") as f:
-            while True:
-                chunk = f.read(READ_BYTES)
-                if not chunk:
-                    break
-                end = chunk.find(b"\n")
-                if end >= 0:
-                    return size + end + 1
-                size += len(chunk)
+    for chunk in _chunks(names):
+        end = chunk.find(b"\n")
+        if end >= 0:
+            return size + end + 1
+        size += len(chunk)
     return size
 
 
