@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,20 +88,46 @@ class InProcessOperator:
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
         self.stop_flag = threading.Event()
+        self.memo: Any = None
 
     def start(self) -> None:
+        import kopf
+
         from torchyard.controller import operators
 
         self.stop_flag = threading.Event()
+        self.memo = kopf.Memo()
         ready = threading.Event()
         self.thread = threading.Thread(
             target=operators.run,
-            kwargs={"stop_flag": self.stop_flag, "ready_flag": ready},
+            kwargs={"stop_flag": self.stop_flag, "ready_flag": ready, "memo": self.memo},
             name="torchyard-operator",
             daemon=True,
         )
         self.thread.start()
         assert ready.wait(60), "the operator did not start within 60s"
+
+    def caught_up(self, kind: str, namespace: str, name: str, timeout: float = 60) -> str:
+        """Wait until this operator's last reconcile of the object saw its current
+        resourceVersion and nothing is due for it; returns that version. What a test
+        checks before it says that nothing more was written: by ordering, not by
+        sleeping (a later write by the operator would need an event it has not had)."""
+        from torchyard import k8s
+
+        res = {"TrainingRun": k8s.TRAININGRUNS, "Environment": k8s.ENVIRONMENTS}[kind]
+        key = (kind, namespace, name)
+        deadline = time.monotonic() + timeout
+        while True:
+            version = str(k8s.get(res, namespace, name)["metadata"]["resourceVersion"])
+            queue = getattr(self.memo, "queue", None)
+            if queue is not None and queue.caught_up(key, version):
+                return version
+            assert time.monotonic() < deadline, (
+                f"the operator did not catch up with {kind} {namespace}/{name} at "
+                f"resourceVersion {version} within {timeout}s (its last reconcile saw "
+                f"{queue.seen.get(key) if queue is not None else None})"
+            )
+            time.sleep(0.05)
 
     def stop(self) -> None:
         self.stop_flag.set()

@@ -24,6 +24,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool, node_manifest
+from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
     finish_pod,
     launcher_message,
@@ -161,6 +162,7 @@ def test_a_64_node_gang_restarts_once_with_one_write_per_pod(
     pool_64: Pool,
     pod_writes: Requests,
     pods_seen: PodsSeen,
+    operator: InProcessOperator,
 ) -> None:
     ns = env
     k8s.create(
@@ -206,7 +208,9 @@ def test_a_64_node_gang_restarts_once_with_one_write_per_pod(
         lambda: not any(p["metadata"]["uid"] in old for p in run_pods(ns, "gang")),
         timeout=120,
     )
-    time.sleep(3)  # no condition tells that nothing more is sent: a margin for more writes
+    # The operator has reconciled the run as it is now and nothing is due for it: any
+    # further Pod write would need an event it has not had.
+    operator.caught_up("TrainingRun", ns, "gang")
     created = pods_seen.of_attempt("1")
     assert len(created) == N, f"{len(created)} Pods of attempt 1 were created, not {N}"
     assert not pods_seen.of_attempt("2")

@@ -30,6 +30,12 @@ def peering_name(name: str | None = None) -> str | None:
     return name or os.environ.get("TORCHYARD_PEERING_NAME") or None
 
 
+def _memo(memo: kopf.Memo | None, namespaces: Sequence[str]) -> kopf.Memo:
+    memo = memo if memo is not None else kopf.Memo()
+    memo.namespaces = tuple(namespaces)
+    return memo
+
+
 def run(
     namespaces: Sequence[str] = (),
     *,
@@ -39,11 +45,13 @@ def run(
     liveness_endpoint: str | None = None,
     peering: str | None = None,
     metrics: int | None = None,
+    memo: kopf.Memo | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (blocking; own event loop).
 
     ``peering`` names the (Cluster)KopfPeering object that makes peering mandatory;
-    ``metrics`` is the port of ``/metrics`` (see :func:`metrics_port`).
+    ``metrics`` is the port of ``/metrics`` (see :func:`metrics_port`); ``memo`` is the
+    operator's memo (an in-process caller reads its work queue, ``memo.queue``).
     """
     telemetry.serve(metrics_port(metrics))
     name = peering_name(peering)
@@ -56,7 +64,7 @@ def run(
             stop_flag=stop_flag,
             ready_flag=ready_flag,
             liveness_endpoint=liveness_endpoint,
-            memo=kopf.Memo(namespaces=tuple(namespaces)),
+            memo=_memo(memo, namespaces),
         )
     )
 

@@ -187,6 +187,19 @@ class WorkQueue:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=wait)
 
+    def caught_up(self, key: Key, version: str) -> bool:
+        """Whether the last reconcile of ``key`` saw ``version`` and nothing is due for it
+        now (not ready, not being reconciled; a timer for later is not due): what a
+        test waits for before it says that nothing more was written."""
+        timer = self._timers.get(key)
+        return (
+            self.seen.get(key) == version
+            and key not in self._active
+            and key not in self._later
+            and not any(key in lane for lane in self._lanes)
+            and (timer is None or timer[0] > self.clock())
+        )
+
     def done(self, key: Key) -> None:
         self._active.discard(key)
         later = self._later.pop(key, None)

@@ -295,3 +295,26 @@ def test_a_pod_watch_event_queues_its_run_on_the_status_lane_but_not_an_echo() -
     taken, woke = asyncio.run(main())
     assert taken == [run("r")]  # the echo queued nothing; the change queued its run
     assert woke  # and the admission pass was woken
+
+
+def test_caught_up_once_the_last_reconcile_saw_the_version_and_nothing_is_due() -> None:
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    key = run("quiet")
+    assert not queue.caught_up(key, "7")  # never reconciled
+    queue.add(key)
+    assert not queue.caught_up(key, "7")  # ready
+    taken = queue.take_nowait()
+    assert taken == key
+    workqueue.follow_up(queue, key, workqueue.Followup(version="7", requeue_after=30))
+    queue.add(key)  # an event while it is reconciled: one more reconcile is due after
+    assert not queue.caught_up(key, "7")  # being reconciled
+    queue.done(key)
+    assert not queue.caught_up(key, "7")  # ready again
+    assert queue.take_nowait() == key
+    workqueue.follow_up(queue, key, workqueue.Followup(version="8", requeue_after=30))
+    queue.done(key)
+    assert queue.caught_up(key, "8")  # a timer 30 s from now is not due
+    assert not queue.caught_up(key, "7")  # an older version: not what it saw last
+    clock.now += 31
+    assert not queue.caught_up(key, "8")  # the timer came due
