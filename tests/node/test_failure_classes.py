@@ -32,12 +32,15 @@ XID = (
     "print('NVRM: Xid (PCI:0000:3b:00): 79, pid=12, GPU has fallen off the bus.', flush=True)\n"
     "raise RuntimeError('CUDA error: unknown error')\n"
 )
-# Node 0 waits 10 s for node 1 at the TCPStore; node 1 ends without joining.
+# Node 0 waits 10 s for node 1 at the TCPStore; node 1 never joins (it sleeps: a node
+# that ended with status 0 instead would be named, as EarlyExit).
 RENDEZVOUS = (
-    "import datetime, os\n"
+    "import datetime, os, time\n"
     "if os.environ['RANK'] == '0':\n"
     "    import torch.distributed as dist\n"
     "    dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=10))\n"
+    "else:\n"
+    "    time.sleep(600)\n"
 )
 # The ranks meet (a long rendezvous timeout: node 1's Pod may start late), then rank 0's
 # all_reduce times out after 15 s in gloo's transport ("Timed out waiting 15000ms for recv
@@ -104,8 +107,8 @@ def test_each_failure_class_is_produced_and_named_with_advice(
         assert (failure.get("class"), failure.get("retryable")) == (klass, retryable), failure
         assert failure["advice"], failure
         pods = run_pods(ns, name)
-        if name == "collective":  # node 1's Pod was deleted with the run (checked above)
-            pods = [p for p in pods if p["metadata"]["name"] == "collective-0"]
+        if name in ("collective", "rdzv"):  # node 1's Pod, still running, was deleted
+            pods = [p for p in pods if p["metadata"]["name"] == f"{name}-0"]
             nodes = 1
         runs.on_real_node(pods, real_node, nodes)
         term = runs.container(k8s.get(k8s.PODS, ns, failure["pod"]), "trainer")["state"]

@@ -173,6 +173,21 @@ class Source(Model):
 
 MPI_IMPLEMENTATIONS = ("openmpi",)
 # The CEL rules of type mpi, in the order of ``_mpi_checks`` (the same rules in Python).
+# The failure classes of ``status.classes.RULES``, in their order (a test keeps the two
+# the same): the CRD's description of ``status.failure.class`` is made from them.
+FAILURE_CLASSES = (
+    "EarlyExit",
+    "GpuXid",
+    "Hang",
+    "CudaOOM",
+    "HostOOM",
+    "Segfault",
+    "ImportError",
+    "PeerLost",
+    "RendezvousTimeout",
+    "CollectiveTimeout",
+    "PythonException",
+)
 MPI_RULES: tuple[dict[str, Any], ...] = (
     {
         "rule": "!has(self.implementation) || self.type == 'mpi'",
@@ -829,9 +844,8 @@ class Failure(Model):
     failure_class: str | None = Field(
         default=None,
         alias="class",
-        description="GpuXid, CudaOOM, HostOOM, Segfault, ImportError, PeerLost, "
-        "RendezvousTimeout, CollectiveTimeout or PythonException: what the evidence (exit, "
-        "reason, log) says.",
+        description=f"{', '.join(FAILURE_CLASSES[:-1])} or {FAILURE_CLASSES[-1]}: what the "
+        "evidence (exit, reason, log) says, checked in this order.",
     )
     retryable: bool | None = Field(
         default=None, description="Whether running the gang again may help."

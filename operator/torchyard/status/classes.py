@@ -199,10 +199,10 @@ EARLY_EXIT = Rule(
     retryable=False,
     reasons=frozenset({"EarlyExit"}),
     advice="a rank finished (exit status 0) while the other ranks still trained, and they "
-    "then failed waiting for it in a collective: give every rank the same number of steps "
-    "(DistributedSampler with drop_last=True, or torch.distributed.algorithms.Join for "
-    "uneven inputs) and make sure no rank returns or calls sys.exit early; a retry would "
-    "end the same way",
+    "then failed waiting for it (in a collective, or at the rendezvous it never joined): "
+    "give every rank the same number of steps (DistributedSampler with drop_last=True, or "
+    "torch.distributed.algorithms.Join for uneven inputs) and make sure no rank returns, "
+    "calls sys.exit or skips init_process_group early; a retry would end the same way",
 )
 PYTHON_EXCEPTION = Rule(
     "PythonException",

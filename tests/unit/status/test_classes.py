@@ -269,3 +269,9 @@ def test_the_same_error_at_the_same_step_has_the_same_signature() -> None:
     assert classes.signature(first) == classes.signature(again)
     assert classes.signature(public_failure(first)) == classes.signature(first)
     assert classes.signature(later) != classes.signature(first)
+
+
+def test_the_crd_names_every_class_in_the_order_they_are_checked() -> None:
+    from torchyard.api.trainingruns import FAILURE_CLASSES
+
+    assert tuple(rule.name for rule in classes.RULES) == FAILURE_CLASSES
