@@ -101,7 +101,7 @@ def stand_in_kueue() -> Iterator[None]:
         crd = k8s.get(k8s.CRDS, None, k8s.LOCALQUEUES_CRD)
         return any(
             c.get("type") == "Established" and c.get("status") == "True"
-            for c in crd.get("status", {}).get("conditions", [])
+            for c in (crd.get("status") or {}).get("conditions") or []  # null at first
         )
 
     wait_for("the stand-in LocalQueue CRD established", established)
