@@ -57,18 +57,22 @@ def extra_pool(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Poo
         k8s.delete(k8s.NODES, None, f"{pool.name}-{i}")
 
 
+def all_nodes_running(status: dict[str, Any]) -> bool:
+    """Running, with node Pods counted and every one of them running (a status without
+    the counts is not: ``None == None`` is no proof)."""
+    nodes = status.get("nodes") or {}
+    total = nodes.get("total")
+    return (
+        status.get("phase") == "Running"
+        and isinstance(total, int)
+        and total > 0
+        and nodes.get("running") == total
+    )
+
+
 def running(namespace: str, name: str, timeout: float = 30) -> dict[str, Any]:
     """Wait until the run is Running with every node Pod running."""
-    return wait_status(
-        k8s.TRAININGRUNS,
-        namespace,
-        name,
-        lambda s: (
-            s.get("phase") == "Running"
-            and s.get("nodes", {}).get("running") == s.get("nodes", {}).get("total")
-        ),
-        timeout,
-    )
+    return wait_status(k8s.TRAININGRUNS, namespace, name, all_nodes_running, timeout)
 
 
 def test_two_by_two_run_gets_its_pods_and_service_on_the_gpu_pool(
@@ -412,7 +416,7 @@ def test_the_environments_python_runs_the_launcher_from_the_shipped_config_map(
 
 
 def test_specs_the_apiserver_cannot_refuse_are_reported_as_conditions(
-    cluster: Cluster, env: str, caplog: pytest.LogCaptureFixture
+    cluster: Cluster, env: str, caplog: pytest.LogCaptureFixture, operator: InProcessOperator
 ) -> None:
     ns = env
     caplog.set_level(logging.INFO)
@@ -422,9 +426,9 @@ def test_specs_the_apiserver_cannot_refuse_are_reported_as_conditions(
     assert conditions(no_env)["EnvironmentReady"]["reason"] == "EnvironmentNotFound"
     no_pool = wait_status(k8s.TRAININGRUNS, ns, "no-pool", lambda s: s.get("phase") == "Queued")
     assert "no Ready node matches" in conditions(no_pool)["Admitted"]["message"]
-    # Nothing crashed, nothing loops: the status stays put.
-    rv = k8s.get(k8s.TRAININGRUNS, ns, "no-pool")["metadata"]["resourceVersion"]
-    time.sleep(2)
+    # Nothing crashed, nothing loops: the operator reconciled the run as it is and
+    # wrote nothing more (a loop would have changed it again).
+    rv = operator.caught_up("TrainingRun", ns, "no-pool")
     assert k8s.get(k8s.TRAININGRUNS, ns, "no-pool")["metadata"]["resourceVersion"] == rv
     assert not [
         r for r in caplog.records if r.name.startswith("torchyard") and r.levelno >= logging.ERROR
@@ -581,7 +585,7 @@ def test_a_node_that_becomes_not_ready_takes_its_capacity_out_of_admission(
 
 @pytest.mark.parametrize("extra_pool", [(1, 8)], indirect=True)
 def test_gpus_that_another_pod_frees_are_refilled_without_a_resync(
-    cluster: Cluster, env: str, extra_pool: Pool, no_resync: None
+    cluster: Cluster, env: str, extra_pool: Pool, no_resync: None, operator: InProcessOperator
 ) -> None:
     ns, pool = env, extra_pool.name
     k8s.create(
@@ -610,9 +614,9 @@ def test_gpus_that_another_pod_frees_are_refilled_without_a_resync(
     one_gpu_node_run(ns, "after", pool)
     queued = wait_status(k8s.TRAININGRUNS, ns, "after", lambda s: s.get("phase") == "Queued")
     assert conditions(queued)["Admitted"]["message"].endswith("; 0 fit now")
-    # Let the events of the run's own creation (its Pods, its status) pass first: the
-    # pause cannot make the run Running, it only leaves the deletion as the one event
-    # that can admit it (an operator that polled its waiting runs would miss it).
-    time.sleep(5)
+    # The events of the run's own creation (its Pods, its status) are behind it: the
+    # operator caught up with the queued run, so the deletion is the one event that can
+    # admit it (an operator that polled its waiting runs would miss it).
+    operator.caught_up("TrainingRun", ns, "after")
     k8s.delete(k8s.PODS, ns, "someone-else", grace_period_seconds=0)
     running(ns, "after", timeout=45)
