@@ -2,7 +2,8 @@
 # The GPU check, run on a machine with one NVIDIA GPU, PyTorch and torchyard's dependencies:
 #   1. the birds example trained on CUDA in local mode (torchyard run --local), then the same
 #      run with CUDA hidden as the CPU baseline;
-#   2. NCCL through torchyard's rank contract (all_reduce/broadcast agree, one timing);
+#   2. NCCL through torchyard's rank contract (all_reduce/broadcast agree; on one GPU a
+#      one-rank smoke check, so no time or bandwidth is printed);
 #   3. a CUDA out-of-memory run (OOM_RUNS times, default 1): torchyard must fail it naming the
 #      rank and the OOM traceback, classified CudaOOM with advice;
 #   4. a real NCCL watchdog timeout (TIMEOUT_RUNS times, default 1; nccl_timeout.py: a world of

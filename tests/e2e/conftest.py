@@ -39,7 +39,7 @@ class Local:
             ],
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=540,  # under pytest's 600 s per test: it fires first, with the output
             cwd=self.tmp,
         )
 

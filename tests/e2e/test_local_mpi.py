@@ -121,8 +121,9 @@ def test_mpi_ranks_report_progress_and_checkpoint_and_a_rerun_resumes(local: Loc
         )
         argv = [sys.executable, "-m", "torchyard", "run", str(path), "--local", "--source"]
         argv += [str(source), "--registry", str(local.registry), "--workdir", str(local.workdir)]
+        # Two runs (a first and a resumed one) within pytest's 600 s per test.
         return subprocess.run(
-            argv, capture_output=True, text=True, timeout=600, env=env, cwd=local.tmp
+            argv, capture_output=True, text=True, timeout=270, env=env, cwd=local.tmp
         )
 
     first = run(10)

@@ -102,8 +102,8 @@ def test_source_dot_beside_workdir_runs_twice_without_copying_itself(local: Loca
     shutil.copytree(EXAMPLES / "ddp", project)
     argv = [sys.executable, "-m", "torchyard", "run", "trainingrun.yaml", "--local"]
     argv += ["--source", ".", "--workdir", "./runs", "--registry", "./registry"]
-    for _ in range(2):
-        done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=900)
+    for _ in range(2):  # each within half of pytest's 600 s per test
+        done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=270)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "left out registry/, runs/" in done.stderr
     runs = sorted((project / "runs").iterdir())

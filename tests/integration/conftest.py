@@ -1,4 +1,5 @@
-"""Fixtures of the integration tests that several modules share."""
+"""Fixtures of the integration tests that several modules share, and the guard that fails
+a test when the in-process operator logs an error during it (``operator_errors``)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,64 @@ import pytest
 from tests.builders import environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
+from tests.integration import operator_errors
 from tests.integration.helpers import wait_status
 from tests.integration.test_registry_service import Service, trainer_token
 from torchyard import k8s
+
+GUARD = operator_errors.Guard()
+INTEGRATION = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "expected_operator_errors(*patterns, reason): errors of the in-process operator this "
+        "test makes on purpose (regular expressions searched in the logger, message and "
+        "traceback); any other ERROR it logs during the test fails the test",
+    )
+    GUARD.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    GUARD.uninstall()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Every test (of any tier: this hook sees them all) opens its window of the guard;
+    only integration tests keep records."""
+    inside = Path(str(item.fspath)).is_relative_to(INTEGRATION)
+    GUARD.begin(item.nodeid if inside else None)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def operator_errors_fail_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Set up first, so torn down last: what the test's own teardown (its namespace
+    deleted) makes the operator log is still the test's."""
+    yield
+    patterns: list[str] = []
+    for marker in request.node.iter_markers("expected_operator_errors"):
+        assert marker.kwargs.get("reason"), "expected_operator_errors needs a reason="
+        patterns += marker.args
+    found = GUARD.check(patterns)
+    if found:
+        pytest.fail(operator_errors.failure(request.node.nodeid, found), pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    GUARD.begin(None)  # the last test's window is over
+    if GUARD.late:
+        terminalreporter.section("operator errors logged after their test ended", red=True)
+        for window, record in GUARD.late:
+            terminalreporter.write_line(f"after {window.test}:\n{operator_errors.shown(record)}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    GUARD.begin(None)
+    if GUARD.late and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @dataclass

@@ -143,7 +143,7 @@ def test_scale_prints_the_peers_columns() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=540,  # under pytest's 600 s per test: it fires first, with the output
     )  # fmt: skip
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     figure = r"(\d+\.\d+%?|never)"

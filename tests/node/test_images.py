@@ -238,7 +238,7 @@ def test_the_examples_run_unchanged_in_the_training_image(
     pods.create(
         restricted_pod(pods, example, [main], securityContext={"runAsUser": 1000}, volumes=volumes)
     )
-    pod = pods.finished(example, timeout=600)
+    pod = pods.finished(example, timeout=540)  # under pytest's 600 s per test
     on_real_node(pod, real_node)
     out = pods.logs(example)
     assert pod["status"]["phase"] == "Succeeded", f"{out[-3000:]}\n{pods.explain(example)}"

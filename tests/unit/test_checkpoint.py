@@ -4,6 +4,7 @@ just-in-time target step, on real folders."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -67,8 +68,6 @@ def test_complete_json_lists_every_file_with_size_and_sha256(tmp_path: Path) -> 
     assert body["step"] == 10 and body["worldSize"] == 2
     names = {f["name"]: f for f in body["files"]}
     assert set(names) == {"shard-0.pt", "shard-1.pt", "rank-0.done", "rank-1.done"}
-    import hashlib
-
     assert names["shard-1.pt"]["size"] == len(b"weights\x01")
     assert names["shard-1.pt"]["sha256"] == hashlib.sha256(b"weights\x01").hexdigest()
     assert checkpoint.is_complete(str(path))
@@ -141,12 +140,93 @@ def test_size_checks_without_hashing_still_catch_truncation(tmp_path: Path) -> N
     assert not checkpoint.is_complete(str(path), verify=False)
 
 
-@pytest.mark.parametrize("name", ["../outside.pt", "/etc/passwd", "a/../../x", "", "a\\..\\b"])
+def listing(file: Path, name: str) -> dict[str, object]:
+    """A COMPLETE.json entry naming ``file`` as ``name``, with its true size and sha256."""
+    data = file.read_bytes()
+    return {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+# Names of a real file outside the step folder (outside.pt beside it, or step-1's shard):
+# "{root}" is the checkpoint folder (an absolute path), "{name}" its own name.
+LEAVING = [
+    "../outside.pt",
+    "../step-1/shard-0.pt",
+    "sub/../../outside.pt",
+    "sub/../../../{name}/outside.pt",
+    "{root}/outside.pt",
+    "/{root}/outside.pt",
+]
+
+
+@pytest.mark.parametrize("name", LEAVING)
 def test_file_names_that_leave_the_folder_are_refused(tmp_path: Path, name: str) -> None:
+    """Every other check passes (the file exists with the listed size and sha256): only
+    where the name leads decides."""
+    complete(tmp_path, 1)
     path = complete(tmp_path, 2)
-    (tmp_path / "outside.pt").write_bytes(b"")
-    rewrite_manifest(path, {"files": [{"name": name, "size": 0, "sha256": "e3b0"}]})
+    (path / "sub").mkdir()
+    outside = tmp_path / "outside.pt"
+    outside.write_bytes(b"not this checkpoint's")
+    name = name.format(root=tmp_path, name=tmp_path.name)
+    target = (path / name).resolve()
+    assert target.is_file() and not target.is_relative_to(path)
+    rewrite_manifest(path, {"files": [listing(target, name)]})
     assert not checkpoint.is_complete(str(path))
+    assert checkpoint.latest(str(tmp_path)) == str(tmp_path / "step-1")
+    rewrite_manifest(path, {"files": [listing(path / "shard-0.pt", "sub/../shard-0.pt")]})
+    assert not checkpoint.is_complete(str(path))  # a '..' that stays inside: refused too
+    rewrite_manifest(path, {"files": [listing(path / "shard-0.pt", "shard-0.pt")]})
+    assert checkpoint.is_complete(str(path))  # the same manifest naming it inside: complete
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../outside.pt",
+        "/outside.pt",
+        "a/../../x",
+        "a/../x",
+        "./x",
+        "a/./x",
+        "a//x",
+        "x/",
+        "",
+        "a\\..\\b",
+        "x\x00y",
+        7,
+        None,
+    ],
+)
+def test_a_manifest_listing_a_name_that_is_not_a_plain_relative_path_is_not_well_formed(
+    tmp_path: Path, name: object
+) -> None:
+    path = complete(tmp_path, 2)
+    entry = {**listing(path / "shard-0.pt", "shard-0.pt"), "name": name}
+    rewrite_manifest(path, {"files": [entry]})
+    assert checkpoint.manifest(str(path)) is None
+    assert not checkpoint.is_complete(str(path))
+    rewrite_manifest(path, {"files": [{**entry, "name": "shard-0.pt"}]})
+    assert checkpoint.manifest(str(path)) is not None
+
+
+@pytest.mark.parametrize("link", ["sub", "deep/sub"])
+@pytest.mark.parametrize("to", ["outside", "another-step", "inside"])
+def test_a_file_reached_through_a_linked_folder_is_refused(
+    tmp_path: Path, link: str, to: str
+) -> None:
+    """The name is plain and the file it reaches has the listed size and sha256: only
+    the link on the way decides, wherever it points (even back into the folder)."""
+    step_1 = complete(tmp_path, 1)
+    path = complete(tmp_path, 2)
+    real = {"outside": tmp_path / "real", "another-step": step_1, "inside": path / "real"}[to]
+    real.mkdir(exist_ok=True)
+    (real / "w.pt").write_bytes(b"abc")
+    (path / link).parent.mkdir(parents=True, exist_ok=True)
+    (path / link).symlink_to(real)
+    rewrite_manifest(path, {"files": [listing(real / "w.pt", f"{link}/w.pt")]})
+    assert not checkpoint.is_complete(str(path))
+    rewrite_manifest(path, {"files": [listing(path / "shard-0.pt", "shard-0.pt")]})
+    assert checkpoint.is_complete(str(path))
 
 
 def test_a_symlinked_sub_folder_or_complete_json_is_refused(tmp_path: Path) -> None:
@@ -155,8 +235,6 @@ def test_a_symlinked_sub_folder_or_complete_json_is_refused(tmp_path: Path) -> N
     real.mkdir()
     (real / "w.pt").write_bytes(b"abc")
     (path / "sub").symlink_to(real)
-    import hashlib
-
     digest = hashlib.sha256(b"abc").hexdigest()
     rewrite_manifest(path, {"files": [{"name": "sub/w.pt", "size": 3, "sha256": digest}]})
     assert not checkpoint.is_complete(str(path))

@@ -92,6 +92,10 @@ HOSTILE: dict[str, tuple[list[Member], str]] = {
         [file("ok.py"), file("pkg/../../escaped.py")],
         r"outside the folder.*pkg/\.\./\.\./escaped",
     ),
+    "dot-dot-that-stays-inside": (  # '..' is refused by name, even where it lands inside
+        [file("ok.py"), folder("pkg"), file("pkg/../inside.py")],
+        r"outside the folder \('\.\.'\): 'pkg/\.\./inside\.py'",
+    ),
     "absolute-path": ([file("ok.py"), file("/tmp/escaped.py")], r"absolute path.*/tmp/escaped"),
     "symlink-to-a-file-outside": (
         [file("ok.py"), special("passwd", tarfile.SYMTYPE, "/etc/passwd")],

@@ -146,6 +146,27 @@ def test_no_variable_of_any_route_reaches_another_namespace(served: Served) -> N
     assert code == 200 and "linked" not in json.loads(body)["models"]
 
 
+def test_a_caller_allowed_in_one_namespace_gets_403_on_every_route_of_another(
+    served: Served,
+) -> None:
+    """Well-formed requests for what namespace b really holds, with a valid token of a
+    caller allowed in a only: the namespace check alone decides."""
+    planted = hostile.plant(served.root, A, B)
+    valid = {"ns": B, "run": "secret", "kind": "outputs", "path": "model.pt"}
+    valid |= {"model": "secret", "v": "1", "sha": planted.sha_b}
+    for token in (WRITER, USER):
+        for method, template in hostile.ROUTES:
+            path = template.format(**valid)
+            body = b'{"run": "secret"}' if template.endswith("/versions") else hostile.SECRET
+            code, response = served.call(method, path, token, body)
+            assert code == 403, f"{method} {path}: {code} {response[-300:]!r}"
+            assert hostile.SECRET not in response
+            assert method == "HEAD" or b"may not" in response  # HEAD: no body
+    assert planted.outside_a() == planted.before, "a request wrote into namespace b"
+    # The same caller reads namespace a's own: the token and the routes were sound.
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/own/outputs/model.pt") == (200, hostile.OWN)
+
+
 @pytest.mark.parametrize(
     ("path", "says"),
     [
