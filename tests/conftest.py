@@ -52,15 +52,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
     """A run with ``node`` tests (as root) first prepares the real node: Debian packages,
-    binaries and images, cached after. On a fresh machine that takes many minutes, which
-    no test's timeout may count: the first test to start the node timed out building
-    images, and its harness was killed. Returns None: the tests then run as always."""
+    binaries and images (the Horovod image too, when a test uses it), cached after. On a
+    fresh machine that takes many minutes, which no test's timeout may count: the first
+    test to start the node timed out building images, and its harness was killed (and the
+    Horovod test timed out building its image). Returns None: the tests then run as
+    always."""
     if session.config.option.collectonly or os.geteuid() != 0:
         return
     if any(item.get_closest_marker("node") for item in session.items):
         from tests.cluster import realnode
 
         realnode.prepare()
+    # the Horovod image (Horovod built from source: about 10 minutes the first time)
+    if any("horovod_env" in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.cluster import horovod_image
+
+        horovod_image.ensure_horovod_image()
 
 
 @pytest.fixture(scope="session")
