@@ -215,7 +215,6 @@ def gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("how", list(LEAVING), ids=list(LEAVING))
 @pytest.mark.parametrize("code", [0, 3], ids=["ranks-succeed", "a-rank-fails"])
 def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
@@ -248,7 +247,6 @@ def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
                 os.kill(pid, 9)
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
 def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -> None:
     cookie = os.urandom(8).hex()
     marked = subprocess.Popen(
