@@ -55,7 +55,8 @@ tools: venv
 	@$(PY) tests/cluster/binaries.py
 
 # Kubeflow Trainer, JobSet and Training Operator for benchmarks/peers.py and `pytest --peers`,
-# and Kueue (its plain-Pod integration) for tests/integration/test_kueue.py
+# and Kueue (its plain-Pod integration) for tests/integration/test_kueue.py (which make test
+# runs, building Kueue first when it is not cached)
 peers: venv
 	@$(PY) tests/cluster/peers.py
 	@$(PY) tests/cluster/kueue.py

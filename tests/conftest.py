@@ -51,23 +51,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    """A run with ``node`` tests (as root) first prepares the real node: Debian packages,
-    binaries and images (the Horovod image too, when a test uses it), cached after. On a
-    fresh machine that takes many minutes, which no test's timeout may count: the first
-    test to start the node timed out building images, and its harness was killed (and the
-    Horovod test timed out building its image). Returns None: the tests then run as
-    always."""
-    if session.config.option.collectonly or os.geteuid() != 0:
+    """Builds that take minutes the first time, made before any test's timeout starts
+    (cached after): a run with ``node`` tests (as root) prepares the real node (Debian
+    packages, binaries, images) and, when a test uses it, the Horovod image; a run with
+    the Kueue test builds Kueue. On a fresh machine the first test to start the node timed
+    out building images (its harness killed), and the Horovod test building its image.
+    Returns None: the tests then run as always."""
+    if session.config.option.collectonly:
         return
-    if any(item.get_closest_marker("node") for item in session.items):
+    uses = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    root = os.geteuid() == 0
+    if root and any(item.get_closest_marker("node") for item in session.items):
         from tests.cluster import realnode
 
         realnode.prepare()
-    # the Horovod image (Horovod built from source: about 10 minutes the first time)
-    if any("horovod_env" in getattr(item, "fixturenames", ()) for item in session.items):
+    if root and "horovod_env" in uses:  # Horovod built from source: about 10 minutes
         from tests.cluster import horovod_image
 
         horovod_image.ensure_horovod_image()
+    if "kueue" in uses:  # Kueue from its Go module
+        from tests.cluster import kueue
+
+        kueue.build()
 
 
 @pytest.fixture(scope="session")

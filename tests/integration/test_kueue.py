@@ -8,10 +8,10 @@ deletes them): torchyard restarts the gang as a suspension (no limit used), Kueu
 the new Pod group gated while the preemptor holds the quota, and admits it once the
 preemptor is done, and the run runs again.
 
-Marked ``peers``: deselected unless pytest runs with ``--peers`` (the first run builds
-Kueue: minutes on 2 cores; cached after).
+Part of the integration tier: a run that selects it builds Kueue before its first test
+(minutes on 2 cores the first time, cached after: tests/conftest.py).
 
-    .venv/bin/python -m pytest --peers -m peers tests/integration/test_kueue.py
+    .venv/bin/python -m pytest tests/integration/test_kueue.py
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from tests.cluster.kueue import ADMISSION_GATE, QUEUE_LABEL, Kueue
 from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
 from tests.integration.test_trainingruns import running
 from torchyard import k8s
-
-pytestmark = pytest.mark.peers
 
 KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
 
