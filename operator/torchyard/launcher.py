@@ -1088,6 +1088,17 @@ class CappedLog:
             self.file.close()
 
 
+def write_bytes(sink: IO[str], data: bytes) -> None:
+    """``data`` to a text stream: to its binary buffer when it has one (bytes as they
+    came), else decoded; then flushed. Local mode's console writes the same way."""
+    buffer = getattr(sink, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+    else:
+        sink.write(data.decode("utf-8", "replace"))
+    sink.flush()
+
+
 def _chunks(names: Sequence[str]) -> Iterator[bytes]:
     """The bytes of the files ``names``, one after the other, READ_BYTES at a time."""
     for name in names:
@@ -1178,12 +1189,7 @@ class Echo:
                     pieces.append(batch.popleft()[1])
                 joined = b"".join(pieces)
                 with contextlib.suppress(OSError, ValueError):  # a closed or broken reader
-                    buffer = getattr(sink, "buffer", None)
-                    if buffer is not None:
-                        buffer.write(joined)
-                    else:
-                        sink.write(joined.decode("utf-8", "replace"))
-                    sink.flush()
+                    write_bytes(sink, joined)
                 size += len(joined)
             with self._cond:
                 self._size = max(0, self._size - size)
@@ -1861,9 +1867,8 @@ class Launcher:
             stacks = self._collect_stacks(rank_processes(self.stacks, node.proc.pid))
         # The signal that takes the stacks ends a blocking call (a C sleep, a read without
         # SA_RESTART): a gang that made progress since was slow, not stuck for good.
-        if self.progress.idle_seconds(number, time.time()) is not None and (
-            (self.progress.idle_seconds(number, time.time()) or 0.0) < seconds
-        ):
+        idle_now = self.progress.idle_seconds(number, time.time())
+        if idle_now is not None and idle_now < seconds:
             self.say(
                 f"rank {number} made no progress for {seconds:.0f}s, then went on when its "
                 "stacks were taken (in logs/stacks/ of this node): not stopped"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import IO, Any
 
+from torchyard.launcher import write_bytes
 from torchyard.status import steps
 
 PLAIN_EVERY_SECONDS = 10.0
@@ -43,15 +44,6 @@ def progress_line(progress: Mapping[str, Any] | None) -> str:
     if metrics:
         parts.append(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))
     return " | ".join(parts)
-
-
-def _write(sink: IO[str], data: bytes) -> None:
-    buffer = getattr(sink, "buffer", None)
-    if buffer is not None:
-        buffer.write(data)
-    else:
-        sink.write(data.decode("utf-8", "replace"))
-    sink.flush()
 
 
 class Console:
@@ -88,7 +80,7 @@ class Console:
         with self._lock:
             if self.tty and self.line:
                 self.out.write(CLEAR)
-            _write(sink, data)
+            write_bytes(sink, data)
             if self.tty and self.line:
                 self.out.write(self.line)
                 self.out.flush()
