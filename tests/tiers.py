@@ -58,6 +58,7 @@ class Ended:
     code: int
     seconds: float
     summary: str
+    failures: tuple[str, ...] = ()
 
 
 class Stopping:
@@ -88,24 +89,34 @@ def start(run: Run, args: Sequence[str]) -> subprocess.Popen[bytes]:
 
 # pytest's last line: "3 passed, 1 skipped in 12.34s" (or "no tests ran in 0.01s")
 SUMMARY = re.compile(rb"\b(passed|failed|errors?|skipped|deselected|no tests ran)\b.* in [\d.]+s")
+# its short summary's lines for what failed: "FAILED tests/x.py::test_y - AssertionError: ..."
+FAILURE = re.compile(rb"^(FAILED|ERROR) \S+")
+FAILURE_CHARS = 240  # of each, in the closing table: the test and the start of its reason
 
 
-def relay(run: Run, proc: subprocess.Popen[bytes], lock: threading.Lock) -> str:
+def relay(
+    run: Run, proc: subprocess.Popen[bytes], lock: threading.Lock
+) -> tuple[str, tuple[str, ...]]:
     """Each line of ``run``'s output, prefixed with its label, to this process's stdout,
     until it ends; returns pytest's summary line (else its last non-empty line): what the
-    interpreter writes after it at exit (a library's warning) does not take its place."""
+    interpreter writes after it at exit (a library's warning) does not take its place; and
+    the short summary's FAILED and ERROR lines, so that the end of a long log names them."""
     prefix, last, summary = f"[{run.label}] ".encode(), b"", b""
+    failures: list[bytes] = []
     assert proc.stdout is not None
     for line in iter(proc.stdout.readline, b""):
         if line.strip():
             last = line.strip()
             if SUMMARY.search(last):
                 summary = last
+            elif FAILURE.match(last):
+                failures.append(last)
         with lock:
             sys.stdout.buffer.write(prefix + line)
             sys.stdout.buffer.flush()
     proc.wait()
-    return (summary or last).decode("utf-8", "replace").strip("= ")
+    text = (summary or last).decode("utf-8", "replace").strip("= ")
+    return text, tuple(f.decode("utf-8", "replace")[:FAILURE_CHARS] for f in failures)
 
 
 def stage(
@@ -120,8 +131,9 @@ def stage(
     ended: list[Ended | None] = [None] * len(runs)
 
     def follow(i: int) -> None:
-        summary = relay(runs[i], procs[i], lock)
-        ended[i] = Ended(runs[i], procs[i].returncode, time.monotonic() - began, summary)
+        summary, failures = relay(runs[i], procs[i], lock)
+        seconds = time.monotonic() - began
+        ended[i] = Ended(runs[i], procs[i].returncode, seconds, summary, failures)
 
     threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(len(runs))]
     for t in threads:
@@ -150,6 +162,9 @@ def main(argv: Sequence[str]) -> int:
     print("[tiers] how each run ended:", flush=True)
     for e in ended:
         print(f"  {e.run.label:18s} exit {e.code}  {e.seconds:6.0f}s  {e.summary}", flush=True)
+    for e in ended:
+        for failure in e.failures:
+            print(f"  [{e.run.label}] {failure}", flush=True)
     if stopping.signum is not None:
         return 128 + stopping.signum
     failed = [e.code for e in ended if e.code not in (0, NO_TESTS_COLLECTED)]

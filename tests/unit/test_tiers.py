@@ -73,3 +73,7 @@ def test_the_runs_output_is_labelled_and_a_failing_run_fails_the_whole(tmp_path:
     assert any(line.startswith("[node] FAILED") for line in lines), done.stdout
     assert re.search(r"\n  node +exit 1 +\d+s +.*1 failed, 1 deselected", done.stdout)
     assert re.search(r"\n  e2e +exit 5 +\d+s +.*2 deselected", done.stdout)
+    # after the table, what failed, by name: the end of a long log is all some readers see
+    table = done.stdout[done.stdout.index("how each run ended:") :]
+    assert re.search(r"\n  \[node\] FAILED \S*test_a\.py::test_fails\b", table)
+    assert "test_passes" not in table
