@@ -174,18 +174,58 @@ def restarting_status(
     return with_kstatus(new, previous, now)
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What every decision reads: the run, what was observed, and the node counts."""
+
+    run: TrainingRun
+    observed: Observed
+    gen: int | None
+    total: int
+    pods: Sequence[Mapping[str, Any]]
+    counts: Mapping[str, Any]
+    progress: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one decision adds: its conditions and, once it decides, the phase (None: the
+    next decision goes on), the failure, and the status fields it sets."""
+
+    conditions: Sequence[dict[str, Any]] = ()
+    phase: Phase | None = None
+    failure: Failure | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+# The decisions, in the order they are taken (as JobSet's reconcile: the Environment
+# first, then whether the run ended, succeeded, is admitted, and how it runs).
 def _trainingrun_status(
     run: TrainingRun,
     observed: Observed,
     prev: Mapping[str, Any],
     now: datetime,
 ) -> dict[str, Any]:
-    gen = run.generation
+    status, facts = _gather(run, observed, prev, now)
+    conds = [
+        condition("Accepted", True, "Valid", "the spec is valid", observed_generation=facts.gen)
+    ]
+    for decide in (_environment, _ended, _succeeded, _admission, _running):
+        step = decide(facts)
+        conds += step.conditions
+        if step.phase is not None:
+            return _write(status, step, conds, prev, now)
+    raise AssertionError("_running always decides")
+
+
+def _gather(
+    run: TrainingRun, observed: Observed, prev: Mapping[str, Any], now: datetime
+) -> tuple[dict[str, Any], _Facts]:
+    """The status fields every phase carries, and the facts the decisions read."""
     total = run.spec.distribution.node_count
     pods = list(observed.pods)
-    conds = [condition("Accepted", True, "Valid", "the spec is valid", observed_generation=gen)]
     status: dict[str, Any] = {
-        "observedGeneration": gen,
+        "observedGeneration": run.generation,
         "worldSize": run.spec.distribution.world_size,
         "nodes": _counts(total, pods),
         "restarts": observed.restarts,
@@ -198,170 +238,156 @@ def _trainingrun_status(
     for key in ("startTime", "lastFailure", "suspensions", "excludedNodes"):
         if prev.get(key):
             status[key] = prev[key]
+    facts = _Facts(
+        run, observed, run.generation, total, pods, status["nodes"], status.get("progress")
+    )
+    return status, facts
 
-    def finish(phase: Phase, failure: Failure | None = None) -> dict[str, Any]:
-        status["phase"] = phase.value
+
+def _write(
+    status: dict[str, Any],
+    step: _Step,
+    conds: Sequence[dict[str, Any]],
+    prev: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    """The one write: the decided phase, its times, failure, fields and conditions."""
+    assert step.phase is not None
+    status["phase"] = step.phase.value
+    if step.phase.value in TERMINAL:
         status["completionTime"] = timestamp(now)
+    if step.phase in (Phase.RUNNING, Phase.FINALIZING) or step.phase.value in TERMINAL:
         status.setdefault("startTime", timestamp(now))
-        if failure is not None:
-            status["failure"] = public_failure(failure)
-            msg = failure_message(failure)
-            conds.append(
-                condition("Running", False, str(failure["reason"]), msg, observed_generation=gen)
-            )
-            conds.append(
-                condition("Failed", True, str(failure["reason"]), msg, observed_generation=gen)
-            )
-        else:
-            conds.append(
-                condition(
-                    "Running", False, "Completed", "all nodes finished", observed_generation=gen
-                )
-            )
-            conds.append(
-                condition(
-                    "Succeeded",
-                    True,
-                    "Completed",
-                    f"all {total} node(s) succeeded",
-                    observed_generation=gen,
-                )
-            )
-        status["conditions"] = merge(prev.get("conditions"), conds, now)
-        return status
+    if step.failure is not None:
+        status["failure"] = public_failure(step.failure)
+    status.update(step.fields)
+    status["conditions"] = merge(prev.get("conditions"), list(conds), now)
+    return status
 
-    env_phase, env_message = _env_phase(observed.environment)
-    if env_phase == "Failed":
-        conds.append(
-            condition(
-                "EnvironmentReady", False, "EnvironmentFailed", env_message, observed_generation=gen
-            )
-        )
-        return finish(
+
+def _finished(f: _Facts, failure: Failure | None = None) -> _Step:
+    """Failed (with the failure's reason) or Succeeded: Running=False and the verdict."""
+    if failure is not None:
+        msg, reason = failure_message(failure), str(failure["reason"])
+        return _Step(
+            [
+                condition("Running", False, reason, msg, observed_generation=f.gen),
+                condition("Failed", True, reason, msg, observed_generation=f.gen),
+            ],
             Phase.FAILED,
-            {
-                "reason": "EnvironmentFailed",
-                "message": f"Environment {run.spec.environment} failed: {env_message}",
-            },
+            failure,
         )
-    if env_phase != "Ready":
-        reason = "EnvironmentNotFound" if env_phase == "NotFound" else "EnvironmentNotReady"
+    done = f"all {f.total} node(s) succeeded"
+    return _Step(
+        [
+            condition(
+                "Running", False, "Completed", "all nodes finished", observed_generation=f.gen
+            ),
+            condition("Succeeded", True, "Completed", done, observed_generation=f.gen),
+        ],
+        Phase.SUCCEEDED,
+        fields={"model": dict(f.observed.model)} if f.observed.model else {},
+    )
+
+
+def _with(first: dict[str, Any], step: _Step) -> _Step:
+    """``step`` with the condition ``first`` before its own."""
+    return _Step([first, *step.conditions], step.phase, step.failure, step.fields)
+
+
+def _environment(f: _Facts) -> _Step:
+    """Ready: EnvironmentReady=True and on; Failed: the run fails; else it waits, Preparing."""
+    run, gen = f.run, f.gen
+    env_phase, env_message = _env_phase(f.observed.environment)
+    if env_phase == "Failed":
+        failed = condition(
+            "EnvironmentReady", False, "EnvironmentFailed", env_message, observed_generation=gen
+        )
+        message = f"Environment {run.spec.environment} failed: {env_message}"
+        return _with(failed, _finished(f, {"reason": "EnvironmentFailed", "message": message}))
+    if env_phase == "NotFound":
         message = (
             f"spec.environment: Environment {run.spec.environment} does not exist in "
             f"namespace {run.namespace}; the run waits for it"
-            if env_phase == "NotFound"
-            else f"Environment {run.spec.environment} is {env_phase}"
         )
-        conds.append(condition("EnvironmentReady", False, reason, message, observed_generation=gen))
-        status["phase"] = Phase.PREPARING.value
-        status["conditions"] = merge(prev.get("conditions"), conds, now)
-        return status
-    conds.append(
-        condition(
-            "EnvironmentReady",
-            True,
-            "Ready",
-            f"Environment {run.spec.environment} is Ready",
-            observed_generation=gen,
+        waiting = condition(
+            "EnvironmentReady", False, "EnvironmentNotFound", message, observed_generation=gen
         )
-    )
+        return _Step([waiting], Phase.PREPARING)
+    if env_phase != "Ready":
+        message = f"Environment {run.spec.environment} is {env_phase}"
+        waiting = condition(
+            "EnvironmentReady", False, "EnvironmentNotReady", message, observed_generation=gen
+        )
+        return _Step([waiting], Phase.PREPARING)
+    message = f"Environment {run.spec.environment} is Ready"
+    return _Step([condition("EnvironmentReady", True, "Ready", message, observed_generation=gen)])
 
-    if observed.deadline_exceeded:
-        return finish(
-            Phase.FAILED,
-            {
-                "reason": DEADLINE_EXCEEDED,
-                "message": f"the run exceeded activeDeadlineSeconds "
-                f"({run.spec.policy.active_deadline_seconds}s)",
-            },
-        )
-    if observed.failure is not None:
-        return finish(Phase.FAILED, observed.failure)
-    counts = status["nodes"]
-    if total and counts["succeeded"] == total:
-        archived = _archive_condition(run, pods, gen)
-        if archived is not None:
-            conds.append(archived)
-        if not observed.finalized:
-            status["phase"] = Phase.FINALIZING.value
-            status.setdefault("startTime", timestamp(now))
-            conds.append(
-                condition(
-                    "Succeeded",
-                    False,
-                    "Finalizing",
-                    observed.finalizing_message or "archiving outputs and registering the model",
-                    observed_generation=gen,
-                )
-            )
-            status["conditions"] = merge(prev.get("conditions"), conds, now)
-            return status
-        if observed.model:
-            status["model"] = dict(observed.model)
-        return finish(Phase.SUCCEEDED)
 
+def _ended(f: _Facts) -> _Step:
+    """Past its deadline, or a failure the failure policy decided on: Failed."""
+    if f.observed.deadline_exceeded:
+        seconds = f.run.spec.policy.active_deadline_seconds
+        message = f"the run exceeded activeDeadlineSeconds ({seconds}s)"
+        return _finished(f, {"reason": DEADLINE_EXCEEDED, "message": message})
+    if f.observed.failure is not None:
+        return _finished(f, f.observed.failure)
+    return _Step()
+
+
+def _succeeded(f: _Facts) -> _Step:
+    """Every node succeeded: Finalizing until outputs are archived, then Succeeded."""
+    if not f.total or f.counts["succeeded"] != f.total:
+        return _Step()
+    archived = _archive_condition(f.run, f.pods, f.gen)
+    first = [archived] if archived is not None else []
+    if not f.observed.finalized:
+        message = f.observed.finalizing_message or "archiving outputs and registering the model"
+        finalizing = condition("Succeeded", False, "Finalizing", message, observed_generation=f.gen)
+        return _Step([*first, finalizing], Phase.FINALIZING)
+    done = _finished(f)
+    return _Step([*first, *done.conditions], done.phase, fields=done.fields)
+
+
+def _admission(f: _Facts) -> _Step:
+    """Pods that cannot be created yet (Pending), a gang queued or still being created
+    (Queued/Pending), else Admitted=True and on."""
+    observed, gen, total = f.observed, f.gen, f.total
     if observed.pending is not None:
         reason, message = observed.pending
-        conds.append(condition("Admitted", False, reason, message, observed_generation=gen))
-        status["phase"] = Phase.PENDING.value
-        status["conditions"] = merge(prev.get("conditions"), conds, now)
-        return status
-    if observed.queued_message is not None or len(pods) < total:
-        message = observed.queued_message or f"creating node Pods ({len(pods)}/{total})"
-        conds.append(
-            condition(
-                "Admitted",
-                False,
-                "Queued" if observed.queued_message else "Creating",
-                message,
-                observed_generation=gen,
-            )
+        return _Step(
+            [condition("Admitted", False, reason, message, observed_generation=gen)], Phase.PENDING
         )
-        status["phase"] = Phase.QUEUED.value if observed.queued_message else Phase.PENDING.value
-        if observed.queued_message and observed.queue:
-            status["queue"] = dict(observed.queue)
-        status["conditions"] = merge(prev.get("conditions"), conds, now)
-        return status
+    if observed.queued_message is not None:
+        queued = condition(
+            "Admitted", False, "Queued", observed.queued_message, observed_generation=gen
+        )
+        return _Step(
+            [queued], Phase.QUEUED, fields={"queue": dict(observed.queue)} if observed.queue else {}
+        )
+    if len(f.pods) < total:
+        message = f"creating node Pods ({len(f.pods)}/{total})"
+        creating = condition("Admitted", False, "Creating", message, observed_generation=gen)
+        return _Step([creating], Phase.PENDING)
+    message = f"all {total} node Pod(s) admitted together"
+    return _Step([condition("Admitted", True, "GangAdmitted", message, observed_generation=gen)])
 
-    conds.append(
-        condition(
-            "Admitted",
-            True,
-            "GangAdmitted",
-            f"all {total} node Pod(s) admitted together",
-            observed_generation=gen,
-        )
-    )
+
+def _running(f: _Facts) -> _Step:
+    """Every node running (or done): Running; some not yet scheduled: Queued; else Running,
+    starting. A checkpoint risk goes before the Running condition (kstatus takes the last
+    condition's reason)."""
+    counts, total, gen = f.counts, f.total, f.gen
+    risk = checkpoint_risk.condition(f.run, f.progress, gen)
+    before = [risk] if risk is not None else []
     if counts["running"] + counts["succeeded"] == total:
-        status["phase"] = Phase.RUNNING.value
-        status.setdefault("startTime", timestamp(now))
-        conds.append(
-            condition(
-                "Running",
-                True,
-                "AllNodesRunning",
-                f"{counts['running']}/{total} node(s) running",
-                observed_generation=gen,
-            )
-        )
-    else:
-        status["phase"] = Phase.QUEUED.value if counts["scheduled"] < total else Phase.RUNNING.value
-        if status["phase"] == Phase.RUNNING.value:
-            status.setdefault("startTime", timestamp(now))
-        conds.append(
-            condition(
-                "Running",
-                False,
-                "Starting",
-                f"{counts['scheduled']}/{total} scheduled, {counts['running']}/{total} running",
-                observed_generation=gen,
-            )
-        )
-    risk = checkpoint_risk.condition(run, status.get("progress"), gen)
-    if risk is not None:  # before Running: kstatus takes the last condition's reason
-        conds.insert(len(conds) - 1, risk)
-    status["conditions"] = merge(prev.get("conditions"), conds, now)
-    return status
+        message = f"{counts['running']}/{total} node(s) running"
+        running = condition("Running", True, "AllNodesRunning", message, observed_generation=gen)
+        return _Step([*before, running], Phase.RUNNING)
+    phase = Phase.QUEUED if counts["scheduled"] < total else Phase.RUNNING
+    message = f"{counts['scheduled']}/{total} scheduled, {counts['running']}/{total} running"
+    starting = condition("Running", False, "Starting", message, observed_generation=gen)
+    return _Step([*before, starting], phase)
 
 
 def invalid_trainingrun_status(
