@@ -13,7 +13,7 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.integration.helpers import wait_for
 from torchyard import k8s
-from torchyard.controller import handlers, workqueue
+from torchyard.controller import lost_nodes, workqueue
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_a_lost_nodes_pods_are_released_only_in_watched_namespaces(
     node = "cpu-1"  # a KWOK node; the function is called as if it had been deleted
     for ns in two_namespaces:
         k8s.create(bound_pod(ns, "lost", node))
-    released = handlers.release_pods_of_lost_node(node, [watched])
+    released = lost_nodes.release(node, [watched])
     assert released == [(watched, "lost")]
 
     def gone_or_going(ns: str) -> bool:
@@ -70,5 +70,5 @@ def test_a_lost_nodes_pods_are_released_only_in_watched_namespaces(
     untouched = k8s.get(k8s.PODS, other, "lost-0")
     assert "deletionTimestamp" not in untouched["metadata"]
     # Cluster-wide (no --namespace), the other namespace's Pod goes too.
-    assert (other, "lost") in handlers.release_pods_of_lost_node(node)
+    assert (other, "lost") in lost_nodes.release(node)
     wait_for("the other namespace's Pod to go", lambda: gone_or_going(other))

@@ -1,4 +1,4 @@
-"""The Kopf handlers: they only put keys on the work queue (``workqueue``).
+"""The Kopf handlers: they put keys on the work queue (``workqueue``) and feed the cache.
 
 Kopf watches TrainingRuns, Environments, build Jobs and Nodes; each event puts the key
 of the object to reconcile on the queue, whose workers call the reconcilers. The Pods are
@@ -21,15 +21,23 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from torchyard import api, k8s
-from torchyard.controller import admission, context, pod_watch, reads, telemetry, workqueue
+from torchyard.controller import (
+    admission,
+    context,
+    lost_nodes,
+    pod_watch,
+    reads,
+    telemetry,
+    workqueue,
+)
 from torchyard.planning import names, pods
-from torchyard.status import exclusions, timestamp
+from torchyard.status import exclusions
 
 # Work queue workers: a reconcile mostly waits on the apiserver (a new run's is about six
 # calls), so more of them than cores; 16 phased a queue of 1000 runs in 55 s where 8 took
@@ -277,53 +285,6 @@ async def environment_event(
         _enqueue(memo, "Environment", namespace, name)
 
 
-def release_pods_of_lost_node(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
-    """Delete torchyard's Pods bound to a deleted node at once (PodGC would take a while),
-    only in the watched namespaces: returns the (namespace, run) of each. A Warning
-    ``NodeLost`` Event on each Pod's TrainingRun names the node (the run's status names
-    the Pod, which is gone by then)."""
-    lost = [
-        pod
-        for namespace in workqueue.watched(namespaces)
-        for pod in k8s.list_(
-            k8s.PODS,
-            namespace,
-            label_selector=names.LABEL_RUN,
-            field_selector=f"spec.nodeName={node}",
-        )
-    ]
-    runs = []
-    for pod in lost:
-        meta = pod["metadata"]
-        k8s.delete(k8s.PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
-        runs.append((meta["namespace"], meta["labels"][names.LABEL_RUN]))
-        _record_node_lost(pod, node)
-    return runs
-
-
-def _record_node_lost(pod: Mapping[str, Any], node: str) -> None:
-    """The Event on the Pod's TrainingRun (its controller owner) that names the node."""
-    meta = pod["metadata"]
-    owner = next(
-        (
-            o
-            for o in meta.get("ownerReferences", [])
-            if o.get("controller") and o.get("kind") == "TrainingRun"
-        ),
-        None,
-    )
-    if owner is None:
-        return
-    run = {
-        "apiVersion": owner.get("apiVersion"),
-        "kind": "TrainingRun",
-        "metadata": {"name": owner["name"], "namespace": meta["namespace"], "uid": owner["uid"]},
-    }
-    rank = meta.get("labels", {}).get(names.LABEL_NODE_RANK, "?")
-    message = f"node {node} was deleted: node Pod {meta['name']} (node rank {rank}) is lost with it"
-    k8s.record_event(run, "Warning", "NodeLost", message, now=timestamp(context.utcnow()))
-
-
 def _runs_on_down_node(memo: Any, name: str, body: Mapping[str, Any]) -> None:
     """A node that says it is NotReady or unhealthy: reconcile the runs with unfinished
     Pods on it now, which fails their attempt at once (``exclusions.down_failure``)
@@ -352,7 +313,7 @@ async def node_event(
     queue = memo.get("queue")
     namespaces = sorted(queue.namespaces) if queue is not None else []
     try:
-        runs = await loop.run_in_executor(None, release_pods_of_lost_node, name, namespaces)
+        runs = await loop.run_in_executor(None, lost_nodes.release, name, namespaces)
     except k8s.ApiError as err:
         logger.warning("node %s deleted, but its Pods could not be released: %s", name, err)
         return
