@@ -1,0 +1,210 @@
+"""Which parameters the n-th trial gets, and how it receives them.
+
+``random``: the n-th trial's value of a parameter is a pure function of (seed, n, the
+parameter's name, its expression): the uniform draws come from sha256 of those, not from a
+generator's state, so an operator that restarts after drawing any number of trials draws
+the same n-th trial again, and adding a parameter leaves the others' values as they were.
+``grid``: every combination of ``choice`` values, the first parameter (by name) varying
+slowest and each choice's values in the order written (``itertools.product``'s order).
+
+A trial receives its parameters as HyperDrive passes them, as script arguments
+(``--learning_rate 0.0031``, :func:`arguments`) and as variables
+(``TORCHYARD_PARAM_LEARNING_RATE``, :func:`environment`), formatted by
+``space.format_value``. Called by the Sweep controller and local mode when they make a
+trial, and by the SDK's dry run; pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Literal, TypeAlias
+
+from torchyard.sweeps.space import (
+    Choice,
+    Expression,
+    LogNormal,
+    LogUniform,
+    Normal,
+    QLogNormal,
+    QLogUniform,
+    QNormal,
+    QUniform,
+    RandInt,
+    SearchSpace,
+    Uniform,
+    Value,
+    format_value,
+)
+
+Sampling: TypeAlias = Literal["random", "grid"]
+SAMPLINGS: tuple[Sampling, ...] = ("random", "grid")
+ENV_PREFIX = "TORCHYARD_PARAM_"
+# Bumped only with a deliberate change of every sweep's sequence.
+_DOMAIN = "torchyard.sweeps.random/1"
+
+
+class SamplingError(ValueError):
+    """A sweep that cannot be sampled as configured; ``field`` is the spec field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def uniform01(seed: int, trial: int, name: str, draw: int) -> float:
+    """The ``draw``-th uniform number in [0, 1) of parameter ``name`` in trial ``trial``:
+    the top 53 bits of sha256 of the four, as a float."""
+    key = f"{_DOMAIN}\x00{seed}\x00{trial}\x00{name}\x00{draw}".encode()
+    bits = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") >> 11
+    return bits / 2**53
+
+
+def _standard_normal(u1: float, u2: float) -> float:
+    """Box-Muller: within +-8.57 (``space.Z_MAX``) since 1 - u1 >= 2**-53."""
+    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+
+
+def _quantize(x: float, q: int | float) -> Value:
+    """round(x / q) * q (round half to even): an int for an int ``q``; for a float ``q``, a
+    float rounded to ``q``'s decimals (0.1 * 3 is 0.3, not 0.30000000000000004)."""
+    steps = round(x / q)
+    if isinstance(q, int):
+        return steps * q
+    decimals = -int(Decimal(repr(q)).as_tuple().exponent)
+    value = steps * q
+    return round(value, decimals) + 0.0 if decimals > 0 else value + 0.0
+
+
+def draw(expression: Expression, seed: int, trial: int, name: str) -> Value:
+    """The value of one parameter in one trial of a random sweep."""
+
+    def u(k: int) -> float:
+        return uniform01(seed, trial, name, k)
+
+    def normal(mu: float, sigma: float) -> float:
+        return mu + sigma * _standard_normal(u(0), u(1))
+
+    def between(low: float, high: float) -> float:
+        return low + u(0) * (high - low)
+
+    match expression:
+        case Choice(values=values):
+            return values[min(int(u(0) * len(values)), len(values) - 1)]
+        case RandInt(upper=upper):
+            return min(int(u(0) * upper), upper - 1)
+        case Uniform(min_value=low, max_value=high):
+            return between(low, high)
+        case QUniform(min_value=low, max_value=high, q=q):
+            return _quantize(between(low, high), q)
+        case LogUniform(min_value=low, max_value=high):
+            return math.exp(between(low, high))
+        case QLogUniform(min_value=low, max_value=high, q=q):
+            return _quantize(math.exp(between(low, high)), q)
+        case Normal(mu=mu, sigma=sigma):
+            return normal(mu, sigma)
+        case QNormal(mu=mu, sigma=sigma, q=q):
+            return _quantize(normal(mu, sigma), q)
+        case LogNormal(mu=mu, sigma=sigma):
+            return math.exp(normal(mu, sigma))
+        case QLogNormal(mu=mu, sigma=sigma, q=q):
+            return _quantize(math.exp(normal(mu, sigma)), q)
+    raise TypeError(f"not a parameter expression: {expression!r}")
+
+
+def random_trial(space: SearchSpace, seed: int, trial: int) -> dict[str, Value]:
+    """The parameters of trial ``trial`` (0, 1, ...) of a random sweep with ``seed``."""
+    _check_index(trial)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise SamplingError("seed", f"must be an integer, got {seed!r}")
+    return {p.name: draw(p.expression, seed, trial, p.name) for p in space.parameters}
+
+
+def grid_size(space: SearchSpace) -> int:
+    """How many combinations a grid over ``space`` has; :class:`SamplingError` when a
+    parameter is not a ``choice``."""
+    others = [p for p in space.parameters if not isinstance(p.expression, Choice)]
+    if others:
+        names = ", ".join(f"{p.name} is {p.expression.TYPE}" for p in others)
+        raise SamplingError(
+            f"parameters.{others[0].name}",
+            f"grid sampling takes only choice expressions ({names}); use random sampling",
+        )
+    return math.prod(
+        len(p.expression.values) for p in space.parameters if isinstance(p.expression, Choice)
+    )
+
+
+def grid_trial(space: SearchSpace, trial: int) -> dict[str, Value]:
+    """Combination ``trial`` of the grid: the last parameter (by name) varies fastest."""
+    _check_index(trial)
+    size = grid_size(space)
+    if trial >= size:
+        raise SamplingError("maxTotalTrials", f"the grid has {size} combinations, not {trial + 1}")
+    out: dict[str, Value] = {}
+    rest = trial
+    for p in reversed(space.parameters):
+        assert isinstance(p.expression, Choice)
+        rest, i = divmod(rest, len(p.expression.values))
+        out[p.name] = p.expression.values[i]
+    return {name: out[name] for name in space.names()}
+
+
+def check(sampling: str, space: SearchSpace, max_total_trials: int) -> int:
+    """How many trials the sweep makes (``maxTotalTrials``, or fewer for a smaller grid);
+    :class:`SamplingError` for an unknown sampling or a grid larger than
+    ``maxTotalTrials`` (a grid is run whole or not at all)."""
+    if sampling not in SAMPLINGS:
+        raise SamplingError("sampling", f"must be one of {', '.join(SAMPLINGS)}; got {sampling!r}")
+    if isinstance(max_total_trials, bool) or not isinstance(max_total_trials, int):
+        raise SamplingError("maxTotalTrials", f"must be an integer, got {max_total_trials!r}")
+    if max_total_trials < 1:
+        raise SamplingError("maxTotalTrials", f"must be at least 1, got {max_total_trials}")
+    if sampling == "random":
+        return max_total_trials
+    size = grid_size(space)
+    if size > max_total_trials:
+        sizes = " x ".join(
+            f"{len(p.expression.values)} {p.name}"
+            for p in space.parameters
+            if isinstance(p.expression, Choice)
+        )
+        raise SamplingError(
+            "maxTotalTrials",
+            f"the grid has {size} combinations ({sizes}), more than maxTotalTrials "
+            f"{max_total_trials}: raise maxTotalTrials to {size} or use fewer values",
+        )
+    return size
+
+
+def trial_parameters(
+    sampling: Sampling, space: SearchSpace, seed: int, trial: int
+) -> dict[str, Value]:
+    """Trial ``trial``'s parameters under ``sampling``."""
+    if sampling == "grid":
+        return grid_trial(space, trial)
+    if sampling == "random":
+        return random_trial(space, seed, trial)
+    raise SamplingError("sampling", f"must be one of {', '.join(SAMPLINGS)}; got {sampling!r}")
+
+
+def arguments(parameters: Mapping[str, Value]) -> list[str]:
+    """The script arguments HyperDrive passes: ``--name value`` per parameter, by name."""
+    out: list[str] = []
+    for name in sorted(parameters):
+        out += [f"--{name}", format_value(parameters[name])]
+    return out
+
+
+def environment(parameters: Mapping[str, Value]) -> dict[str, str]:
+    """``TORCHYARD_PARAM_<NAME>`` (the name upper-cased) per parameter."""
+    return {
+        f"{ENV_PREFIX}{name.upper()}": format_value(parameters[name]) for name in sorted(parameters)
+    }
+
+
+def _check_index(trial: int) -> None:
+    if isinstance(trial, bool) or not isinstance(trial, int) or trial < 0:
+        raise ValueError(f"a trial's index is an integer >= 0, got {trial!r}")
