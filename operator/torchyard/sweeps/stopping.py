@@ -271,6 +271,14 @@ def _score(goal: Goal, value: float | None) -> float:
     return value if goal is Goal.MAXIMIZE else -value
 
 
+def _scores(goal: Goal, values: Sequence[float | None]) -> list[float]:
+    """:func:`_score` of each value (one comprehension: policies call it per trial per
+    report)."""
+    sign = 1.0 if goal is Goal.MAXIMIZE else -1.0
+    inf = math.inf
+    return [sign * v if v is not None and -inf < v < inf else -inf for v in values]
+
+
 def _unscore(goal: Goal, score: float) -> float:
     return score if goal is Goal.MAXIMIZE else -score
 
@@ -337,7 +345,7 @@ def evaluate_all(
 def _bandit(
     policy: Bandit, goal: Goal, peers: Mapping[int, Sequence[float | None]], trial: int, n: int
 ) -> Decision:
-    bests = {t: max(_score(goal, v) for v in h) for t, h in peers.items()}
+    bests = {t: max(_scores(goal, h)) for t, h in peers.items()}
     top = max(bests.values())
     if top == -math.inf:
         return Decision(trial, Action.CONTINUE, f"no trial has a finite metric by interval {n}", n)
@@ -374,9 +382,9 @@ def _bandit(
 def _median(
     goal: Goal, peers: Mapping[int, Sequence[float | None]], trial: int, n: int
 ) -> Decision:
-    averages = [math.fsum(_score(goal, v) for v in h) / n for h in peers.values()]
+    averages = [math.fsum(_scores(goal, h)) / n for h in peers.values()]
     median = statistics.median(averages)
-    mine = max(_score(goal, v) for v in peers[trial])
+    mine = max(_scores(goal, peers[trial]))
     words = (
         f"the median {_show(_unscore(goal, median))} of the running averages over intervals "
         f"1..{n} of the {len(averages)} trials that reached it"
@@ -403,7 +411,7 @@ def _truncation(
     trial: int,
     n: int,
 ) -> Decision:
-    bests = {t: max(_score(goal, v) for v in h) for t, h in peers.items()}
+    bests = {t: max(_scores(goal, h)) for t, h in peers.items()}
     count = len(bests)
     cut = count * policy.truncation_percentage // 100
     better = sum(1 for s in bests.values() if s > bests[trial])
