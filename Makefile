@@ -103,7 +103,7 @@ test: venv tools lint typecheck layers
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
 bench: venv tools peers
-	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead; do \
+	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead sweeps; do \
 	  extra=$$( [ $$b = scale ] && echo --peers ); \
 	  echo "[bench] $$b $(BENCH_ARGS) $$extra"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) $$extra || exit 1; done
 

@@ -105,6 +105,21 @@ BENCHMARKS = [
             r"\n  torchyard +(\d+\.\d+s +){6}8\.00\n",
         ],
     ),
+    (
+        "sweeps.py",
+        [
+            r"sweeps: 16 trials, 4 at a time, up to 9 epochs each",
+            r"\nnone \(baseline\) +\d+\.\d +1\.000 +144 ",
+            # every policy's trial-seconds against the baseline's, its best and gaps
+            r"\nasha \(eta 3, 1 bracket\) +\d+\.\d +\d\.\d{3} +\d+ .* +\d+\.\d\d% +\d+\.\d\d%",
+            r"\nbandit \(slack 0\.15, delay 10\) +\d+\.\d +\d\.\d{3} ",
+            r"\nmedian \(delay 5\) +\d+\.\d +\d\.\d{3} ",
+            r"\ntruncation \(20 %, delay 5\) +\d+\.\d +\d\.\d{3} ",
+            r"over seeds 0\.\.1 \(min / median / max\):",
+            r"target, asha \(eta 3, 1 bracket\): .* ratio \d\.\d{3}, gap \d+\.\d\d % "
+            r"\((met|not met); met on \d of 2 seeds\)",
+        ],
+    ),
 ]
 # scale.py runs two operators one after the other (the baseline refills a slot at its resync)
 TIMEOUTS = {"scale.py": 600, "peers.py": 420}
