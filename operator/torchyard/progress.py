@@ -18,7 +18,7 @@ A rank that starts a long piece of work that is no training step says so with ``
 and the launcher gives it that phase's stall budget (``policy.stallBudgets``) instead of
 the stall timeout. A script that cannot import torchyard prints the same line itself.
 The launcher reads these lines from every rank's output as it tees them
-(``launcher.ProgressTracker``): it keeps them in ``logs/metrics.jsonl``, puts the last
+(``launch_progress.ProgressTracker``): it keeps them in ``logs/metrics.jsonl``, puts the last
 metric values into ``outputs/metrics.json`` (which the ModelVersion records) and
 publishes the node's progress for the operator (``status.progress``). :func:`log` is
 Azure ML's ``run.log(name, value)``: a metric at the current step. :func:`parse` is the

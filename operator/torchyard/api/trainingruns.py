@@ -38,7 +38,7 @@ from torchyard.api.checkpoints import SPEC_RULE as CHECKPOINTS_RULE
 from torchyard.api.checkpoints import Checkpoints, check_shared
 from torchyard.api.quantities import quantity
 from torchyard.api.wire import API_VERSION, DEFAULT_MASTER_PORT, LABEL_POOL
-from torchyard.launcher import RANK_CONTRACT_VARIABLES
+from torchyard.launch_contract import RANK_CONTRACT_VARIABLES
 
 # Pods are named <run>-<node>, the headless Service <run>: DNS-1035 labels of <= 63 chars.
 RUN_NAME_MAX = 52

@@ -25,6 +25,8 @@ from typing import IO, Any
 
 import torchyard.launcher
 from torchyard.api import Environment, TrainingRun
+from torchyard.launch_contract import COOKIE_VARIABLE
+from torchyard.launch_ranks import end_leftovers
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
 from torchyard.local.finalize import archive_and_register
@@ -148,7 +150,7 @@ class LocalRun:
         # its summaries for the run's one progress line (not as JSON on the terminal)
         env["TORCHYARD_PROGRESS_FILE"] = str(self.progress_file(node))
         cookie = self.cookies.setdefault(node, os.urandom(8).hex())
-        env[torchyard.launcher.COOKIE_VARIABLE] = cookie
+        env[COOKIE_VARIABLE] = cookie
         env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
         env.update(pods.watch_env(self.run))  # stall timeout and budgets, log rules
         if self.run.spec.distribution.type == "mpi":
@@ -164,7 +166,7 @@ class LocalRun:
         return env
 
     def progress_file(self, node: int) -> Path:
-        """The node's progress summaries, one JSON a line (``launcher.ProgressTracker``)."""
+        """The node's progress summaries, one JSON a line (``launch_progress.ProgressTracker``)."""
         return self.node_dir(node) / "progress.jsonl"
 
     def checkpoint_dir(self) -> Path:
@@ -229,7 +231,7 @@ class LocalRun:
         launcher could not end it itself), and the relays of their output."""
         self.ended.set()
         for cookie in self.cookies.values():
-            torchyard.launcher.end_leftovers(cookie)
+            end_leftovers(cookie)
         self.console.join()
 
     def _stop_all(self, signum: int = signal.SIGTERM) -> None:

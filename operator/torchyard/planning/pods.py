@@ -31,8 +31,19 @@ WORKDIR = "/workspace"
 TOOLS_DIR = "/torchyard"
 # The stdlib-only modules of the torchyard package that reach every node Pod, in a
 # ``torchyard/`` package folder under SHIPPED_ROOT (a ConfigMap, see ``shipped``): the
-# launcher runs from there, and the ranks get SHIPPED_ROOT on their PYTHONPATH.
-SHIPPED_MODULES: tuple[str, ...] = ("launcher", "checkpoint", "progress")
+# launcher (its entry point and the ``launch_*`` modules it imports) runs from there, and
+# the ranks get SHIPPED_ROOT on their PYTHONPATH (``checkpoint``, ``progress``).
+LAUNCH_MODULES: tuple[str, ...] = (
+    "launch_contract",
+    "launch_logs",
+    "launch_progress",
+    "launch_stalls",
+    "launch_ranks",
+    "launch_transfer",
+    "launch_node",
+    "launch_mpi",
+)
+SHIPPED_MODULES: tuple[str, ...] = ("launcher", *LAUNCH_MODULES, "checkpoint", "progress")
 SHIPPED_ROOT = f"{TOOLS_DIR}/lib"
 SHIPPED_PACKAGE = f"{SHIPPED_ROOT}/{shipped.PACKAGE}"
 LAUNCHER_PATH = f"{SHIPPED_PACKAGE}/launcher.py"
@@ -263,9 +274,9 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
 
 def watch_env(run: TrainingRun) -> dict[str, str]:
     """What the launcher watches the ranks with (policy): the stall timeout
-    (``launcher.Launcher._check_stall``), the stall budgets of the phases
-    (``launcher.stall_budgets``), the log rules (``launcher.LogScanner``) and the limit
-    of each rank's log (``launcher.CappedLog``). Local mode passes the same."""
+    (``launch_node.Launcher._check_stall``), the stall budgets of the phases
+    (``launch_stalls.stall_budgets``), the log rules (``launch_logs.LogScanner``) and the
+    limit of each rank's log (``launch_logs.CappedLog``). Local mode passes the same."""
     env: dict[str, str] = {}
     policy = run.spec.policy
     if policy.stall_timeout_seconds:

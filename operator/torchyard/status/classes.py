@@ -2,7 +2,7 @@
 
 :func:`classify` takes a failure's evidence (``Evidence``: exit code, signal, the
 container's or launcher's reason, the failing rank's traceback tail and the lines the
-launcher flagged in any rank's output, ``launcher.LogScanner``) and returns the first
+launcher flagged in any rank's output, ``launch_logs.LogScanner``) and returns the first
 :class:`Rule` of ``RULES`` that matches: its ``name`` becomes ``status.failure.class``,
 with ``retryable`` and ``advice``. The order matters: a GPU's Xid line explains the CUDA
 error after it, a CUDA out-of-memory error the traceback around it; a collective timeout

@@ -11,7 +11,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import api, launcher
+from torchyard import api, launch_logs
 from torchyard.planning import pods
 
 XID_THEN_RAISE = (
@@ -82,7 +82,7 @@ def test_a_collective_timeout_of_nccl_or_gloo_is_evidence() -> None:
         "for recv operation to complete"
     )
     nccl = "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)"
-    scanner = launcher.LogScanner()
+    scanner = launch_logs.LogScanner()
     for rank, line in [(0, "RuntimeError: boom"), (0, gloo), (1, nccl)]:
         scanner.scan(rank, line.encode() + b"\n")
     assert scanner.evidence == [{"rank": 0, "line": gloo}, {"rank": 1, "line": nccl}]

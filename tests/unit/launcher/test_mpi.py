@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import launcher
+from torchyard import launch_contract, launch_mpi, launcher
 
 LAUNCHER = Path(launcher.__file__)
 KEY = "0123456789abcdef" * 4
@@ -107,7 +107,7 @@ def test_the_agent_runs_a_command_on_the_worker_and_returns_its_output_and_statu
     assert out == "out-1\n"  # run with the worker launcher's variables
     assert "err\n" in err
     # node 0 says mpirun ended: the worker launcher ends with it
-    launcher.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
+    launch_mpi.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
     _, worker_err = worker.communicate(timeout=60)
     assert worker.returncode == 0, worker_err
     assert "node 1: mpirun ended (exit code 0)" in worker_err
@@ -135,7 +135,7 @@ def test_a_wrong_key_is_refused_and_nothing_runs(tmp_path: Path) -> None:
     assert "cannot reach node 127.0.0.1" in err or "lost node 127.0.0.1" in err
     assert not marker.exists()
     assert worker.poll() is None  # still waiting for mpirun's real agent
-    launcher.mpi_request(
+    launch_mpi.mpi_request(
         "127.0.0.1", port, KEY.encode(), {"end": 0}
     ).close()  # what node 0 sends when mpirun ended
     _, worker_err = worker.communicate(timeout=60)
@@ -350,9 +350,9 @@ def test_node_0_publishes_the_progress_every_mpi_rank_reports(tmp_path: Path) ->
     folder = fake_mpirun(tmp_path, fail=False, progress=True)
     done = node0(tmp_path, port, folder, TORCHYARD_PROGRESS_INTERVAL="1")
     assert done.returncode == 0, done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(launcher.PROGRESS_LINE)]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(launch_contract.PROGRESS_LINE)]
     assert lines, done.stderr
-    summary = json.loads(lines[-1][len(launcher.PROGRESS_LINE) :])
+    summary = json.loads(lines[-1][len(launch_contract.PROGRESS_LINE) :])
     assert (summary["step"], summary["minStep"], summary["total"]) == (4, 2, 10), summary
     assert summary["metrics"] == {"loss": 0.5}
     assert termination(tmp_path, 0)["progress"] == summary

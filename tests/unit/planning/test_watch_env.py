@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from torchyard import api, launcher
+from torchyard import api, launch_logs, launch_stalls
 from torchyard.planning import pods
 
 
@@ -21,7 +21,7 @@ def test_stall_budgets_reach_the_launcher_as_json_it_reads_back() -> None:
     run = policy(stallTimeoutSeconds=60, stallBudgets={"saving": 900})
     env = pods.watch_env(run)
     assert env == {"TORCHYARD_STALL_TIMEOUT": "60", "TORCHYARD_STALL_BUDGETS": '{"saving":900}'}
-    assert launcher.stall_budgets(env["TORCHYARD_STALL_BUDGETS"]) == {"saving": 900.0}
+    assert launch_stalls.stall_budgets(env["TORCHYARD_STALL_BUDGETS"]) == {"saving": 900.0}
     trainer = pods.pod(run, 0, image="img")["spec"]["containers"][0]
     assert {"name": "TORCHYARD_STALL_BUDGETS", "value": '{"saving":900}'} in trainer["env"]
     assert pods.watch_env(policy()) == {}
@@ -34,12 +34,14 @@ def test_a_budget_below_five_seconds_or_an_unknown_phase_is_refused() -> None:
         policy(stallBudgets={"lunch": 60})
 
 
-@pytest.mark.parametrize(("limit", "read"), [(None, launcher.LOG_LIMIT_BYTES), (8 << 20, 8 << 20)])
+@pytest.mark.parametrize(
+    ("limit", "read"), [(None, launch_logs.LOG_LIMIT_BYTES), (8 << 20, 8 << 20)]
+)
 def test_the_log_limit_reaches_the_launcher_which_reads_it_back(
     limit: int | None, read: int
 ) -> None:
     env = pods.watch_env(policy(logLimitBytes=limit) if limit else policy())
-    assert launcher.log_limit(env) == read
+    assert launch_logs.log_limit(env) == read
 
 
 def test_a_log_limit_too_small_to_hold_the_note_is_refused() -> None:

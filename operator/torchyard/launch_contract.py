@@ -1,0 +1,238 @@
+"""What the launcher shares with the rest of torchyard: the rank contract, the termination
+message, the progress line, the evidence it flags and the snapshot limits.
+
+Standard library only, Python >= 3.8: the bottom of the launcher's modules, shipped with
+them into every node Pod (``planning.pods.SHIPPED_MODULES``). The operator's own layers
+import from here, never from the launcher's other modules: ``planning.rank``
+(``process_env``), ``api`` (``RANK_CONTRACT_VARIABLES``), ``registry.store`` and
+``sdk.snapshots`` (the snapshot limits) and ``local.console`` (``write_bytes``). Tested
+through the launcher's tests in tests/unit/launcher/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+TERMINATION_MESSAGE_LIMIT = 4096
+TAIL_LINES = 120  # launch: node: torchrun's 35-line summary comes after the rank's error
+
+
+# The variables of the rank contract: torchyard sets them (a TrainingRun's env may not),
+# and a command's arguments may name them, as in the Azure ML guide's tip
+# (``arguments=['--local_rank', '$LOCAL_RANK']``): expanded per process.
+RANK_CONTRACT_VARIABLES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "TORCHYARD_OUTPUTS",
+    "TORCHYARD_LOGS",
+)
+_NAMES = "|".join(RANK_CONTRACT_VARIABLES)
+_CONTRACT_VAR = re.compile(r"\$(?:\{(" + _NAMES + r")\}|(" + _NAMES + r")\b)")
+
+
+def expand_arguments(command: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``$RANK``/``${LOCAL_RANK}``... in arguments, replaced by this process's values.
+    Only the rank contract's names are touched; any other ``$`` stays as it is."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return env.get(name, match.group(0))
+
+    return [_CONTRACT_VAR.sub(value, arg) for arg in command]
+
+
+class LaunchError(Exception):
+    """The launcher cannot start the ranks (bad configuration, DNS never resolved)."""
+
+
+def process_env(node_env: Mapping[str, str], local_rank: int) -> dict[str, str]:
+    """The rank contract of one process: the node's variables plus RANK and LOCAL_RANK.
+
+    Pure; shared with ``torchyard.planning`` (which computes ``node_env``).
+    """
+    nproc = int(node_env["TORCHYARD_NPROC_PER_NODE"])
+    node_rank = int(node_env["NODE_RANK"])
+    env = dict(node_env)
+    env["LOCAL_RANK"] = str(local_rank)
+    env["RANK"] = str(node_rank * nproc + local_rank)
+    return env
+
+
+def int_env(env: Mapping[str, str], name: str, default: int | None) -> int:
+    """Variable ``name`` of ``env`` as an integer, ``default`` when it is unset or empty;
+    LaunchError when it is not an integer, or unset without a default."""
+    raw = env.get(name, "")
+    if raw == "":
+        if default is None:
+            raise LaunchError(f"{name} is not set: is this running under torchyard?")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise LaunchError(f"{name} must be an integer, got {raw!r}") from None
+
+
+# -- the termination message -------------------------------------------------------------
+
+
+def traceback_tail(lines: Sequence[str]) -> str:
+    """The last Python traceback in ``lines`` (or the last lines when there is none)."""
+    lines = list(lines)
+    start = None
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Traceback (most recent call last)"):
+            start = i
+            break
+    tail = lines[start:] if start is not None else lines[-20:]
+    return "\n".join(line.rstrip("\n") for line in tail).strip()
+
+
+def termination_message(info: Mapping[str, Any], limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
+    """``info`` as JSON of at most ``limit`` bytes, cutting the message from the front."""
+    info = dict(info)
+    message = str(info.get("message") or "")
+    while True:
+        text = json.dumps(info, sort_keys=True)
+        size = len(text.encode("utf-8"))
+        if size <= limit or not message:
+            return text
+        # Cut in proportion to the escaped size (newlines and quotes count double).
+        escaped = len(json.dumps(message).encode("utf-8"))
+        message = message[len(message) * (size - limit) // max(escaped, 1) + 4 :]
+        info["message"] = "..." + message
+
+
+def write_termination(path: str, text: str) -> None:
+    """``text`` into the file ``path`` (the termination message); a failure is said on
+    stderr, never raised."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as err:
+        sys.stderr.write(f"[torchyard] cannot write the termination message to {path}: {err}\n")
+
+
+def write_bytes(sink: IO[str], data: bytes) -> None:
+    """``data`` to a text stream: to its binary buffer when it has one (bytes as they
+    came), else decoded; then flushed. Local mode's console writes the same way."""
+    buffer = getattr(sink, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+    else:
+        sink.write(data.decode("utf-8", "replace"))
+    sink.flush()
+
+
+# -- the progress line -------------------------------------------------------------------
+
+PROGRESS_PREFIX = b"@@torchyard "  # torchyard.progress.PREFIX: the format's one home
+PROGRESS_LINE = "[torchyard] progress "  # what the operator looks for in this Pod's log
+# What a rank may say it is doing besides training (``torchyard.progress.PHASES``), each
+# with its own stall budget: a checkpoint save or an evaluation may take far longer than
+# a step. "training" (or a higher step without a phase) ends the phase.
+PHASE_NAMES = {
+    "initializing": "initializing",
+    "initialising": "initializing",
+    "saving": "saving",
+    "evaluating": "evaluating",
+    "training": None,
+}
+STALL_BUDGETS = {"initializing": 1800.0, "saving": 1800.0, "evaluating": 3600.0}
+
+
+def parse_progress(line: bytes) -> dict[str, Any] | None:
+    """The record of a rank's ``@@torchyard {...}`` line (``torchyard.progress.parse``),
+    or None when ``line`` is not one."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        record = json.loads(line[len(PROGRESS_PREFIX) :].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    return record
+
+
+# -- evidence: what lines of a rank's output say of a failure ----------------------------
+
+# Lines that say more than a traceback, for the operator's failure classes
+# (``status.classes``): a GPU's Xid/ECC error, CUDA out of memory, NCCL's watchdog or gloo's
+# transport timing out a collective, the rendezvous store, a segfault. Kept in the
+# termination message as ``evidence``.
+EVIDENCE = re.compile(
+    r"NVRM: Xid|\bXid[: ]+\d+|ECC error|CUDA out of memory|OutOfMemoryError|Watchdog caught "
+    r"collective|Timed out waiting \d+ms for (recv|send) operation|DistStoreError|"
+    r"DistNetworkError|Rendezvous\w*Error|TCPStore|Segmentation fault"
+)
+EVIDENCE_MAX = 4  # lines, of at most EVIDENCE_CHARS each: the message is 4 KiB in all
+EVIDENCE_CHARS = 200
+# Literal words every EVIDENCE match contains (tests/unit/launcher/test_output.py keeps
+# them in step): a read of a rank's output that holds none of them holds no evidence, and
+# is not searched line by line (the regular expression alone reads ~30 MB/s).
+EVIDENCE_WORDS = (
+    b"Xid",
+    b"ECC error",
+    b"CUDA out of memory",
+    b"OutOfMemoryError",
+    b"Watchdog caught",
+    b"Timed out waiting",
+    b"DistStoreError",
+    b"DistNetworkError",
+    b"Rendezvous",
+    b"TCPStore",
+    b"Segmentation fault",
+)
+
+
+# -- what a node's ranks leave behind ----------------------------------------------------
+
+# Every process a node's ranks start inherits this variable (the launcher sets it to a
+# random value of its own, or keeps the one local mode gave it): when the ranks ended,
+# whatever still carries it is theirs (a helper in a session of its own, a daemon) and is
+# ended, as is whatever still holds their output pipes open.
+COOKIE_VARIABLE = "TORCHYARD_NODE_COOKIE"
+
+
+# -- source snapshots --------------------------------------------------------------------
+
+SNAPSHOT = "source.tar.gz"
+# What one source snapshot may hold once unpacked, as the registry service's snapshot limit
+# (1 GiB) and ``torchyard.sdk.snapshots`` (which refuses a bigger folder before sending it).
+SNAPSHOT_MAX_BYTES = 1 << 30
+SNAPSHOT_MAX_FILES = 100000
+
+
+def snapshot_limits(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(bytes, entries) one snapshot may unpack to: ``TORCHYARD_SNAPSHOT_MAX_BYTES`` and
+    ``TORCHYARD_SNAPSHOT_MAX_FILES``, else the defaults above."""
+    env = os.environ if env is None else env
+    limits = []
+    for name, default in (
+        ("TORCHYARD_SNAPSHOT_MAX_BYTES", SNAPSHOT_MAX_BYTES),
+        ("TORCHYARD_SNAPSHOT_MAX_FILES", SNAPSHOT_MAX_FILES),
+    ):
+        value = int_env(env, name, default)
+        if value < 1:
+            raise LaunchError(f"{name} must be a positive integer, got {value}")
+        limits.append(value)
+    return limits[0], limits[1]
