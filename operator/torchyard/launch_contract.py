@@ -3,10 +3,12 @@ message, the progress line, the evidence it flags and the snapshot limits.
 
 Standard library only, Python >= 3.8: the bottom of the launcher's modules, shipped with
 them into every node Pod (``planning.pods.SHIPPED_MODULES``). The operator's own layers
-import from here, never from the launcher's other modules: ``planning.rank``
-(``process_env``), ``api`` (``RANK_CONTRACT_VARIABLES``), ``registry.store`` and
-``sdk.snapshots`` (the snapshot limits) and ``local.console`` (``write_bytes``). Tested
-through the launcher's tests in tests/unit/launcher/.
+import the rules from here rather than keep copies: ``planning.rank`` (``process_env``),
+``api`` (``RANK_CONTRACT_VARIABLES``), ``status.steps`` and ``status.failures``
+(``PROGRESS_LINE``), ``registry.store`` and ``sdk.snapshots`` (the snapshot limits),
+``local.console`` (``write_bytes``) and ``torchyard.progress`` (the progress line:
+``parse_progress``, ``PHASE_NAMES``). Tested through the launcher's tests in
+tests/unit/launcher/.
 """
 
 from __future__ import annotations
@@ -141,7 +143,8 @@ def write_bytes(sink: IO[str], data: bytes) -> None:
 
 # -- the progress line -------------------------------------------------------------------
 
-PROGRESS_PREFIX = b"@@torchyard "  # torchyard.progress.PREFIX: the format's one home
+PROGRESS_PREFIX = b"@@torchyard "  # a rank's progress line (``torchyard.progress.report``)
+PROGRESS_TEXT = PROGRESS_PREFIX.decode()
 PROGRESS_LINE = "[torchyard] progress "  # what the operator looks for in this Pod's log
 # What a rank may say it is doing besides training (``torchyard.progress.PHASES``), each
 # with its own stall budget: a checkpoint save or an evaluation may take far longer than
@@ -156,13 +159,19 @@ PHASE_NAMES = {
 STALL_BUDGETS = {"initializing": 1800.0, "saving": 1800.0, "evaluating": 3600.0}
 
 
-def parse_progress(line: bytes) -> dict[str, Any] | None:
-    """The record of a rank's ``@@torchyard {...}`` line (``torchyard.progress.parse``),
-    or None when ``line`` is not one."""
-    if not line.startswith(PROGRESS_PREFIX):
-        return None
+def parse_progress(line: bytes | str) -> dict[str, Any] | None:
+    """The record of a rank's ``@@torchyard {...}`` line (bytes as the launcher reads them,
+    undecodable ones replaced, or text), or None when ``line`` is not a valid one."""
+    if isinstance(line, bytes):
+        if not line.startswith(PROGRESS_PREFIX):
+            return None
+        body = line[len(PROGRESS_PREFIX) :].decode("utf-8", "replace")
+    else:
+        if not line.startswith(PROGRESS_TEXT):
+            return None
+        body = line[len(PROGRESS_TEXT) :]
     try:
-        record = json.loads(line[len(PROGRESS_PREFIX) :].decode("utf-8", "replace"))
+        record = json.loads(body)
     except ValueError:
         return None
     if not isinstance(record, dict):

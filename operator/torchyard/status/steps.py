@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from torchyard.api import wire
+from torchyard.launch_contract import PROGRESS_LINE  # the launcher writes it
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
-PROGRESS_LINE = "[torchyard] progress "  # launcher.PROGRESS_LINE
 
 
 def summary_of_log(lines: Iterable[str]) -> dict[str, Any] | None:

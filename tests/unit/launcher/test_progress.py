@@ -5,7 +5,6 @@ message."""
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import sys
@@ -55,16 +54,6 @@ def test_bad_arguments_say_what_is_wrong() -> None:
     with pytest.raises(TypeError, match="loss must be a number"):
         progress.line(1, loss="high")
     assert progress.parse(progress.line(1, loss=float("nan"))) == {"step": 1, "loss": None}
-
-
-def test_progress_is_standard_library_python_3_8() -> None:
-    tree = ast.parse(Path(progress.__file__).read_text(), feature_version=(3, 8))
-    imported = {
-        (n.module if isinstance(n, ast.ImportFrom) else n.names[0].name or "").split(".")[0]
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Import | ast.ImportFrom)
-    }
-    assert imported - {"__future__"} <= set(sys.stdlib_module_names)
 
 
 def test_tracker_rates_from_the_second_report_and_names_the_lag(tmp_path: Path) -> None:
