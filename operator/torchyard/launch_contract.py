@@ -1,14 +1,15 @@
 """What the launcher shares with the rest of torchyard: the rank contract, the termination
-message, the progress line, the evidence it flags and the snapshot limits.
+message, the progress line, the evidence it flags, the stuck-rank rule and the snapshot
+limits.
 
 Standard library only, Python >= 3.8: the bottom of the launcher's modules, shipped with
 them into every node Pod (``planning.pods.SHIPPED_MODULES``). The operator's own layers
 import the rules from here rather than keep copies: ``planning.rank`` (``process_env``),
-``api`` (``RANK_CONTRACT_VARIABLES``), ``status.steps`` and ``status.failures``
-(``PROGRESS_LINE``), ``registry.store`` and ``sdk.snapshots`` (the snapshot limits),
-``local.console`` (``write_bytes``) and ``torchyard.progress`` (the progress line:
-``parse_progress``, ``PHASE_NAMES``). Tested through the launcher's tests in
-tests/unit/launcher/.
+``api`` (``RANK_CONTRACT_VARIABLES``), ``status.culprits`` (``culprit_rule``,
+``waiting_words``), ``status.steps`` and ``status.failures`` (``PROGRESS_LINE``),
+``registry.store`` and ``sdk.snapshots`` (the snapshot limits), ``local.console``
+(``write_bytes``) and ``torchyard.progress`` (the progress line: ``parse_progress``,
+``PHASE_NAMES``). Tested through the launcher's tests in tests/unit/launcher/.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any, TypeVar
 
 TERMINATION_MESSAGE_LIMIT = 4096
 TAIL_LINES = 120  # launch: node: torchrun's 35-line summary comes after the rank's error
@@ -211,6 +212,45 @@ EVIDENCE_WORDS = (
     b"TCPStore",
     b"Segmentation fault",
 )
+
+
+# -- the stuck rank ----------------------------------------------------------------------
+
+Suspect = TypeVar("Suspect")
+
+
+def culprit_rule(
+    suspects: Sequence[Suspect],
+    first: Suspect | None,
+    waiting: Callable[[Suspect], bool],
+    place: Callable[[Suspect], Any],
+) -> Suspect | None:
+    """Which of ``suspects`` (stalled ranks, in order; ``first``: the one idle longest) the
+    others wait for: the only ones not ``waiting`` for the others (outside
+    ``torch.distributed``: a rank that sleeps, loops or blocks in a C call) while others
+    are, ``first`` if it is one of them, else the first of them; else, of three or more,
+    the one whose ``place`` in the script (None: unknown) differs from where all the
+    others are (it skipped a collective and waits in another one); else ``first``.
+    A node's launcher applies it to its own ranks (``launch_stalls.culprit``), the
+    operator to those of every node (``status.culprits.pick``)."""
+    outside = [s for s in suspects if not waiting(s)]
+    if outside and len(outside) < len(suspects):
+        return first if first in outside else outside[0]
+    if len(suspects) >= 3:
+        places = [place(s) for s in suspects]
+        for i, one in enumerate(suspects):
+            others = {p for j, p in enumerate(places) if j != i}
+            if len(others) == 1 and places[i] not in others and None not in others:
+                return one
+    return first
+
+
+def waiting_words(collective: str) -> str:
+    """How a message says where a rank waits (``launch_stalls.waiting_in``'s answer), on
+    a node and in the operator's ``status.culprits`` alike."""
+    if collective == "backward":
+        return "waiting in backward: the gradient all-reduce"
+    return f"in torch.distributed {collective}"
 
 
 # -- what a node's ranks leave behind ----------------------------------------------------

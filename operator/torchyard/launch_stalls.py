@@ -4,8 +4,8 @@ which stalled rank the others wait for (:func:`culprit`, :func:`describe_stall`)
 
 Standard library only, Python >= 3.8; shipped with the launcher, whose
 ``Launcher._check_stall`` finds a rank past its stall timeout (``ProgressTracker.stalled``)
-and calls these. The operator applies the same rules (``status.culprits``) to every
-node's ``suspects_of``. Tested in tests/unit/launcher/test_stalls.py and
+and calls these. The operator applies the same rule (``launch_contract.culprit_rule``) to
+every node's ``suspects_of``. Tested in tests/unit/launcher/test_stalls.py and
 tests/unit/status/test_culprits.py.
 """
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torchyard.launch_contract import STALL_BUDGETS, int_env
+from torchyard.launch_contract import STALL_BUDGETS, culprit_rule, int_env, waiting_words
 from torchyard.launch_progress import ProgressTracker
 
 # Installed as ``sitecustomize`` in a folder first on the ranks' PYTHONPATH: every rank
@@ -227,34 +227,17 @@ def user_frame(text: str) -> tuple[str, int, str] | None:
     return None
 
 
-def waiting_words(collective: str) -> str:
-    """How a message says where a rank waits (``waiting_in``'s answer); the operator's
-    ``status.culprits`` says it the same way."""
-    if collective == "backward":
-        return "waiting in backward: the gradient all-reduce"
-    return f"in torch.distributed {collective}"
-
-
 def culprit(
     stacks: Mapping[int | None, str], suspects: Sequence[int | None], first: int | None
 ) -> int | None:
     """Which of ``suspects`` (ranks of this node that stalled too; ``first``: the one idle
-    longest) the others wait for, by their stacks: the only ones outside
-    ``torch.distributed`` while others are in it (a rank that sleeps, loops or blocks in
-    a C call), else, of three or more in it, the one whose place in the script differs
-    from where all the others are (it skipped a collective and waits in another one);
-    else ``first``."""
+    longest) the others wait for, by the stacks they dumped: ``culprit_rule`` over those
+    with a dump, whether each is in ``torch.distributed`` (``in_collective``) and its
+    place in the script (``user_frame``)."""
     dumped = [r for r in suspects if stacks.get(r)]
-    outside = [r for r in dumped if not in_collective(stacks[r])]
-    if outside and len(outside) < len(dumped):
-        return first if first in outside else outside[0]
-    places = {r: user_frame(stacks[r]) for r in dumped}
-    if len(dumped) >= 3:
-        for rank in dumped:
-            others = {places[r] for r in dumped if r != rank}
-            if len(others) == 1 and places[rank] not in others and None not in others:
-                return rank
-    return first
+    return culprit_rule(
+        dumped, first, lambda r: in_collective(stacks[r]), lambda r: user_frame(stacks[r])
+    )
 
 
 # Stalled ranks of a node whose places the termination message carries (about 250 bytes
@@ -270,7 +253,7 @@ def suspects_of(
 ) -> list[dict[str, Any]]:
     """Where each of ``suspects`` (this node's stalled ranks) is, for the termination
     message: rank, seconds idle, last step, whether in ``torch.distributed`` and the
-    script's place (``user_frame``). The operator applies ``culprit``'s rules to those of
+    script's place (``user_frame``). The operator applies ``culprit_rule`` to those of
     every node (``torchyard.status.culprits``): one node sees only its own ranks."""
     found: list[dict[str, Any]] = []
     for rank in suspects[:SUSPECTS_REPORTED]:
