@@ -1,15 +1,16 @@
 """What the launcher shares with the rest of torchyard: the rank contract, the termination
-message, the progress line, the evidence it flags, the stuck-rank rule and the snapshot
-limits.
+message, the progress line, the failure classes' evidence patterns, the stuck-rank rule
+and the snapshot limits.
 
 Standard library only, Python >= 3.8: the bottom of the launcher's modules, shipped with
 them into every node Pod (``planning.pods.SHIPPED_MODULES``). The operator's own layers
 import the rules from here rather than keep copies: ``planning.rank`` (``process_env``),
-``api`` (``RANK_CONTRACT_VARIABLES``), ``status.culprits`` (``culprit_rule``,
-``waiting_words``), ``status.steps`` and ``status.failures`` (``PROGRESS_LINE``),
-``registry.store`` and ``sdk.snapshots`` (the snapshot limits), ``local.console``
-(``write_bytes``) and ``torchyard.progress`` (the progress line: ``parse_progress``,
-``PHASE_NAMES``). Tested through the launcher's tests in tests/unit/launcher/.
+``api`` (``RANK_CONTRACT_VARIABLES``), ``status.classes`` (``FAILURE_PATTERNS``),
+``status.culprits`` (``culprit_rule``, ``waiting_words``), ``status.steps`` and
+``status.failures`` (``PROGRESS_LINE``), ``registry.store`` and ``sdk.snapshots`` (the
+snapshot limits), ``local.console`` (``write_bytes``) and ``torchyard.progress`` (the
+progress line: ``parse_progress``, ``PHASE_NAMES``). Tested through the launcher's tests
+in tests/unit/launcher/.
 """
 
 from __future__ import annotations
@@ -185,15 +186,70 @@ def parse_progress(line: bytes | str) -> dict[str, Any] | None:
 
 # -- evidence: what lines of a rank's output say of a failure ----------------------------
 
-# Lines that say more than a traceback, for the operator's failure classes
-# (``status.classes``): a GPU's Xid/ECC error, CUDA out of memory, NCCL's watchdog or gloo's
-# transport timing out a collective, the rendezvous store, a segfault. Kept in the
-# termination message as ``evidence``.
-EVIDENCE = re.compile(
-    r"NVRM: Xid|\bXid[: ]+\d+|ECC error|CUDA out of memory|OutOfMemoryError|Watchdog caught "
-    r"collective|Timed out waiting \d+ms for (recv|send) operation|DistStoreError|"
-    r"DistNetworkError|Rendezvous\w*Error|TCPStore|Segmentation fault"
-)
+# The patterns of the failure classes (``status.classes``) that lines of any rank's output
+# show, not only the failing rank's traceback: a GPU's Xid/ECC error (it comes before the
+# traceback), CUDA out of memory, a segfault, the rendezvous store, NCCL's watchdog or
+# gloo's transport timing out a collective. Searched in order: the first says it best.
+FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
+    "GpuXid": (
+        r"NVRM: Xid \(",
+        r"\bXid[: ]+\d+",
+        r"uncorrectable ECC error",
+        r"ECC error[s]? (detected|encountered)",
+        r"CUDA error: uncorrectable ECC",
+    ),
+    "CudaOOM": (
+        r"CUDA out of memory",
+        r"torch\.(cuda\.)?OutOfMemoryError",
+        r"CUDA error: out of memory",
+    ),
+    "Segfault": (r"Segmentation fault", r"Fatal Python error: Segmentation fault"),
+    "RendezvousTimeout": (
+        r"DistStoreError",
+        r"DistNetworkError",
+        r"RendezvousTimeoutError",
+        r"RendezvousConnectionError",
+        r"TCPStore\b.*([Tt]imed? ?out|[Ff]ailed|refused)",
+        r"[Tt]imed out after \d+ seconds waiting for clients",
+        r"Timed out initializing process group in store based barrier",
+        # a TCPStore client (rank > 0, or rank 0 through the Service name) that never
+        # reached the store: "TimeoutError: The client socket has timed out after 10s
+        # while trying to connect to (<run>-0.<run>.<ns>.svc, <masterPort>)."
+        r"client socket has timed out after \d+m?s while trying to connect to",
+        r"Socket Timeout",
+    ),
+    "CollectiveTimeout": (
+        # NCCL's watchdog: "[Rank 0] Watchdog caught collective operation timeout:
+        # WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 10006 milliseconds before timing out."
+        r"Watchdog caught collective operation timeout",
+        r"ProcessGroupNCCL.*[Tt]imeout",
+        r"NCCL (communicator|watchdog).*(timed out|timeout)",
+        # gloo's tcp transport (CPU), as Debian's torch 1.13 said it on the real node:
+        # "RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting
+        # 15000ms for recv operation to complete"
+        r"Timed out waiting \d+ms for (recv|send) operation to complete",
+    ),
+}
+# What the launcher flags in any rank's output for those classes (``EVIDENCE``; kept in the
+# termination message as ``evidence``): a few words that may say one of them, each with a
+# literal word of EVIDENCE_WORDS. The operator classifies the flagged lines and the failing
+# rank's traceback tail by FAILURE_PATTERNS (a flagged line may match none of them).
+EVIDENCE_FLAGS: dict[str, tuple[str, ...]] = {
+    "GpuXid": (r"NVRM: Xid", r"\bXid[: ]+\d+", r"ECC error"),
+    "CudaOOM": (r"CUDA out of memory", r"OutOfMemoryError"),
+    "CollectiveTimeout": (
+        r"Watchdog caught collective",
+        r"Timed out waiting \d+ms for (recv|send) operation",
+    ),
+    "RendezvousTimeout": (
+        r"DistStoreError",
+        r"DistNetworkError",
+        r"Rendezvous\w*Error",
+        r"TCPStore",
+    ),
+    "Segfault": (r"Segmentation fault",),
+}
+EVIDENCE = re.compile("|".join(p for flags in EVIDENCE_FLAGS.values() for p in flags))
 EVIDENCE_MAX = 4  # lines, of at most EVIDENCE_CHARS each: the message is 4 KiB in all
 EVIDENCE_CHARS = 200
 # Literal words every EVIDENCE match contains (tests/unit/launcher/test_output.py keeps
