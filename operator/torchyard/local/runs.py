@@ -1,8 +1,9 @@
 """One local execution of a TrainingRun (:class:`LocalRun`, started by :func:`run_local`):
 a working folder per node holding a copy of the selected source files, one launcher
-process per node with the variables of ``torchyard.planning.node_env`` and MASTER_ADDR
-127.0.0.1 on a free port, a progress line per node, and a failing node stopping the
-others (as the operator deletes sibling Pods). Then ``local.finalize`` archives and
+process per node with the variables of a node Pod's launcher
+(``planning.pods.launcher_env``) and MASTER_ADDR 127.0.0.1 on a free port, a progress
+line per node, and a failing node stopping the others (as the operator deletes sibling
+Pods). Then ``local.finalize`` archives and
 registers. Called through ``torchyard.local`` by the SDK's ``local_runs``; tested in
 tests/unit/test_local_mode.py and tests/e2e/.
 """
@@ -31,7 +32,7 @@ from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
 from torchyard.local.finalize import archive_and_register
 from torchyard.local.results import LocalResult, NodeResult, first_failure, node_failure
-from torchyard.planning import checkpoints, mpi, node_env, pods
+from torchyard.planning import checkpoints, pods
 from torchyard.registry import Store
 from torchyard.status import failures
 
@@ -137,13 +138,19 @@ class LocalRun:
 
     def _env(self, node: int, port: int) -> dict[str, str]:
         env = dict(os.environ)
+        # The same variables as a node Pod's launcher; MPI: one launcher runs the local
+        # mpirun with every slot on this machine (no agent); checkpoints: the same
+        # contract as in a cluster, in a folder of this machine (checkpoint_dir)
         env.update(
-            node_env(
+            pods.launcher_env(
                 self.run,
                 node,
+                workdir=str(self.node_dir(node)),
+                grace_period=self.grace,
+                attempt=self.workdir.name,
                 master_addr="127.0.0.1",
                 master_port=port,
-                workdir=str(self.node_dir(node)),
+                local=True,
             )
         )
         env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
@@ -152,14 +159,9 @@ class LocalRun:
         cookie = self.cookies.setdefault(node, os.urandom(8).hex())
         env[COOKIE_VARIABLE] = cookie
         env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
-        env.update(pods.watch_env(self.run))  # stall timeout and budgets, log rules
-        if self.run.spec.distribution.type == "mpi":
-            # One launcher runs the local mpirun with every slot on this machine: no agent.
-            env.update(mpi.mpi_env(self.run, local=True))
         if self.run.spec.checkpoints is not None:
-            # The same contract as in a cluster; the folder outlives this execution, so
-            # the next `torchyard run --local` of the run resumes from it.
-            env.update(checkpoints.env(self.run, self.grace, self.workdir.name))
+            # the folder outlives this execution: the next `torchyard run --local` of the
+            # run resumes from it
             env["TORCHYARD_CHECKPOINT_DIR"] = str(self.checkpoint_dir())
         # The current interpreter's scripts (torchrun, ...) come first, as in its venv.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
