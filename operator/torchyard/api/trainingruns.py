@@ -575,7 +575,7 @@ class Policy(Model):
     )
     log_limit_bytes: int | None = Field(
         default=None,
-        ge=4096,  # launcher.LOG_LIMIT_MIN
+        ge=4096,  # launch_logs.LOG_LIMIT_MIN
         le=1 << 40,
         description="The most each rank's archived log (logs/rank-<r>.txt) may hold; a rank "
         "that writes more keeps its first and last half, with a line saying how many bytes "
