@@ -217,7 +217,7 @@ class MpiWorker:
                 break  # node 0 never said: its Pod's status tells the operator
             try:
                 conn, _ = self.server.accept()
-            except TimeoutError:
+            except socket.timeout:  # an alias of TimeoutError from Python 3.10 only
                 continue
             except OSError:
                 break

@@ -5,10 +5,7 @@ library), as a rank in a Pod does."""
 from __future__ import annotations
 
 import ast
-import functools
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import torchyard.launcher
+from tests.processes import python_3_8
 from torchyard.planning import pods, shipped
 
 
@@ -88,31 +86,12 @@ def test_a_rank_imports_the_shipped_package_through_the_launchers_pythonpath(
     assert pythonpath.split(":")[:2] == [str(root), "/image/own"]
 
 
-@functools.lru_cache(maxsize=1)
-def _python_3_8() -> str | None:
-    """A Python 3.8 interpreter on this machine (the oldest the shipped modules support):
-    one of pyenv's, or on PATH; None when there is none that runs."""
-    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    found = [str(p) for p in sorted(root.glob("versions/3.8*/bin/python3.8"))]
-    found += [p for p in [shutil.which("python3.8")] if p]
-    for python in found:
-        ran = subprocess.run(
-            [python, "-c", "import sys; print(sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if ran.returncode == 0 and ran.stdout.strip() == "(3, 8)":
-            return python
-    return None
-
-
 BARE = [pytest.param(sys.executable, id="this-python")]
 BARE.append(
     pytest.param(
-        _python_3_8(),
+        python_3_8(),
         id="python3.8",
-        marks=pytest.mark.skipif(_python_3_8() is None, reason="no Python 3.8 on this machine"),
+        marks=pytest.mark.skipif(python_3_8() is None, reason="no Python 3.8 on this machine"),
     )
 )
 # What the launcher may import: the standard library, and only the shipped modules of its
