@@ -91,7 +91,7 @@ def cpu_per_report(n: int = 20000) -> tuple[float, float]:
     less than wall time): formatting and writing it in the rank, and parsing and recording
     it in the launcher (``parse_progress`` + ``ProgressTracker.record``)."""
     sys.path.insert(0, str(ROOT / "operator"))
-    from torchyard import launcher, progress
+    from torchyard import launch_contract, launch_progress, progress
 
     with open(os.devnull, "w") as sink:
         saved, sys.stdout = sys.stdout, sink
@@ -104,10 +104,10 @@ def cpu_per_report(n: int = 20000) -> tuple[float, float]:
             sys.stdout = saved
     line = (progress.line(1, total=n, loss=0.123456) + "\n").encode()
     with tempfile.TemporaryDirectory() as tmp:
-        tracker = launcher.ProgressTracker(tmp)
+        tracker = launch_progress.ProgressTracker(tmp)
         started = time.process_time()
         for _ in range(n):
-            record = launcher.parse_progress(line.rstrip(b"\n"))
+            record = launch_contract.parse_progress(line.rstrip(b"\n"))
             assert record is not None
             tracker.record(0, record)
         read = (time.process_time() - started) / n

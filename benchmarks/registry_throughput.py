@@ -51,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
-from torchyard.launcher import upload_file
+from torchyard.launch_transfer import upload_file
 from torchyard.sdk import RegistryClient
 
 SERVER = textwrap.dedent(

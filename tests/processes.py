@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,3 +37,22 @@ def running() -> Iterator[tuple[int, str, str]]:
 def working_in(folder: Path) -> list[str]:
     """The command lines of the processes whose working folder is in ``folder``."""
     return [cmd for _, cmd, cwd in running() if cwd and Path(cwd).is_relative_to(folder)]
+
+
+@functools.lru_cache(maxsize=1)
+def python_3_8() -> str | None:
+    """A Python 3.8 interpreter on this machine (the oldest the modules shipped to node
+    Pods support): one of pyenv's, or on PATH; None when there is none that runs."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    found = [str(p) for p in sorted(root.glob("versions/3.8*/bin/python3.8"))]
+    found += [p for p in [shutil.which("python3.8")] if p]
+    for python in found:
+        ran = subprocess.run(
+            [python, "-c", "import sys; print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if ran.returncode == 0 and ran.stdout.strip() == "(3, 8)":
+            return python
+    return None

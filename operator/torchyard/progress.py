@@ -2,7 +2,8 @@
 
 Standard library only and Python >= 3.8, like the launcher: it is shipped into every node
 Pod beside the launcher (``planning.pods.SHIPPED_MODULES``), so a script does
-``from torchyard import progress`` in any image. A rank calls::
+``from torchyard import progress`` in any image; the format (the prefix, the phases, the
+reader) is the launcher's own, ``torchyard.launch_contract``. A rank calls::
 
     progress.report(120, total=3000, loss=0.41)
 
@@ -18,12 +19,13 @@ A rank that starts a long piece of work that is no training step says so with ``
 and the launcher gives it that phase's stall budget (``policy.stallBudgets``) instead of
 the stall timeout. A script that cannot import torchyard prints the same line itself.
 The launcher reads these lines from every rank's output as it tees them
-(``launcher.ProgressTracker``): it keeps them in ``logs/metrics.jsonl``, puts the last
+(``launch_progress.ProgressTracker``): it keeps them in ``logs/metrics.jsonl``, puts the last
 metric values into ``outputs/metrics.json`` (which the ModelVersion records) and
 publishes the node's progress for the operator (``status.progress``). :func:`log` is
 Azure ML's ``run.log(name, value)``: a metric at the current step. :func:`parse` is the
-format's reader (the launcher carries its own copy: it travels as one file). Tested in
-tests/unit/launcher/test_progress.py and tests/unit/launcher/test_stalls.py.
+format's reader, the one the launcher reads the lines with
+(``launch_contract.parse_progress``). Tested in tests/unit/launcher/test_progress.py and
+tests/unit/launcher/test_stalls.py.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ import os
 import sys
 from typing import Any
 
-PREFIX = "@@torchyard "
-# launcher.PHASE_NAMES: what a rank may say it is doing besides training
-PHASES = ("initializing", "initialising", "saving", "evaluating", "training")
+from torchyard.launch_contract import PHASE_NAMES, PROGRESS_TEXT, parse_progress
+
+PREFIX = PROGRESS_TEXT
+# What a rank may say it is doing besides training (each has its stall budget)
+PHASES = tuple(PHASE_NAMES)
 
 _last_step = [0]  # the step of the last report, for log()
 # (the stream, the line) last written: the same line again there says nothing new
@@ -105,15 +109,4 @@ def log(name: str, value: Any, step: int | None = None) -> None:
 
 def parse(text: str) -> dict[str, Any] | None:
     """The record of one output line, or None when it is not a valid progress line."""
-    if not text.startswith(PREFIX):
-        return None
-    try:
-        record = json.loads(text[len(PREFIX) :])
-    except ValueError:
-        return None
-    if not isinstance(record, dict):
-        return None
-    step = record.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        return None
-    return record
+    return parse_progress(text)

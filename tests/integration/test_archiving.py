@@ -29,7 +29,7 @@ from tests.integration.helpers import (
     wait_status,
 )
 from tests.integration.test_registry_service import Service, trainer_token
-from torchyard import k8s, launcher
+from torchyard import k8s, launch_transfer, launcher
 from torchyard.planning import names
 
 
@@ -173,7 +173,7 @@ def test_an_archive_the_registry_refuses_fails_the_run_saying_why_and_what_to_fi
     [pod] = run_pods(ns, "refused")
     # The ranks succeed, the upload is refused (403): never a silent success.
     done = run_node(pod, tmp_path, TRAIN, service_account="intruder")
-    assert done.returncode == launcher.ARCHIVE_FAILED_EXIT, done.stderr
+    assert done.returncode == launch_transfer.ARCHIVE_FAILED_EXIT, done.stderr
     message = termination(tmp_path)
     assert (message["reason"], message["exitCode"]) == ("ArchiveFailed", 3)
     assert "HTTP 403" in message["message"]
@@ -260,7 +260,7 @@ def test_an_unreachable_registry_or_a_missing_token_fails_the_node_too(tmp_path:
     done = launcher_alone(
         tmp_path, TORCHYARD_REGISTRY_URL=closed, TORCHYARD_REGISTRY_TOKEN_FILE=str(token)
     )
-    assert done.returncode == launcher.ARCHIVE_FAILED_EXIT, done.stderr
+    assert done.returncode == launch_transfer.ARCHIVE_FAILED_EXIT, done.stderr
     message = json.loads((tmp_path / "termination.json").read_text())
     assert message["reason"] == "ArchiveFailed"
     assert f"the registry service at {closed} is not reachable" in message["message"]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from torchyard.planning import pods
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = sorted((REPO / "images").glob("*/Dockerfile"))
 
@@ -61,3 +63,15 @@ def test_the_cpu_image_takes_its_torch_index_as_a_build_argument_with_the_public
     runs = " ".join(arg for op, arg in steps if op == "RUN")
     assert '--index-url "${TORCH_INDEX_URL}"' in runs
     assert "download.pytorch.org" not in runs
+
+
+@pytest.mark.parametrize("image", ["pytorch-cpu", "pytorch-cuda"])
+def test_a_curated_image_copies_every_shipped_module_into_one_package_folder(image: str) -> None:
+    """The launcher imports the modules shipped beside it: the image has them all, in a
+    ``torchyard/`` package folder, as a node Pod's ConfigMap volume does."""
+    steps = instructions(REPO / "images" / image / "Dockerfile")
+    copies = [arg.split() for op, arg in steps if op == "COPY" and "operator/" in arg]
+    [[*sources, dest]] = copies
+    assert dest.rstrip("/").endswith("/torchyard")
+    names = {"__init__", *pods.SHIPPED_MODULES}
+    assert sorted(sources) == sorted(f"operator/torchyard/{name}.py" for name in names)

@@ -38,7 +38,7 @@ from torchyard.api.trainingruns import (
     TrainingRunStatus,
 )
 from torchyard.api.wire import DEFAULT_MASTER_PORT
-from torchyard.launcher import RANK_CONTRACT_VARIABLES
+from torchyard.launch_contract import RANK_CONTRACT_VARIABLES
 
 __all__ = [
     "API_VERSION",

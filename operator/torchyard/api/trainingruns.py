@@ -38,7 +38,7 @@ from torchyard.api.checkpoints import SPEC_RULE as CHECKPOINTS_RULE
 from torchyard.api.checkpoints import Checkpoints, check_shared
 from torchyard.api.quantities import quantity
 from torchyard.api.wire import API_VERSION, DEFAULT_MASTER_PORT, LABEL_POOL
-from torchyard.launcher import RANK_CONTRACT_VARIABLES
+from torchyard.launch_contract import RANK_CONTRACT_VARIABLES
 
 # Pods are named <run>-<node>, the headless Service <run>: DNS-1035 labels of <= 63 chars.
 RUN_NAME_MAX = 52
@@ -575,7 +575,7 @@ class Policy(Model):
     )
     log_limit_bytes: int | None = Field(
         default=None,
-        ge=4096,  # launcher.LOG_LIMIT_MIN
+        ge=4096,  # launch_logs.LOG_LIMIT_MIN
         le=1 << 40,
         description="The most each rank's archived log (logs/rank-<r>.txt) may hold; a rank "
         "that writes more keeps its first and last half, with a line saying how many bytes "

@@ -1,8 +1,9 @@
 """One local execution of a TrainingRun (:class:`LocalRun`, started by :func:`run_local`):
 a working folder per node holding a copy of the selected source files, one launcher
-process per node with the variables of ``torchyard.planning.node_env`` and MASTER_ADDR
-127.0.0.1 on a free port, a progress line per node, and a failing node stopping the
-others (as the operator deletes sibling Pods). Then ``local.finalize`` archives and
+process per node with the variables of a node Pod's launcher
+(``planning.pods.launcher_env``) and MASTER_ADDR 127.0.0.1 on a free port, a progress
+line per node, and a failing node stopping the others (as the operator deletes sibling
+Pods). Then ``local.finalize`` archives and
 registers. Called through ``torchyard.local`` by the SDK's ``local_runs``; tested in
 tests/unit/test_local_mode.py and tests/e2e/.
 """
@@ -25,11 +26,13 @@ from typing import IO, Any
 
 import torchyard.launcher
 from torchyard.api import Environment, TrainingRun
+from torchyard.launch_contract import COOKIE_VARIABLE
+from torchyard.launch_ranks import end_leftovers
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
 from torchyard.local.finalize import archive_and_register
 from torchyard.local.results import LocalResult, NodeResult, first_failure, node_failure
-from torchyard.planning import checkpoints, mpi, node_env, pods
+from torchyard.planning import checkpoints, pods
 from torchyard.registry import Store
 from torchyard.status import failures
 
@@ -135,36 +138,37 @@ class LocalRun:
 
     def _env(self, node: int, port: int) -> dict[str, str]:
         env = dict(os.environ)
+        # The same variables as a node Pod's launcher; MPI: one launcher runs the local
+        # mpirun with every slot on this machine (no agent); checkpoints: the same
+        # contract as in a cluster, in a folder of this machine (checkpoint_dir)
         env.update(
-            node_env(
+            pods.launcher_env(
                 self.run,
                 node,
+                workdir=str(self.node_dir(node)),
+                grace_period=self.grace,
+                attempt=self.workdir.name,
                 master_addr="127.0.0.1",
                 master_port=port,
-                workdir=str(self.node_dir(node)),
+                local=True,
             )
         )
         env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
         # its summaries for the run's one progress line (not as JSON on the terminal)
         env["TORCHYARD_PROGRESS_FILE"] = str(self.progress_file(node))
         cookie = self.cookies.setdefault(node, os.urandom(8).hex())
-        env[torchyard.launcher.COOKIE_VARIABLE] = cookie
+        env[COOKIE_VARIABLE] = cookie
         env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
-        env.update(pods.watch_env(self.run))  # stall timeout and budgets, log rules
-        if self.run.spec.distribution.type == "mpi":
-            # One launcher runs the local mpirun with every slot on this machine: no agent.
-            env.update(mpi.mpi_env(self.run, local=True))
         if self.run.spec.checkpoints is not None:
-            # The same contract as in a cluster; the folder outlives this execution, so
-            # the next `torchyard run --local` of the run resumes from it.
-            env.update(checkpoints.env(self.run, self.grace, self.workdir.name))
+            # the folder outlives this execution: the next `torchyard run --local` of the
+            # run resumes from it
             env["TORCHYARD_CHECKPOINT_DIR"] = str(self.checkpoint_dir())
         # The current interpreter's scripts (torchrun, ...) come first, as in its venv.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         return env
 
     def progress_file(self, node: int) -> Path:
-        """The node's progress summaries, one JSON a line (``launcher.ProgressTracker``)."""
+        """The node's progress summaries, one JSON a line (``launch_progress.ProgressTracker``)."""
         return self.node_dir(node) / "progress.jsonl"
 
     def checkpoint_dir(self) -> Path:
@@ -229,7 +233,7 @@ class LocalRun:
         launcher could not end it itself), and the relays of their output."""
         self.ended.set()
         for cookie in self.cookies.values():
-            torchyard.launcher.end_leftovers(cookie)
+            end_leftovers(cookie)
         self.console.join()
 
     def _stop_all(self, signum: int = signal.SIGTERM) -> None:

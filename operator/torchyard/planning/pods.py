@@ -31,8 +31,19 @@ WORKDIR = "/workspace"
 TOOLS_DIR = "/torchyard"
 # The stdlib-only modules of the torchyard package that reach every node Pod, in a
 # ``torchyard/`` package folder under SHIPPED_ROOT (a ConfigMap, see ``shipped``): the
-# launcher runs from there, and the ranks get SHIPPED_ROOT on their PYTHONPATH.
-SHIPPED_MODULES: tuple[str, ...] = ("launcher", "checkpoint", "progress")
+# launcher (its entry point and the ``launch_*`` modules it imports) runs from there, and
+# the ranks get SHIPPED_ROOT on their PYTHONPATH (``checkpoint``, ``progress``).
+LAUNCH_MODULES: tuple[str, ...] = (
+    "launch_contract",
+    "launch_logs",
+    "launch_progress",
+    "launch_stalls",
+    "launch_ranks",
+    "launch_transfer",
+    "launch_node",
+    "launch_mpi",
+)
+SHIPPED_MODULES: tuple[str, ...] = ("launcher", *LAUNCH_MODULES, "checkpoint", "progress")
 SHIPPED_ROOT = f"{TOOLS_DIR}/lib"
 SHIPPED_PACKAGE = f"{SHIPPED_ROOT}/{shipped.PACKAGE}"
 LAUNCHER_PATH = f"{SHIPPED_PACKAGE}/launcher.py"
@@ -263,9 +274,9 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
 
 def watch_env(run: TrainingRun) -> dict[str, str]:
     """What the launcher watches the ranks with (policy): the stall timeout
-    (``launcher.Launcher._check_stall``), the stall budgets of the phases
-    (``launcher.stall_budgets``), the log rules (``launcher.LogScanner``) and the limit
-    of each rank's log (``launcher.CappedLog``). Local mode passes the same."""
+    (``launch_node.Launcher._check_stall``), the stall budgets of the phases
+    (``launch_stalls.stall_budgets``), the log rules (``launch_logs.LogScanner``) and the
+    limit of each rank's log (``launch_logs.CappedLog``). Local mode passes the same."""
     env: dict[str, str] = {}
     policy = run.spec.policy
     if policy.stall_timeout_seconds:
@@ -280,6 +291,33 @@ def watch_env(run: TrainingRun) -> dict[str, str]:
         )
     if policy.log_limit_bytes is not None:
         env["TORCHYARD_LOG_LIMIT_BYTES"] = str(policy.log_limit_bytes)
+    return env
+
+
+def launcher_env(
+    run: TrainingRun,
+    node_rank: int,
+    *,
+    workdir: str,
+    grace_period: int,
+    attempt: str,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    local: bool = False,
+) -> dict[str, str]:
+    """The TORCHYARD_* variables (and the rank contract) of node ``node_rank``'s launcher,
+    in a node Pod and in local mode alike: ``rank.node_env``, what it watches the ranks
+    with (:func:`watch_env`), MPI's (``local``: one mpirun over this machine's slots) and
+    the checkpoint folder's (``grace_period``: the launcher's SIGTERM-to-SIGKILL time,
+    ``attempt``: the same on every node of one attempt). Each side adds its own: the Pod
+    the DNS wait, the shipped folder, the GPUs and the registry; local mode its files."""
+    env = node_env(
+        run, node_rank, master_addr=master_addr, master_port=master_port, workdir=workdir
+    )
+    env.update(watch_env(run))
+    if run.spec.distribution.type == "mpi":
+        env.update(mpi.mpi_env(run, local=local))
+    env.update(checkpoints.env(run, grace_period, attempt))
     return env
 
 
@@ -300,16 +338,18 @@ def pod(
     ``policy.activeDeadlineSeconds`` (``status.deadlines.pod_seconds``; None: all of it)."""
     settings = settings or Settings()
     in_workspace = run.spec.source.in_workspace
-    workdir = WORKDIR if in_workspace else "."
-    env = node_env(run, node_rank, workdir=workdir)
+    env = launcher_env(
+        run,
+        node_rank,
+        workdir=WORKDIR if in_workspace else ".",
+        grace_period=LAUNCHER_GRACE_SECONDS,
+        attempt=checkpoints.attempt_id(run, attempt),
+    )
     env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
     env["TORCHYARD_SHIPPED_PATH"] = SHIPPED_ROOT
-    env.update(watch_env(run))
     if run.spec.resources.gpus_per_node:  # PyTorch's NCCL flight recorder
         env["TORCHYARD_GPUS_PER_NODE"] = str(run.spec.resources.gpus_per_node)
     is_mpi = run.spec.distribution.type == "mpi"
-    if is_mpi:
-        env.update(mpi.mpi_env(run))
     if settings.registry_url:
         env["TORCHYARD_REGISTRY_URL"] = settings.registry_url
         env["TORCHYARD_REGISTRY_TOKEN_FILE"] = f"{REGISTRY_TOKEN_DIR}/token"
@@ -319,7 +359,6 @@ def pod(
             env["TORCHYARD_OUTPUTS_OPTIONAL"] = "1"
     if run.spec.source.git is not None and run.spec.source.git.path:
         env["TORCHYARD_SOURCE_PATH"] = run.spec.source.git.path
-    env.update(checkpoints.env(run, LAUNCHER_GRACE_SECONDS, checkpoints.attempt_id(run, attempt)))
     pod_labels = {
         **labels(run),
         names.LABEL_NODE_RANK: str(node_rank),

@@ -2,14 +2,14 @@
 Azure ML guide to torchyard").
 
 ``node_env`` is what a node's launcher gets; the launcher adds RANK and LOCAL_RANK per
-process with :func:`torchyard.launcher.process_env`. Pure; used by the Pod planner and
+process with :func:`torchyard.launch_contract.process_env`. Pure; used by the Pod planner and
 by local mode, so a run sees exactly the same variables on a laptop and in a cluster.
 """
 
 from __future__ import annotations
 
 from torchyard.api import TrainingRun
-from torchyard.launcher import process_env
+from torchyard.launch_contract import process_env
 from torchyard.planning import names
 
 OUTPUTS_DIR = "outputs"

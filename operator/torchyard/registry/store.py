@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchyard.launcher import SNAPSHOT_MAX_BYTES
+from torchyard.launch_contract import SNAPSHOT_MAX_BYTES
 
 MANIFEST = "manifest.json"
 # The registry service's default body limits (`torchyard registry serve`, the chart): a run

@@ -2,14 +2,16 @@
 
 :func:`classify` takes a failure's evidence (``Evidence``: exit code, signal, the
 container's or launcher's reason, the failing rank's traceback tail and the lines the
-launcher flagged in any rank's output, ``launcher.LogScanner``) and returns the first
+launcher flagged in any rank's output, ``launch_logs.LogScanner``) and returns the first
 :class:`Rule` of ``RULES`` that matches: its ``name`` becomes ``status.failure.class``,
 with ``retryable`` and ``advice``. The order matters: a GPU's Xid line explains the CUDA
 error after it, a CUDA out-of-memory error the traceback around it; a collective timeout
 (NCCL's watchdog, gloo's transport) is a *cascade* (another rank stalled or died first), so
 :func:`prefer` picks a failure that explains it over it. :func:`signature` is what "the
 same error at the same step" compares, so that a deterministic error stops the retries
-after two attempts.
+after two attempts. The patterns of the classes that lines of any rank's output show
+(``GpuXid``, ``CudaOOM``, ``Segfault``, ``RendezvousTimeout``, ``CollectiveTimeout``) are
+``launch_contract.FAILURE_PATTERNS``, beside the launcher's flags for them.
 
 Called by ``failures.observe_failure`` (the class of every failed Pod) and
 ``failures.first_failure``; the failure policy reads ``retryable``. Pure; tested as
@@ -22,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
+
+from torchyard.launch_contract import FAILURE_PATTERNS
 
 
 class Evidence(TypedDict, total=False):
@@ -72,13 +76,7 @@ GPU_XID = Rule(
     "GpuXid",
     retryable=True,
     node_fault=True,
-    patterns=(
-        r"NVRM: Xid \(",
-        r"\bXid[: ]+\d+",
-        r"uncorrectable ECC error",
-        r"ECC error[s]? (detected|encountered)",
-        r"CUDA error: uncorrectable ECC",
-    ),
+    patterns=FAILURE_PATTERNS["GpuXid"],
     advice="the node's GPU reported a hardware error (Xid/ECC): the run is retried, and "
     "the node should be drained and checked (nvidia-smi -q, dmesg) before it takes work",
 )
@@ -96,11 +94,7 @@ HANG = Rule(
 CUDA_OOM = Rule(
     "CudaOOM",
     retryable=False,
-    patterns=(
-        r"CUDA out of memory",
-        r"torch\.(cuda\.)?OutOfMemoryError",
-        r"CUDA error: out of memory",
-    ),
+    patterns=FAILURE_PATTERNS["CudaOOM"],
     advice="a rank ran out of GPU memory: use a smaller batch per rank, gradient "
     "accumulation or activation checkpointing, mixed precision, or "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; retrying alone would fail again",
@@ -118,7 +112,7 @@ SEGFAULT = Rule(
     retryable=True,
     signals=frozenset({11}),
     exit_codes=frozenset({139}),
-    patterns=(r"Segmentation fault", r"Fatal Python error: Segmentation fault"),
+    patterns=FAILURE_PATTERNS["Segfault"],
     advice="a rank crashed in native code (SIGSEGV): usually a C extension built for "
     "another version of torch/CUDA/numpy, or a bug in one; check the packages of the "
     "Environment (one retry; the same crash at the same step stops the retries)",
@@ -153,20 +147,7 @@ RENDEZVOUS = Rule(
     "RendezvousTimeout",
     retryable=True,
     symptom=True,  # a rank that lost the store may have lost rank 0, which holds it
-    patterns=(
-        r"DistStoreError",
-        r"DistNetworkError",
-        r"RendezvousTimeoutError",
-        r"RendezvousConnectionError",
-        r"TCPStore\b.*([Tt]imed? ?out|[Ff]ailed|refused)",
-        r"[Tt]imed out after \d+ seconds waiting for clients",
-        r"Timed out initializing process group in store based barrier",
-        # a TCPStore client (rank > 0, or rank 0 through the Service name) that never
-        # reached the store: "TimeoutError: The client socket has timed out after 10s
-        # while trying to connect to (<run>-0.<run>.<ns>.svc, <masterPort>)."
-        r"client socket has timed out after \d+m?s while trying to connect to",
-        r"Socket Timeout",
-    ),
+    patterns=FAILURE_PATTERNS["RendezvousTimeout"],
     advice="the ranks could not meet at MASTER_ADDR:MASTER_PORT: check that every node Pod "
     "started (none Pending), that no NetworkPolicy blocks the port between them, and that "
     "rank 0 listens (a script that calls init_process_group late keeps the others waiting)",
@@ -175,17 +156,7 @@ COLLECTIVE_TIMEOUT = Rule(
     "CollectiveTimeout",
     retryable=True,
     cascade=True,
-    patterns=(
-        # NCCL's watchdog: "[Rank 0] Watchdog caught collective operation timeout:
-        # WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 10006 milliseconds before timing out."
-        r"Watchdog caught collective operation timeout",
-        r"ProcessGroupNCCL.*[Tt]imeout",
-        r"NCCL (communicator|watchdog).*(timed out|timeout)",
-        # gloo's tcp transport (CPU), as Debian's torch 1.13 said it on the real node:
-        # "RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting
-        # 15000ms for recv operation to complete"
-        r"Timed out waiting \d+ms for (recv|send) operation to complete",
-    ),
+    patterns=FAILURE_PATTERNS["CollectiveTimeout"],
     advice="a collective timed out waiting for a rank (NCCL's watchdog on GPUs, gloo's "
     "transport on CPUs): usually a symptom of another rank that hung or died first (see "
     "its log and stacks); if none did, look for a rank that skips a collective or is much "

@@ -5,11 +5,12 @@ every other rank waits in an ``all_reduce``, node 0's launcher finds all of its 
 ``torch.distributed`` and names the one idle longest, which only waits. Each node's
 ``Stalled`` termination message lists its stalled ranks (``stall.suspects``, from the
 launcher's ``suspects_of``: rank, seconds idle, last step, whether in
-``torch.distributed``, the script's file:line). :func:`pick` applies the launcher's rules
-to those of all nodes together: the only ranks outside ``torch.distributed`` while
-others are in it (the one idle longest of them), else, of three or more, the one whose
-place in the script differs from where all the others are (it skipped a collective and
-waits in another one), else the one idle longest. :func:`across_nodes` turns the pick into
+``torch.distributed``, the script's file:line). :func:`pick` applies the launcher's rule
+(``launch_contract.culprit_rule``, the one copy) to those of all nodes together, idle
+longest first: the only ranks outside ``torch.distributed`` while others are in it (the
+one idle longest of them), else, of three or more, the one whose place in the script
+differs from where all the others are (it skipped a collective and waits in another
+one), else the one idle longest. :func:`across_nodes` turns the pick into
 the failure to decide on: the reporting node's own, named after the culprit when that
 node named another of its ranks.
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from torchyard.launch_contract import culprit_rule, waiting_words
 
 STALLED = "Stalled"  # failures.STALLED (failures imports this module)
 
@@ -50,24 +53,14 @@ def pick(suspects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     if not suspects:
         return None
     by_idle = sorted(suspects, key=lambda s: -_idle(s))
-    outside = [s for s in by_idle if not s.get("inCollective")]
-    if outside and len(outside) < len(by_idle):
-        return outside[0]
-    if len(by_idle) >= 3:
-        for one in by_idle:
-            others = {_place(s) for s in by_idle if s is not one}
-            if len(others) == 1 and None not in others and _place(one) not in others:
-                return one
-    return by_idle[0]
+    return culprit_rule(by_idle, by_idle[0], lambda s: bool(s.get("inCollective")), _place)
 
 
 def _said(suspect: Mapping[str, Any], node: Any) -> str:
     place = _place(suspect)
     at = f"{place[0]}:{place[1]} in {place[2]}" if place is not None else "(no Python stack)"
-    if suspect.get("collective") == "backward":  # the launcher's ``waiting_words``
-        at += " (waiting in backward: the gradient all-reduce)"
-    elif suspect.get("collective"):
-        at += f" (in torch.distributed {suspect['collective']})"
+    if suspect.get("collective"):
+        at += f" ({waiting_words(str(suspect['collective']))})"
     return (
         f"rank {suspect['rank']} (node {node}) made no progress for "
         f"{_idle(suspect):.0f}s (last step {suspect.get('step')}): stuck at {at}"

@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from typing import Any, TypedDict, cast
 
 from torchyard.api import wire
+from torchyard.launch_contract import PROGRESS_LINE
 from torchyard.status import classes, culprits
-from torchyard.status.steps import PROGRESS_LINE
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
 # Failures of the platform, not of the user's code: retried without using backoffLimit.

@@ -1,6 +1,6 @@
 """The wire constants (torchyard.api.wire) are defined once: every other module imports
-them, and the standard-library files copied into images alone (the launcher, the
-Environment builder) keep literal copies that match."""
+them, and the standard-library modules that run in images alone (the shipped modules of
+the launcher, the Environment builder) keep literal copies that match."""
 
 from __future__ import annotations
 
@@ -19,8 +19,12 @@ from torchyard.planning import names, pods
 from torchyard.status import failures
 
 OPERATOR = Path(api.__file__).resolve().parents[1]
-# Standard-library single files: they may not import torchyard.api, so they copy.
-COPIES = {Path(torchyard.launcher.__file__).resolve(), Path(torchyard.envbuild.__file__).resolve()}
+# Standard-library modules run in images: they may not import torchyard.api, so they copy.
+SHIPPED = [
+    Path(torchyard.launcher.__file__).resolve().with_name(f"{module}.py")
+    for module in pods.SHIPPED_MODULES
+]
+COPIES = {*SHIPPED, Path(torchyard.envbuild.__file__).resolve()}
 STRINGS = {
     name: value for name, value in vars(wire).items() if name.isupper() and isinstance(value, str)
 }
@@ -60,7 +64,7 @@ def _code_strings(text: str) -> Iterator[tuple[int, str]]:
 
 def test_no_torchyard_dev_name_is_spelled_out_outside_wire_py() -> None:
     """Labels, annotations and the group (``{kind}.torchyard.dev/{name}`` too) come from
-    wire; the copied single files keep none but what wire defines."""
+    wire; the standard-library copies keep none but what wire defines."""
     found = [
         f"{path.relative_to(OPERATOR)}:{line}: {value!r}"
         for path, text in _sources()
@@ -109,7 +113,7 @@ def test_the_kinds_paths_and_labels_use_the_wire_names() -> None:
 
 def test_the_launchers_copies_match() -> None:
     """The launcher names the registry's audience in its error messages."""
-    text = Path(torchyard.launcher.__file__).read_text()
+    text = "".join(path.read_text() for path in SHIPPED)
     said = re.findall(r"audience ([\w.-]+)", text)
     assert said, "the launcher no longer names the audience: drop this test"
     assert set(said) == {wire.REGISTRY_AUDIENCE}

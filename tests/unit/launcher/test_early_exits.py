@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import launcher
+from torchyard import launch_node, launcher
 
 # Rank 1 (node 2: ranks 4 and 5 here) leaves at once; rank 0 "loses" it a moment later.
 LEAVES = """\
@@ -77,7 +77,7 @@ Root Cause (first observed failure):
 
 def test_torchruns_root_cause_is_the_rank_named_not_the_first_listed() -> None:
     tail = TORCHRUN_TAIL.splitlines(keepends=True)
-    assert launcher.torchrun_root_cause(tail) == 2
+    assert launch_node.torchrun_root_cause(tail) == 2
     only = [line for line in tail if "Root Cause" not in line]
-    assert launcher.torchrun_root_cause(only) == 3  # no section: the first rank it lists
-    assert launcher.torchrun_root_cause(["no summary\n"]) is None
+    assert launch_node.torchrun_root_cause(only) == 3  # no section: the first rank it lists
+    assert launch_node.torchrun_root_cause(["no summary\n"]) is None

@@ -1,6 +1,6 @@
 """The launcher, run as a real process over small Python children: rank variables,
 log teeing, fail-fast with the failing rank's traceback, signal forwarding, bounded
-termination messages, and a standard-library-only single file."""
+termination messages, and standard-library-only modules."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import envbuild, launcher
+from torchyard import envbuild, launch_contract, launch_ranks, launch_transfer, launcher
+from torchyard.planning import pods
 
 LAUNCHER = Path(launcher.__file__)
 
@@ -55,7 +56,7 @@ def termination(tmp_path: Path) -> dict[str, object]:
 
 def test_process_env_adds_global_and_local_rank() -> None:
     node = {"TORCHYARD_NPROC_PER_NODE": "4", "NODE_RANK": "2", "WORLD_SIZE": "12"}
-    env = launcher.process_env(node, 3)
+    env = launch_contract.process_env(node, 3)
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("11", "3", "12")
 
 
@@ -187,9 +188,9 @@ def test_the_memory_limit_reads_as_kubernetes_writes_it(tmp_path: Path) -> None:
                                   (2, str(3 << 30), "3Gi"), (1, "1000", "1000")):  # fmt: skip
         root = tmp_path / f"v{version}-{limit}"
         cgroup(root, version, 0, limit)
-        found = launcher.memory_limit(str(root))
-        assert (launcher._quantity(found) if found else None) == shown
-    assert launcher.oom_kills(str(tmp_path / "none")) is None
+        found = launch_ranks.memory_limit(str(root))
+        assert (launch_ranks._quantity(found) if found else None) == shown
+    assert launch_ranks.oom_kills(str(tmp_path / "none")) is None
 
 
 def test_sigterm_is_forwarded_to_the_ranks(tmp_path: Path) -> None:
@@ -233,7 +234,7 @@ def test_unresolvable_master_addr_times_out_with_a_clear_error(tmp_path: Path) -
 
 def test_termination_message_fits_4kib_and_keeps_the_end() -> None:
     huge = "Traceback (most recent call last):\n" + "  frame\n" * 5000 + "ValueError: the end"
-    text = launcher.termination_message({"rank": 3, "message": huge})
+    text = launch_contract.termination_message({"rank": 3, "message": huge})
     assert len(text.encode()) <= 4096
     assert json.loads(text)["message"].endswith("ValueError: the end")
 
@@ -249,21 +250,39 @@ def test_traceback_tail_picks_the_last_traceback() -> None:
         '  File "x"',
         "NewError: boom",
     ]
-    assert launcher.traceback_tail(lines) == (
+    assert launch_contract.traceback_tail(lines) == (
         'Traceback (most recent call last):\n  File "x"\nNewError: boom'
     )
 
 
-@pytest.mark.parametrize("path", [LAUNCHER, Path(envbuild.__file__)], ids=["launcher", "envbuild"])
-def test_runs_in_user_images_as_one_stdlib_only_file_for_python_3_8(path: Path) -> None:
+SHIPPED = [LAUNCHER.with_name(f"{module}.py") for module in pods.SHIPPED_MODULES]
+
+
+@pytest.mark.parametrize(
+    "path", [*SHIPPED, Path(envbuild.__file__)], ids=lambda path: str(path.stem)
+)
+def test_runs_in_user_images_on_the_standard_library_and_python_3_8(path: Path) -> None:
+    """Every shipped module imports only the standard library and the other shipped
+    modules (never ``torchyard.launcher``, the entry point); the Environment builder, a
+    single file, only the standard library."""
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
+    siblings = set(pods.SHIPPED_MODULES) - {"launcher"} if path in SHIPPED else set()
     imported = set()
     for node in ast.walk(tree):
+        names: list[str] = []
         if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
+            names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            assert node.level == 0, "relative imports would break the copied single file"
-            imported.add(node.module.split(".")[0])
+            assert node.level == 0, "relative imports would break a module run as a file"
+            names = [node.module]
+            if node.module == "torchyard":
+                names = [f"torchyard.{a.name}" for a in node.names]
+        for name in names:
+            top, _, rest = name.partition(".")
+            if top == "torchyard":
+                assert rest.split(".")[0] in siblings, f"{path.name} imports {name}"
+            else:
+                imported.add(top)
     assert imported - {"__future__"} <= set(sys.stdlib_module_names)
 
 
@@ -303,7 +322,7 @@ def test_launch_modes(tmp_path: Path, mode: str) -> None:
 def test_arguments_name_the_rank_contract_and_are_expanded_per_process() -> None:
     env = {"RANK": "3", "LOCAL_RANK": "1", "NODE_RANK": "1", "MASTER_PORT": "29500"}
     command = ["python", "t.py", "--rank", "$RANK", "--lr=${LOCAL_RANK}", "$NODE_RANK"]
-    assert launcher.expand_arguments(command, env) == [
+    assert launch_contract.expand_arguments(command, env) == [
         "python",
         "t.py",
         "--rank",
@@ -312,7 +331,11 @@ def test_arguments_name_the_rank_contract_and_are_expanded_per_process() -> None
         "1",
     ]
     # Other variables and look-alikes are left alone.
-    assert launcher.expand_arguments(["$HOME", "$RANKS", "$$"], env) == ["$HOME", "$RANKS", "$$"]
+    assert launch_contract.expand_arguments(["$HOME", "$RANKS", "$$"], env) == [
+        "$HOME",
+        "$RANKS",
+        "$$",
+    ]
 
 
 def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path: Path) -> None:
@@ -328,9 +351,9 @@ def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path
     volume = tmp_path / "configmap"
     volume.mkdir()
     with snapshots.snapshot(src) as snap:
-        (volume / launcher.SNAPSHOT).write_bytes(snap.data())
+        (volume / launch_contract.SNAPSHOT).write_bytes(snap.data())
     work = tmp_path / "work"
-    code = launcher.prepare(["--copy", str(volume), str(work)])
+    code = launch_transfer.prepare(["--copy", str(volume), str(work)])
     assert code == 0
     assert (work / "pkg" / "m.py").read_text() == "X = 1\n"
     assert (work / "train.py").read_text() == "print('hi')\n"
@@ -341,6 +364,6 @@ def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
     (tmp_path / "evil.tar.gz").write_bytes(evil.getvalue())
-    with pytest.raises(launcher.LaunchError, match="outside the folder"):
-        launcher.extract_snapshot(str(tmp_path / "evil.tar.gz"), str(tmp_path / "w2"))
+    with pytest.raises(launch_contract.LaunchError, match="outside the folder"):
+        launch_transfer.extract_snapshot(str(tmp_path / "evil.tar.gz"), str(tmp_path / "w2"))
     assert not (tmp_path / "outside.py").exists()

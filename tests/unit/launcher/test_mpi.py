@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import launcher
+from tests.processes import python_3_8
+from torchyard import launch_contract, launch_mpi, launcher
 
 LAUNCHER = Path(launcher.__file__)
 KEY = "0123456789abcdef" * 4
@@ -58,9 +59,9 @@ def base_env(tmp_path: Path, node: int, port: int, **extra: str) -> dict[str, st
     }
 
 
-def start_worker(tmp_path: Path, port: int) -> subprocess.Popen[str]:
+def start_worker(tmp_path: Path, port: int, python: str = sys.executable) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(LAUNCHER), "--", "unused"],
+        [python, str(LAUNCHER), "--", "unused"],
         env=base_env(tmp_path, 1, port),
         text=True,
         stdout=subprocess.PIPE,
@@ -77,11 +78,13 @@ def start_worker(tmp_path: Path, port: int) -> subprocess.Popen[str]:
             time.sleep(0.1)
 
 
-def agent(port: int, key: Path, command: str) -> subprocess.Popen[str]:
+def agent(
+    port: int, key: Path, command: str, python: str = sys.executable
+) -> subprocess.Popen[str]:
     env = {"PATH": os.environ["PATH"], "TORCHYARD_MPI_PORT": str(port)}
     env["TORCHYARD_MPI_KEY_FILE"] = str(key)
     return subprocess.Popen(
-        [sys.executable, str(LAUNCHER), "--rsh", "127.0.0.1", command],
+        [python, str(LAUNCHER), "--rsh", "127.0.0.1", command],
         env=env,
         text=True,
         stdout=subprocess.PIPE,
@@ -107,12 +110,29 @@ def test_the_agent_runs_a_command_on_the_worker_and_returns_its_output_and_statu
     assert out == "out-1\n"  # run with the worker launcher's variables
     assert "err\n" in err
     # node 0 says mpirun ended: the worker launcher ends with it
-    launcher.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
+    launch_mpi.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
     _, worker_err = worker.communicate(timeout=60)
     assert worker.returncode == 0, worker_err
     assert "node 1: mpirun ended (exit code 0)" in worker_err
     assert "refused" not in worker_err  # start_worker's readiness probe is no refusal
     assert termination(tmp_path, 1) == {"nodeRank": 1, "exitCode": 0, "reason": "Completed"}
+
+
+@pytest.mark.skipif(python_3_8() is None, reason="no Python 3.8 on this machine")
+def test_the_worker_and_its_agent_run_on_python_3_8(tmp_path: Path) -> None:
+    """The oldest Python the launcher supports: the worker goes on listening past its
+    accept timeout (socket.timeout is TimeoutError only from Python 3.10 on)."""
+    python = str(python_3_8())
+    port = free_port()
+    worker = start_worker(tmp_path, port, python)
+    time.sleep(1)  # several of the worker's accept timeouts
+    run = agent(port, key_file(tmp_path), "echo out-$NODE_RANK", python)
+    out, err = run.communicate(timeout=60)
+    assert (run.returncode, out) == (0, "out-1\n"), err
+    launch_mpi.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
+    _, worker_err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, worker_err
+    assert "node 1: mpirun ended (exit code 0)" in worker_err
 
 
 def test_a_worker_whose_orted_ended_does_not_wait_forever_for_node_0(tmp_path: Path) -> None:
@@ -135,7 +155,7 @@ def test_a_wrong_key_is_refused_and_nothing_runs(tmp_path: Path) -> None:
     assert "cannot reach node 127.0.0.1" in err or "lost node 127.0.0.1" in err
     assert not marker.exists()
     assert worker.poll() is None  # still waiting for mpirun's real agent
-    launcher.mpi_request(
+    launch_mpi.mpi_request(
         "127.0.0.1", port, KEY.encode(), {"end": 0}
     ).close()  # what node 0 sends when mpirun ended
     _, worker_err = worker.communicate(timeout=60)
@@ -350,9 +370,9 @@ def test_node_0_publishes_the_progress_every_mpi_rank_reports(tmp_path: Path) ->
     folder = fake_mpirun(tmp_path, fail=False, progress=True)
     done = node0(tmp_path, port, folder, TORCHYARD_PROGRESS_INTERVAL="1")
     assert done.returncode == 0, done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(launcher.PROGRESS_LINE)]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(launch_contract.PROGRESS_LINE)]
     assert lines, done.stderr
-    summary = json.loads(lines[-1][len(launcher.PROGRESS_LINE) :])
+    summary = json.loads(lines[-1][len(launch_contract.PROGRESS_LINE) :])
     assert (summary["step"], summary["minStep"], summary["total"]) == (4, 2, 10), summary
     assert summary["metrics"] == {"loss": 0.5}
     assert termination(tmp_path, 0)["progress"] == summary

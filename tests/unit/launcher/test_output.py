@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import launcher
+from torchyard import launch_contract, launch_logs, launch_ranks
 
 NOTE = re.compile(
     rb"\[torchyard\] (\d+) bytes \((\d+) lines\) of this rank's output dropped here: .*\n"
@@ -32,7 +32,7 @@ def stream(seed: int, size: int) -> bytes:
     rng = random.Random(seed)
     parts, total, n = [], 0, 0
     while total < size:
-        length = rng.choice([0, 5, 80, 300, 5000, launcher.READ_BYTES + 100])
+        length = rng.choice([0, 5, 80, 300, 5000, launch_logs.READ_BYTES + 100])
         line = (b"%d:" % n + b"x" * length)[:length] + b"\n"
         parts.append(line)
         total += len(line)
@@ -42,10 +42,10 @@ def stream(seed: int, size: int) -> bytes:
 
 def written(path: Path, data: bytes, limit: int, seed: int) -> bytes:
     """``data`` through a CappedLog in reads of random sizes, as a rank's pipe gives it."""
-    log = launcher.CappedLog(str(path), limit)
+    log = launch_logs.CappedLog(str(path), limit)
     rng, at = random.Random(seed), 0
     while at < len(data):
-        size = rng.randint(1, launcher.READ_BYTES)
+        size = rng.randint(1, launch_logs.READ_BYTES)
         log.write(data[at : at + size])
         at += size
     log.close()
@@ -83,10 +83,10 @@ def test_what_fits_the_limit_is_kept_as_written(tmp_path: Path, limit: int) -> N
 
 
 def test_the_limit_comes_from_the_environment_and_refuses_a_useless_one() -> None:
-    assert launcher.log_limit({}) == launcher.LOG_LIMIT_BYTES
-    assert launcher.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "0"}) == 0
-    with pytest.raises(launcher.LaunchError, match="at least 4096"):
-        launcher.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "100"})
+    assert launch_logs.log_limit({}) == launch_logs.LOG_LIMIT_BYTES
+    assert launch_logs.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "0"}) == 0
+    with pytest.raises(launch_contract.LaunchError, match="at least 4096"):
+        launch_logs.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "100"})
 
 
 def test_a_chatty_rank_succeeds_with_its_log_within_the_limit(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ class Blocked(io.StringIO):
 
 def test_a_reader_that_does_not_read_makes_no_rank_wait_and_loses_no_launcher_message() -> None:
     out, err = Blocked(), Blocked()
-    echo = launcher.Echo(err, limit=1000)
+    echo = launch_logs.Echo(err, limit=1000)
     lines = [b"[rank 0] line %d\n" % i for i in range(1000)]
     for line in lines:
         echo.put(out, line, "rank 0")  # returns at once: the reader does not read
@@ -153,13 +153,13 @@ EVIDENCE_LINES = [
 @pytest.mark.parametrize("line", EVIDENCE_LINES)
 def test_every_evidence_line_holds_an_evidence_word(line: str) -> None:
     """The whole-read filter (EVIDENCE_WORDS) lets every EVIDENCE line through."""
-    assert launcher.EVIDENCE.search(line)
-    assert any(word in line.encode() for word in launcher.EVIDENCE_WORDS)
+    assert launch_contract.EVIDENCE.search(line)
+    assert any(word in line.encode() for word in launch_contract.EVIDENCE_WORDS)
 
 
 def test_every_evidence_alternative_names_an_evidence_word() -> None:
     depth, start, alternatives = 0, 0, []
-    pattern = launcher.EVIDENCE.pattern
+    pattern = launch_contract.EVIDENCE.pattern
     for i, char in enumerate(pattern):
         depth += {"(": 1, ")": -1}.get(char, 0)
         if char == "|" and depth == 0:
@@ -168,7 +168,7 @@ def test_every_evidence_alternative_names_an_evidence_word() -> None:
     alternatives.append(pattern[start:])
     for alternative in alternatives:
         literal = re.sub(r"\\[bdws]\*?|\[[^]]*\][+*]?|\\", " ", alternative)
-        assert any(w.decode() in literal for w in launcher.EVIDENCE_WORDS), alternative
+        assert any(w.decode() in literal for w in launch_contract.EVIDENCE_WORDS), alternative
 
 
 @pytest.mark.parametrize(
@@ -181,7 +181,7 @@ def test_every_evidence_alternative_names_an_evidence_word() -> None:
 )
 def test_a_whole_read_flags_what_its_lines_one_by_one_flag(rules: list[dict[str, str]]) -> None:
     lines = [b"quiet\n", *(x.encode() + b"\r\n" for x in EVIDENCE_LINES), b"boom\r\n", b"x\n"]
-    one_by_one, whole = (launcher.LogScanner(json.dumps(rules)) for _ in range(2))
+    one_by_one, whole = (launch_logs.LogScanner(json.dumps(rules)) for _ in range(2))
     for line in lines:
         one_by_one.scan(3, line)
     for at in range(0, len(lines), 3):
@@ -251,7 +251,7 @@ def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -
     cookie = os.urandom(8).hex()
     marked = subprocess.Popen(
         [sys.executable, "-c", HELPER],
-        env={**os.environ, launcher.COOKIE_VARIABLE: cookie},
+        env={**os.environ, launch_contract.COOKIE_VARIABLE: cookie},
         start_new_session=True,
     )
     read, write = os.pipe()
@@ -261,15 +261,17 @@ def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -
     os.close(write)
     other = subprocess.Popen(
         [sys.executable, "-c", HELPER],
-        env={**os.environ, launcher.COOKIE_VARIABLE: cookie + "0"},  # another node's
+        env={**os.environ, launch_contract.COOKIE_VARIABLE: cookie + "0"},  # another node's
         start_new_session=True,
     )
     try:
         inode = os.fstat(read).st_ino
-        found = launcher.leftovers(cookie, [inode])
+        found = launch_ranks.leftovers(cookie, [inode])
         assert marked.pid in found and holding.pid in found and other.pid not in found
         assert os.getpid() not in found  # it holds the pipe too: never itself
-        assert launcher.end_leftovers(cookie, pipes=[inode]) == sorted([marked.pid, holding.pid])
+        assert launch_ranks.end_leftovers(cookie, pipes=[inode]) == sorted(
+            [marked.pid, holding.pid]
+        )
         assert marked.wait(5) and holding.wait(5)  # ended by a signal (non-zero)
         assert other.poll() is None
     finally:

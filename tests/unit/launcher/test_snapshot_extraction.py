@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import pytest
 
-from torchyard import launcher
+from torchyard import launch_contract, launch_transfer, launcher
 
 
 class Zeros(io.RawIOBase):
@@ -138,8 +138,8 @@ def test_hostile_members_are_refused_naming_them_and_nothing_stays(
     members, message = HOSTILE[case]
     tar = archive(tmp_path / "evil.tar.gz", members)
     work = tmp_path / "sandbox" / "work"
-    with pytest.raises(launcher.LaunchError, match=message):
-        launcher.extract_snapshot(str(tar), str(work))
+    with pytest.raises(launch_contract.LaunchError, match=message):
+        launch_transfer.extract_snapshot(str(tar), str(work))
     assert files_under(work) == []  # ok.py was unpacked first, then taken back
     assert files_under(tmp_path / "sandbox") == ["work"]
     assert not (tmp_path / "escaped.py").exists()
@@ -148,7 +148,7 @@ def test_hostile_members_are_refused_naming_them_and_nothing_stays(
 def test_an_encoded_traversal_is_only_a_strange_name_inside_the_folder(tmp_path: Path) -> None:
     tar = archive(tmp_path / "s.tar.gz", [file("%2e%2e/%2e%2e/x.py", b"1"), file("..a", b"2")])
     work = tmp_path / "work"
-    assert launcher.extract_snapshot(str(tar), str(work)) == 2
+    assert launch_transfer.extract_snapshot(str(tar), str(work)) == 2
     assert (work / "%2e%2e" / "%2e%2e" / "x.py").read_bytes() == b"1"
     assert (work / "..a").read_bytes() == b"2"
 
@@ -169,8 +169,8 @@ def test_a_link_already_in_the_working_folder_is_not_written_through(
         (work / "train.py").symlink_to(outside / "victim.py")
         name = "train.py"
     tar = archive(tmp_path / "s.tar.gz", [file(name, b"overwritten")])
-    with pytest.raises(launcher.LaunchError, match="outside the folder"):
-        launcher.extract_snapshot(str(tar), str(work))
+    with pytest.raises(launch_contract.LaunchError, match="outside the folder"):
+        launch_transfer.extract_snapshot(str(tar), str(work))
     assert (outside / "victim.py").read_text() == "original"
 
 
@@ -181,25 +181,27 @@ def test_a_gzip_bomb_at_the_default_limit_stops_before_inflating(tmp_path: Path)
     assert tar.stat().st_size < 8 << 20
     work = tmp_path / "work"
     started = time.process_time()
-    with pytest.raises(launcher.LaunchError, match=r"more than 1073741824 bytes \(at 'z'"):
-        launcher.extract_snapshot(str(tar), str(work))
+    with pytest.raises(launch_contract.LaunchError, match=r"more than 1073741824 bytes \(at 'z'"):
+        launch_transfer.extract_snapshot(str(tar), str(work))
     assert time.process_time() - started < 1.0  # inflating 1 GiB takes seconds
     assert files_under(work) == []
 
 
 def test_many_small_files_add_up_to_the_limit(tmp_path: Path) -> None:
     tar = archive(tmp_path / "s.tar.gz", [zeros(f"part-{i}.bin", 400) for i in range(5)])
-    with pytest.raises(launcher.LaunchError, match=r"more than 1000 bytes \(at 'part-2.bin'"):
-        launcher.extract_snapshot(str(tar), str(tmp_path / "w"), max_bytes=1000)
+    with pytest.raises(
+        launch_contract.LaunchError, match=r"more than 1000 bytes \(at 'part-2.bin'"
+    ):
+        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_bytes=1000)
     assert files_under(tmp_path / "w") == []
-    assert launcher.extract_snapshot(str(tar), str(tmp_path / "w2"), max_bytes=2000) == 5
+    assert launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w2"), max_bytes=2000) == 5
 
 
 def test_the_number_of_entries_is_limited_too(tmp_path: Path) -> None:
     members: list[Member] = [folder("d")] + [file(f"d/{i}.py", b"") for i in range(20)]
     tar = archive(tmp_path / "s.tar.gz", members)
-    with pytest.raises(launcher.LaunchError, match=r"more than 10 entries \(at 'd/9.py'\)"):
-        launcher.extract_snapshot(str(tar), str(tmp_path / "w"), max_files=10)
+    with pytest.raises(launch_contract.LaunchError, match=r"more than 10 entries \(at 'd/9.py'\)"):
+        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_files=10)
     assert files_under(tmp_path / "w") == []
 
 
@@ -208,14 +210,14 @@ def test_the_limits_come_from_the_environment(
 ) -> None:
     tar = archive(tmp_path / "s.tar.gz", [zeros("data.bin", 5000), file("b.py"), file("c.py")])
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", "4096")
-    with pytest.raises(launcher.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_BYTES"):
-        launcher.extract_snapshot(str(tar), str(tmp_path / "w"))
+    with pytest.raises(launch_contract.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_BYTES"):
+        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"))
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", "8192")
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_FILES", "2")
-    with pytest.raises(launcher.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_FILES"):
-        launcher.extract_snapshot(str(tar), str(tmp_path / "w"))
+    with pytest.raises(launch_contract.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_FILES"):
+        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"))
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_FILES", "3")
-    assert launcher.extract_snapshot(str(tar), str(tmp_path / "w")) == 3
+    assert launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w")) == 3
 
 
 @pytest.mark.parametrize(
@@ -226,8 +228,10 @@ def test_a_bad_limit_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch, value: str, message: str
 ) -> None:
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", value)
-    with pytest.raises(launcher.LaunchError, match=f"TORCHYARD_SNAPSHOT_MAX_BYTES {message}"):
-        launcher.snapshot_limits()
+    with pytest.raises(
+        launch_contract.LaunchError, match=f"TORCHYARD_SNAPSHOT_MAX_BYTES {message}"
+    ):
+        launch_contract.snapshot_limits()
 
 
 @pytest.mark.parametrize(
@@ -244,8 +248,8 @@ def test_a_damaged_archive_is_a_clear_error(
     good = archive(tmp_path / "s.tar.gz", [file("a.py", os.urandom(64 << 10))])
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(damage(good.read_bytes()))
-    with pytest.raises(launcher.LaunchError, match="cannot unpack the snapshot"):
-        launcher.extract_snapshot(str(bad), str(tmp_path / "w"))
+    with pytest.raises(launch_contract.LaunchError, match="cannot unpack the snapshot"):
+        launch_transfer.extract_snapshot(str(bad), str(tmp_path / "w"))
     assert files_under(tmp_path / "w") == []
 
 
@@ -254,7 +258,7 @@ def test_the_launcher_reports_a_refused_snapshot_and_fails_before_any_rank(
 ) -> None:
     volume = tmp_path / "configmap"
     volume.mkdir()
-    archive(volume / launcher.SNAPSHOT, [zeros("weights.bin", 1 << 20)])
+    archive(volume / launch_contract.SNAPSHOT, [zeros("weights.bin", 1 << 20)])
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", str(1 << 19))
     termination = tmp_path / "termination-log"
     monkeypatch.setenv("TORCHYARD_TERMINATION_LOG", str(termination))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import torchyard.launcher
+from tests.processes import python_3_8
 from torchyard.planning import pods, shipped
 
 
@@ -83,3 +84,75 @@ def test_a_rank_imports_the_shipped_package_through_the_launchers_pythonpath(
     assert found == str(package)
     # first, and the image's own path kept (the launcher's stack hook comes last)
     assert pythonpath.split(":")[:2] == [str(root), "/image/own"]
+
+
+BARE = [pytest.param(sys.executable, id="this-python")]
+BARE.append(
+    pytest.param(
+        python_3_8(),
+        id="python3.8",
+        marks=pytest.mark.skipif(python_3_8() is None, reason="no Python 3.8 on this machine"),
+    )
+)
+# What the launcher may import: the standard library, and only the shipped modules of its
+# own package (this interpreter's list of the standard library, Python >= 3.10).
+LIST_MODULES = """
+import runpy, sys
+code, before = 0, set(sys.modules)  # the interpreter's own start-up (site-packages' .pth files)
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as done:
+    code = done.code
+outside = sorted(
+    name for name in set(sys.modules) - before
+    if name.split(".")[0] not in sys.stdlib_module_names
+)
+print("imported", " ".join(outside), file=sys.stderr)
+print("from", sys.modules["torchyard"].__file__, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("python", BARE)
+def test_the_shipped_files_alone_run_the_launcher_on_a_bare_interpreter(
+    tmp_path: Path, python: str
+) -> None:
+    """The ConfigMap's files in a ``torchyard/`` folder are all the launcher needs: run as
+    a file by a bare interpreter (-I -S: neither the script's folder nor any
+    site-packages, so not this venv's torchyard, on its path), its ranks run, and it
+    imported nothing but the standard library and the shipped modules."""
+    package = tmp_path / "lib" / "torchyard"
+    package.mkdir(parents=True)
+    for name, text in pods.shipped_files().items():
+        (package / name).write_text(text)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TORCHYARD_NPROC_PER_NODE": "2",
+        "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination-log"),
+    }
+    launcher = [str(package / "launcher.py"), "--", python, "-I", "-S", "-c", "print(1)"]
+    listing = python == sys.executable
+    argv = [python, "-I", "-S", *(["-c", LIST_MODULES] if listing else []), *launcher]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(x for x in done.stdout.splitlines() if x.startswith("[rank")) == [
+        "[rank 0] 1",
+        "[rank 1] 1",
+    ]
+    assert json.loads((tmp_path / "termination-log").read_text())["reason"] == "Completed"
+    if listing:
+        [line] = [x for x in done.stderr.splitlines() if x.startswith("imported ")]
+        imported = set(line.split()[1:])
+        shipped = {f"torchyard.{module}" for module in pods.SHIPPED_MODULES}
+        assert imported - {"torchyard"} <= shipped - {"torchyard.launcher"}, imported
+        assert {f"torchyard.{module}" for module in pods.LAUNCH_MODULES} <= imported
+        assert f"from {package / '__init__.py'}" in done.stderr.splitlines()
+    helped = subprocess.run(
+        [python, "-I", "-S", str(package / "launcher.py"), "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert helped.returncode == 0 and "TORCHYARD_LAUNCH" in helped.stdout, helped.stderr

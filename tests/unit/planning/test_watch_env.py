@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from torchyard import api, launcher
+from torchyard import api, launch_logs, launch_stalls
+from torchyard.local.runs import LocalRun
 from torchyard.planning import pods
 
 
@@ -21,7 +25,7 @@ def test_stall_budgets_reach_the_launcher_as_json_it_reads_back() -> None:
     run = policy(stallTimeoutSeconds=60, stallBudgets={"saving": 900})
     env = pods.watch_env(run)
     assert env == {"TORCHYARD_STALL_TIMEOUT": "60", "TORCHYARD_STALL_BUDGETS": '{"saving":900}'}
-    assert launcher.stall_budgets(env["TORCHYARD_STALL_BUDGETS"]) == {"saving": 900.0}
+    assert launch_stalls.stall_budgets(env["TORCHYARD_STALL_BUDGETS"]) == {"saving": 900.0}
     trainer = pods.pod(run, 0, image="img")["spec"]["containers"][0]
     assert {"name": "TORCHYARD_STALL_BUDGETS", "value": '{"saving":900}'} in trainer["env"]
     assert pods.watch_env(policy()) == {}
@@ -34,14 +38,62 @@ def test_a_budget_below_five_seconds_or_an_unknown_phase_is_refused() -> None:
         policy(stallBudgets={"lunch": 60})
 
 
-@pytest.mark.parametrize(("limit", "read"), [(None, launcher.LOG_LIMIT_BYTES), (8 << 20, 8 << 20)])
+@pytest.mark.parametrize(
+    ("limit", "read"), [(None, launch_logs.LOG_LIMIT_BYTES), (8 << 20, 8 << 20)]
+)
 def test_the_log_limit_reaches_the_launcher_which_reads_it_back(
     limit: int | None, read: int
 ) -> None:
     env = pods.watch_env(policy(logLimitBytes=limit) if limit else policy())
-    assert launcher.log_limit(env) == read
+    assert launch_logs.log_limit(env) == read
 
 
 def test_a_log_limit_too_small_to_hold_the_note_is_refused() -> None:
     with pytest.raises(api.InvalidSpec, match=r"spec\.policy\.logLimitBytes"):
         policy(logLimitBytes=100)
+
+
+# Where node 0 and the node's folders are, which attempt, MPI's hostfile: a Pod's and a
+# local run's differ by design.
+WHERE = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "TORCHYARD_OUTPUTS",
+    "TORCHYARD_LOGS",
+    "TORCHYARD_MPI_HOSTFILE",
+    "TORCHYARD_CHECKPOINT_ATTEMPT",
+    "TORCHYARD_CHECKPOINT_DIR",
+}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"distribution": {"type": "mpi", "nodeCount": 2, "processCountPerNode": 2}},
+        {"checkpoints": {"claimName": "c", "interval": 10}},
+        {"policy": {"stallTimeoutSeconds": 100, "logLimitBytes": 8192}},
+    ],
+    ids=["plain", "mpi", "checkpoints", "policy"],
+)
+def test_a_node_pod_and_local_mode_start_the_launcher_with_the_same_variables(
+    spec: dict[str, object], tmp_path: Path
+) -> None:
+    """One function (``pods.launcher_env``) makes the launcher's variables for both."""
+    builder = TrainingRunBuilder("r", "ns")
+    for field, value in spec.items():
+        builder = builder.with_(f"spec.{field}", value)
+    run = api.parse_trainingrun(builder.obj())
+    container = pods.pod(run, 0, image="img")["spec"]["containers"][0]
+    in_pod = {e["name"]: e["value"] for e in container["env"]}
+    node = LocalRun(
+        run, tmp_path, [], None, store_root=tmp_path, workroot=tmp_path, out=io.StringIO(), grace=10
+    )
+    local = node._env(0, 29500)
+    # (local=True: one mpirun over this machine's slots; a Pod adds the MPI agent's channel)
+    shared = pods.launcher_env(run, 0, workdir=".", grace_period=10, attempt="a", local=True)
+    assert shared.keys() <= in_pod.keys() and shared.keys() <= local.keys()
+    for name in shared.keys() - WHERE:
+        assert in_pod[name] == local[name] == shared[name], name

@@ -1,5 +1,5 @@
 """The stuck rank across nodes: two nodes' launchers each report their stalled ranks
-(``launcher.suspects_of`` over faulthandler dumps), and ``first_failure`` names the rank
+(``launch_stalls.suspects_of`` over faulthandler dumps), and ``first_failure`` names the rank
 the others wait for with the launcher's own rules applied to all of them, not the rank
 the first node to report named among its own."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.builders import pod
 from tests.unit.launcher.test_stalls import IN_ALL_REDUCE, IN_BARRIER, SLEEPING
-from torchyard import launcher
+from torchyard import launch_contract, launch_stalls
 from torchyard.status import culprits, failures
 from torchyard.status.failures import first_failure, public_failure
 
@@ -20,9 +20,11 @@ def stalled_node(
     node: int, stacks: dict[int, str], idle: dict[int, float], exited: float, named: int
 ) -> dict[str, Any]:
     """Node ``node``'s Pod, failed as its launcher reports a stall: ``named`` is the rank
-    it chose among its own (``launcher.culprit``), ``stacks`` its stalled ranks' dumps."""
+    it chose among its own (``launch_stalls.culprit``), ``stacks`` its stalled ranks' dumps."""
     order = [named] + [r for r in stacks if r != named]
-    suspects = launcher.suspects_of({r: stacks[r] for r in order}, order, idle.get, lambda r: 40)
+    suspects = launch_stalls.suspects_of(
+        {r: stacks[r] for r in order}, order, idle.get, lambda r: 40
+    )
     info = {
         "rank": named,
         "nodeRank": node,
@@ -86,7 +88,7 @@ def test_one_stalled_rank_alone_keeps_the_launchers_choice() -> None:
 
 
 def test_what_the_launcher_reports_of_each_stalled_rank() -> None:
-    [waiting, sleeping] = launcher.suspects_of(
+    [waiting, sleeping] = launch_stalls.suspects_of(
         {0: IN_ALL_REDUCE, 1: SLEEPING, 2: ""}, [0, 1, 2], {0: 61.04, 1: 60.0}.get, lambda r: 40
     )
     assert waiting == {
@@ -116,11 +118,11 @@ def test_a_nodes_stalled_ranks_fit_the_termination_message_beside_a_long_stack()
         r: IN_ALL_REDUCE.replace("/workspace/train.py", deep).replace("<module>", "f" * 200)
         for r in range(16)
     }
-    suspects = launcher.suspects_of(stacks, list(stacks), lambda r: 61.0, lambda r: 40)
-    assert len(suspects) == launcher.SUSPECTS_REPORTED
+    suspects = launch_stalls.suspects_of(stacks, list(stacks), lambda r: 61.0, lambda r: 40)
+    assert len(suspects) == launch_stalls.SUSPECTS_REPORTED
     info = {"reason": "Stalled", "message": "x" * 8000, "stall": {"suspects": suspects}}
-    text = launcher.termination_message(info)
-    assert len(text.encode()) <= launcher.TERMINATION_MESSAGE_LIMIT
+    text = launch_contract.termination_message(info)
+    assert len(text.encode()) <= launch_contract.TERMINATION_MESSAGE_LIMIT
     assert json.loads(text)["stall"]["suspects"] == suspects
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import launcher
+from torchyard import launch_progress
 from torchyard.status import steps
 
 
@@ -27,7 +27,7 @@ def test_after_a_tenth_of_a_steady_run_the_eta_is_within_ten_percent(
             times[-1] + (warm_up if step == 1 else mean * (1 + rng.uniform(-1, 1) * jitter))
         )
     clock = [times[0]]
-    tracker = launcher.ProgressTracker(str(tmp_path), clock=lambda: clock[0])
+    tracker = launch_progress.ProgressTracker(str(tmp_path), clock=lambda: clock[0])
     worst = 0.0
     for step in range(total):
         clock[0] = times[step]

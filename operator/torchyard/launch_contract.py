@@ -1,0 +1,343 @@
+"""What the launcher shares with the rest of torchyard: the rank contract, the termination
+message, the progress line, the failure classes' evidence patterns, the stuck-rank rule
+and the snapshot limits.
+
+Standard library only, Python >= 3.8: the bottom of the launcher's modules, shipped with
+them into every node Pod (``planning.pods.SHIPPED_MODULES``). The operator's own layers
+import the rules from here rather than keep copies: ``planning.rank`` (``process_env``),
+``api`` (``RANK_CONTRACT_VARIABLES``), ``status.classes`` (``FAILURE_PATTERNS``),
+``status.culprits`` (``culprit_rule``, ``waiting_words``), ``status.steps`` and
+``status.failures`` (``PROGRESS_LINE``), ``registry.store`` and ``sdk.snapshots`` (the
+snapshot limits), ``local.console`` (``write_bytes``) and ``torchyard.progress`` (the
+progress line: ``parse_progress``, ``PHASE_NAMES``). Tested through the launcher's tests
+in tests/unit/launcher/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any, TypeVar
+
+TERMINATION_MESSAGE_LIMIT = 4096
+TAIL_LINES = 120  # launch: node: torchrun's 35-line summary comes after the rank's error
+
+
+# The variables of the rank contract: torchyard sets them (a TrainingRun's env may not),
+# and a command's arguments may name them, as in the Azure ML guide's tip
+# (``arguments=['--local_rank', '$LOCAL_RANK']``): expanded per process.
+RANK_CONTRACT_VARIABLES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "TORCHYARD_OUTPUTS",
+    "TORCHYARD_LOGS",
+)
+_NAMES = "|".join(RANK_CONTRACT_VARIABLES)
+_CONTRACT_VAR = re.compile(r"\$(?:\{(" + _NAMES + r")\}|(" + _NAMES + r")\b)")
+
+
+def expand_arguments(command: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``$RANK``/``${LOCAL_RANK}``... in arguments, replaced by this process's values.
+    Only the rank contract's names are touched; any other ``$`` stays as it is."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return env.get(name, match.group(0))
+
+    return [_CONTRACT_VAR.sub(value, arg) for arg in command]
+
+
+class LaunchError(Exception):
+    """The launcher cannot start the ranks (bad configuration, DNS never resolved)."""
+
+
+def process_env(node_env: Mapping[str, str], local_rank: int) -> dict[str, str]:
+    """The rank contract of one process: the node's variables plus RANK and LOCAL_RANK.
+
+    Pure; shared with ``torchyard.planning`` (which computes ``node_env``).
+    """
+    nproc = int(node_env["TORCHYARD_NPROC_PER_NODE"])
+    node_rank = int(node_env["NODE_RANK"])
+    env = dict(node_env)
+    env["LOCAL_RANK"] = str(local_rank)
+    env["RANK"] = str(node_rank * nproc + local_rank)
+    return env
+
+
+def int_env(env: Mapping[str, str], name: str, default: int | None) -> int:
+    """Variable ``name`` of ``env`` as an integer, ``default`` when it is unset or empty;
+    LaunchError when it is not an integer, or unset without a default."""
+    raw = env.get(name, "")
+    if raw == "":
+        if default is None:
+            raise LaunchError(f"{name} is not set: is this running under torchyard?")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise LaunchError(f"{name} must be an integer, got {raw!r}") from None
+
+
+# -- the termination message -------------------------------------------------------------
+
+
+def traceback_tail(lines: Sequence[str]) -> str:
+    """The last Python traceback in ``lines`` (or the last lines when there is none)."""
+    lines = list(lines)
+    start = None
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Traceback (most recent call last)"):
+            start = i
+            break
+    tail = lines[start:] if start is not None else lines[-20:]
+    return "\n".join(line.rstrip("\n") for line in tail).strip()
+
+
+def termination_message(info: Mapping[str, Any], limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
+    """``info`` as JSON of at most ``limit`` bytes, cutting the message from the front."""
+    info = dict(info)
+    message = str(info.get("message") or "")
+    while True:
+        text = json.dumps(info, sort_keys=True)
+        size = len(text.encode("utf-8"))
+        if size <= limit or not message:
+            return text
+        # Cut in proportion to the escaped size (newlines and quotes count double).
+        escaped = len(json.dumps(message).encode("utf-8"))
+        message = message[len(message) * (size - limit) // max(escaped, 1) + 4 :]
+        info["message"] = "..." + message
+
+
+def write_termination(path: str, text: str) -> None:
+    """``text`` into the file ``path`` (the termination message); a failure is said on
+    stderr, never raised."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as err:
+        sys.stderr.write(f"[torchyard] cannot write the termination message to {path}: {err}\n")
+
+
+def write_bytes(sink: IO[str], data: bytes) -> None:
+    """``data`` to a text stream: to its binary buffer when it has one (bytes as they
+    came), else decoded; then flushed. Local mode's console writes the same way."""
+    buffer = getattr(sink, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+    else:
+        sink.write(data.decode("utf-8", "replace"))
+    sink.flush()
+
+
+# -- the progress line -------------------------------------------------------------------
+
+PROGRESS_PREFIX = b"@@torchyard "  # a rank's progress line (``torchyard.progress.report``)
+PROGRESS_TEXT = PROGRESS_PREFIX.decode()
+PROGRESS_LINE = "[torchyard] progress "  # what the operator looks for in this Pod's log
+# What a rank may say it is doing besides training (``torchyard.progress.PHASES``), each
+# with its own stall budget: a checkpoint save or an evaluation may take far longer than
+# a step. "training" (or a higher step without a phase) ends the phase.
+PHASE_NAMES = {
+    "initializing": "initializing",
+    "initialising": "initializing",
+    "saving": "saving",
+    "evaluating": "evaluating",
+    "training": None,
+}
+STALL_BUDGETS = {"initializing": 1800.0, "saving": 1800.0, "evaluating": 3600.0}
+
+
+def parse_progress(line: bytes | str) -> dict[str, Any] | None:
+    """The record of a rank's ``@@torchyard {...}`` line (bytes as the launcher reads them,
+    undecodable ones replaced, or text), or None when ``line`` is not a valid one."""
+    if isinstance(line, bytes):
+        if not line.startswith(PROGRESS_PREFIX):
+            return None
+        body = line[len(PROGRESS_PREFIX) :].decode("utf-8", "replace")
+    else:
+        if not line.startswith(PROGRESS_TEXT):
+            return None
+        body = line[len(PROGRESS_TEXT) :]
+    try:
+        record = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    return record
+
+
+# -- evidence: what lines of a rank's output say of a failure ----------------------------
+
+# The patterns of the failure classes (``status.classes``) that lines of any rank's output
+# show, not only the failing rank's traceback: a GPU's Xid/ECC error (it comes before the
+# traceback), CUDA out of memory, a segfault, the rendezvous store, NCCL's watchdog or
+# gloo's transport timing out a collective. Searched in order: the first says it best.
+FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
+    "GpuXid": (
+        r"NVRM: Xid \(",
+        r"\bXid[: ]+\d+",
+        r"uncorrectable ECC error",
+        r"ECC error[s]? (detected|encountered)",
+        r"CUDA error: uncorrectable ECC",
+    ),
+    "CudaOOM": (
+        r"CUDA out of memory",
+        r"torch\.(cuda\.)?OutOfMemoryError",
+        r"CUDA error: out of memory",
+    ),
+    "Segfault": (r"Segmentation fault", r"Fatal Python error: Segmentation fault"),
+    "RendezvousTimeout": (
+        r"DistStoreError",
+        r"DistNetworkError",
+        r"RendezvousTimeoutError",
+        r"RendezvousConnectionError",
+        r"TCPStore\b.*([Tt]imed? ?out|[Ff]ailed|refused)",
+        r"[Tt]imed out after \d+ seconds waiting for clients",
+        r"Timed out initializing process group in store based barrier",
+        # a TCPStore client (rank > 0, or rank 0 through the Service name) that never
+        # reached the store: "TimeoutError: The client socket has timed out after 10s
+        # while trying to connect to (<run>-0.<run>.<ns>.svc, <masterPort>)."
+        r"client socket has timed out after \d+m?s while trying to connect to",
+        r"Socket Timeout",
+    ),
+    "CollectiveTimeout": (
+        # NCCL's watchdog: "[Rank 0] Watchdog caught collective operation timeout:
+        # WorkNCCL(SeqNum=1, OpType=ALLREDUCE, ...) ran for 10006 milliseconds before timing out."
+        r"Watchdog caught collective operation timeout",
+        r"ProcessGroupNCCL.*[Tt]imeout",
+        r"NCCL (communicator|watchdog).*(timed out|timeout)",
+        # gloo's tcp transport (CPU), as Debian's torch 1.13 said it on the real node:
+        # "RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting
+        # 15000ms for recv operation to complete"
+        r"Timed out waiting \d+ms for (recv|send) operation to complete",
+    ),
+}
+# What the launcher flags in any rank's output for those classes (``EVIDENCE``; kept in the
+# termination message as ``evidence``): a few words that may say one of them, each with a
+# literal word of EVIDENCE_WORDS. The operator classifies the flagged lines and the failing
+# rank's traceback tail by FAILURE_PATTERNS (a flagged line may match none of them).
+EVIDENCE_FLAGS: dict[str, tuple[str, ...]] = {
+    "GpuXid": (r"NVRM: Xid", r"\bXid[: ]+\d+", r"ECC error"),
+    "CudaOOM": (r"CUDA out of memory", r"OutOfMemoryError"),
+    "CollectiveTimeout": (
+        r"Watchdog caught collective",
+        r"Timed out waiting \d+ms for (recv|send) operation",
+    ),
+    "RendezvousTimeout": (
+        r"DistStoreError",
+        r"DistNetworkError",
+        r"Rendezvous\w*Error",
+        r"TCPStore",
+    ),
+    "Segfault": (r"Segmentation fault",),
+}
+EVIDENCE = re.compile("|".join(p for flags in EVIDENCE_FLAGS.values() for p in flags))
+EVIDENCE_MAX = 4  # lines, of at most EVIDENCE_CHARS each: the message is 4 KiB in all
+EVIDENCE_CHARS = 200
+# Literal words every EVIDENCE match contains (tests/unit/launcher/test_output.py keeps
+# them in step): a read of a rank's output that holds none of them holds no evidence, and
+# is not searched line by line (the regular expression alone reads ~30 MB/s).
+EVIDENCE_WORDS = (
+    b"Xid",
+    b"ECC error",
+    b"CUDA out of memory",
+    b"OutOfMemoryError",
+    b"Watchdog caught",
+    b"Timed out waiting",
+    b"DistStoreError",
+    b"DistNetworkError",
+    b"Rendezvous",
+    b"TCPStore",
+    b"Segmentation fault",
+)
+
+
+# -- the stuck rank ----------------------------------------------------------------------
+
+Suspect = TypeVar("Suspect")
+
+
+def culprit_rule(
+    suspects: Sequence[Suspect],
+    first: Suspect | None,
+    waiting: Callable[[Suspect], bool],
+    place: Callable[[Suspect], Any],
+) -> Suspect | None:
+    """Which of ``suspects`` (stalled ranks, in order; ``first``: the one idle longest) the
+    others wait for: the only ones not ``waiting`` for the others (outside
+    ``torch.distributed``: a rank that sleeps, loops or blocks in a C call) while others
+    are, ``first`` if it is one of them, else the first of them; else, of three or more,
+    the one whose ``place`` in the script (None: unknown) differs from where all the
+    others are (it skipped a collective and waits in another one); else ``first``.
+    A node's launcher applies it to its own ranks (``launch_stalls.culprit``), the
+    operator to those of every node (``status.culprits.pick``)."""
+    outside = [s for s in suspects if not waiting(s)]
+    if outside and len(outside) < len(suspects):
+        return first if first in outside else outside[0]
+    if len(suspects) >= 3:
+        places = [place(s) for s in suspects]
+        for i, one in enumerate(suspects):
+            others = {p for j, p in enumerate(places) if j != i}
+            if len(others) == 1 and places[i] not in others and None not in others:
+                return one
+    return first
+
+
+def waiting_words(collective: str) -> str:
+    """How a message says where a rank waits (``launch_stalls.waiting_in``'s answer), on
+    a node and in the operator's ``status.culprits`` alike."""
+    if collective == "backward":
+        return "waiting in backward: the gradient all-reduce"
+    return f"in torch.distributed {collective}"
+
+
+# -- what a node's ranks leave behind ----------------------------------------------------
+
+# Every process a node's ranks start inherits this variable (the launcher sets it to a
+# random value of its own, or keeps the one local mode gave it): when the ranks ended,
+# whatever still carries it is theirs (a helper in a session of its own, a daemon) and is
+# ended, as is whatever still holds their output pipes open.
+COOKIE_VARIABLE = "TORCHYARD_NODE_COOKIE"
+
+
+# -- source snapshots --------------------------------------------------------------------
+
+SNAPSHOT = "source.tar.gz"
+# What one source snapshot may hold once unpacked, as the registry service's snapshot limit
+# (1 GiB) and ``torchyard.sdk.snapshots`` (which refuses a bigger folder before sending it).
+SNAPSHOT_MAX_BYTES = 1 << 30
+SNAPSHOT_MAX_FILES = 100000
+
+
+def snapshot_limits(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(bytes, entries) one snapshot may unpack to: ``TORCHYARD_SNAPSHOT_MAX_BYTES`` and
+    ``TORCHYARD_SNAPSHOT_MAX_FILES``, else the defaults above."""
+    env = os.environ if env is None else env
+    limits = []
+    for name, default in (
+        ("TORCHYARD_SNAPSHOT_MAX_BYTES", SNAPSHOT_MAX_BYTES),
+        ("TORCHYARD_SNAPSHOT_MAX_FILES", SNAPSHOT_MAX_FILES),
+    ):
+        value = int_env(env, name, default)
+        if value < 1:
+            raise LaunchError(f"{name} must be a positive integer, got {value}")
+        limits.append(value)
+    return limits[0], limits[1]

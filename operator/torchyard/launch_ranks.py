@@ -1,0 +1,409 @@
+"""A node's ranks as processes: :class:`Rank` starts one and tees its output (its log file,
+the node's output, the evidence scanner, the progress tracker); what the ranks need of
+their node before they start (MASTER_ADDR resolving, writable folders) and what is left
+of them after (:func:`end_leftovers`; the OOM killer's count and the memory limit, to say
+why a rank was SIGKILLed).
+
+Standard library only, Python >= 3.8; shipped with the launcher (``launch_node``), and
+``end_leftovers`` is local mode's too. Tested in tests/unit/launcher/test_launcher.py,
+tests/unit/launcher/test_output.py and tests/unit/launcher/test_dns_wait.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import IO
+
+from torchyard.launch_contract import (
+    COOKIE_VARIABLE,
+    PROGRESS_PREFIX,
+    TAIL_LINES,
+    LaunchError,
+    parse_progress,
+)
+from torchyard.launch_logs import LOG_LIMIT_BYTES, READ_BYTES, CappedLog, Echo, LogScanner
+from torchyard.launch_progress import ProgressTracker
+
+# How long apart MASTER_ADDR is looked up while it does not resolve: the headless
+# Service's record appears a moment after node 0 has its IP, and every rank waits for it,
+# so a lookup (cheap: the cluster's DNS) is made often rather than backing off for seconds.
+DNS_POLL_SECONDS = 0.2
+
+
+def wait_for_dns(host: str, timeout: int, out: IO[str] = sys.stderr) -> None:
+    """Block until ``host`` resolves; LaunchError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay, said = 0.05, False
+    while True:
+        try:
+            socket.getaddrinfo(host, None)
+            return
+        except socket.gaierror as err:
+            if time.monotonic() >= deadline:
+                raise LaunchError(
+                    f"MASTER_ADDR {host} did not resolve within {timeout}s ({err}): is the "
+                    "run's headless Service there and node 0 scheduled?"
+                ) from None
+            if not said:
+                out.write(f"[torchyard] waiting for {host} to resolve ...\n")
+                out.flush()
+                said = True
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, DNS_POLL_SECONDS)
+
+
+def writable_folder(name: str, folder: str, say: Callable[[str], None]) -> str:
+    """``folder`` (the value of variable ``name``), created; where it cannot be (a non-root
+    user in an image whose working directory belongs to root, e.g. ``source: {image:
+    true}`` with ``spec.runAsUser``), a folder of the same name under the temporary
+    directory instead, said on stderr; LaunchError with what to do when neither can be."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if os.access(folder, os.W_OK | os.X_OK):
+            return folder
+        reason = "not writable"
+    except OSError as err:
+        reason = err.strerror or str(err)
+    import tempfile
+
+    where = os.path.abspath(folder)
+    fallback = os.path.join(tempfile.gettempdir(), "torchyard", os.path.basename(where))
+    advice = (
+        f"the working directory {os.getcwd()} is not writable by user {os.getuid()}: write "
+        f"to ${name}, or run as a user who may write there (spec.runAsUser), or ship the "
+        "code with source.configMap, source.git or a snapshot (they run in a writable "
+        "/workspace)"
+    )
+    try:
+        os.makedirs(fallback, exist_ok=True)
+    except OSError as err:
+        raise LaunchError(
+            f"cannot create {name} {where} ({reason}) nor {fallback} ({err.strerror}): " + advice
+        ) from None
+    say(f"{name}: cannot create {where} ({reason}); using {fallback} instead ({advice})")
+    return fallback
+
+
+def oom_kills(root: str) -> int | None:
+    """How many processes the kernel's OOM killer has killed in the memory cgroup mounted
+    at ``root`` (cgroup v2 ``memory.events``, v1 ``memory/memory.oom_control``, whose
+    ``oom_kill`` line needs Linux 4.13); None where neither says."""
+    for name in ("memory.events", os.path.join("memory", "memory.oom_control")):
+        try:
+            with open(os.path.join(root, name)) as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def memory_limit(root: str) -> int | None:
+    """The memory limit of the cgroup mounted at ``root`` in bytes (v2 ``memory.max``,
+    v1 ``memory/memory.limit_in_bytes``); None when there is none."""
+    for name in ("memory.max", os.path.join("memory", "memory.limit_in_bytes")):
+        try:
+            with open(os.path.join(root, name)) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        # cgroup v1 says "no limit" with a huge number (a page-aligned LONG_MAX)
+        if value.isdigit() and int(value) < 1 << 62:
+            return int(value)
+        return None
+    return None
+
+
+def _quantity(size: int) -> str:
+    """Bytes as Kubernetes writes memory (``200Mi``, ``4Gi``), exact or else in bytes."""
+    for unit, suffix in ((1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def oom_message(label: str, limit: int | None) -> str:
+    """What a termination message says of a rank the OOM killer ended."""
+    over = f"its memory limit ({_quantity(limit)})" if limit else "the memory it may use"
+    return (
+        f"{label} was killed by the kernel's OOM killer: this node Pod's processes went over "
+        f"{over}. Give the run more memory (spec.resources.memory, which is per node Pod "
+        "and shared by its ranks) or make each rank use less (a smaller batch, fewer "
+        "DataLoader workers, fewer processCountPerNode)"
+    )
+
+
+# -- what a rank's output may cost: its pipe -------------------------------------------
+
+# The pipe's kernel buffer (Linux): a rank writing bursts waits less while the pumps are
+# between two reads. The default is 64 KiB.
+PIPE_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (named in Python >= 3.10 only)
+# How long a rank's output threads go on reading once it and everything it started ended:
+# a process that escaped (another user's, a setuid program) holding the pipe open cannot
+# hold the node.
+PUMP_DRAIN_SECONDS = 1.0
+
+
+# -- what a node's ranks leave behind --------------------------------------------------
+
+LEFTOVER_GRACE_SECONDS = 2.0  # between SIGTERM and SIGKILL of what the ranks left
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:  # no /proc (macOS): the process groups are all there is
+        return []
+
+
+def _carries(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in b"\0" + f.read()
+    except OSError:  # gone, or another user's
+        return False
+
+
+def _holds(pid: int, pipes: set[str]) -> bool:
+    folder = f"/proc/{pid}/fd"
+    try:
+        for fd in os.listdir(folder):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"{folder}/{fd}") in pipes:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def leftovers(cookie: str, pipes: Sequence[int] = ()) -> list[int]:
+    """The processes (not this one) that carry ``COOKIE_VARIABLE=cookie`` in their
+    environment or hold one of the pipes whose inode numbers are ``pipes``."""
+    marker = f"\0{COOKIE_VARIABLE}={cookie}\0".encode()
+    links = {f"pipe:[{inode}]" for inode in pipes}
+    me = os.getpid()
+    return [
+        pid
+        for pid in _pids()
+        if pid != me and ((cookie and _carries(pid, marker)) or (links and _holds(pid, links)))
+    ]
+
+
+def end_leftovers(
+    cookie: str,
+    groups: Sequence[int] = (),
+    pipes: Sequence[int] = (),
+    grace: float = LEFTOVER_GRACE_SECONDS,
+) -> list[int]:
+    """End what a node's ranks left running once they exited: every process that carries
+    the node's cookie or holds a rank's output pipe (``pipes``: inode numbers), which
+    finds their process groups (DataLoader workers) and those that moved to a session of
+    their own (``setsid``, daemons); without /proc, the ranks' process ``groups``.
+    SIGTERM, then SIGKILL after ``grace`` seconds. In a node Pod the launcher is the
+    container's first process: every other process there is also ended (the kernel ends
+    them anyway when it exits, but only after the archive, which would wait for them).
+    A process that both dropped the variable and closed the pipes (``env -i`` and a
+    redirect) is not found outside a Pod. Returns the processes signalled."""
+    # Without /proc (macOS) the ranks' process groups are all there is to end. With it,
+    # their members carry the cookie: a group whose members all ended may have a new
+    # owner by now (its number is a process number, free again), and is not signalled.
+    if not _pids():
+        for group in groups:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+        return []
+    found = set(leftovers(cookie, pipes))
+    if os.getpid() == 1:
+        found |= set(_pids()) - {1}
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    running = set(found)
+    while running and time.monotonic() < deadline:
+        running = {pid for pid in running if alive(pid)}
+        if running:
+            time.sleep(0.05)
+    for pid in running | set(leftovers(cookie, pipes)):  # and any started meanwhile
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return sorted(found)
+
+
+def alive(pid: int) -> bool:
+    """Still running (a zombie, ended but not yet waited for by its parent, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+
+class Rank:
+    """One child process and the threads that tee its output: to its log file (at most
+    ``log_limit`` bytes, :class:`CappedLog`) and, with its ``[rank r]`` prefix, to the
+    node's own output (``echo``, which never makes it wait)."""
+
+    def __init__(
+        self,
+        rank: int | None,
+        local_rank: int | None,
+        label: str,
+        command: list[str],
+        env: dict[str, str],
+        log_dir: str,
+        out: IO[str],
+        err: IO[str],
+        echo: Echo,
+        progress: ProgressTracker | None = None,
+        scanner: LogScanner | None = None,
+        *,
+        log_limit: int = LOG_LIMIT_BYTES,
+        show_progress: bool = True,
+    ) -> None:
+        self.rank = rank
+        self.progress = progress
+        self.scanner = scanner
+        self.local_rank = local_rank
+        self.label = label
+        self.echo = echo
+        # False (local mode): its ``@@torchyard`` lines are not shown (the node's progress
+        # line says what they said; they stay in its log and metrics.jsonl)
+        self.show_progress = show_progress
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        name = f"rank-{rank}.txt" if rank is not None else label.replace(" ", "-") + ".txt"
+        self.log = CappedLog(os.path.join(log_dir, name), log_limit)
+        # set by finish(): until when the output threads go on reading
+        self._read_until: float | None = None
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: its DataLoader workers too
+            )
+        except OSError as err:
+            self.log.close()
+            raise LaunchError(f"cannot start {command[0]!r}: {err.strerror}") from None
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        # the pipes' inode numbers: whoever holds one when the rank ended is its leftover
+        self.pipes = [os.fstat(p.fileno()).st_ino for p in (self.proc.stdout, self.proc.stderr)]
+        # When it exited (time.time(), set by a thread that waits for it): which rank
+        # failed first, here and across nodes (``exitedAt`` in the termination message).
+        self.exited_at: float | None = None
+        self.threads = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, out, False), daemon=True),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, err, True), daemon=True),
+            threading.Thread(target=self._wait_exit, daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _wait_exit(self) -> None:
+        self.proc.wait()
+        self.exited_at = time.time()
+
+    def exit_code(self) -> int | None:
+        """The exit code once it exited (and ``exited_at`` says when), else None."""
+        return self.proc.returncode if self.exited_at is not None else None
+
+    def _pump(self, pipe: IO[bytes], sink: IO[str], keep_tail: bool) -> None:
+        """Read the pipe a read at a time (at most READ_BYTES) and hand its whole lines
+        on; a line longer than READ_BYTES goes on in pieces. Ends at the end of the pipe,
+        or PUMP_DRAIN_SECONDS after :meth:`finish` (a process nobody could end holds it)."""
+        fd = pipe.fileno()
+        with contextlib.suppress(OSError):  # Linux only; a bigger buffer, fewer waits
+            import fcntl
+
+            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+        prefix = f"[{self.label}] ".encode()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        rest = b""
+        while self._read_until is None or time.monotonic() < self._read_until:
+            if not poller.poll(200):
+                continue
+            try:
+                data = os.read(fd, READ_BYTES)
+            except OSError:
+                break
+            if not data:
+                break
+            data = rest + data
+            end = data.rfind(b"\n") + 1
+            if not end and len(data) < READ_BYTES:
+                rest = data
+                continue
+            end = end or len(data)
+            rest = data[end:]
+            self._lines(data[:end], data[:end], sink, prefix, keep_tail)
+        if rest:  # a last line without its newline
+            self._lines(rest, rest + b"\n", sink, prefix, keep_tail)
+        pipe.close()
+
+    def _lines(
+        self, raw: bytes, text: bytes, sink: IO[str], prefix: bytes, keep_tail: bool
+    ) -> None:
+        """One read's whole lines (``text``, each ending with a newline; ``raw`` as the
+        rank wrote them): its log, the node's output, the traceback tail, the evidence
+        scanner and the progress records. Whole-read operations only, no loop over the
+        lines unless one of them matters."""
+        self.log.write(raw)
+        progress = PROGRESS_PREFIX in text
+        shown = text
+        if progress and not self.show_progress:
+            shown = b"".join(
+                line + b"\n"
+                for line in text[:-1].split(b"\n")
+                if not line.startswith(PROGRESS_PREFIX)
+            )
+        if shown:
+            self.echo.put(
+                sink, prefix + shown[:-1].replace(b"\n", b"\n" + prefix) + b"\n", self.label
+            )
+        if keep_tail:
+            self.tail.extend(
+                line.decode("utf-8", "replace") + "\n"
+                for line in text[:-1].split(b"\n")[-TAIL_LINES:]
+            )
+        if self.scanner is not None:
+            self.scanner.scan_read(self.rank, text)
+        if progress and self.progress is not None:
+            for line in text.split(b"\n"):
+                if line.startswith(PROGRESS_PREFIX):
+                    record = parse_progress(line.rstrip(b"\r"))
+                    if record is not None:
+                        self.progress.record(self.rank, record)
+
+    def signal(self, signum: int) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signum)
+
+    def finish(self) -> None:
+        """Once the rank exited and what it left was ended (:func:`end_leftovers`): read
+        what its pipes still hold, at most PUMP_DRAIN_SECONDS, and close its log."""
+        self._read_until = time.monotonic() + PUMP_DRAIN_SECONDS
+        for t in self.threads:
+            t.join(timeout=PUMP_DRAIN_SECONDS + 1)
+        self.log.close()
