@@ -30,7 +30,6 @@ KNOWN_LONG_MODULES = {"api/trainingruns.py", "checkpoint.py"}
 KNOWN_LONG_FUNCTIONS = {
     "planning/admission.py::decide",
     "sdk/snapshots.py::collect",
-    "status/trainingruns.py::_trainingrun_status",
 }
 KNOWN_REPEATS = {
     "controller/context.py",

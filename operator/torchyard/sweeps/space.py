@@ -256,6 +256,15 @@ class QUniform(_Expression):
         object.__setattr__(self, "q", _step(self.q))
 
 
+def _log_bounds(expr: LogUniform | QLogUniform) -> None:
+    """Checks and sets the finite bounds, in log space, of a log-uniform expression."""
+    low, high = _finite("minValue", expr.min_value), _finite("maxValue", expr.max_value)
+    _check_range(low, high)
+    _check_log(high)
+    object.__setattr__(expr, "min_value", low)
+    object.__setattr__(expr, "max_value", high)
+
+
 @dataclass(frozen=True)
 class LogUniform(_Expression):
     """exp(uniform(min_value, max_value)): the bounds are natural logarithms."""
@@ -267,11 +276,7 @@ class LogUniform(_Expression):
     FIELDS = {"minValue": "min_value", "maxValue": "max_value"}
 
     def __post_init__(self) -> None:
-        low, high = _finite("minValue", self.min_value), _finite("maxValue", self.max_value)
-        _check_range(low, high)
-        _check_log(high)
-        object.__setattr__(self, "min_value", low)
-        object.__setattr__(self, "max_value", high)
+        _log_bounds(self)
 
 
 @dataclass(frozen=True)
@@ -286,11 +291,7 @@ class QLogUniform(_Expression):
     FIELDS = {"minValue": "min_value", "maxValue": "max_value", "q": "q"}
 
     def __post_init__(self) -> None:
-        low, high = _finite("minValue", self.min_value), _finite("maxValue", self.max_value)
-        _check_range(low, high)
-        _check_log(high)
-        object.__setattr__(self, "min_value", low)
-        object.__setattr__(self, "max_value", high)
+        _log_bounds(self)
         object.__setattr__(self, "q", _step(self.q))
 
 
