@@ -249,8 +249,11 @@ class MpiWorker:
     def _authenticate(self, conn: socket.socket) -> dict[str, Any]:
         nonce = os.urandom(16).hex().encode()
         conn.settimeout(30)
-        conn.sendall(MPI_PROTOCOL + b" " + nonce + b"\n")
-        line = conn.makefile("rb").readline(1 << 20)
+        try:
+            conn.sendall(MPI_PROTOCOL + b" " + nonce + b"\n")
+            line = conn.makefile("rb").readline(1 << 20)
+        except (BrokenPipeError, ConnectionResetError):
+            line = b""  # closed before our greeting reached it: a check that we listen
         if not line:
             raise EOFError("closed without a request")
         message = json.loads(line)
