@@ -559,7 +559,9 @@ class MpiLauncher(Launcher):
         text = "".join(self.output)
         rank: int | None = None
         exit_code, sig = (code if code > 0 else 128 - code), None
-        first = _MPI_FIRST.search(text) or _MPI_ABORT.search(text)
+        # A rank that called MPI_Abort failed on purpose and first: the others were torn
+        # down by it, and one that crashed then may be the exit mpirun reports first.
+        first = _MPI_ABORT.search(text) or _MPI_FIRST.search(text)
         killed = _MPI_SIGNAL.search(text)
         if first is not None:
             rank, exit_code = int(first.group(1)), int(first.group(2))

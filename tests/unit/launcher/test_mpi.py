@@ -238,6 +238,14 @@ if "{fail}" != "no":
                   "\nwith errorcode 1.\n\nNOTE: invoking MPI_ABORT causes Open MPI to kill "
                   "all MPI processes.\n" + "-" * 74 + "\n")
         sys.exit(1)
+    if "{fail}" == "abort-then-crash":  # rank 1 crashed while the abort tore it down, and
+        # mpirun reported its exit as the first non-zero one
+        err.write("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD\n"
+                  "with errorcode 1.\n")
+        err.write("mpirun detected that one or more processes exited with non-zero status, "
+                  "thus causing\nthe job to be terminated. The first process to do so was:"
+                  "\n\n  Process name: [[4242,1],1]\n  Exit code:    139\n")
+        sys.exit(1)
     err.write("-" * 74 + "\nPrimary job  terminated normally, but 1 process returned\n")
     err.write("a non-zero exit code. Per user-direction, the job has been aborted.\n")
     err.write("-" * 74 + "\nmpirun detected that one or more processes exited with non-zero "
@@ -305,10 +313,11 @@ def test_node_0_runs_mpirun_over_the_hostfile_with_itself_as_agent(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "how",
-    ["yes", "abort", "lost", "hangs", "lost-hangs"],
+    ["yes", "abort", "abort-then-crash", "lost", "hangs", "lost-hangs"],
     ids=[
         "exit",
         "mpi-abort",
+        "a-rank-torn-down-by-the-abort-crashed-and-was-reported-first",
         "abort-report-lost",
         "mpirun-stays-after-abort",
         "mpirun-stays-after-the-report-is-lost",
