@@ -8,10 +8,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from torchyard import checkpoint
+from torchyard import checkpoint, checkpoint_store
 
 
 def save(root: Path, step: int, world: int, payload: bytes = b"weights") -> Path:
@@ -35,8 +36,13 @@ def rewrite_manifest(path: Path, change: dict[str, object]) -> None:
     (path / checkpoint.COMPLETE).write_text(json.dumps(body))
 
 
-def test_the_module_parses_as_python_3_8_and_imports_only_the_standard_library() -> None:
-    tree = ast.parse(Path(checkpoint.__file__).read_text(), feature_version=(3, 8))
+@pytest.mark.parametrize("module", [checkpoint, checkpoint_store], ids=lambda m: m.__name__)
+def test_the_module_parses_as_python_3_8_and_imports_only_the_standard_library(
+    module: ModuleType,
+) -> None:
+    """Standard library only (and, for ``checkpoint``, the ``checkpoint_store`` it
+    re-exports, shipped beside it)."""
+    tree = ast.parse(Path(str(module.__file__)).read_text(), feature_version=(3, 8))
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -58,6 +64,7 @@ def test_the_module_parses_as_python_3_8_and_imports_only_the_standard_library()
         "tempfile",
         "threading",
         "time",
+        "torchyard",
         "typing",
     }
 

@@ -43,7 +43,13 @@ LAUNCH_MODULES: tuple[str, ...] = (
     "launch_node",
     "launch_mpi",
 )
-SHIPPED_MODULES: tuple[str, ...] = ("launcher", *LAUNCH_MODULES, "checkpoint", "progress")
+SHIPPED_MODULES: tuple[str, ...] = (
+    "launcher",
+    *LAUNCH_MODULES,
+    "checkpoint",
+    "checkpoint_store",
+    "progress",
+)
 SHIPPED_ROOT = f"{TOOLS_DIR}/lib"
 SHIPPED_PACKAGE = f"{SHIPPED_ROOT}/{shipped.PACKAGE}"
 LAUNCHER_PATH = f"{SHIPPED_PACKAGE}/launcher.py"
