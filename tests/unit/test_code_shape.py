@@ -28,7 +28,6 @@ FUNCTION_EXEMPT = {"planning/pods.py", "planning/environments.py"}
 UNSPLIT = "#31: not split yet"
 KNOWN_LONG_MODULES = {"api/trainingruns.py"}
 KNOWN_LONG_FUNCTIONS = {
-    "planning/admission.py::decide",
     "sdk/snapshots.py::collect",
 }
 KNOWN_REPEATS = {

@@ -263,8 +263,18 @@ def decide(
     pods, nodes = list(pods), list(nodes)
     free = free_nodes(nodes, pods)
     empty = free_nodes(nodes, [])
-    # Pods admitted (no gate) but not bound yet will take room too: reserve it first
-    # (first fit; Pods of one shape resume where the last went, as in ``place``).
+    _reserve_admitted(pods, free)
+    queue = _Pass(free, empty)
+    ordered = order(waiting)
+    for gang in ordered:
+        queue.decide(gang)
+    return _numbered(ordered, queue.decisions)
+
+
+def _reserve_admitted(pods: Sequence[Mapping[str, Any]], free: list[Node]) -> None:
+    """Take from ``free`` the room of the Pods admitted (no gate) but not bound yet: they
+    will take it too (first fit; Pods of one shape resume where the last went, as in
+    ``place``)."""
     resume: dict[str, int] = {}
     for pod in pods:
         if not pod.get("spec", {}).get("nodeName") and not is_gated(pod) and not _is_terminal(pod):
@@ -280,71 +290,92 @@ def decide(
                     break
             else:
                 resume[like] = len(free)
-    decisions: dict[tuple[str, str], Decision] = {}
-    blocked_pools: dict[tuple[tuple[str, str], ...], tuple[str, str]] = {}
-    ordered = order(waiting)
-    ahead: dict[tuple[tuple[str, str], ...], int] = {}  # waiting gangs decided, per pool
+
+
+@dataclass
+class _Pass:
+    """One pass of :func:`decide` over the waiting gangs in :func:`order`: the free room
+    (``free``, less each gang admitted), the idle pool (``empty``), and the decisions."""
+
+    free: list[Node]
+    empty: list[Node]
+    decisions: dict[tuple[str, str], Decision] = field(default_factory=dict)
+    blocked_pools: dict[tuple[tuple[str, str], ...], tuple[str, str]] = field(default_factory=dict)
+    ahead: dict[tuple[tuple[str, str], ...], int] = field(default_factory=dict)  # per pool
     # shape -> (matching nodes, fits the idle pool); shape -> fit now, while free stays
-    statics: dict[tuple[Any, ...], tuple[int, bool]] = {}
-    fits_now: dict[tuple[Any, ...], int] = {}
-    for gang in ordered:
+    statics: dict[tuple[Any, ...], tuple[int, bool]] = field(default_factory=dict)
+    fits_now: dict[tuple[Any, ...], int] = field(default_factory=dict)
+
+    def decide(self, gang: Gang) -> None:
+        """Admit ``gang`` if it fits whole and its pool is not blocked; else say why not."""
         need = describe_need(gang)
-        shape = gang.shape
-        if shape not in statics:
-            matching = sum(
-                1 for n in free if eligible(n, gang.selector, gang.tolerations, gang.excluded)
-            )
-            idle = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in empty]
-            statics[shape] = (matching, matching > 0 and place(gang, idle) == gang.size)
-        matching, holds = statics[shape]
-        if not matching:
-            decisions[gang.key] = Decision(
-                False,
-                0,
-                f"needs {need}; no Ready node matches the pool's selector and tolerations"
-                + _left_out(gang, free),
-            )
-            ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
-            continue
-        if not holds:
-            # Even an idle pool cannot hold it: say so, and do not block the pool.
-            decisions[gang.key] = Decision(
-                False,
-                0,
-                f"needs {need}; the pool cannot hold it even when idle "
-                f"({matching} matching node(s){_left_out(gang, free)})",
-            )
-            ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
-            continue
-        blocker = blocked_pools.get(gang.pool_key)
-        if blocker is not None and ahead.get(gang.pool_key, 0) >= EXACT_POSITIONS:
+        never = self._unplaceable(gang, need)
+        if never is not None:
+            self._wait(gang, never)
+            return
+        blocker = self.blocked_pools.get(gang.pool_key)
+        if blocker is not None and self.ahead.get(gang.pool_key, 0) >= EXACT_POSITIONS:
             # Far back in a blocked queue: a message that stays put while the head moves.
-            decisions[gang.key] = Decision(False, 0, beyond_message(need))
-            ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
-            continue
-        if shape not in fits_now:
-            trial = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in free]
-            fits_now[shape] = place(gang, trial)
-        fit = fits_now[shape]
+            self._wait(gang, Decision(False, 0, beyond_message(need)))
+            return
+        fit = self._fit_now(gang)
         if fit == gang.size and blocker is None:
-            place(gang, free)
-            fits_now.clear()  # the free room changed
-            decisions[gang.key] = Decision(True, fit, f"{need}: all fit")
-            continue
-        ahead[gang.pool_key] = ahead.get(gang.pool_key, 0) + 1
+            place(gang, self.free)
+            self.fits_now.clear()  # the free room changed
+            self.decisions[gang.key] = Decision(True, fit, f"{need}: all fit")
+            return
         if blocker is not None:
-            decisions[gang.key] = Decision(
+            decision = Decision(
                 False,
                 fit,
                 f"needs {need}; {fit} fit now; waiting behind {blocker[0]}/{blocker[1]} "
                 "(first come, first served)",
             )
         else:
-            blocked_pools[gang.pool_key] = gang.key
-            decisions[gang.key] = Decision(
-                False, fit, f"needs {need}; {fit} fit now", blocking=True
+            self.blocked_pools[gang.pool_key] = gang.key
+            decision = Decision(False, fit, f"needs {need}; {fit} fit now", blocking=True)
+        self._wait(gang, decision)
+
+    def _wait(self, gang: Gang, decision: Decision) -> None:
+        """``gang`` waits (``decision``): one more gang ahead of the next in its pool."""
+        self.decisions[gang.key] = decision
+        self.ahead[gang.pool_key] = self.ahead.get(gang.pool_key, 0) + 1
+
+    def _unplaceable(self, gang: Gang, need: str) -> Decision | None:
+        """Why ``gang`` cannot be placed in its pool however long it waits (no node
+        matches, or even the idle pool cannot hold it: it does not block the pool), else
+        None. Worked out once per shape."""
+        shape = gang.shape
+        if shape not in self.statics:
+            matching = sum(
+                1 for n in self.free if eligible(n, gang.selector, gang.tolerations, gang.excluded)
             )
-    return _numbered(ordered, decisions)
+            idle = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in self.empty]
+            self.statics[shape] = (matching, matching > 0 and place(gang, idle) == gang.size)
+        matching, holds = self.statics[shape]
+        if not matching:
+            return Decision(
+                False,
+                0,
+                f"needs {need}; no Ready node matches the pool's selector and tolerations"
+                + _left_out(gang, self.free),
+            )
+        if not holds:
+            return Decision(
+                False,
+                0,
+                f"needs {need}; the pool cannot hold it even when idle "
+                f"({matching} matching node(s){_left_out(gang, self.free)})",
+            )
+        return None
+
+    def _fit_now(self, gang: Gang) -> int:
+        """How many of ``gang``'s Pods fit the free room now (once per shape while the
+        free room stays as it is)."""
+        if gang.shape not in self.fits_now:
+            trial = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in self.free]
+            self.fits_now[gang.shape] = place(gang, trial)
+        return self.fits_now[gang.shape]
 
 
 def _left_out(gang: Gang, nodes: Sequence[Node]) -> str:
