@@ -253,6 +253,19 @@ def collect(
     rules = parse_ignore(list(ALWAYS_IGNORED))
     if ignore_file:
         rules += parse_ignore((root / ignore_file).read_text(errors="replace").splitlines())
+    sizes, skipped = _selected(root, rules, left_out)
+    files = sorted(sizes)
+    where = ignore_file or ".torchyardignore"
+    _refuse_over_limits(root, sizes, max_bytes, max_files, where)
+    if not include_secrets:
+        _refuse_secrets(root, files, where)
+    return files, ignore_file, skipped
+
+
+def _selected(root: Path, rules: list[Rule], left_out: set[str]) -> tuple[dict[str, int], int]:
+    """(size of each regular file under ``root`` that no rule ignores, how many files and
+    folders the rules, or being a link or no regular file, left out); the ``left_out``
+    paths are skipped without being counted."""
     sizes: dict[str, int] = {}
     skipped = 0
     for dirpath, dirnames, filenames in os.walk(root):
@@ -281,14 +294,21 @@ def collect(
                 skipped += 1
                 continue
             sizes[rel] = st.st_size
-    files = sorted(sizes)
-    where = ignore_file or ".torchyardignore"
+    return sizes, skipped
+
+
+def _refuse_over_limits(
+    root: Path, sizes: Mapping[str, int], max_bytes: int, max_files: int, where: str
+) -> None:
+    """Raise SnapshotError, naming the largest entries, when the selection holds more files
+    or bytes than a snapshot may (``where``: the ignore file to leave them out in)."""
+    files = len(sizes)
     total = sum(sizes.values())
-    if len(files) > max_files or total > max_bytes:
+    if files > max_files or total > max_bytes:
         over = (
-            f"{len(files)} files, over the {max_files} a snapshot may hold "
+            f"{files} files, over the {max_files} a snapshot may hold "
             "(TORCHYARD_SNAPSHOT_MAX_FILES)"
-            if len(files) > max_files
+            if files > max_files
             else f"{_sizes(total, max_bytes)} a snapshot may hold (TORCHYARD_SNAPSHOT_MAX_BYTES)"
         )
         raise SnapshotError(
@@ -296,8 +316,11 @@ def collect(
             f"out in {where} (gitignore syntax, e.g. data/ or *.ckpt) or move them out of "
             "the folder: the snapshot is for code; data belongs in a volume or storage"
         )
-    if include_secrets:
-        return files, ignore_file, skipped
+
+
+def _refuse_secrets(root: Path, files: list[str], where: str) -> None:
+    """Raise SnapshotError when any of ``files`` looks like a secret (by its name or a
+    private key inside)."""
     secret_rules = parse_ignore(list(SECRET_NAMES))
     secrets = [
         rel
@@ -314,7 +337,6 @@ def collect(
             f"anyone who can read the run's namespace. Add them to {where} (or delete "
             "them), or pass --include-secrets if they really belong in the code"
         )
-    return files, ignore_file, skipped
 
 
 def _sizes(total: int, limit: int) -> str:
