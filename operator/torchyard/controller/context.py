@@ -76,13 +76,13 @@ class K8s(Protocol):
         self, obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
     ) -> dict[str, Any] | None: ...
 
+    # (a reconcile reads the tail of a log and never follows one: it must not block)
     def pod_log_lines(
         self,
         namespace: str,
         pod: str,
         *,
         container: str | None = None,
-        follow: bool = False,
         tail_lines: int | None = None,
         limit_bytes: int | None = None,
         timeout: float = ...,

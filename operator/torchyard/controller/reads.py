@@ -127,18 +127,15 @@ class WatchedReads:
         return found
 
     def list_(
-        self,
-        res: k8s.Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
+        self, res: k8s.Resource, namespace: str | None = None, **selectors: str | None
     ) -> list[dict[str, Any]]:
-        run = self._run_of(res, namespace, label_selector, field_selector)
+        """``k8s.list_`` (``label_selector``, ``field_selector``, passed on as they are): a
+        run's Pods from the held ones when they can answer, else the API's answer."""
+        run = self._run_of(
+            res, namespace, selectors.get("label_selector"), selectors.get("field_selector")
+        )
         if run is None or namespace is None:
-            return self.inner.list_(
-                res, namespace, label_selector=label_selector, field_selector=field_selector
-            )
+            return self.inner.list_(res, namespace, **selectors)
         with self._lock:
             members = sorted(self._by_run.get((namespace, run), ()))
             return [self._objects[(k8s.PODS.plural, namespace, n)].parse() for n in members]
