@@ -28,7 +28,7 @@ FUNCTION_EXEMPT = {"planning/pods.py", "planning/environments.py"}
 UNSPLIT = "#31: not split yet"
 KNOWN_LONG_MODULES = {"api/trainingruns.py"}
 KNOWN_LONG_FUNCTIONS: set[str] = set()
-KNOWN_REPEATS = {"planning/environments.py", "planning/pods.py"}
+KNOWN_REPEATS = {"planning/pods.py"}
 
 
 def _modules() -> list[str]:

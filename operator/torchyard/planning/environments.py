@@ -160,7 +160,6 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
                     "env": env_vars,
                     "volumeMounts": mounts,
                     "securityContext": _restricted(),
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
                 }
             ],
             "volumes": volumes,
@@ -245,7 +244,6 @@ def buildkit_job(env: Environment, hash_: str) -> dict[str, Any]:
                         "appArmorProfile": {"type": "Unconfined"},
                     },
                     "volumeMounts": mounts,
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
                 }
             ],
             "volumes": volumes,
@@ -254,7 +252,11 @@ def buildkit_job(env: Environment, hash_: str) -> dict[str, Any]:
 
 
 def _job(env: Environment, hash_: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
-    """The Job around a build Pod: no retries, cleaned up a day after it finished."""
+    """The Job around a build Pod: no retries, cleaned up a day after it finished; the
+    build container's termination message falls back to its log's tail (what a failed
+    build says)."""
+    for container in pod_spec["containers"]:
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     labels = _labels(hash_)
     return {
         "apiVersion": "batch/v1",
