@@ -116,14 +116,10 @@ from torchyard.launch_transfer import SOURCE_OPTIONS, prepare
 
 
 def launcher_class() -> Any:
-    """The class that launches this node: ``LAUNCHERS[TORCHYARD_DISTRIBUTION]``."""
-    name = os.environ.get(DISTRIBUTION_VARIABLE, "")
-    if name not in LAUNCHERS:
-        raise LaunchError(
-            f"{DISTRIBUTION_VARIABLE}={name!r} names no launcher (known: "
-            f"{', '.join(repr(k) for k in LAUNCHERS)})"
-        )
-    module, _, cls = LAUNCHERS[name].partition(":")
+    """The class that launches this node: ``LAUNCHERS[TORCHYARD_DISTRIBUTION]``; unset or
+    not a key there (a run's own ``env`` may set it), the node launcher."""
+    entry = LAUNCHERS.get(os.environ.get(DISTRIBUTION_VARIABLE, ""), LAUNCHERS[""])
+    module, _, cls = entry.partition(":")
     return getattr(importlib.import_module(f"torchyard.{module}"), cls)
 
 
