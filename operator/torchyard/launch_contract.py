@@ -311,6 +311,16 @@ def waiting_words(collective: str) -> str:
 
 # -- what a node's ranks leave behind ----------------------------------------------------
 
+# The launcher of a node, by TORCHYARD_DISTRIBUTION (set by the run's distribution type,
+# ``torchyard.distributions``; unset: ""): "module:Class" of a shipped ``launch_*`` module,
+# whose ``Class(command).run()`` launch.main calls. A type with a launcher of its own is one
+# entry here (and its module in planning.pods.LAUNCH_MODULES).
+DISTRIBUTION_VARIABLE = "TORCHYARD_DISTRIBUTION"
+LAUNCHERS: dict[str, str] = {
+    "": "launch_node:Launcher",
+    "mpi": "launch_mpi:MpiLauncher",
+}
+
 # Every process a node's ranks start inherits this variable (the launcher sets it to a
 # random value of its own, or keeps the one local mode gave it): when the ranks ended,
 # whatever still carries it is theirs (a helper in a session of its own, a daemon) and is

@@ -1,4 +1,4 @@
-"""MPI runs (``distribution.type: mpi``; ``torchyard.planning.mpi`` sets the TORCHYARD_MPI_*
+"""MPI runs (``distribution.type: mpi``; ``torchyard.distributions.mpi`` sets the TORCHYARD_MPI_*
 variables): node 0's launcher runs ``mpirun`` (:class:`MpiLauncher`) with the launcher
 itself as OpenMPI's ``plm_rsh_agent`` (``launcher.py --rsh``, :func:`rsh_agent`): no sshd.
 The launchers of nodes >= 1 serve that agent (:class:`MpiWorker`).
@@ -577,7 +577,7 @@ class MpiLauncher(Launcher):
         info: dict[str, Any] = {
             "rank": rank,
             "nodeRank": 0,
-            # map-by slot: rank r runs on node r // processCountPerNode (planning/mpi.py).
+            # map-by slot: rank r runs on node r // processCountPerNode (distributions/mpi.py).
             "rankNode": rank // nproc if rank is not None else None,
             "exitCode": exit_code,
             "signal": sig,

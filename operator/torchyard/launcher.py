@@ -16,6 +16,8 @@ file once per node.
 It reads its configuration from variables that ``torchyard.planning`` sets:
 
     TORCHYARD_LAUNCH           process | node
+    TORCHYARD_DISTRIBUTION     which launcher class runs the node (``launch_contract.LAUNCHERS``:
+                               unset, the node launcher; mpi, ``launch_mpi.MpiLauncher``)
     TORCHYARD_NPROC_PER_NODE   processes on this node
     NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE, ...   the rank contract
     TORCHYARD_LOGS             folder for logs/rank-<r>.txt (default ./logs)
@@ -93,21 +95,32 @@ and then:
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 if not __package__:  # run as a file: its siblings are imported from its own package folder
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from torchyard.launch_contract import (
+    DISTRIBUTION_VARIABLE,
+    LAUNCHERS,
     LaunchError,
     termination_message,
     write_termination,
 )
-from torchyard.launch_mpi import MpiLauncher, rsh_agent
-from torchyard.launch_node import Launcher
+from torchyard.launch_mpi import rsh_agent
 from torchyard.launch_transfer import SOURCE_OPTIONS, prepare
+
+
+def launcher_class() -> Any:
+    """The class that launches this node: ``LAUNCHERS[TORCHYARD_DISTRIBUTION]``; unset or
+    not a key there (a run's own ``env`` may set it), the node launcher."""
+    entry = LAUNCHERS.get(os.environ.get(DISTRIBUTION_VARIABLE, ""), LAUNCHERS[""])
+    module, _, cls = entry.partition(":")
+    return getattr(importlib.import_module(f"torchyard.{module}"), cls)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,9 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "--":
         args = args[1:]
     try:
-        if os.environ.get("TORCHYARD_DISTRIBUTION") == "mpi":
-            return MpiLauncher(args).run()
-        return Launcher(args).run()
+        return int(launcher_class()(args).run())
     except LaunchError as err:
         sys.stderr.write(f"[torchyard] error: {err}\n")
         write_termination(

@@ -14,8 +14,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from torchyard import distributions
 from torchyard.api._base import (
     CONDITIONS_FIELD_EXTRA,
     DNS1035_LABEL,
@@ -171,8 +172,6 @@ class Source(Model):
         return self
 
 
-MPI_IMPLEMENTATIONS = ("openmpi",)
-# The CEL rules of type mpi, in the order of ``_mpi_checks`` (the same rules in Python).
 # The failure classes of ``status.classes.RULES``, in their order (a test keeps the two
 # the same): the CRD's description of ``status.failure.class`` is made from them.
 FAILURE_CLASSES = (
@@ -188,70 +187,23 @@ FAILURE_CLASSES = (
     "CollectiveTimeout",
     "PythonException",
 )
-MPI_RULES: tuple[dict[str, Any], ...] = (
-    {
-        "rule": "!has(self.implementation) || self.type == 'mpi'",
-        "message": "distribution.implementation applies to type mpi only: leave it out or "
-        "set type: mpi",
-        "fieldPath": ".implementation",
-    },
-    {
-        "rule": "!has(self.implementation) || self.implementation == 'openmpi'",
-        "message": "distribution.implementation: only 'openmpi' is supported (MPICH and "
-        "Intel MPI start their daemons differently and torchyard does not launch them): "
-        "use an image with OpenMPI and set implementation: openmpi (or leave it out)",
-        "fieldPath": ".implementation",
-    },
-    {
-        "rule": "!has(self.mpirunArgs) || self.type == 'mpi'",
-        "message": "distribution.mpirunArgs applies to type mpi only: leave it out or set "
-        "type: mpi",
-        "fieldPath": ".mpirunArgs",
-    },
-    {
-        "rule": "self.type != 'mpi' || self.launch == 'process'",
-        "message": "distribution.launch 'node' does not combine with type mpi: mpirun starts "
-        "processCountPerNode processes on every node; leave launch out",
-        "fieldPath": ".launch",
-    },
-    {
-        "rule": "self.type != 'mpi' || self.masterPort <= 65534",
-        "message": "type mpi uses masterPort+1 for the launchers' MPI channel: masterPort "
-        "must be at most 65534",
-        "fieldPath": ".masterPort",
-    },
-)
-
-
-def _mpi_checks(dist: Distribution) -> tuple[bool, ...]:
-    mpi = dist.type == "mpi"
-    return (
-        dist.implementation is None or mpi,
-        dist.implementation is None or dist.implementation in MPI_IMPLEMENTATIONS,
-        dist.mpirun_args is None or mpi,
-        not mpi or dist.launch == "process",
-        not mpi or dist.master_port <= 65534,
-    )
 
 
 class Distribution(Model):
     """How the run is spread over nodes and processes (~ PyTorchConfiguration)."""
 
-    model_config = with_rules(
-        {
-            "rule": "self.type != 'none' || (self.nodeCount == 1 && self.processCountPerNode == 1)",
-            "message": "distribution.type 'none' runs one process: nodeCount and "
-            "processCountPerNode must be 1",
-        },
-        *MPI_RULES,
-    )
+    # every registered type's rules (distributions.Rule); the CRD carries the built-in ones
+    model_config = with_rules(*(rule.cel for rule in distributions.BUILT_IN_RULES))
 
-    type: Literal["pytorch", "none", "mpi"] = Field(
+    type: str = Field(
         default="pytorch",
         description="pytorch: torch.distributed with the rank contract (MASTER_ADDR, "
         "WORLD_SIZE, RANK, ...); none: one process, no rendezvous; mpi: node 0 runs "
         "mpirun over all nodes (OMPI_COMM_WORLD_RANK/SIZE come from mpirun; ~ "
         "MpiConfiguration).",
+        # the types this torchyard ships; a type registered at run time (a test's) is
+        # known to local mode and the SDK only
+        json_schema_extra={"enum": list(distributions.BUILT_IN)},
     )
     implementation: str | None = Field(
         default=None,
@@ -291,16 +243,17 @@ class Distribution(Model):
         description="Port of the rendezvous on node 0 (MASTER_PORT), 1024-65535.",
     )
 
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        distributions.get(value)  # a ValueError naming the registered types
+        return value
+
     @model_validator(mode="after")
-    def _single_process_for_none(self) -> Distribution:
-        if self.type == "none" and (self.node_count != 1 or self.process_count_per_node != 1):
-            raise ValueError(
-                "distribution.type 'none' runs one process: nodeCount and "
-                "processCountPerNode must be 1"
-            )
-        for rule, check in zip(MPI_RULES, _mpi_checks(self), strict=True):
-            if not check:
-                raise ValueError(rule["message"])
+    def _type_rules(self) -> Distribution:
+        for rule in distributions.rules():
+            if not rule.holds(self):
+                raise ValueError(rule.message)
         return self
 
     @property

@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import torchyard.launcher
+from torchyard import distributions
 from torchyard.api import Environment, TrainingRun
 from torchyard.launch_contract import COOKIE_VARIABLE
 from torchyard.launch_ranks import end_leftovers
@@ -185,19 +186,10 @@ class LocalRun:
 
     def _start(self) -> None:
         port = free_port()
-        nodes = self.run.spec.distribution.node_count
-        if self.run.spec.distribution.type == "mpi":
-            if shutil.which("mpirun", path=self._env(0, port)["PATH"]) is None:
-                raise FileNotFoundError(
-                    "distribution.type mpi runs the local mpirun, and none is installed: "
-                    "apt-get install openmpi-bin (and python3-mpi4py for mpi4py scripts), "
-                    "or brew install open-mpi"
-                )
-            self.say(
-                f"MPI: node 0 runs mpirun over {self.run.spec.distribution.world_size} "
-                "slots on this machine"
-            )
-            nodes = 1
+        dist = self.run.spec.distribution
+        nodes, note = distributions.of(dist).local_launchers(dist, self._env(0, port)["PATH"])
+        if note:
+            self.say(note)
         self.progress = Progress({node: str(self.progress_file(node)) for node in range(nodes)})
         threading.Thread(target=self._show_progress, daemon=True).start()
         for node in range(nodes):

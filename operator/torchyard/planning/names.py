@@ -24,8 +24,9 @@ def pod(run: str, node_rank: int) -> str:
     return f"{run}-{node_rank}"
 
 
-def mpi_secret(run: str) -> str:
-    """The Secret holding an MPI run's key (``distribution.type: mpi``)."""
+def key_secret(run: str) -> str:
+    """The Secret holding a run's key (a distribution type that ``needs_key``: mpi, whose
+    name it keeps, so that the runs of earlier versions keep theirs)."""
     return f"{run}-mpi"
 
 

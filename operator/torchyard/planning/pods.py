@@ -11,15 +11,16 @@ init container but a git source's clone.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torchyard import __version__
+from torchyard import __version__, distributions
 from torchyard.api import TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
-from torchyard.planning import checkpoints, exclusions, mpi, names, shipped
+from torchyard.planning import checkpoints, exclusions, names, shipped
 from torchyard.planning.rank import node_env
 
 GANG_GATE = wire.GANG_GATE
@@ -300,6 +301,34 @@ def watch_env(run: TrainingRun) -> dict[str, str]:
     return env
 
 
+def place(run: TrainingRun) -> distributions.Place:
+    """Where the run's node Pods are, for its distribution type: their DNS names through
+    the headless Service, node 0 first, and the name of the run's key Secret."""
+    service = names.service(run.name)
+    hosts = tuple(
+        f"{names.pod(run.name, i)}.{service}" for i in range(run.spec.distribution.node_count)
+    )
+    return distributions.Place(hosts=hosts, domain=service, key_secret=names.key_secret(run.name))
+
+
+def key_secret(run: TrainingRun, key: str) -> dict[str, Any]:
+    """The run's key Secret, for a distribution type that ``needs_key`` (``key``: random,
+    made once by the controller), owned by the run, mounted read-only into its node Pods
+    (the type's ``pod_parts``); never in an environment variable."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": place(run).key_secret,
+            "namespace": run.namespace,
+            "labels": {names.LABEL_RUN: run.name, "app.kubernetes.io/managed-by": "torchyard"},
+            "ownerReferences": [owner_reference(run)],
+        },
+        "data": {"key": base64.b64encode(key.encode()).decode()},
+    }
+
+
 def launcher_env(
     run: TrainingRun,
     node_rank: int,
@@ -321,8 +350,8 @@ def launcher_env(
         run, node_rank, master_addr=master_addr, master_port=master_port, workdir=workdir
     )
     env.update(watch_env(run))
-    if run.spec.distribution.type == "mpi":
-        env.update(mpi.mpi_env(run, local=local))
+    dist = run.spec.distribution
+    env.update(distributions.of(dist).launcher_env(dist, None if local else place(run)))
     env.update(checkpoints.env(run, grace_period, attempt))
     return env
 
@@ -355,7 +384,7 @@ def pod(
     env["TORCHYARD_SHIPPED_PATH"] = SHIPPED_ROOT
     if run.spec.resources.gpus_per_node:  # PyTorch's NCCL flight recorder
         env["TORCHYARD_GPUS_PER_NODE"] = str(run.spec.resources.gpus_per_node)
-    is_mpi = run.spec.distribution.type == "mpi"
+    extra = distributions.of(run.spec.distribution).pod_parts(run.spec.distribution, place(run))
     if settings.registry_url:
         env["TORCHYARD_REGISTRY_URL"] = settings.registry_url
         env["TORCHYARD_REGISTRY_TOKEN_FILE"] = f"{REGISTRY_TOKEN_DIR}/token"
@@ -405,9 +434,8 @@ def pod(
             {"name": "registry-token", "mountPath": REGISTRY_TOKEN_DIR, "readOnly": True}
         )
     container["volumeMounts"].extend(checkpoints.mounts(run))
-    if is_mpi:  # the key of the launchers' MPI channel, and the port it listens on
-        container["volumeMounts"].append(mpi.key_mount())
-        container["ports"].append({"name": "mpi-agent", "containerPort": mpi.agent_port(run)})
+    container["volumeMounts"].extend(extra.mounts)
+    container["ports"].extend(extra.ports)
     resources = resource_requirements(run)
     if resources:
         container["resources"] = resources
@@ -451,8 +479,7 @@ def pod(
     init = _git_clone(run, settings)
     if init:
         spec["initContainers"] = init
-    if is_mpi:
-        spec["volumes"].append(mpi.key_volume(run))
+    spec["volumes"].extend(extra.volumes)
     if not queue:
         spec["schedulingGates"] = [{"name": GANG_GATE}]
     selector = node_selector(run)

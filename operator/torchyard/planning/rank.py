@@ -2,12 +2,14 @@
 Azure ML guide to torchyard").
 
 ``node_env`` is what a node's launcher gets; the launcher adds RANK and LOCAL_RANK per
-process with :func:`torchyard.launch_contract.process_env`. Pure; used by the Pod planner and
-by local mode, so a run sees exactly the same variables on a laptop and in a cluster.
+process with :func:`torchyard.launch_contract.process_env`; the run's distribution type may
+change them (``distributions``). Pure; used by the Pod planner and by local mode, so a run
+sees exactly the same variables on a laptop and in a cluster.
 """
 
 from __future__ import annotations
 
+from torchyard import distributions
 from torchyard.api import TrainingRun
 from torchyard.launch_contract import process_env
 from torchyard.planning import names
@@ -54,10 +56,7 @@ def node_env(
             "TORCHYARD_LOGS": f"{workdir}/{LOGS_DIR}",
         }
     )
-    if dist.type == "none":
-        # One plain process: no rendezvous variables to confuse torch.distributed.
-        for key in ("MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT"):
-            env.pop(key)
+    env = distributions.of(dist).node_env(dist, env)  # e.g. type none: no rendezvous
     reg = run.spec.outputs.register_
     if reg is not None and reg.export_onnx:
         env["TORCHYARD_EXPORT_ONNX"] = "1"

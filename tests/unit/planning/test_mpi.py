@@ -1,5 +1,5 @@
-"""``planning.mpi``: the hostfile, mpirun's arguments, the variables of an MPI run and its
-key Secret, and how the node Pods carry them (``pods.pod``)."""
+"""``distributions.mpi``: the hostfile, mpirun's arguments, the variables of an MPI run and
+its key Secret, and how the node Pods carry them (``pods.pod``, ``pods.key_secret``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from torchyard import api
-from torchyard.planning import mpi, pods
+from torchyard import api, distributions
+from torchyard.distributions import mpi
+from torchyard.planning import pods
+
+KEY_MOUNT = {"name": "mpi-key", "mountPath": mpi.KEY_FILE.rsplit("/", 1)[0], "readOnly": True}
 
 
 def mpi_run(nodes: int = 2, procs: int = 2, **dist: Any) -> api.TrainingRun:
@@ -23,17 +26,17 @@ def mpi_run(nodes: int = 2, procs: int = 2, **dist: Any) -> api.TrainingRun:
 
 
 def test_hostfile_names_every_node_pod_by_its_service_with_its_slots() -> None:
-    assert (
-        mpi.hostfile(mpi_run(3, 4)) == "hvd-0.hvd slots=4\nhvd-1.hvd slots=4\nhvd-2.hvd slots=4\n"
-    )
+    run = mpi_run(3, 4)
+    hostfile = mpi.hostfile(run.spec.distribution, pods.place(run).hosts)
+    assert hostfile == "hvd-0.hvd slots=4\nhvd-1.hvd slots=4\nhvd-2.hvd slots=4\n"
 
 
 def test_local_hostfile_puts_every_slot_on_this_machine() -> None:
-    assert mpi.hostfile(mpi_run(2, 3), local=True) == "localhost slots=6\n"
+    assert mpi.hostfile(mpi_run(2, 3).spec.distribution) == "localhost slots=6\n"
 
 
 def test_mpirun_args_start_the_world_size_by_slot_with_tagged_output() -> None:
-    args = mpi.mpirun_args(mpi_run(2, 2))
+    args = mpi.mpirun_args(mpi_run(2, 2).spec.distribution)
     assert args[:2] == ["-np", "4"]
     assert args[args.index("--map-by") + 1] == "slot"
     assert args[args.index("--bind-to") + 1] == "none"
@@ -49,7 +52,9 @@ def test_mpirun_args_start_the_world_size_by_slot_with_tagged_output() -> None:
 
 
 def test_extra_mpirun_args_come_last() -> None:
-    args = mpi.mpirun_args(mpi_run(mpirunArgs=["--mca", "btl_tcp_if_include", "eth0"]))
+    args = mpi.mpirun_args(
+        mpi_run(mpirunArgs=["--mca", "btl_tcp_if_include", "eth0"]).spec.distribution
+    )
     assert args[-3:] == ["--mca", "btl_tcp_if_include", "eth0"]
 
 
@@ -61,7 +66,7 @@ def test_node_pods_carry_the_mpi_variables_beside_the_rank_contract(node: int) -
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["TORCHYARD_DISTRIBUTION"] == "mpi"
     assert env["TORCHYARD_MPI_HOSTFILE"] == "hvd-0.hvd slots=2\nhvd-1.hvd slots=2\n"
-    assert json.loads(env["TORCHYARD_MPIRUN_ARGS"]) == mpi.mpirun_args(run)
+    assert json.loads(env["TORCHYARD_MPIRUN_ARGS"]) == mpi.mpirun_args(run.spec.distribution)
     assert env["TORCHYARD_MPI_PORT"] == "7001"
     assert env["TORCHYARD_MPI_KEY_FILE"] == mpi.KEY_FILE
     assert env["TORCHYARD_MPI_DOMAIN"] == "hvd"
@@ -73,8 +78,7 @@ def test_node_pods_carry_the_mpi_variables_beside_the_rank_contract(node: int) -
     assert not any(name.startswith("OMPI_") for name in env)
     assert "RANK" not in env
     assert {"name": "mpi-agent", "containerPort": 7001} in container["ports"]
-    assert mpi.key_mount() in container["volumeMounts"]
-    assert mpi.key_mount()["readOnly"] is True
+    assert KEY_MOUNT in container["volumeMounts"]
     assert {"name": "mpi-key", "secret": {"secretName": "hvd-mpi", "defaultMode": 0o444}} in pod[
         "spec"
     ]["volumes"]
@@ -90,7 +94,7 @@ def test_pytorch_runs_get_no_mpi_parts() -> None:
 
 
 def test_local_env_has_no_agent_and_no_key() -> None:
-    env = mpi.mpi_env(mpi_run(2, 2), local=True)
+    env = distributions.get("mpi").launcher_env(mpi_run(2, 2).spec.distribution, None)
     assert env["TORCHYARD_MPI_HOSTFILE"] == "localhost slots=4\n"
     assert "TORCHYARD_MPI_PORT" not in env and "TORCHYARD_MPI_KEY_FILE" not in env
 
@@ -98,7 +102,7 @@ def test_local_env_has_no_agent_and_no_key() -> None:
 def test_the_key_secret_is_owned_by_the_run_and_holds_the_key_it_was_given() -> None:
     run = mpi_run()
     owner = pods.owner_reference(run)
-    secret = mpi.secret(run, "k" * 64, owner)
+    secret = pods.key_secret(run, "k" * 64)
     assert secret["metadata"]["name"] == "hvd-mpi"
     assert secret["metadata"]["namespace"] == "team"
     assert secret["metadata"]["ownerReferences"] == [owner]
