@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard import k8s
-from torchyard.controller import context, environments, telemetry, trainingruns
+from torchyard.controller import context, environments, sweeps, telemetry, trainingruns
 
 RESYNC_SECONDS = 600.0  # the default of $TORCHYARD_RESYNC_SECONDS
 RETRY_MIN, RETRY_MAX = 0.5, 60.0
@@ -51,6 +51,7 @@ Reconciler = Callable[[Mapping[str, Any], context.Log, context.Context], context
 _RECONCILERS: dict[str, tuple[k8s.Resource, Reconciler]] = {
     "TrainingRun": (k8s.TRAININGRUNS, trainingruns.reconcile),
     "Environment": (k8s.ENVIRONMENTS, environments.reconcile),
+    "Sweep": (k8s.SWEEPS, sweeps.reconcile),
 }
 logger = logging.getLogger("torchyard.controller")
 
