@@ -104,8 +104,12 @@ def _field_rule(name: str, types: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
+# CEL cannot see ``values`` (an array of numbers, strings or booleans has no CEL type, so
+# the apiserver leaves it out of what a rule may read): that it is there exactly for a
+# choice is checked by the model here and by the Sweep controller (Accepted False).
+CEL_FIELDS = tuple(name for name in FIELDS_OF if name != "values")
 EXPRESSION_RULES: tuple[dict[str, Any], ...] = (
-    *(_field_rule(name, types) for name, types in FIELDS_OF.items()),
+    *(_field_rule(name, FIELDS_OF[name]) for name in CEL_FIELDS),
     {
         "rule": "!has(self.minValue) || !has(self.maxValue) || self.minValue < self.maxValue",
         "message": "minValue must be less than maxValue",
@@ -201,7 +205,7 @@ class ParameterExpression(Model):
             self.sigma is None or self.sigma > 0,
             self.q is None or self.q > 0,
         )
-        for rule, ok in zip(EXPRESSION_RULES[len(FIELDS_OF) :], checks, strict=True):
+        for rule, ok in zip(EXPRESSION_RULES[len(CEL_FIELDS) :], checks, strict=True):
             if not ok:
                 raise ValueError(rule["message"])
         return self
@@ -321,14 +325,16 @@ _SPEC_RULES: list[dict[str, Any]] = [
         "fieldPath": ".trial.suspend",
     },
     {
-        "rule": f"size(self.trial.env) + size(self.parameters) <= {MAX_ENV}",
+        "rule": f"(has(self.trial.env) ? size(self.trial.env) : 0) + size(self.parameters) "
+        f"<= {MAX_ENV}",
         "message": f"each parameter adds a {ENV_PREFIX}<NAME> variable to the trial's env, "
         f"which holds at most {MAX_ENV}: spec.trial.env and spec.parameters together are "
         "too many",
         "fieldPath": ".trial.env",
     },
     {
-        "rule": f"self.trial.env.all(e, !e.name.startsWith('{ENV_PREFIX}'))",
+        "rule": f"!has(self.trial.env) || "
+        f"self.trial.env.all(e, !e.name.startsWith('{ENV_PREFIX}'))",
         "message": f"spec.trial.env must not set {ENV_PREFIX}* variables: the sweep sets "
         "one per parameter",
         "fieldPath": ".trial.env",
