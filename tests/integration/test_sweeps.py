@@ -369,3 +369,61 @@ def test_deleting_a_sweep_takes_its_trials_and_ledger_with_it(env: str) -> None:
         lambda: k8s.get_or_none(k8s.CONFIGMAPS, ns, "gone-trials") is None,
         timeout=60,
     )
+
+
+def test_the_search_space_and_the_objective_are_immutable(env: str) -> None:
+    ns = env
+    k8s.create(SweepBuilder("fixed", ns).trials(8, 1).obj())
+    edits = {
+        "parameters": {"lr": LR},
+        "objective": {"metric": "loss", "goal": "minimize"},
+        "sampling": "grid",
+        "seed": 3,
+    }
+    k8s.rest.call(  # a seed to change first (immutable once set)
+        "PATCH",
+        k8s.SWEEPS.path(ns, "fixed"),
+        body={"spec": {"seed": 1}},
+        content_type="application/merge-patch+json",
+    )
+    for field, value in edits.items():
+        with pytest.raises(k8s.ApiError) as err:
+            k8s.rest.call(
+                "PATCH",
+                k8s.SWEEPS.path(ns, "fixed"),
+                body={"spec": {field: value}},
+                content_type="application/merge-patch+json",
+            )
+        assert err.value.invalid and f"spec.{field}" in err.value.message, err.value
+        assert "is immutable: create another Sweep" in err.value.message
+    # the limits may change: one more trial at a time
+    k8s.rest.call(
+        "PATCH",
+        k8s.SWEEPS.path(ns, "fixed"),
+        body={"spec": {"maxConcurrentTrials": 2}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for("a second trial", lambda: len(trial_runs(ns, "fixed")) == 2)
+
+
+def test_an_operator_restart_makes_no_trial_twice_and_keeps_the_parameters(
+    cluster: Cluster, env: str, operator: InProcessOperator
+) -> None:
+    ns = env
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    k8s.create(SweepBuilder("again", ns).trial(trial).trials(4, 2).seed(SEED).obj())
+    wait_for("two trials", lambda: sorted(trial_runs(ns, "again")) == ["again-t0", "again-t1"])
+    operator.stop()
+    operator.start()
+    wait_status(k8s.TRAININGRUNS, ns, "again-t0", lambda s: s.get("phase") == "Running", 60)
+    finish_pod(cluster, ns, "again-t0-0", 0)
+    wait_for("a third trial", lambda: len(trial_runs(ns, "again")) == 3, timeout=60)
+    operator.stop()
+    operator.start()
+    operator.caught_up("Sweep", ns, "again")
+    runs = trial_runs(ns, "again")
+    assert sorted(runs) == ["again-t0", "again-t1", "again-t2"]
+    searched = space.parse_space(PARAMETERS)
+    for i in range(3):
+        annotation = runs[f"again-t{i}"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]
+        assert json.loads(annotation) == sampling.random_trial(searched, SEED, i)
