@@ -307,10 +307,6 @@ class EarlyTermination(Model):
                 raise ValueError(rule["message"])
         return self
 
-    def to_policy_json(self) -> dict[str, Any]:
-        """The JSON form ``sweeps.stopping.parse_policy`` reads."""
-        return self.to_dict()
-
 
 _SPEC_RULES: list[dict[str, Any]] = [
     {

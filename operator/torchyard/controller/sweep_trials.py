@@ -12,7 +12,8 @@ whoever reads it). :func:`book` folds a reconcile's view into the sweeps core's 
 trials (``sweeps.trials``) from scratch, so it holds the same after an operator restart;
 :func:`dense` turns a ledger history into one value per interval for the policies.
 
-Pure (the controller reads and writes); tested in tests/unit/controller/test_sweeps.py.
+Pure (the controller reads and writes); tested in tests/unit/controller/test_sweep_policy.py
+and, through the reconcile, tests/unit/controller/test_sweeps.py.
 """
 
 from __future__ import annotations

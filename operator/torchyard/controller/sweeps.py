@@ -50,6 +50,10 @@ from torchyard.sweeps import sampling, space, stopping, trials
 NAMESAKE_RETRY_SECONDS = 2.0
 # The ledger stays well within a ConfigMap's 1 MiB (histories are thinned to fit).
 LEDGER_BUDGET = 800 * 1024
+# Trials made by one reconcile at most (a sweep of thousands without maxConcurrentTrials
+# makes them over several, each queued at once after the one before, so that a worker is
+# not held for minutes and the status shows the trials as they come).
+CREATES_PER_RECONCILE = 50
 
 
 class Invalid(ValueError):
@@ -136,6 +140,9 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         if any(names.trial(sweep.name, i) in seen.namesakes for i in wanted):
             result.requeue_after = NAMESAKE_RETRY_SECONDS
             wanted = []
+        if len(wanted) > CREATES_PER_RECONCILE:
+            wanted = wanted[:CREATES_PER_RECONCILE]
+            result.requeue_after = 0.0
         try:
             book = _create(ctx, sweep, compiled, seen, book, wanted, logger)
         except Refused as refused:
@@ -145,7 +152,8 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
             return Result()
         if sweep.spec.max_duration_seconds is not None:
             left = max(0.0, sweep.spec.max_duration_seconds - elapsed) + 0.5
-            result.requeue_after = min(result.requeue_after or left, left)
+            later = result.requeue_after
+            result.requeue_after = left if later is None else min(later, left)
     _write_ledger(ctx, sweep, seen, book, judged)
 
     observed = _status_inputs(sweep, compiled, seen, book, verdict)

@@ -3,14 +3,14 @@
 Each Kopf event puts the key of the object to reconcile on :class:`WorkQueue`; the
 :func:`worker` tasks take keys one at a time per key, and :func:`reconcile_key` fetches
 the object fresh and calls its reconciler (``trainingruns.reconcile``,
-``environments.reconcile``) in a thread. The queue holds each key once (many events for a
-run, queued or while it is being reconciled, collapse into one more reconcile) and serves
-keys in the order they became due, from three lanes: **status** (a run's own Pods
-changed, or the admission pass admitted its gang) before **events** (other watch events,
-e.g. a new run, and the delays a reconcile asks for: TTL, deadlines, restarts) before
-**background** (retries with exponential backoff after a passing failure, and resync),
-so that a run's status write never waits behind new runs or a resync of every other
-run; and a few workers serve the status lane only, so it does not wait for a worker
+``environments.reconcile``, ``sweeps.reconcile``) in a thread. The queue holds each key
+once (many events for a run, queued or while it is being reconciled, collapse into one
+more reconcile) and serves keys in the order they became due, from three lanes: **status**
+(a run's own Pods changed, or the admission pass admitted its gang) before **events**
+(other watch events, e.g. a new run, and the delays a reconcile asks for: TTL, deadlines,
+restarts) before **background** (retries with exponential backoff after a passing failure,
+and resync), so that a run's status write never waits behind new runs or a resync of every
+other run; and a few workers serve the status lane only, so it does not wait for a worker
 either. An idle queue sleeps until its next due time or the next event: no timer ticks.
 
 :func:`resync` is a cheap consistency check, not a reconcile of every object: every

@@ -299,3 +299,14 @@ def test_a_trial_the_apiserver_refuses_fails_the_sweep_once_naming_it() -> None:
     accepted = conditions(fake)["Accepted"]
     assert accepted["reason"] == "InvalidSpec"
     assert "spec.trial: the apiserver refused trial hd-t0 as a TrainingRun" in accepted["message"]
+
+
+def test_thousands_of_trials_are_made_a_batch_per_reconcile() -> None:
+    fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).trials(120)))
+    result = reconcile(fake)
+    assert len(trials(fake)) == sweeps.CREATES_PER_RECONCILE
+    assert result.requeue_after == 0.0
+    reconcile(fake)
+    reconcile(fake)
+    assert len(trials(fake)) == 120
+    assert status(fake)["trials"]["created"] == 120
