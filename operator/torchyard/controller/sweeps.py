@@ -70,6 +70,7 @@ class Compiled:
     seed: int
     goal: stopping.Goal
     policy: stopping.IntervalPolicy | None
+    hints: tuple[str, ...] = ()  # valid but likely mistaken (space.hints)
 
 
 @dataclass
@@ -199,7 +200,8 @@ def compile_spec(sweep: api.Sweep, parameters: Any) -> Compiled:
         where = field if field.startswith("spec.") else f"spec.{field}"
         raise Invalid(f"{where}: {message}") from None
     chosen: sampling.Sampling = "grid" if spec.sampling == "grid" else "random"
-    return Compiled(searched, chosen, planned, seed_of(sweep), goal, policy)
+    hints = tuple(str(h) for h in space.hints(searched, "spec.parameters"))
+    return Compiled(searched, chosen, planned, seed_of(sweep), goal, policy, hints)
 
 
 # -- observe ---------------------------------------------------------------------------
@@ -387,6 +389,7 @@ def _status_inputs(
         metric_reported=said,
         metric_missing=None if said else sweep_policy.metric_missing(metric, seen.seen),
         verdict=verdict,
+        hints=compiled.hints,
     )
 
 

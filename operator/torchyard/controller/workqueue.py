@@ -14,8 +14,8 @@ other run; and a few workers serve the status lane only, so it does not wait for
 either. An idle queue sleeps until its next due time or the next event: no timer ticks.
 
 :func:`resync` is a cheap consistency check, not a reconcile of every object: every
-``TORCHYARD_RESYNC_SECONDS`` (default 600) it lists the TrainingRuns and Environments and
-queues, on the background lane and spread over the next period (each key at its own
+``TORCHYARD_RESYNC_SECONDS`` (default 600) it lists the TrainingRuns, Environments and Sweeps
+and queues, on the background lane and spread over the next period (each key at its own
 offset), only those whose ``resourceVersion`` differs from the one their last successful
 reconcile saw (an event this operator missed) or that were never reconciled. With
 ``--namespace`` the queue and the resync keep to the watched namespaces. No Kopf here:
@@ -292,7 +292,7 @@ def watched(namespaces: Sequence[str]) -> Sequence[str | None]:
 
 
 def resync_versions(namespaces: Sequence[str] = ()) -> dict[Key, str]:
-    """Every TrainingRun and Environment with its resourceVersion, listed per watched
+    """Every TrainingRun, Environment and Sweep with its resourceVersion, listed per watched
     namespace (a namespaced operator may not list cluster-wide)."""
     found: dict[Key, str] = {}
     for kind, (res, _) in _RECONCILERS.items():

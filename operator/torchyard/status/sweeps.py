@@ -97,6 +97,9 @@ class Observed:
     # why no trial reports the metric, once some trial ended without it
     metric_missing: str | None = None
     verdict: Verdict | None = None  # set once the sweep finished
+    # valid but likely mistaken (sweeps.space.hints: a loguniform's bounds that look like
+    # the values rather than their logarithms), said in Accepted
+    hints: Sequence[str] = ()
 
 
 def _counts(observed: Observed) -> dict[str, int]:
@@ -163,8 +166,11 @@ def sweep_status(
         status["summary"] = [row.to_dict() for row in observed.summary]
     if observed.failed_trials:
         status["failedTrials"] = list(observed.failed_trials)[:STATUS_FAILED_NAMES]
+    accepted = "the spec is valid"
+    if observed.hints:
+        accepted += "; but " + "; ".join(observed.hints)
     desired = [
-        condition("Accepted", True, "Valid", "the spec is valid", observed_generation=generation),
+        condition("Accepted", True, "Valid", accepted, observed_generation=generation),
         _metric_condition(observed, generation),
     ]
     verdict = observed.verdict

@@ -310,3 +310,19 @@ def test_thousands_of_trials_are_made_a_batch_per_reconcile() -> None:
     reconcile(fake)
     assert len(trials(fake)) == 120
     assert status(fake)["trials"]["created"] == 120
+
+
+def test_a_loguniform_that_looks_like_values_not_logarithms_is_accepted_with_a_hint() -> None:
+    fake = FakeK8s(
+        sweep(
+            SweepBuilder("hd", NS)
+            .seed(7)
+            .parameters(lr={"type": "loguniform", "minValue": 0.0001, "maxValue": 0.1})
+        )
+    )
+    reconcile(fake)
+    accepted = conditions(fake)["Accepted"]
+    assert accepted["status"] == "True"
+    assert "spec.parameters.lr: loguniform draws exp(uniform(0.0001, 0.1))" in accepted["message"]
+    assert "write minValue: -9.21034, maxValue: -2.30259" in accepted["message"]
+    assert len(trials(fake)) == 4
