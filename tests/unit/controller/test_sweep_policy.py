@@ -183,3 +183,25 @@ def test_trial_seconds_count_gpus_and_end_where_the_trial_stopped() -> None:
     }
     run = {"metadata": {"name": "hd-t0"}, "spec": spec, "status": status}
     assert sweep_trials.seen(run, 0, "m").seconds == 60 * 4
+
+
+@pytest.mark.parametrize(
+    ("policy", "stopped"),
+    [
+        # running averages by interval 2: 0.55, 0.65, 0.25 -> median 0.55; trial 2's best 0.3
+        (stopping.Median(evaluation_interval=1, delay_evaluation=2), [2]),
+        # of 3 trials, the lowest 34 % is 1 trial: trial 2
+        (stopping.Truncation(truncation_percentage=34, delay_evaluation=2), [2]),
+        (stopping.Truncation(truncation_percentage=20, delay_evaluation=2), []),
+    ],
+)
+def test_median_and_truncation_judge_the_same_way(
+    policy: stopping.IntervalPolicy, stopped: list[int]
+) -> None:
+    entries = {
+        0: Entry({}, ((1, 0.5), (2, 0.6)), evaluated=2),
+        1: Entry({}, ((1, 0.6), (2, 0.7)), evaluated=2),
+        2: Entry({}, ((1, 0.2), (2, 0.3))),
+    }
+    judged = sweep_policy.judge(policy, Goal.MAXIMIZE, entries, running_book(entries))
+    assert [d.trial for d in judged.stops] == stopped
