@@ -126,7 +126,11 @@ class InProcessOperator:
         sleeping (a later write by the operator would need an event it has not had)."""
         from torchyard import k8s
 
-        res = {"TrainingRun": k8s.TRAININGRUNS, "Environment": k8s.ENVIRONMENTS}[kind]
+        res = {
+            "TrainingRun": k8s.TRAININGRUNS,
+            "Environment": k8s.ENVIRONMENTS,
+            "Sweep": k8s.SWEEPS,
+        }[kind]
         key = (kind, namespace, name)
         deadline = time.monotonic() + timeout
         while True:

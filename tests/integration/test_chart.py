@@ -37,16 +37,21 @@ CHART = REPO / "charts" / "torchyard"
 # What torchyard's code and Kopf call, per (API group, resource): the operator's
 # ClusterRole in cluster-wide mode must grant exactly this, nothing more.
 OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
-    # Kopf watches them; workqueue.reconcile_key gets them; environments.reconcile lists runs.
-    ("torchyard.dev", "trainingruns"): {"get", "list", "watch"},
+    # Kopf watches them; workqueue.reconcile_key gets them; environments.reconcile lists runs,
+    # sweeps.reconcile a Sweep's trials; sweeps.reconcile applies (makes, and suspends) them.
+    ("torchyard.dev", "trainingruns"): {"get", "list", "watch", "create", "patch"},
+    ("torchyard.dev", "sweeps"): {"get", "list", "watch"},
     ("torchyard.dev", "environments"): {"get", "list", "watch"},
     # context.write: server-side apply of the status subresource.
     ("torchyard.dev", "trainingruns/status"): {"patch"},
+    ("torchyard.dev", "sweeps/status"): {"patch"},
     ("torchyard.dev", "environments/status"): {"patch"},
     # finalize.register: the new ModelVersion's Available condition.
     ("torchyard.dev", "modelversions/status"): {"patch"},
-    # owner references with blockOwnerDeletion (planning.pods.owner_reference).
+    # owner references with blockOwnerDeletion (planning.pods.owner_reference,
+    # planning.sweeps.owner_reference).
     ("torchyard.dev", "trainingruns/finalizers"): {"update"},
+    ("torchyard.dev", "sweeps/finalizers"): {"update"},
     # finalize.register: server-side apply creates the ModelVersion.
     ("torchyard.dev", "modelversions"): {"create", "patch"},
     # node Pods: applied, listed (per run, cluster-wide for admission), watched, deleted.
@@ -59,8 +64,8 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("", "persistentvolumeclaims"): {"get", "create", "patch"},
     # controller.progress: the tail of a running node Pod's log, read at most every 10 s.
     ("", "pods/log"): {"get"},
-    # applied: an Environment build's recipe, and the launcher's ConfigMap of node Pods;
-    # a run's source.configMap looked up (references.missing)
+    # applied: an Environment build's recipe, the launcher's ConfigMap of node Pods and a
+    # Sweep's ledger (read back); a run's source.configMap looked up (references.missing)
     ("", "configmaps"): {"get", "create", "patch"},
     # references.missing: a run's scheduling.queueName, Kueue's LocalQueue
     ("kueue.x-k8s.io", "localqueues"): {"get"},
@@ -832,7 +837,7 @@ def test_the_gitops_example_builds_and_is_accepted_by_a_server_side_dry_run(
     docs = [d for d in yaml.safe_load_all(manifests) if d]
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["CustomResourceDefinition"] * 3
+        ["CustomResourceDefinition"] * len(list((REPO / "crds").glob("*.yaml")))
         + ["Namespace", "RoleBinding", "ConfigMap", "Environment", "TrainingRun"]
     )
     configmap = next(d for d in docs if d["kind"] == "ConfigMap")

@@ -1,5 +1,6 @@
 """RBAC proved sufficient: the happy path (a curated Environment, a 2-node TrainingRun
-that KWOK runs to success) with the operator authenticated as the chart's ServiceAccount
+that KWOK runs to success, and a one-trial Sweep that makes its trial and names it best)
+with the operator authenticated as the chart's ServiceAccount
 and nothing else, cluster-wide and namespaced.
 
 The chart's ServiceAccount and operator (Cluster)Roles are rendered by Helm and applied;
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import SweepBuilder, TrainingRunBuilder, environment
 from tests.cluster import binaries
 from tests.cluster.harness import Cluster, free_port
 from tests.integration.helpers import (
@@ -92,7 +93,20 @@ def happy_path(cluster: Cluster, ns: str, metrics_port: int) -> dict[str, Any]:
     events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=happy")
     reasons = [e["reason"] for e in events if e.get("reportingComponent") == k8s.FIELD_MANAGER]
     assert "Succeeded" in reasons, reasons
+    tuned = one_trial_sweep(cluster, ns)
+    assert tuned["status"]["best"]["name"] == "tune-t0"
     return done
+
+
+def one_trial_sweep(cluster: Cluster, ns: str) -> dict[str, Any]:
+    """A Sweep of one trial: its trial TrainingRun and ledger made, its status written."""
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    k8s.create(SweepBuilder("tune", ns).trial(trial).trials(1, 1).seed(1).obj())
+    wait_status(k8s.SWEEPS, ns, "tune", lambda s: s.get("trials", {}).get("created") == 1)
+    wait_status(k8s.TRAININGRUNS, ns, "tune-t0", lambda s: s.get("phase") == "Running", 60)
+    progress = {"step": 1, "metrics": {"best_val_acc": 0.9}}
+    finish_pod(cluster, ns, "tune-t0-0", 0, json.dumps({"progress": progress}))
+    return wait_status(k8s.SWEEPS, ns, "tune", lambda s: s.get("phase") == "Succeeded", timeout=60)
 
 
 @pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])

@@ -142,20 +142,27 @@ The operator's rules in one namespace (a Role per watched namespace, or part of 
 ClusterRole when it watches them all). Each rule names the code that needs it.
 */}}
 {{- define "torchyard.operatorNamespacedRules" -}}
-# Kopf watches TrainingRuns and Environments; the reconcilers get them fresh and list the
-# runs of an Environment (controller/handlers.py, controller/environments.py).
+# Kopf watches TrainingRuns, Sweeps and Environments; the reconcilers get them fresh and
+# list the runs of an Environment and the trials of a Sweep (controller/handlers.py,
+# controller/environments.py, controller/sweeps.py).
 - apiGroups: ["torchyard.dev"]
-  resources: ["trainingruns", "environments"]
+  resources: ["trainingruns", "sweeps", "environments"]
   verbs: ["get", "list", "watch"]
+# A Sweep's trials are TrainingRuns it makes, and stops by setting spec.suspend, both by
+# server-side apply (controller/sweeps.py).
+- apiGroups: ["torchyard.dev"]
+  resources: ["trainingruns"]
+  verbs: ["create", "patch"]
 # Status is written by server-side apply of the status subresource (k8s.apply_status);
 # a new ModelVersion gets its Available condition (controller/finalize.py).
 - apiGroups: ["torchyard.dev"]
-  resources: ["trainingruns/status", "environments/status", "modelversions/status"]
+  resources: ["trainingruns/status", "sweeps/status", "environments/status", "modelversions/status"]
   verbs: ["patch"]
-# Node Pods and Services carry an owner reference to their run with blockOwnerDeletion,
-# which clusters with the OwnerReferencesPermissionEnforcement admission plugin check.
+# Node Pods and Services carry an owner reference to their run, trials and a Sweep's
+# ConfigMap to their Sweep, with blockOwnerDeletion, which clusters with the
+# OwnerReferencesPermissionEnforcement admission plugin check.
 - apiGroups: ["torchyard.dev"]
-  resources: ["trainingruns/finalizers"]
+  resources: ["trainingruns/finalizers", "sweeps/finalizers"]
   verbs: ["update"]
 # A promoted model is recorded as a ModelVersion (server-side apply creates it); the
 # registry also checks `create` on modelversions for the operator's token.
@@ -186,9 +193,10 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch"]
-# The conda environment.yml / Dockerfile of an Environment build, and the launcher's
-# ConfigMap that node Pods mount (controller/admission.py ship), both applied; a run's
-# source.configMap is looked up before its Pods (controller/references.py).
+# The conda environment.yml / Dockerfile of an Environment build, the launcher's
+# ConfigMap that node Pods mount (controller/admission.py ship) and a Sweep's ConfigMap of
+# trials (controller/sweeps.py), all applied, the last read back; a run's source.configMap
+# is looked up before its Pods (controller/references.py).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch"]

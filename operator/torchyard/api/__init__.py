@@ -1,8 +1,8 @@
 """Typed, validated specs of torchyard's custom resources (group torchyard.dev/v1alpha1).
 
 Pure: standard library and pydantic only. Everything above this layer parses a resource
-body once with :func:`parse_trainingrun` / :func:`parse_environment` and works on the
-typed model from then on.
+body once with :func:`parse_trainingrun` / :func:`parse_environment` /
+:func:`parse_sweep` and works on the typed model from then on.
 """
 
 from __future__ import annotations
@@ -16,7 +16,21 @@ from torchyard.api.environments import (
     Registry,
 )
 from torchyard.api.modelversions import ModelFile, ModelVersion, ModelVersionSpec, SourceRun
-from torchyard.api.parsing import InvalidSpec, describe, parse_environment, parse_trainingrun
+from torchyard.api.parsing import (
+    InvalidSpec,
+    describe,
+    parse_environment,
+    parse_sweep,
+    parse_trainingrun,
+)
+from torchyard.api.sweeps import (
+    EarlyTermination,
+    Objective,
+    ParameterExpression,
+    Sweep,
+    SweepSpec,
+    SweepStatus,
+)
 from torchyard.api.trainingruns import (
     Compute,
     Distribution,
@@ -50,6 +64,7 @@ __all__ = [
     "Compute",
     "Condition",
     "Distribution",
+    "EarlyTermination",
     "EnvVar",
     "Environment",
     "EnvironmentPhase",
@@ -62,7 +77,9 @@ __all__ = [
     "ModelVersion",
     "ModelVersionSpec",
     "NodeCounts",
+    "Objective",
     "Outputs",
+    "ParameterExpression",
     "Phase",
     "Policy",
     "QueuePlace",
@@ -72,11 +89,15 @@ __all__ = [
     "Scheduling",
     "Source",
     "SourceRun",
+    "Sweep",
+    "SweepSpec",
+    "SweepStatus",
     "Toleration",
     "TrainingRun",
     "TrainingRunSpec",
     "TrainingRunStatus",
     "describe",
     "parse_environment",
+    "parse_sweep",
     "parse_trainingrun",
 ]

@@ -20,6 +20,7 @@ import yaml
 from torchyard.api._base import CATEGORY, DNS1035_LABEL, GROUP, VERSION, Model
 from torchyard.api.environments import Environment
 from torchyard.api.modelversions import ModelVersion
+from torchyard.api.sweeps import SWEEP_NAME_MAX, SWEEP_NAME_RULE, Sweep
 from torchyard.api.trainingruns import RUN_NAME_MAX, RUN_NAME_RULE, TrainingRun
 
 _DROP = {"title"}
@@ -148,6 +149,69 @@ KINDS: tuple[Kind, ...] = (
                 "rule": "self.spec == oldSelf.spec",
                 "message": "a ModelVersion is immutable: register a new version instead",
                 "fieldPath": ".spec",
+            },
+        ),
+    ),
+    Kind(
+        model=Sweep,
+        kind="Sweep",
+        plural="sweeps",
+        singular="sweep",
+        short_names=("sw",),
+        description="Hyperparameter tuning (~ Azure ML HyperDrive): trial TrainingRuns "
+        "made from a template with sampled parameters, some at a time, stopped early by a "
+        "policy, the best named by the objective.",
+        columns=(
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {
+                "name": "Done",
+                "type": "integer",
+                "jsonPath": ".status.trials.done",
+                "description": "Trials ended (stopped, completed, failed, canceled)",
+            },
+            {
+                "name": "Running",
+                "type": "integer",
+                "jsonPath": ".status.trials.running",
+                "description": "Trials running",
+            },
+            {
+                "name": "Stopped",
+                "type": "integer",
+                "jsonPath": ".status.trials.stopped",
+                "description": "Trials stopped early by the policy",
+            },
+            {
+                "name": "Total",
+                "type": "integer",
+                "jsonPath": ".status.trials.planned",
+                "description": "Trials the sweep runs in all",
+            },
+            {
+                "name": "Best",
+                "type": "number",
+                "jsonPath": ".status.best.metric",
+                "description": "The best metric any trial reported",
+            },
+            {
+                "name": "Trial",
+                "type": "string",
+                "jsonPath": ".status.best.name",
+                "description": "The trial with the best metric",
+            },
+            {
+                "name": "Metric",
+                "type": "string",
+                "jsonPath": ".spec.objective.metric",
+                "priority": 1,
+            },
+            _age(),
+        ),
+        root_rules=(
+            {
+                "rule": f"size(self.metadata.name) <= {SWEEP_NAME_MAX} && "
+                f"self.metadata.name.matches('{DNS1035_LABEL}')",
+                "message": SWEEP_NAME_RULE,
             },
         ),
     ),

@@ -1,7 +1,8 @@
 """Parsing resource bodies into the typed models, with errors a user can act on.
 
 Everything above ``torchyard.api`` parses a body once with :func:`parse_trainingrun` /
-:func:`parse_environment` (re-exported by the package) and works on the typed model after.
+:func:`parse_environment` / :func:`parse_sweep` (re-exported by the package) and works on
+the typed model after.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 
 from torchyard.api._base import Model
 from torchyard.api.environments import Environment
+from torchyard.api.sweeps import Sweep
 from torchyard.api.trainingruns import TrainingRun
 
 
@@ -48,3 +50,9 @@ def parse_environment(body: dict[str, Any]) -> Environment:
     """Parse an Environment body."""
     env: Environment = _parse(Environment, body)
     return env
+
+
+def parse_sweep(body: dict[str, Any]) -> Sweep:
+    """Parse a Sweep body."""
+    sweep: Sweep = _parse(Sweep, body)
+    return sweep

@@ -38,6 +38,15 @@ ANNOTATION_SNAPSHOT_SHA256 = f"{GROUP}/sha256"
 ANNOTATION_SNAPSHOT_FILES = f"{GROUP}/files"
 ANNOTATION_SNAPSHOT_SIZE = f"{GROUP}/size"
 
+# A Sweep's trial TrainingRuns: the Sweep's name and the trial's index, the parameters the
+# trial got (JSON, by name), and what the Sweep decided for it (``stopped`` by the
+# early-termination policy, ``canceled`` when the sweep ended first) with the reason in words.
+LABEL_SWEEP = f"{GROUP}/sweep"
+LABEL_TRIAL = f"{GROUP}/trial"
+ANNOTATION_PARAMETERS = f"{GROUP}/parameters"
+ANNOTATION_DECISION = f"{GROUP}/sweep-decision"
+ANNOTATION_DECISION_REASON = f"{GROUP}/sweep-decision-reason"
+
 # The audience of the ServiceAccount tokens the registry service accepts (node Pods'
 # projected tokens, the operator's, the ones the CLI and SDK mint).
 REGISTRY_AUDIENCE = "torchyard-registry"

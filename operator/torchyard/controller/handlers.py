@@ -1,7 +1,8 @@
 """The Kopf handlers: they put keys on the work queue (``workqueue``) and feed the cache.
 
-Kopf watches TrainingRuns, Environments, build Jobs and Nodes; each event puts the key
-of the object to reconcile on the queue, whose workers call the reconcilers. The Pods are
+Kopf watches TrainingRuns, Sweeps, Environments, build Jobs and Nodes; each event puts the
+key of the object to reconcile on the queue (a trial TrainingRun's, its Sweep's key too),
+whose workers call the reconcilers. The Pods are
 watched outside Kopf (``pod_watch``, started here): a Pod's event queues its run on the
 status lane without waiting behind Kopf's per-object workers. So the operator is level-triggered and
 keeps no state of its own on user objects (no finalizers, no annotations). A deleted
@@ -27,6 +28,7 @@ from typing import Any
 import kopf
 
 from torchyard import api, k8s
+from torchyard.api import wire
 from torchyard.controller import (
     admission,
     context,
@@ -265,6 +267,9 @@ async def trainingrun_event(
     **_: Any,
 ) -> None:
     _seen(memo, k8s.TRAININGRUNS, type, body)
+    sweep = (meta.get("labels") or {}).get(wire.LABEL_SWEEP)
+    if sweep:  # a trial: its Sweep reads its status (its own writes of it included)
+        _enqueue(memo, "Sweep", namespace, str(sweep))
     if namespace:
         phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
         telemetry.run_phase(namespace, name, phase)
@@ -274,6 +279,18 @@ async def trainingrun_event(
             ctx.written.pop(("TrainingRun", namespace, name), None)
     elif not _own_write(memo, ("TrainingRun", namespace or "", name), meta):
         _enqueue(memo, "TrainingRun", namespace, name)
+
+
+@kopf.on.event(api.GROUP, api.VERSION, "sweeps")
+async def sweep_event(
+    type: str, name: str, namespace: str | None, meta: Mapping[str, Any], memo: Any, **_: Any
+) -> None:
+    if type == "DELETED":
+        ctx = memo.get("ctx")
+        if ctx is not None:
+            ctx.written.pop(("Sweep", namespace, name), None)
+    elif not _own_write(memo, ("Sweep", namespace or "", name), meta):
+        _enqueue(memo, "Sweep", namespace, name)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "environments")

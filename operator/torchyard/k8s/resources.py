@@ -42,6 +42,7 @@ class Resource:
 TRAININGRUNS = Resource(wire.GROUP, wire.VERSION, "trainingruns")
 ENVIRONMENTS = Resource(wire.GROUP, wire.VERSION, "environments")
 MODELVERSIONS = Resource(wire.GROUP, wire.VERSION, "modelversions")
+SWEEPS = Resource(wire.GROUP, wire.VERSION, "sweeps")
 PODS = Resource("", "v1", "pods")
 SERVICES = Resource("", "v1", "services")
 CONFIGMAPS = Resource("", "v1", "configmaps")
@@ -74,6 +75,7 @@ _BY_KIND: dict[tuple[str, str], Resource] = {
     (wire.API_VERSION, "TrainingRun"): TRAININGRUNS,
     (wire.API_VERSION, "Environment"): ENVIRONMENTS,
     (wire.API_VERSION, "ModelVersion"): MODELVERSIONS,
+    (wire.API_VERSION, "Sweep"): SWEEPS,
     ("v1", "Pod"): PODS,
     ("v1", "Service"): SERVICES,
     ("v1", "ConfigMap"): CONFIGMAPS,
@@ -121,6 +123,7 @@ __all__ = [
     "SERVICEACCOUNTS",
     "SERVICES",
     "SUBJECTACCESSREVIEWS",
+    "SWEEPS",
     "TOKENREVIEWS",
     "TRAININGRUNS",
     "Resource",

@@ -1,7 +1,7 @@
 """Every name torchyard gives to an object, from one place: deterministic, DNS-safe.
 
-Called by the planners (Pods, Service, ModelVersions), the controller (finding a run's
-Pods and Service) and the SDK (following a run's node Pods).
+Called by the planners (Pods, Service, ModelVersions, a Sweep's trials), the controller
+(finding a run's Pods and Service) and the SDK (following a run's node Pods).
 """
 
 from __future__ import annotations
@@ -42,3 +42,13 @@ def model_version(model: str, version: int) -> str:
 def checkpoints(run: str) -> str:
     """The PersistentVolumeClaim created for a run's checkpoints (spec.checkpoints.size)."""
     return f"{run}-checkpoints"
+
+
+def trial(sweep: str, index: int) -> str:
+    """A Sweep's trial ``index`` (a TrainingRun): the same name however often it is made."""
+    return f"{sweep}-t{index}"
+
+
+def sweep_trials(sweep: str) -> str:
+    """The ConfigMap that holds every trial of a Sweep (``planning.sweeps.ledger``)."""
+    return f"{sweep}-trials"

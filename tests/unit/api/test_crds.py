@@ -47,7 +47,12 @@ def test_every_field_has_a_type_and_a_description(kind: crds.Kind) -> None:
 def test_crds_have_short_names_category_status_and_columns() -> None:
     names = {k.kind: crds.crd(k) for k in crds.KINDS}
     short = {k: v["spec"]["names"]["shortNames"] for k, v in names.items()}
-    assert short == {"TrainingRun": ["tr"], "Environment": ["env"], "ModelVersion": ["mv"]}
+    assert short == {
+        "TrainingRun": ["tr"],
+        "Environment": ["env"],
+        "ModelVersion": ["mv"],
+        "Sweep": ["sw"],
+    }
     for crd in names.values():
         assert crd["spec"]["names"]["categories"] == ["torchyard"]
         version = crd["spec"]["versions"][0]

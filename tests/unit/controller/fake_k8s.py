@@ -4,6 +4,8 @@ It keeps objects by (resource, namespace, name) and records every write: status
 applies, applied manifests, deletions and Events, in order, so that a test reads what
 one reconcile did. Label selectors (``key=value`` or ``key``) and the field selectors
 the controller uses (``status.phase!=...``, ``spec.nodeName=...``) are honoured.
+An apply by another field manager than torchyard's own (a Sweep's decision on a trial) is
+merged into the object, as server-side apply merges what two managers own.
 ``refuse`` makes the next applies of a kind answer with an :class:`k8s.ApiError`, as
 the apiserver's admission would. Passed to the reconcilers as ``Context(k8s=fake)``
 (kopf tests its handlers the same way, on the level of its own API wrappers).
@@ -120,7 +122,10 @@ class FakeK8s:
             self.applied.append(copy.deepcopy(manifest))
             old = self.objects.get(key)
             new = copy.deepcopy(manifest)
-            if old is not None:
+            if old is not None and field_manager not in ("", k8s.FIELD_MANAGER):
+                # another field manager's apply: the fields it sets, merged into the rest
+                new = _merged(old, new)
+            elif old is not None:
                 new["metadata"] = {**old["metadata"], **new["metadata"]}
                 new.setdefault("status", old.get("status"))
             else:
@@ -201,6 +206,16 @@ class FakeK8s:
         with self._lock:
             self.log_bytes += len(text)
         yield from text.decode("utf-8", "replace").splitlines()
+
+
+def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(old)
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def _labels_match(obj: dict[str, Any], selector: str | None) -> bool:

@@ -13,7 +13,7 @@ FACE = {
     "Resource", "resource_of", "CONFIGMAPS", "CRDS", "ENVIRONMENTS", "EVENTS", "JOBS",
     "MODELVERSIONS", "NAMESPACES", "NODES", "PERSISTENTVOLUMECLAIMS", "PODS", "ROLEBINDINGS",
     "ROLES", "SECRETS", "SERVICEACCOUNTS", "SERVICES", "SUBJECTACCESSREVIEWS", "TOKENREVIEWS",
-    "TRAININGRUNS", "PRIORITYCLASSES", "KUEUE_GROUP", "LOCALQUEUES_CRD", "local_queues",
+    "TRAININGRUNS", "SWEEPS", "PRIORITYCLASSES", "KUEUE_GROUP", "LOCALQUEUES_CRD", "local_queues",
     # connections
     "Connection", "connection", "default_namespace", "load", "proxy_url", "reset",
     # rest, errors

@@ -1,0 +1,165 @@
+"""What a Sweep does next, decided from its book of trials: which running trials the
+early-termination policy stops, which new trials start, and whether the sweep finished.
+
+- :func:`judge`: each running trial that reached a new evaluation interval since it was
+  last judged is judged once, at the latest such interval, against every trial's metric
+  over its first intervals (``sweeps.stopping.evaluate``: bandit, median, truncation). A
+  trial is never judged twice at an interval, so an operator that restarts (the ledger
+  keeps the interval each trial was judged at) makes the same decisions.
+- :func:`next_indices`: the trials to make now, the next indices in order, while fewer
+  than ``maxConcurrentTrials`` hold a place and fewer than the planned trials exist.
+- :func:`verdict`: more failed trials than ``maxFailedTrials``, every planned trial
+  ended, or ``maxDurationSeconds`` passed: the sweep finished, Succeeded with its best
+  trial, or Failed saying why (too many failures, every trial failed, or no trial
+  reported the metric); its trials still running are then canceled.
+- :func:`metric_said`: the ``MetricReported`` condition's message either way.
+
+Pure; called by ``controller.sweeps``; tested as tables in
+tests/unit/controller/test_sweep_policy.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from torchyard.api import SweepSpec
+from torchyard.controller.sweep_trials import Entry, Seen, dense
+from torchyard.status.sweeps import Verdict
+from torchyard.sweeps import trials
+from torchyard.sweeps.stopping import (
+    Action,
+    Decision,
+    Goal,
+    IntervalPolicy,
+    evaluate,
+    is_evaluation_interval,
+)
+from torchyard.sweeps.trials import TrialState
+
+# Failed trials named in a verdict's message.
+NAMED = 5
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The policy's stops, and the interval each judged trial was looked at up to."""
+
+    stops: tuple[Decision, ...] = ()
+    evaluated: Mapping[int, int] | None = None
+
+
+def judge(
+    policy: IntervalPolicy | None,
+    goal: Goal,
+    entries: Mapping[int, Entry],
+    book: trials.Book,
+) -> Judged:
+    """The running trials the policy stops now (see the module docstring)."""
+    if policy is None:
+        return Judged()
+    histories = {i: dense(e.history, e.last_step()) for i, e in entries.items() if e.history}
+    stops: list[Decision] = []
+    evaluated: dict[int, int] = {}
+    for record in book.trials:
+        entry = entries.get(record.index)
+        if record.state is not TrialState.RUNNING or entry is None or not entry.history:
+            continue
+        latest = entry.last_step()
+        if latest <= entry.evaluated:
+            continue
+        evaluated[record.index] = latest
+        # the latest evaluation interval the trial reached since it was last judged
+        at = latest - latest % policy.evaluation_interval
+        if at <= entry.evaluated or not is_evaluation_interval(policy, at):
+            continue
+        judged = {**histories, record.index: histories[record.index][:at]}
+        decision = evaluate(policy, goal, judged, record.index)
+        if decision.action is Action.STOP:
+            stops.append(decision)
+    return Judged(tuple(stops), evaluated)
+
+
+def next_indices(created: int, planned: int, occupied: int, concurrency: int) -> list[int]:
+    """The indices of the trials to make now: ``created`` exist (0 .. created-1),
+    ``occupied`` of them hold one of ``concurrency`` places."""
+    free = max(0, concurrency - occupied)
+    return list(range(created, min(planned, created + free)))
+
+
+def _names(sweep: str, records: Sequence[trials.TrialRecord]) -> str:
+    shown = ", ".join(f"{sweep}-t{r.index}" for r in records[:NAMED])
+    return shown + (f" and {len(records) - NAMED} more" if len(records) > NAMED else "")
+
+
+def verdict(
+    sweep: str,
+    spec: SweepSpec,
+    book: trials.Book,
+    created: int,
+    planned: int,
+    elapsed: float,
+    seen: Mapping[int, Seen],
+) -> Verdict | None:
+    """Whether the sweep finished, and how (None: it goes on)."""
+    metric = spec.objective.metric
+    failed = [r for r in book.trials if r.state is TrialState.FAILED]
+    limit = spec.max_failed_trials
+    if limit is not None and len(failed) > limit:
+        return Verdict(
+            False,
+            "TooManyFailedTrials",
+            f"{len(failed)} trial(s) failed ({_names(sweep, failed)}), more than "
+            f"maxFailedTrials {limit}; the trials still running were canceled; "
+            f"{sweep}-t{failed[0].index}: {failed[0].reason or 'see its status'}",
+        )
+    ended = all(r.state in trials.ENDED for r in book.trials)
+    out_of_time = spec.max_duration_seconds is not None and elapsed >= spec.max_duration_seconds
+    if not ((created >= planned and ended) or out_of_time):
+        return None
+    reason = "AllTrialsEnded" if created >= planned and ended else "MaxDurationReached"
+    if book.trials and len(failed) == len(book.trials):
+        first = failed[0]
+        return Verdict(
+            False,
+            "AllTrialsFailed",
+            f"every trial failed ({_names(sweep, failed)}); {sweep}-t{first.index}: "
+            f"{first.reason or 'see its status'}",
+        )
+    best = trials.best(book)
+    if best is None:
+        return Verdict(False, "MetricMissing", metric_missing(metric, seen) or "")
+    head = (
+        f"all {len(book.trials)} trials ended"
+        if reason == "AllTrialsEnded"
+        else f"maxDurationSeconds {spec.max_duration_seconds} passed; the trials still "
+        "running were canceled"
+    )
+    return Verdict(
+        True,
+        reason,
+        f"{head}; the best is {sweep}-t{best.index}, {metric} {best.best:.6g} at interval "
+        f"{best.best_interval}",
+    )
+
+
+def metric_said(metric: str, sweep: str, book: trials.Book) -> str | None:
+    """MetricReported's message once a trial reported the metric (the first by index)."""
+    reported = [r for r in book.trials if r.intervals > 0]
+    if not reported:
+        return None
+    return f"{sweep}-t{reported[0].index} reported {metric} first"
+
+
+def metric_missing(metric: str, seen: Mapping[int, Seen]) -> str | None:
+    """Why no trial reports the metric, once a trial ended without it (None before)."""
+    ended = [s for s in seen.values() if s.ended or s.decision is not None]
+    if not ended:
+        return None
+    names = sorted({m for s in seen.values() for m in s.metrics})
+    held = f"their progress holds {', '.join(names)}" if names else "they reported no metric"
+    return (
+        f"{len(ended)} trial(s) ended and none reported {metric} ({held}): a trial reports "
+        f"it with torchyard.progress.report(epoch, {metric}=value), or progress.log"
+        f"({metric!r}, value), and spec.objective.metric must name it exactly"
+    )

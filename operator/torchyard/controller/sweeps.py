@@ -1,0 +1,400 @@
+"""The Sweep reconcile, as one story: compile, observe, decide, apply, write once.
+
+:func:`reconcile` reads top to bottom:
+
+1. **parse** the spec and **compile** it with the sweeps core (the search space, the
+   sampling and how many trials it makes, the policy, the goal, the seed): what the
+   apiserver let through but the core refuses (a loguniform bound that overflows, names
+   that differ only in case, a grid larger than ``maxTotalTrials``) makes the Sweep
+   ``Failed`` with ``Accepted`` False, reason ``InvalidSpec``, the field named; said once,
+   never retried, taken up again when the spec changes;
+2. a **finished** sweep stays as it is;
+3. **observe** its trials (the TrainingRuns labelled ``torchyard.dev/sweep=<sweep>`` that
+   it owns) and its ledger (the ConfigMap ``<sweep>-trials``, ``sweep_trials``), adding
+   the metric each trial shows now to its ledger entry, and fold both into the book of
+   trials (``sweeps.trials``), from scratch: an operator that restarts sees the same;
+4. **decide** (``sweep_policy``): the trials the early-termination policy stops, whether
+   the sweep finished (its trials still running are then canceled), the new trials;
+5. **apply**: each decision onto its trial (``spec.suspend`` and the decision's
+   annotations: ``planning.sweeps.decided``), each new trial ``<sweep>-t<index>`` with
+   the parameters sampled from (seed, index), so a restart makes neither a second trial
+   nor other parameters (server-side apply), and the ledger when it changed;
+6. **write** the status (``status.sweeps``) and its Events once, at the end.
+
+Trial TrainingRuns' events queue their Sweep (``handlers``). Called by the work queue's
+workers; tested against an in-memory fake of ``torchyard.k8s`` in
+tests/unit/controller/test_sweeps.py and on a real control plane in
+tests/integration/test_sweeps.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from torchyard import api, k8s
+from torchyard.api import sweeps as sweep_api
+from torchyard.controller import context, sweep_policy, sweep_trials
+from torchyard.controller.context import Context, Event, Log, Outcome, Result
+from torchyard.controller.sweep_trials import Entry, Seen
+from torchyard.planning import names
+from torchyard.planning import sweeps as plans
+from torchyard.status import sweeps as sweep_status
+from torchyard.sweeps import sampling, space, stopping, trials
+
+# How soon a sweep whose trial names are still held by a deleted namesake's trials (being
+# garbage collected) looks again.
+NAMESAKE_RETRY_SECONDS = 2.0
+# The ledger stays well within a ConfigMap's 1 MiB (histories are thinned to fit).
+LEDGER_BUDGET = 800 * 1024
+# Trials made by one reconcile at most (a sweep of thousands without maxConcurrentTrials
+# makes them over several, each queued at once after the one before, so that a worker is
+# not held for minutes and the status shows the trials as they come).
+CREATES_PER_RECONCILE = 50
+
+
+class Invalid(ValueError):
+    """A spec the sweeps core cannot run; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """The spec as the sweeps core reads it."""
+
+    space: space.SearchSpace
+    sampling: sampling.Sampling
+    planned: int
+    seed: int
+    goal: stopping.Goal
+    policy: stopping.IntervalPolicy | None
+    hints: tuple[str, ...] = ()  # valid but likely mistaken (space.hints)
+
+
+@dataclass
+class Observed:
+    """What one reconcile saw of a sweep's trials."""
+
+    seen: dict[int, Seen]
+    entries: dict[int, Entry]
+    ledger: Mapping[str, str] | None  # the ledger's data, None when it is not there (or not ours)
+    namesakes: set[str]  # trial names held by TrainingRuns another Sweep (of this name) owned
+
+    @property
+    def created(self) -> int:
+        """Trials made so far: indices 0 .. created-1."""
+        indices = set(self.seen) | set(self.entries)
+        return max(indices) + 1 if indices else 0
+
+
+def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
+    """Reconcile one Sweep (see the module docstring)."""
+    meta = body["metadata"]
+    previous = dict(body.get("status") or {})
+    now = ctx.clock()
+    try:
+        sweep = api.parse_sweep(dict(body))
+        compiled = compile_spec(sweep, (body.get("spec") or {}).get("parameters"))
+    except (api.InvalidSpec, Invalid) as err:
+        logger.warning("Sweep %s/%s is invalid: %s", meta.get("namespace"), meta["name"], err)
+        context.write(ctx, body, _invalid(meta.get("generation"), str(err), previous, now))
+        return Result()
+    if meta.get("deletionTimestamp"):
+        return Result()  # owner references take the trials and the ledger away
+    if previous.get("phase") in sweep_status.TERMINAL and previous.get("completionTime"):
+        return Result()
+
+    seen = observe(ctx, sweep, compiled)
+    book = sweep_trials.book(compiled.goal, seen.entries, seen.seen, _planned_intervals(seen))
+    result = Result()
+    events: list[Event] = []
+
+    judged = sweep_policy.judge(compiled.policy, compiled.goal, seen.entries, book)
+    for decision in judged.stops:
+        book = trials.fold(book, trials.decided(book, decision))
+    elapsed = (now - sweep_trials.started_at(previous, now)).total_seconds()
+    verdict = sweep_policy.verdict(
+        sweep.name, sweep.spec, book, seen.created, compiled.planned, elapsed, seen.seen
+    )
+    cancels = _cancels(seen, book, verdict)
+    for index, _ in cancels:
+        book = trials.fold(book, trials.Ended(index, "canceled", _seconds(seen, index)))
+
+    # apply: stop first (their room goes to the next gangs), then make the new trials
+    for decision in judged.stops:
+        _decide(ctx, sweep, decision.trial, plans.Decision("stopped", decision.reason))
+        events.append(
+            Event("Normal", "TrialStopped", f"{_trial(sweep, decision.trial)}: {decision.reason}")
+        )
+    for index, reason in cancels:
+        _decide(ctx, sweep, index, plans.Decision("canceled", reason))
+    if cancels:
+        shown = ", ".join(_trial(sweep, i) for i, _ in cancels)
+        events.append(Event("Normal", "TrialsCanceled", f"{shown}: {cancels[0][1]}"))
+    if verdict is None:
+        occupied = sum(1 for s in seen.seen.values() if s.occupies)
+        wanted = sweep_policy.next_indices(
+            seen.created, compiled.planned, occupied, sweep.spec.concurrency
+        )
+        if any(names.trial(sweep.name, i) in seen.namesakes for i in wanted):
+            result.requeue_after = NAMESAKE_RETRY_SECONDS
+            wanted = []
+        if len(wanted) > CREATES_PER_RECONCILE:
+            wanted = wanted[:CREATES_PER_RECONCILE]
+            result.requeue_after = 0.0
+        try:
+            book = _create(ctx, sweep, compiled, seen, book, wanted, logger)
+        except Refused as refused:
+            logger.warning("Sweep %s/%s: %s", sweep.namespace, sweep.name, refused)
+            _write_ledger(ctx, sweep, seen, book, judged)
+            context.write(ctx, body, _invalid(sweep.generation, str(refused), previous, now))
+            return Result()
+        if sweep.spec.max_duration_seconds is not None:
+            left = max(0.0, sweep.spec.max_duration_seconds - elapsed) + 0.5
+            later = result.requeue_after
+            result.requeue_after = left if later is None else min(later, left)
+    _write_ledger(ctx, sweep, seen, book, judged)
+
+    observed = _status_inputs(sweep, compiled, seen, book, verdict)
+    new = sweep_status.sweep_status(sweep.generation, observed, previous, now)
+    events = [*context.phase_events(previous, new), *events]
+    if verdict is not None:
+        log = logger.info if verdict.succeeded else logger.warning
+        log("Sweep %s/%s %s: %s", sweep.namespace, sweep.name, new["phase"], verdict.message)
+    context.write(ctx, body, Outcome(new, now, events))
+    return result
+
+
+# -- compile ---------------------------------------------------------------------------
+
+
+def seed_of(sweep: api.Sweep) -> int:
+    """``spec.seed``, else one derived from the Sweep's uid (stable for its lifetime)."""
+    if sweep.spec.seed is not None:
+        return sweep.spec.seed
+    return int.from_bytes(hashlib.sha256(sweep.uid.encode()).digest()[:6], "big")
+
+
+def compile_spec(sweep: api.Sweep, parameters: Any) -> Compiled:
+    """The spec as the sweeps core reads it; :class:`Invalid` names what it refuses.
+    ``parameters`` is the body's own ``spec.parameters`` (an integer stays an integer)."""
+    spec = sweep.spec
+    try:
+        searched = space.parse_space(parameters, "spec.parameters")
+        planned = sampling.check(spec.sampling, searched, spec.max_total_trials)
+        goal = stopping.parse_goal(spec.objective.goal, "spec.objective.goal")
+        policy = None
+        if spec.early_termination is not None:
+            parsed = stopping.parse_policy(
+                spec.early_termination.to_dict(), "spec.earlyTermination"
+            )
+            if isinstance(parsed, stopping.Asha):
+                raise Invalid(f"spec.earlyTermination.type {sweep_api.POLICY_RULE}")
+            policy = parsed
+    except space.SpaceError as err:
+        raise Invalid(str(err)) from None
+    except (sampling.SamplingError, stopping.PolicyError) as err:
+        field, _, message = str(err).partition(": ")
+        where = field if field.startswith("spec.") else f"spec.{field}"
+        raise Invalid(f"{where}: {message}") from None
+    chosen: sampling.Sampling = "grid" if spec.sampling == "grid" else "random"
+    hints = tuple(str(h) for h in space.hints(searched, "spec.parameters"))
+    return Compiled(searched, chosen, planned, seed_of(sweep), goal, policy, hints)
+
+
+# -- observe ---------------------------------------------------------------------------
+
+
+def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
+    """The sweep's trials and ledger, each trial's entry brought up to what it shows."""
+    metric = sweep.spec.objective.metric
+    seen: dict[int, Seen] = {}
+    namesakes: set[str] = set()
+    for run in ctx.k8s.list_(
+        k8s.TRAININGRUNS, sweep.namespace, label_selector=plans.selector(sweep.name)
+    ):
+        index = plans.index_of(run)
+        if not _owned(run, sweep.uid):
+            namesakes.add(str(run["metadata"]["name"]))
+        elif index is not None:
+            seen[index] = sweep_trials.seen(run, index, metric)
+    found = ctx.k8s.get_or_none(k8s.CONFIGMAPS, sweep.namespace, names.sweep_trials(sweep.name))
+    ledger = dict(found.get("data") or {}) if found and _owned(found, sweep.uid) else None
+    entries = sweep_trials.decode(ledger)
+    for index, trial in seen.items():
+        entry = entries.get(index) or Entry(trial.parameters or _parameters(compiled, index))
+        entries[index] = sweep_trials.observed(entry, trial)
+    return Observed(seen, entries, ledger, namesakes)
+
+
+def _owned(obj: Mapping[str, Any], uid: str) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid for r in refs)
+
+
+def _parameters(compiled: Compiled, index: int) -> dict[str, space.Value]:
+    return sampling.trial_parameters(compiled.sampling, compiled.space, compiled.seed, index)
+
+
+def _planned_intervals(seen: Observed) -> int | None:
+    totals = [s.total for s in seen.seen.values() if s.total]
+    return max(totals) if totals else None
+
+
+# -- decide and apply ------------------------------------------------------------------
+
+
+def _trial(sweep: api.Sweep, index: int) -> str:
+    return names.trial(sweep.name, index)
+
+
+def _seconds(seen: Observed, index: int) -> float:
+    trial = seen.seen.get(index)
+    return trial.seconds if trial is not None else 0.0
+
+
+def _cancels(
+    seen: Observed, book: trials.Book, verdict: sweep_status.Verdict | None
+) -> list[tuple[int, str]]:
+    """Once the sweep finished: the trials not ended nor decided, canceled."""
+    if verdict is None:
+        return []
+    reason = f"the sweep finished ({verdict.reason}) before this trial ended"
+    out = []
+    for index, trial in sorted(seen.seen.items()):
+        record = book.get(index)
+        if trial.ended or trial.decision is not None:
+            continue
+        if record is not None and record.state in trials.ENDED:
+            continue  # stopped by the policy in this reconcile
+        out.append((index, reason))
+    return out
+
+
+def _decide(ctx: Context, sweep: api.Sweep, index: int, decision: plans.Decision) -> None:
+    ctx.k8s.apply(plans.decided(sweep, index, decision), field_manager=plans.DECISION_FIELD_MANAGER)
+
+
+class Refused(Exception):
+    """The apiserver refused a trial TrainingRun: the message says which, and why."""
+
+
+def _create(
+    ctx: Context,
+    sweep: api.Sweep,
+    compiled: Compiled,
+    seen: Observed,
+    book: trials.Book,
+    indices: list[int],
+    logger: Log,
+) -> trials.Book:
+    """Make the trials ``indices`` in order (their entries and the book get them); a
+    refusal that a retry cannot fix is :class:`Refused`."""
+    for index in indices:
+        parameters = _parameters(compiled, index)
+        manifest = plans.trial(
+            sweep,
+            index,
+            parameters,
+            sampling.arguments(parameters),
+            sampling.environment(parameters),
+        )
+        try:
+            ctx.k8s.apply(manifest)
+        except k8s.ApiError as err:
+            if err.status in (400, 422):
+                raise Refused(
+                    f"spec.trial: the apiserver refused trial {manifest['metadata']['name']} "
+                    f"as a TrainingRun: {err.message}"
+                ) from None
+            raise
+        logger.info(
+            "Sweep %s/%s: trial %s made with %s",
+            sweep.namespace,
+            sweep.name,
+            manifest["metadata"]["name"],
+            sweep_trials.shown(parameters),
+        )
+        seen.entries[index] = Entry(parameters)
+        book = trials.fold(book, trials.Created(index, parameters))
+    return book
+
+
+def _write_ledger(
+    ctx: Context,
+    sweep: api.Sweep,
+    seen: Observed,
+    book: trials.Book,
+    judged: sweep_policy.Judged,
+) -> None:
+    """Apply the ledger when what it would hold changed."""
+    entries = dict(seen.entries)
+    for index, interval in (judged.evaluated or {}).items():
+        entries[index] = replace(entries[index], evaluated=interval)
+    for record in book.trials:
+        if record.index in entries:
+            entries[record.index] = sweep_trials.now_entry(entries[record.index], record)
+    data = sweep_trials.encode(entries, LEDGER_BUDGET)
+    if data != seen.ledger:
+        ctx.k8s.apply(plans.ledger(sweep, data))
+
+
+# -- status ----------------------------------------------------------------------------
+
+
+def _row(sweep: api.Sweep, record: trials.TrialRecord) -> sweep_status.Row:
+    return sweep_status.Row(
+        name=_trial(sweep, record.index),
+        index=record.index,
+        state=record.state.value,
+        parameters=sweep_trials.shown(record.params()),
+        metric=record.best,
+        interval=record.best_interval,
+        intervals=record.intervals,
+        reason=record.reason,
+    )
+
+
+def _status_inputs(
+    sweep: api.Sweep,
+    compiled: Compiled,
+    seen: Observed,
+    book: trials.Book,
+    verdict: sweep_status.Verdict | None,
+) -> sweep_status.Observed:
+    metric = sweep.spec.objective.metric
+    top = trials.ranked(book)[: sweep_api.STATUS_TOP]
+    running = [r for r in book.trials if r.state is trials.TrialState.RUNNING and r not in top][
+        : sweep_api.STATUS_RUNNING
+    ]
+    best = trials.best(book)
+    said = sweep_policy.metric_said(metric, sweep.name, book)
+    saved = trials.seconds_saved(book)
+    return sweep_status.Observed(
+        seed=compiled.seed,
+        metric=metric,
+        planned=compiled.planned,
+        created=len(book.trials),
+        counts=trials.counts(book),
+        trials_config_map=names.sweep_trials(sweep.name),
+        best=_row(sweep, best) if best is not None else None,
+        summary=[_row(sweep, r) for r in [*top, *running]],
+        seconds_spent=round(trials.seconds_spent(book), 1),
+        seconds_saved=round(saved, 1) if saved is not None else None,
+        failed_trials=[
+            _trial(sweep, r.index) for r in book.trials if r.state is trials.TrialState.FAILED
+        ],
+        metric_reported=said,
+        metric_missing=None if said else sweep_policy.metric_missing(metric, seen.seen),
+        verdict=verdict,
+        hints=compiled.hints,
+    )
+
+
+def _invalid(
+    generation: int | None, message: str, previous: Mapping[str, Any], now: datetime
+) -> Outcome:
+    new = sweep_status.invalid_sweep_status(generation, message, previous, now)
+    return Outcome(new, now, context.phase_events(previous, new))

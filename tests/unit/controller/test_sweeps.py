@@ -1,0 +1,328 @@
+"""The Sweep reconcile (``controller.sweeps``) against the in-memory fake of
+``torchyard.k8s``: trials made ``maxConcurrentTrials`` at a time with parameters drawn from
+(seed, index), none made twice by a reconcile that starts afresh (an operator restart),
+a trial the bandit policy stops suspended with the decision recorded on it, the sweep
+finishing with its best trial, and what the sweeps core refuses said in a condition. The
+real-control-plane version is tests/integration/test_sweeps.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+from tests.builders import SweepBuilder
+from tests.unit.controller.fake_k8s import FakeK8s
+from tests.unit.controller.world import T0
+from torchyard import api, k8s
+from torchyard.api import wire
+from torchyard.controller import context, sweeps
+from torchyard.sweeps import sampling, space
+
+NS = "ns"
+UID = "uid-sweep"
+
+
+def sweep(builder: SweepBuilder | None = None) -> dict[str, Any]:
+    body = (builder or SweepBuilder("hd", NS).seed(7)).obj()
+    body["metadata"].update(uid=UID, generation=1)
+    return body
+
+
+def reconcile(fake: FakeK8s, at: float = 0.0, name: str = "hd") -> context.Result:
+    ctx = context.Context(k8s=fake, clock=lambda: T0 + timedelta(seconds=at))
+    body = fake.get(k8s.SWEEPS, NS, name)
+    return sweeps.reconcile(body, logging.getLogger("test"), ctx)
+
+
+def status(fake: FakeK8s, name: str = "hd") -> dict[str, Any]:
+    return dict(fake.get(k8s.SWEEPS, NS, name).get("status") or {})
+
+
+def conditions(fake: FakeK8s) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status(fake).get("conditions", [])}
+
+
+def trials(fake: FakeK8s) -> dict[str, dict[str, Any]]:
+    return {
+        o["metadata"]["name"]: o
+        for (plural, _, _), o in fake.objects.items()
+        if plural == "trainingruns"
+    }
+
+
+def ledger(fake: FakeK8s) -> dict[str, Any]:
+    data = fake.get(k8s.CONFIGMAPS, NS, "hd-trials")["data"]
+    return {key: json.loads(text) for key, text in data.items()}
+
+
+def expected(index: int, seed: int = 7) -> dict[str, space.Value]:
+    searched = space.parse_space(SweepBuilder("x").obj()["spec"]["parameters"])
+    return sampling.random_trial(searched, seed, index)
+
+
+def set_trial(fake: FakeK8s, name: str, **st: Any) -> None:
+    """Give trial ``name`` the status the TrainingRun controller would write."""
+    obj = fake.objects[("trainingruns", NS, name)]
+    obj["status"] = {**(obj.get("status") or {}), **st}
+
+
+def running(fake: FakeK8s, name: str, step: int | None = None, value: float | None = None) -> None:
+    progress: dict[str, Any] = {}
+    if step is not None:
+        progress = {"step": step, "lastProgressTime": f"2026-01-01T12:0{step % 10}:00Z"}
+        if value is not None:
+            progress["metrics"] = {"best_val_acc": value}
+    set_trial(fake, name, phase="Running", startTime="2026-01-01T12:00:00Z", progress=progress)
+
+
+def test_the_first_reconcile_makes_max_concurrent_trials_with_sampled_parameters() -> None:
+    fake = FakeK8s(sweep())
+    reconcile(fake)
+    made = trials(fake)
+    assert sorted(made) == ["hd-t0", "hd-t1", "hd-t2", "hd-t3"]
+    t1 = made["hd-t1"]
+    params = expected(1)
+    assert t1["spec"]["command"] == ["python", "train.py", *sampling.arguments(params)]
+    assert {e["name"]: e["value"] for e in t1["spec"]["env"]} == sampling.environment(params)
+    assert t1["metadata"]["labels"][wire.LABEL_SWEEP] == "hd"
+    assert t1["metadata"]["labels"][wire.LABEL_TRIAL] == "1"
+    assert json.loads(t1["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]) == params
+    owner = t1["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Sweep", UID, True)
+    st = status(fake)
+    assert st["phase"] == "Pending"
+    assert st["seed"] == 7
+    assert st["trials"]["created"] == 4 and st["trials"]["planned"] == 8
+    assert st["trialsConfigMap"] == "hd-trials"
+    assert ledger(fake)["t3"]["parameters"] == expected(3)
+    assert conditions(fake)["Accepted"]["status"] == "True"
+    assert conditions(fake)["MetricReported"]["status"] == "Unknown"
+
+
+def test_a_reconcile_from_scratch_makes_no_trial_twice_and_the_same_parameters() -> None:
+    fake = FakeK8s(sweep())
+    reconcile(fake)
+    fake.reset_writes()
+    reconcile(fake)  # a restarted operator: a new Context, the same cluster
+    assert fake.applied == [] and fake.statuses == []
+    # the 5th trial, made after a slot frees, has the parameters trial 4 always has
+    set_trial(fake, "hd-t0", phase="Succeeded", startTime="2026-01-01T12:00:00Z")
+    reconcile(fake)
+    made = trials(fake)
+    assert sorted(made) == ["hd-t0", "hd-t1", "hd-t2", "hd-t3", "hd-t4"]
+    assert json.loads(made["hd-t4"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]) == (
+        expected(4)
+    )
+
+
+def test_a_seedless_sweep_draws_from_its_uid_and_says_the_seed() -> None:
+    body = sweep(SweepBuilder("hd", NS))
+    fake = FakeK8s(body)
+    reconcile(fake)
+    seed = status(fake)["seed"]
+    assert seed == sweeps.seed_of(api.parse_sweep(body))
+    made = trials(fake)
+    params = json.loads(made["hd-t0"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
+    assert params == expected(0, seed)
+
+
+def test_bandit_stops_a_trial_below_the_slack_and_frees_its_place() -> None:
+    fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).bandit(0.15, 1, 2)))
+    reconcile(fake)
+    for step, value in ((1, 0.5), (2, 0.8), (3, 0.9)):
+        running(fake, "hd-t0", step, value)
+        reconcile(fake)
+    running(fake, "hd-t1", 1, 0.3)
+    reconcile(fake)
+    assert wire.ANNOTATION_DECISION not in trials(fake)["hd-t1"]["metadata"]["annotations"]
+    fake.reset_writes()
+    running(fake, "hd-t1", 2, 0.6)  # below 0.8 / 1.15 = 0.696 at interval 2
+    reconcile(fake)
+    t1 = trials(fake)["hd-t1"]
+    assert t1["spec"]["suspend"] is True
+    assert t1["metadata"]["annotations"][wire.ANNOTATION_DECISION] == "stopped"
+    reason = t1["metadata"]["annotations"][wire.ANNOTATION_DECISION_REASON]
+    assert "below 0.695652" in reason and "trial 0" in reason
+    assert t1["spec"]["command"][:2] == ["python", "train.py"]  # the rest stays as made
+    assert ("Normal", "TrialStopped", f"hd-t1: {reason}") in fake.events
+    assert "hd-t4" not in trials(fake)  # its gang is still stopping: its place is held
+    assert status(fake)["trials"]["stopped"] == 1
+    entry = ledger(fake)["t1"]
+    assert entry["state"] == "Stopped" and entry["history"] == [[1, 0.3], [2, 0.6]]
+    set_trial(fake, "hd-t1", phase="Suspended", suspendedSince="2026-01-01T12:05:00Z")
+    reconcile(fake)
+    assert "hd-t4" in trials(fake)
+    # judged once at interval 2: a restart (another reconcile) decides nothing again
+    fake.reset_writes()
+    reconcile(fake)
+    assert fake.applied == [] and fake.events == []
+
+
+def test_the_sweep_succeeds_with_its_best_trial_once_every_trial_ended() -> None:
+    fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).trials(2, 2)))
+    reconcile(fake)
+    for name, value in (("hd-t0", 0.7), ("hd-t1", 0.9)):
+        running(fake, name, 1, value)
+        reconcile(fake)
+    assert status(fake)["phase"] == "Running"
+    assert conditions(fake)["MetricReported"]["message"] == "hd-t0 reported best_val_acc first"
+    for name in ("hd-t0", "hd-t1"):
+        set_trial(fake, name, phase="Succeeded", completionTime="2026-01-01T12:10:00Z")
+    reconcile(fake, at=600)
+    st = status(fake)
+    assert st["phase"] == "Succeeded"
+    assert st["best"]["name"] == "hd-t1" and st["best"]["metric"] == 0.9
+    assert st["best"]["parameters"] == sweeps.sweep_trials.shown(expected(1))
+    assert st["trials"]["completed"] == 2 and st["trials"]["done"] == 2
+    assert st["trialSeconds"]["spent"] == 2 * 600.0
+    assert conditions(fake)["Succeeded"]["reason"] == "AllTrialsEnded"
+    assert [r["name"] for r in st["summary"]] == ["hd-t1", "hd-t0"]
+    fake.reset_writes()
+    reconcile(fake, at=700)  # finished: nothing more
+    assert fake.applied == [] and fake.statuses == []
+
+
+def test_more_failed_trials_than_allowed_fail_the_sweep_and_cancel_the_rest() -> None:
+    fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).with_("spec.maxFailedTrials", 1)))
+    reconcile(fake)
+    failed = [{"type": "Failed", "status": "True", "reason": "Error", "message": "rank 0 ..."}]
+    for name in ("hd-t0", "hd-t2"):
+        set_trial(fake, name, phase="Failed", conditions=failed)
+    reconcile(fake)
+    st = status(fake)
+    assert st["phase"] == "Failed"
+    assert st["failedTrials"] == ["hd-t0", "hd-t2"]
+    failed_condition = conditions(fake)["Failed"]
+    assert failed_condition["reason"] == "TooManyFailedTrials"
+    assert "hd-t0, hd-t2" in failed_condition["message"]
+    for name in ("hd-t1", "hd-t3"):
+        t = trials(fake)[name]
+        assert t["spec"]["suspend"] is True
+        assert t["metadata"]["annotations"][wire.ANNOTATION_DECISION] == "canceled"
+    assert sorted(trials(fake)) == ["hd-t0", "hd-t1", "hd-t2", "hd-t3"]  # no new one
+
+
+def test_max_duration_cancels_the_running_trials_and_finishes_with_the_best() -> None:
+    fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).with_("spec.maxDurationSeconds", 60)))
+    result = reconcile(fake)
+    assert result.requeue_after is not None and 60 <= result.requeue_after <= 61
+    running(fake, "hd-t0", 1, 0.5)
+    reconcile(fake, at=30)
+    reconcile(fake, at=61)
+    st = status(fake)
+    assert st["phase"] == "Succeeded"
+    assert conditions(fake)["Succeeded"]["reason"] == "MaxDurationReached"
+    assert st["best"]["name"] == "hd-t0"
+    assert all(t["spec"].get("suspend") for t in trials(fake).values())
+
+
+def test_a_metric_no_trial_reports_is_said_once_trials_ended_without_it() -> None:
+    fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).trials(1, 1)))
+    reconcile(fake)
+    set_trial(
+        fake,
+        "hd-t0",
+        phase="Succeeded",
+        startTime="2026-01-01T12:00:00Z",
+        completionTime="2026-01-01T12:01:00Z",
+        progress={"step": 3, "metrics": {"val_acc": 0.8, "loss": 0.2}},
+    )
+    reconcile(fake)
+    st = status(fake)
+    assert st["phase"] == "Failed"
+    missing = conditions(fake)["MetricReported"]
+    assert (missing["status"], missing["reason"]) == ("False", "MetricMissing")
+    assert "none reported best_val_acc (their progress holds loss, val_acc)" in missing["message"]
+    assert conditions(fake)["Failed"]["reason"] == "MetricMissing"
+
+
+def invalid(builder: SweepBuilder) -> tuple[FakeK8s, dict[str, Any]]:
+    fake = FakeK8s(sweep(builder))
+    assert reconcile(fake).requeue_after is None  # said once, never retried
+    return fake, conditions(fake)["Accepted"]
+
+
+def test_what_the_sweeps_core_refuses_is_said_in_accepted_naming_the_field() -> None:
+    cases = [
+        (
+            SweepBuilder("hd", NS)
+            .grid()
+            .parameters(
+                batch={"type": "choice", "values": [16, 32, 64]},
+                lr={"type": "choice", "values": [0.1, 0.01, 0.001]},
+            )
+            .trials(8, 2),
+            "spec.maxTotalTrials: the grid has 9 combinations",
+        ),
+        (
+            SweepBuilder("hd", NS).grid(),
+            "spec.parameters.learning_rate: grid sampling takes only choice expressions",
+        ),
+        (
+            SweepBuilder("hd", NS).parameters(
+                lr={"type": "loguniform", "minValue": 1, "maxValue": 800}
+            ),
+            "spec.parameters.lr.maxValue: is a natural logarithm",
+        ),
+        (
+            SweepBuilder("hd", NS).parameters(
+                lr={"type": "uniform", "minValue": 0, "maxValue": 1},
+                LR={"type": "uniform", "minValue": 0, "maxValue": 1},
+            ),
+            "would both be TORCHYARD_PARAM_LR",
+        ),
+    ]
+    for builder, said in cases:
+        fake, accepted = invalid(builder)
+        assert (accepted["status"], accepted["reason"]) == ("False", "InvalidSpec")
+        assert said in accepted["message"], accepted["message"]
+        assert status(fake)["phase"] == "Failed"
+        assert trials(fake) == {}
+
+
+def test_asha_is_refused_until_the_controller_pauses_and_promotes() -> None:
+    body = sweep()
+    body["spec"]["earlyTermination"] = {"type": "asha"}
+    fake = FakeK8s(body)
+    reconcile(fake)
+    accepted = conditions(fake)["Accepted"]
+    assert accepted["status"] == "False"
+    assert "asha is not supported yet" in accepted["message"]
+
+
+def test_a_trial_the_apiserver_refuses_fails_the_sweep_once_naming_it() -> None:
+    fake = FakeK8s(sweep())
+    fake.refuse("TrainingRun", 422, "Invalid", 'TrainingRun "hd-t0" is invalid: spec.command')
+    assert reconcile(fake).requeue_after is None
+    accepted = conditions(fake)["Accepted"]
+    assert accepted["reason"] == "InvalidSpec"
+    assert "spec.trial: the apiserver refused trial hd-t0 as a TrainingRun" in accepted["message"]
+
+
+def test_thousands_of_trials_are_made_a_batch_per_reconcile() -> None:
+    fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).trials(120)))
+    result = reconcile(fake)
+    assert len(trials(fake)) == sweeps.CREATES_PER_RECONCILE
+    assert result.requeue_after == 0.0
+    reconcile(fake)
+    reconcile(fake)
+    assert len(trials(fake)) == 120
+    assert status(fake)["trials"]["created"] == 120
+
+
+def test_a_loguniform_that_looks_like_values_not_logarithms_is_accepted_with_a_hint() -> None:
+    fake = FakeK8s(
+        sweep(
+            SweepBuilder("hd", NS)
+            .seed(7)
+            .parameters(lr={"type": "loguniform", "minValue": 0.0001, "maxValue": 0.1})
+        )
+    )
+    reconcile(fake)
+    accepted = conditions(fake)["Accepted"]
+    assert accepted["status"] == "True"
+    assert "spec.parameters.lr: loguniform draws exp(uniform(0.0001, 0.1))" in accepted["message"]
+    assert "write minValue: -9.21034, maxValue: -2.30259" in accepted["message"]
+    assert len(trials(fake)) == 4
