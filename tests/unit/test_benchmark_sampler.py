@@ -28,7 +28,6 @@ def test_cpu_is_charged_to_the_thread_that_used_it(tmp_path: Path) -> None:
     ]
     for thread in threads:
         thread.start()
-    started = time.thread_time()
     burner = "test_benchmark_sampler.py:burn_cpu"
     try:
         # until the burner was charged 50 ms (half a second on an idle machine; a busy one
@@ -43,8 +42,6 @@ def test_cpu_is_charged_to_the_thread_that_used_it(tmp_path: Path) -> None:
             thread.join()
     burned = sampler.cpu_inclusive[burner]
     assert burned > 50e6  # ns
-    # this thread mostly slept between samples: the CPU is charged to the burner
-    assert (time.thread_time() - started) * 1e9 < burned
     assert sampler.cpu_inclusive["test_benchmark_sampler.py:wait_quietly"] < burned / 10
     sampler.dump()
     text = (tmp_path / "out.txt").read_text()

@@ -40,13 +40,14 @@ def test_validate_reports_each_resource(tmp_path: Path, capsys: pytest.CaptureFi
     assert "must not exceed gpusPerNode" in captured.err
 
 
-def test_crds_command_prints_all_three(capsys: pytest.CaptureFixture[str]) -> None:
+def test_crds_command_prints_every_kind(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["crds"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["spec"]["names"]["kind"] for d in docs] == [
         "TrainingRun",
         "Environment",
         "ModelVersion",
+        "Sweep",
     ]
 
 

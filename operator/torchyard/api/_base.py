@@ -8,7 +8,7 @@ modules of this package; no I/O here.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -82,6 +82,31 @@ class Model(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The wire form: camelCase keys, unset optional fields left out."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Named:
+    """What a resource model (TrainingRun, Sweep) reads of its metadata, a plain mapping."""
+
+    if TYPE_CHECKING:
+        metadata: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "default")
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.metadata.get("generation")
+        return int(gen) if gen is not None else None
+
+
+def observed_generation() -> Any:
+    """A status's observedGeneration field."""
+    return Field(default=None, description="The metadata.generation this status describes.")
 
 
 def nested(model: type[Model], description: str) -> Any:

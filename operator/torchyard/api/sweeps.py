@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
@@ -26,7 +26,9 @@ from torchyard.api._base import (
     DNS1035_LABEL,
     Condition,
     Model,
+    Named,
     NoNulStr,
+    observed_generation,
     with_rules,
 )
 from torchyard.api.trainingruns import RUN_NAME_MAX, TrainingRunSpec
@@ -71,7 +73,7 @@ POLICY_RULE = (
 # An int stays an int (q: 1 gives integer values), a float a float: one JSON number.
 Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
 
-EXPRESSION_TYPES = (
+ExpressionType = Literal[
     "choice",
     "randint",
     "uniform",
@@ -82,7 +84,8 @@ EXPRESSION_TYPES = (
     "qnormal",
     "lognormal",
     "qlognormal",
-)
+]
+EXPRESSION_TYPES: tuple[str, ...] = get_args(ExpressionType)
 # Which expression types take which field (sweeps.space's FIELDS), in the JSON names.
 FIELDS_OF: dict[str, tuple[str, ...]] = {
     "values": ("choice",),
@@ -134,18 +137,7 @@ class ParameterExpression(Model):
 
     model_config = with_rules(*EXPRESSION_RULES)
 
-    type: Literal[
-        "choice",
-        "randint",
-        "uniform",
-        "quniform",
-        "loguniform",
-        "qloguniform",
-        "normal",
-        "qnormal",
-        "lognormal",
-        "qlognormal",
-    ] = Field(
+    type: ExpressionType = Field(
         description="choice (values), randint (upper: an integer in [0, upper)), uniform, "
         "quniform, loguniform, qloguniform (minValue, maxValue; the log ones' bounds are "
         "natural logarithms, as in Azure ML), normal, qnormal, lognormal, qlognormal (mu, "
@@ -533,9 +525,7 @@ class SweepStatus(Model):
     phase: Literal["Pending", "Running", "Succeeded", "Failed"] | None = Field(
         default=None, description="Pending, Running, Succeeded or Failed."
     )
-    observed_generation: int | None = Field(
-        default=None, description="The metadata.generation this status describes."
-    )
+    observed_generation: int | None = observed_generation()
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Accepted, MetricReported, Succeeded, Failed, and Ready, Reconciling, Stalled.",
@@ -571,7 +561,7 @@ class SweepStatus(Model):
     completion_time: datetime | None = Field(default=None, description="When it finished.")
 
 
-class Sweep(Model):
+class Sweep(Named, Model):
     """A Sweep as the API holds it (metadata kept as a plain mapping)."""
 
     api_version: str = Field(default=API_VERSION, description="APIVersion.")
@@ -590,18 +580,5 @@ class Sweep(Model):
         return self
 
     @property
-    def name(self) -> str:
-        return str(self.metadata.get("name", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "default")
-
-    @property
     def uid(self) -> str:
         return str(self.metadata.get("uid") or "")
-
-    @property
-    def generation(self) -> int | None:
-        gen = self.metadata.get("generation")
-        return int(gen) if gen is not None else None

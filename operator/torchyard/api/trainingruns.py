@@ -31,8 +31,10 @@ from torchyard.api._base import (
     QUANTITY_MAX_LENGTH,
     Condition,
     Model,
+    Named,
     NoNulStr,
     nested,
+    observed_generation,
     with_rules,
 )
 from torchyard.api.checkpoints import SPEC_RULE as CHECKPOINTS_RULE
@@ -880,9 +882,7 @@ class TrainingRunStatus(Model):
         description="Pending, Preparing, Queued, Running, Finalizing, Succeeded, Failed or "
         "Suspended.",
     )
-    observed_generation: int | None = Field(
-        default=None, description="The metadata.generation this status describes."
-    )
+    observed_generation: int | None = observed_generation()
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Accepted, EnvironmentReady, Admitted, Running, Succeeded, Failed.",
@@ -937,7 +937,7 @@ class TrainingRunStatus(Model):
     model: ModelRef | None = Field(default=None, description="The registered model version.")
 
 
-class TrainingRun(Model):
+class TrainingRun(Named, Model):
     """A TrainingRun as the API holds it (metadata kept as a plain mapping)."""
 
     api_version: str = Field(default=API_VERSION, description="APIVersion.")
@@ -956,16 +956,3 @@ class TrainingRun(Model):
         ):
             raise ValueError(f"metadata.name: {RUN_NAME_RULE}")
         return self
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "default")
-
-    @property
-    def generation(self) -> int | None:
-        gen = self.metadata.get("generation")
-        return int(gen) if gen is not None else None

@@ -81,18 +81,12 @@ def trial(
         *spec.get("env", []),
         *({"name": name, "value": value} for name, value in environment.items()),
     ]
-    return {
-        "apiVersion": wire.API_VERSION,
-        "kind": "TrainingRun",
-        "metadata": {
-            "name": names.trial(sweep.name, index),
-            "namespace": sweep.namespace,
-            "labels": labels(sweep, index),
-            "annotations": {wire.ANNOTATION_PARAMETERS: parameters_text(parameters)},
-            "ownerReferences": [owner_reference(sweep)],
-        },
-        "spec": spec,
+    metadata = {
+        "labels": labels(sweep, index),
+        "annotations": {wire.ANNOTATION_PARAMETERS: parameters_text(parameters)},
+        "ownerReferences": [owner_reference(sweep)],
     }
+    return _trial_run(sweep, index, metadata, spec)
 
 
 def decided(sweep: Sweep, index: int, decision: Decision) -> dict[str, Any]:
@@ -105,18 +99,26 @@ def decided(sweep: Sweep, index: int, decision: Decision) -> dict[str, Any]:
     the TrainingRun, its status, progress and archived logs, stays to be read. Deleting
     its Pods instead would count as a lost node Pod and restart the gang; deleting the
     TrainingRun would lose its record."""
+    annotations = {
+        wire.ANNOTATION_DECISION: decision.what,
+        wire.ANNOTATION_DECISION_REASON: decision.reason[:REASON_MAX],
+    }
+    return _trial_run(sweep, index, {"annotations": annotations}, {"suspend": True})
+
+
+def _trial_run(
+    sweep: Sweep, index: int, metadata: Mapping[str, Any], spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Trial ``index``'s TrainingRun object: its name and namespace, then ``metadata``."""
     return {
         "apiVersion": wire.API_VERSION,
         "kind": "TrainingRun",
         "metadata": {
             "name": names.trial(sweep.name, index),
             "namespace": sweep.namespace,
-            "annotations": {
-                wire.ANNOTATION_DECISION: decision.what,
-                wire.ANNOTATION_DECISION_REASON: decision.reason[:REASON_MAX],
-            },
+            **metadata,
         },
-        "spec": {"suspend": True},
+        "spec": dict(spec),
     }
 
 
