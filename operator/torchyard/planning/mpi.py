@@ -1,5 +1,5 @@
 """``distribution.type: mpi``: the hostfile, the mpirun arguments, the variables and the
-per-run key of an OpenMPI run (README.md, "MPI runs").
+per-run key of an OpenMPI run (docs/how-to/mpi-horovod.md).
 
 Pure builders, called by the Pod planner (``pods.pod``), by the controller (the key's
 Secret, created once per run) and by local mode (``mpi_env(..., local=True)``); tested in
