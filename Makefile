@@ -92,7 +92,7 @@ docs: venv docs-venv
 # Built outside the tracked tree (build/ is git-ignored); --strict: a broken link fails.
 site: docs-venv
 	@echo "[docs] mkdocs build --strict"
-	@NO_MKDOCS_2_WARNING=1 "$(DOCS_DEPS)/bin/mkdocs" build --strict --quiet --site-dir build/site
+	@NO_MKDOCS_2_WARNING=1 "$(DOCS_DEPS)/bin/mkdocs" build --strict --site-dir build/site
 
 lint: venv
 	@echo "[lint] ruff"
