@@ -125,7 +125,8 @@ node: venv tools
 test: venv tools lint typecheck layers site
 	@$(PY) -m tests.tiers $(PYTEST_ARGS)
 
-# The benchmarks print each figure beside its baseline from the same run; `make test` runs
+# The benchmarks print each figure beside its baseline from the same run and write them to
+# benchmarks/results/<name>.json (`make docs` makes docs/benchmarks.md of them); `make test` runs
 # them at their smallest size (tests/integration/test_benchmarks_smoke.py; real_launch, which
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
