@@ -1,6 +1,6 @@
 # torchyard: two commands on a fresh machine.
 #   make demo   set up, then train the birds example for real in local mode (2 nodes x 2 processes, CPU)
-#   make test   set up, then lint, type-check, layer-check and run every test tier
+#   make test   set up, then lint, type-check, layer-check, build the docs and run every test tier
 #
 # Dependencies (pinned in requirements.lock; torch is large) go into a virtual environment
 # OUTSIDE the clone, keyed by the lock file's hash, so a second clone or a CI run reuses it;
@@ -14,17 +14,23 @@ export TORCHYARD_CACHE ?= $(HOME)/.cache/torchyard
 LOCK_HASH := $(shell sha256sum requirements.lock | cut -c1-12)
 PYVER := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 DEPS := $(TORCHYARD_CACHE)/venv-py$(PYVER)-$(LOCK_HASH)
+# The documentation site's tools (MkDocs, Material), pinned in docs/requirements.lock, in a
+# venv of their own keyed by that file's hash: the site never forces the torch venv anew.
+DOCS_LOCK_HASH := $(shell sha256sum docs/requirements.lock | cut -c1-12)
+DOCS_DEPS := $(TORCHYARD_CACHE)/docs-venv-py$(PYVER)-$(DOCS_LOCK_HASH)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools peers crds lint typecheck layers unit integration e2e node test demo bench clean help
+.PHONY: all venv docs-venv tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
 	@echo "make test   - set up and run lint, types, layers, unit, integration, e2e and node tests"
 	@echo "make tools  - build (once per version) the test control plane's Go binaries"
 	@echo "make crds   - regenerate crds/ from the API models"
+	@echo "make docs   - regenerate the reference and benchmarks pages, then build the site (build/site)"
+	@echo "make site   - build the documentation site with mkdocs --strict (no regeneration)"
 	@echo "make bench  - run every benchmark (BENCH_ARGS=--smoke: each at its smallest size)"
 	@echo "make peers  - build (once per version) Kubeflow's operators the benchmarks compare with, and Kueue"
 
@@ -51,6 +57,15 @@ $(VENV)/.ok: $(DEPS)/.complete pyproject.toml
 
 venv: $(VENV)/.ok
 
+$(DOCS_DEPS)/.complete:
+	@echo "[setup] documentation tools -> $(DOCS_DEPS)"
+	@rm -rf "$(DOCS_DEPS)"
+	@$(PYTHON) -m venv "$(DOCS_DEPS)"
+	@"$(DOCS_DEPS)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r docs/requirements.lock
+	@touch "$@"
+
+docs-venv: $(DOCS_DEPS)/.complete
+
 tools: venv
 	@$(PY) tests/cluster/binaries.py
 
@@ -67,10 +82,22 @@ crds: venv
 	@cp crds/*.torchyard.dev.yaml charts/torchyard/crds/
 	@cp crds/*.torchyard.dev.yaml examples/gitops/crds/
 
+# The reference pages (CRDs, CLI, Helm values, metrics, failure classes) and the benchmarks
+# page are generated (docs/gen/); tests/unit/test_docs.py fails when one is stale.
+docs: venv docs-venv
+	@echo "[docs] generate"
+	@$(PY) -m docs.gen
+	@$(MAKE) --no-print-directory site
+
+# Built outside the tracked tree (build/ is git-ignored); --strict: a broken link fails.
+site: docs-venv
+	@echo "[docs] mkdocs build --strict"
+	@NO_MKDOCS_2_WARNING=1 "$(DOCS_DEPS)/bin/mkdocs" build --strict --site-dir build/site
+
 lint: venv
 	@echo "[lint] ruff"
-	@"$(DEPS)/bin/ruff" check operator tests $(wildcard benchmarks examples)
-	@"$(DEPS)/bin/ruff" format --check operator tests $(wildcard benchmarks examples)
+	@"$(DEPS)/bin/ruff" check operator tests docs/gen $(wildcard benchmarks examples)
+	@"$(DEPS)/bin/ruff" format --check operator tests docs/gen $(wildcard benchmarks examples)
 
 typecheck: venv
 	@echo "[types] mypy --strict operator/"
@@ -95,10 +122,11 @@ node: venv tools
 
 # The tiers as separate pytest runs: unit+integration beside node (both mostly wait), then
 # e2e alone (tests/tiers.py); TORCHYARD_TEST_SERIAL=1: one plain pytest run instead.
-test: venv tools lint typecheck layers
+test: venv tools lint typecheck layers site
 	@$(PY) -m tests.tiers $(PYTEST_ARGS)
 
-# The benchmarks print each figure beside its baseline from the same run; `make test` runs
+# The benchmarks print each figure beside its baseline from the same run and write them to
+# benchmarks/results/<name>.json (`make docs` makes docs/benchmarks.md of them); `make test` runs
 # them at their smallest size (tests/integration/test_benchmarks_smoke.py; real_launch, which
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
@@ -111,4 +139,4 @@ demo: venv
 	@$(VENV)/bin/torchyard run examples/birds/trainingrun.yaml --local
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/site

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+import record
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(os.environ.get("CHATTY_LAUNCHER", ROOT / "operator" / "torchyard" / "launcher.py"))
 
@@ -130,9 +132,11 @@ def main() -> None:
     parser.add_argument("--limit-mib", type=int, default=64, help="TORCHYARD_LOG_LIMIT_BYTES")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--smoke", action="store_true")
+    record.add_argument(parser)
     args = parser.parse_args()
     if args.smoke:
         args.seconds, args.rounds, args.limit_mib = 2.0, 1, 16
+    rec = record.Record("chatty_rank", args)
     limit = args.limit_mib << 20
     ratios, quiet, chatty = [], [], []
     last: dict = {}
@@ -150,6 +154,15 @@ def main() -> None:
             f"ratio {ratios[-1]:.3f} (load {os.getloadavg()[0]:.2f})",
             flush=True,
         )
+        rec.round(
+            round=i + 1,
+            order=first,
+            quiet_steps_per_s=quiet[-1],
+            chatty_steps_per_s=chatty[-1],
+            chatty_written_mb_per_s=last["written"] / args.seconds / 1e6,
+            ratio=ratios[-1],
+            load=os.getloadavg()[0],
+        )
     ratio = statistics.median(ratios)
     print(
         f"{args.step_ms:g} ms steps for {args.seconds:g}s, {args.rounds} round(s): quiet "
@@ -166,6 +179,28 @@ def main() -> None:
         f"{last['shown'] / 1e6:.1f} MB"
     )
     print(f"  {last['note'][:160]}")
+    rec.figure(
+        f"step rate of a rank writing {args.mbps:g} MB/s behind a "
+        f"{args.terminal_mbps:g} MB/s terminal ({args.step_ms:g} ms steps)",
+        statistics.median(chatty),
+        "steps/s",
+        spread=(min(chatty), max(chatty)),
+        baseline=("the same rank, quiet", statistics.median(quiet)),
+        ratio=ratio,
+        ratio_spread=(min(ratios), max(ratios)),
+        target=">= 0.8",
+        met=ratio >= 0.8,
+    )
+    rec.figure(
+        "the chatty rank's archived log (last run)",
+        last["log"] / 2**20,
+        "MiB",
+        target=f"<= {args.limit_mib} MiB (logLimitBytes)",
+        met=within,
+    )
+    rec.figure("bytes the rank wrote (last run)", last["written"] / 1e6, "MB")
+    rec.figure("bytes the slow terminal got (last run)", last["shown"] / 1e6, "MB")
+    rec.write()
     print(f"load average: {os.getloadavg()[0]:.2f} (other work on this machine adds noise)")
 
 

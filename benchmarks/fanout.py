@@ -40,9 +40,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from benchmarks import record  # noqa: E402
 from benchmarks.peers import _METRIC  # noqa: E402
 from benchmarks.peers import writes as api_writes  # noqa: E402
 from benchmarks.scale import Operator  # noqa: E402
+from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.cluster.harness import Cluster, Pool  # noqa: E402
 
 from torchyard import api, k8s  # noqa: E402
@@ -172,9 +174,12 @@ def main() -> int:
         type=Path,
         help="folder for the operator's sampled profile (benchmarks/sampler.py), per round",
     )
+    record.add_argument(parser)
     args = parser.parse_args()
     if args.smoke:
         args.sizes = "8"
+    rec = record.Record("fanout", args)
+    rec.version("kubernetes", KUBERNETES_VERSION)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.rounds < 1 or not sizes or min(sizes) < 1:
         parser.error("--rounds and every size must be >= 1")
@@ -222,6 +227,16 @@ def main() -> int:
                         f"({1000 * cpu / n:.1f} ms/Pod)  Pod logs read {logs}",
                         flush=True,
                     )
+                    rec.round(
+                        round=r + 1,
+                        n=n,
+                        torchyard_s=mine,
+                        direct_s=direct,
+                        ratio=mine / direct,
+                        api_writes=writes,
+                        operator_cpu_s=cpu,
+                        pod_logs_read=logs,
+                    )
             rss, peak = op.memory_mib()
             print(
                 f"operator process: CPU {op.cpu_seconds():.1f}s, RSS {rss:.0f} MiB "
@@ -247,6 +262,23 @@ def main() -> int:
             f"{statistics.median(cpus[n]):5.2f}s ({spread(cpus[n])}, "
             f"{1000 * statistics.median(cpus[n]) / n:.1f} ms/Pod)"
         )
+        rec.figure(
+            f"TrainingRun -> {n} Pods Running",
+            statistics.median(mine),
+            "s",
+            spread=(min(mine), max(mine)),
+            baseline=("the same Pods created directly, 16 at a time", statistics.median(direct)),
+            ratio=statistics.median(ratios),
+            ratio_spread=(min(ratios), max(ratios)),
+            target=f"<= {TARGET_RATIO} in every round" if n == TARGET_N else None,
+            met=all(r <= TARGET_RATIO for r in ratios) if n == TARGET_N else None,
+        )
+        rec.figure(f"API writes per fan-out of {n}", statistics.median(writes), "writes")
+        rec.figure(
+            f"operator CPU per fan-out of {n}", 1000 * statistics.median(cpus[n]) / n, "ms/Pod"
+        )
+    rec.figure("operator process RSS (peak)", peak, "MiB")
+    rec.write()
     print(f"load average after: {load()}")
     if TARGET_N in results:
         ratios = [m / d for m, d, _ in results[TARGET_N]]

@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -147,7 +148,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--smoke", action="store_true", help="1 repeat of 5 steps")
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("launch_overhead", args)
     limit = 600.0
     if args.smoke:
         args.repeats, args.steps, limit = 1, 5, 90.0
@@ -210,6 +213,7 @@ def main() -> int:
                     f"total {total:6.2f}s",
                     flush=True,
                 )
+                rec.round(round=i + 1, arm=name, first_step_s=first, total_s=total)
     med = {
         k: (statistics.median(f for f, _ in v), statistics.median(t for _, t in v))
         for k, v in results.items()
@@ -234,6 +238,21 @@ def main() -> int:
             f"ratio torchyard / {base:19s} first step {ratio_first:6.3f}  total "
             f"{ratio_total:6.3f}   (target <= {TARGET:.2f}: {verdict})"
         )
+        for i, what in enumerate(("time to first step", "total")):
+            rec.figure(
+                f"{what}, world size 4, {args.steps} steps (against {base})",
+                med["torchyard"][i],
+                "s",
+                spread=(
+                    min(r[i] for r in results["torchyard"]),
+                    max(r[i] for r in results["torchyard"]),
+                ),
+                baseline=(base, med[base][i]),
+                ratio=med["torchyard"][i] / med[base][i],
+                target=f"<= {TARGET:.2f}",
+                met=med["torchyard"][i] / med[base][i] <= TARGET,
+            )
+    rec.write()
     return 0
 
 

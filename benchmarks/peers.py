@@ -74,10 +74,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
-from benchmarks import restart_steps, timeline  # noqa: E402
+from benchmarks import record, restart_steps, timeline  # noqa: E402
 from benchmarks.scale import Operator  # noqa: E402
 from kubernetes import client, watch  # noqa: E402
 from tests.cluster import peers  # noqa: E402
+from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.cluster.harness import GPU_TAINT, Cluster, Pool  # noqa: E402
 
 from torchyard import api, k8s  # noqa: E402
@@ -676,6 +677,91 @@ def report_admission(args: argparse.Namespace, res: Results) -> None:
         )
 
 
+def record_results(
+    rec: record.Record, args: argparse.Namespace, names: list[str], res: Results
+) -> None:
+    """The figures :func:`report` prints, and every round's, into the results file. A ratio
+    is the figure's over its baseline's (torchyard's against direct creation and against
+    each peer; a peer's against torchyard's)."""
+    for (name, n), times in sorted(res.fanout.items()):
+        for r, t in enumerate(times):
+            rec.round(part="fanout", n=n, contender=name, round=r + 1, seconds=t)
+        if name == "direct":
+            continue
+        direct = res.fanout[("direct", n)]
+        ratios = [x / d for x, d in zip(times, direct, strict=True)]
+        at_target = name == "torchyard" and n == TARGET_N
+        rec.figure(
+            f"{name}: create -> {n} Pods Running",
+            statistics.median(times),
+            "s",
+            spread=(min(times), max(times)),
+            baseline=("direct Pods, 16 concurrent creates", statistics.median(direct)),
+            ratio=statistics.median(ratios),
+            ratio_spread=(min(ratios), max(ratios)),
+            target=f"<= {TARGET_RATIO} in every round" if at_target else None,
+            met=all(x <= TARGET_RATIO for x in ratios) if at_target else None,
+        )
+    for (name, n), w in sorted(res.writes.items()):
+        rec.figure(f"{name}: API writes per Pod at N = {n}", statistics.median(w), "writes")
+    for peer in names:
+        if peer in ("torchyard", "direct") or (peer, TARGET_N) not in res.fanout:
+            continue
+        if ("torchyard", TARGET_N) in res.fanout:
+            mine = statistics.median(res.fanout[("torchyard", TARGET_N)])
+            theirs = statistics.median(res.fanout[(peer, TARGET_N)])
+            rec.figure(
+                f"torchyard: create -> {TARGET_N} Pods Running, against {peer}",
+                mine,
+                "s",
+                baseline=(peer, theirs),
+                ratio=mine / theirs,
+                target="< 1",
+                met=mine / theirs < 1,
+            )
+    base = res.restart.get("torchyard")
+    for name, times in res.restart.items():
+        for r, t in enumerate(times):
+            rec.round(part="restart", contender=name, round=r + 1, seconds=t)
+        replaced = statistics.median(res.replaced[name])
+        title = (
+            f"{name}: gang restart of {args.restart_size}, one Pod fails -> all Running "
+            f"({replaced:.0f} Pods replaced)"
+        )
+        median = statistics.median(times)
+        if not base or name == "torchyard":
+            rec.figure(title, median, "s", spread=(min(times), max(times)))
+            continue
+        rec.figure(
+            title,
+            median,
+            "s",
+            spread=(min(times), max(times)),
+            baseline=("torchyard", statistics.median(base)),
+            ratio=median / statistics.median(base),
+            target="> 1 (slower than torchyard)",
+            met=median > statistics.median(base),
+        )
+    for name, drains in res.drain.items():
+        for r, d in enumerate(drains):
+            rec.round(part="admission", contender=name, round=r + 1, drained_s=d)
+        done = [d for d in drains if d is not None]
+        rec.figure(
+            f"{name}: admission, {args.admission_runs} runs of {GANG} x 8 GPUs on {GANG} "
+            f"nodes, time to drain ({len(drains) - len(done)} of {len(drains)} rounds stuck)",
+            statistics.median(done) if done else "never",
+            "s" if done else "",
+            spread=(min(done), max(done)) if done else None,
+        )
+        rec.figure(
+            f"{name}: most runs holding a partial gang at once",
+            max(res.partial[name]),
+            "runs",
+            target="<= 1",
+            met=max(res.partial[name]) <= 1,
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8,64,256")
@@ -707,7 +793,12 @@ def main() -> int:
     parser.add_argument(
         "--smoke", action="store_true", help="N = 8, restart of 8, 4 admission runs, no peers"
     )
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("peers", args)
+    rec.version("kubernetes", KUBERNETES_VERSION)
+    if not args.no_peers:
+        rec.note(f"peers: {peers.versions()}")
     # SIGTERM (timeout, a CI's cancel) unwinds like Ctrl-C: the cluster stops what it started.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     if args.smoke:
@@ -792,6 +883,8 @@ def main() -> int:
                 running_peers.stop()
     report(args, [c for c in contenders], res, parts)
     print(f"machine after: {machine()}")
+    record_results(rec, args, [c.name for c in contenders], res)
+    rec.write()
     return 0
 
 

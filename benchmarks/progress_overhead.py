@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "operator" / "torchyard" / "launcher.py"
 
@@ -122,9 +124,11 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--smoke", action="store_true")
+    record.add_argument(parser)
     args = parser.parse_args()
     if args.smoke:
         args.steps, args.rounds = 50, 1
+    rec = record.Record("progress_overhead", args)
     ratios, baseline, with_reports = [], [], []
     for i in range(args.rounds):
         order = (False, True) if i % 2 == 0 else (True, False)
@@ -137,6 +141,14 @@ def main() -> None:
             f"round {i + 1} ({first}): baseline {measured[False] * 1000:.3f} ms/step, with "
             f"progress.report {measured[True] * 1000:.3f} ms/step: ratio {ratios[-1]:.4f} "
             f"(load {os.getloadavg()[0]:.2f})"
+        )
+        rec.round(
+            round=i + 1,
+            order=first,
+            baseline_ms_per_step=measured[False] * 1000,
+            reports_ms_per_step=measured[True] * 1000,
+            ratio=ratios[-1],
+            load=os.getloadavg()[0],
         )
     ratio = statistics.median(ratios)
     print(
@@ -154,6 +166,28 @@ def main() -> None:
         f"launcher: {(rank + read) / step * 100:.3f} % of a {args.step_ms:g} ms step "
         "(target < 0.5 %)"
     )
+    workload = f"{args.procs} ranks x {args.steps} steps of {args.step_ms:g} ms"
+    rec.figure(
+        f"step time with progress.report every step ({workload})",
+        statistics.median(with_reports) * 1000,
+        "ms/step",
+        spread=(min(with_reports) * 1000, max(with_reports) * 1000),
+        baseline=("a plain line of the same length", statistics.median(baseline) * 1000),
+        ratio=ratio,
+        ratio_spread=(min(ratios), max(ratios)),
+        target="overhead < 0.5 % (median paired ratio < 1.005)",
+        met=ratio - 1 < 0.005,
+    )
+    rec.figure("CPU per report in the rank", rank * 1e6, "us")
+    rec.figure("CPU per report in the launcher", read * 1e6, "us")
+    rec.figure(
+        f"CPU per report, share of a {args.step_ms:g} ms step",
+        (rank + read) / step * 100,
+        "%",
+        target="< 0.5 %",
+        met=(rank + read) / step < 0.005,
+    )
+    rec.write()
 
 
 if __name__ == "__main__":

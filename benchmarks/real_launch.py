@@ -56,6 +56,8 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parents[1] / "operator"),
 ]
 
+from benchmarks import record  # noqa: E402
+from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.cluster.realnode import NodeError, RealNode  # noqa: E402
 from tests.cluster.session import operator_on_real_node  # noqa: E402
 
@@ -494,17 +496,38 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
     parser.add_argument("--smoke", action="store_true", help="1 repeat of 5 steps, no warm-up")
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("real_launch", args)
+    rec.version("kubernetes", KUBERNETES_VERSION)
     if args.smoke:
         args.repeats, args.steps, args.warmup = 1, 5, 0
     if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
         parser.error("--repeats and --steps must be >= 1, --warmup >= 0")
     try:
         with operator_on_real_node(NS) as (_cluster, node):
-            compare(node, NS, repeats=args.repeats, steps=args.steps, warmup=args.warmup)
+            results = compare(node, NS, repeats=args.repeats, steps=args.steps, warmup=args.warmup)
     except (BenchError, NodeError) as err:
         print(f"real_launch: {err}", file=sys.stderr)
         return 1
+    for arm, launches in results.items():
+        for i, launch in enumerate(launches):
+            rec.round(arm=arm, run=i + 1, first_step_s=launch.last, running_s=launch.running)
+    lasts = {arm: [launch.last for launch in launches] for arm, launches in results.items()}
+    mine, bare = statistics.median(lasts["torchyard"]), statistics.median(lasts["bare Pods"])
+    rounds = [t / b for t, b in zip(lasts["torchyard"], lasts["bare Pods"], strict=True)]
+    rec.figure(
+        f"real node: TrainingRun created -> every rank's first step, {NODES} x {PROCS}",
+        mine,
+        "s",
+        spread=(min(lasts["torchyard"]), max(lasts["torchyard"])),
+        baseline=("2 bare Pods with torchrun and a headless Service", bare),
+        ratio=mine / bare,
+        ratio_spread=(min(rounds), max(rounds)),
+        target=f"<= {TARGET:.2f}",
+        met=mine / bare <= TARGET,
+    )
+    rec.write()
     return 0
 
 

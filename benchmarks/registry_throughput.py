@@ -51,6 +51,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+import record
+
 from torchyard.launch_transfer import upload_file
 from torchyard.sdk import RegistryClient
 
@@ -199,7 +201,9 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=3, help="rounds (the median is shown)")
     parser.add_argument("--smoke", action="store_true", help="8 MiB, one round")
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("registry_throughput", args)
     if args.smoke:
         args.mib, args.repeat = 8, 1
     size = args.mib << 20
@@ -324,6 +328,47 @@ def main() -> int:
             f"the client's {statistics.median(cpus[name]) / gib - service:5.2f} core-s/GiB"
         )
     print(f"service peak memory:        {peak:8.1f} MiB (flat in the file size)")
+    for i in range(args.repeat):
+        rec.round(
+            round=i + 1,
+            plain_copy_mb_s=mb / copies[i],
+            hashed_floor_mb_s=mb / floors[i],
+            checked_floor_mb_s=mb / checked[i],
+            upload_mb_s=mb / ups[i],
+            download_mb_s=mb / downs[i],
+        )
+    for name, times, median in (("upload", ups, up_s), ("download", downs, down_s)):
+        vs_floor = [f / t for f, t in zip(floors, times, strict=True)]
+        rec.figure(
+            f"{name}, {args.mib} MiB, sha256 checked at both ends",
+            mb / median,
+            "MB/s",
+            spread=(mb / max(times), mb / min(times)),
+            baseline=("hashed floor: copy + sha256 + fsync", round(mb / floor_s, 1)),
+            ratio=floor_s / median,
+            ratio_spread=(min(vs_floor), max(vs_floor)),
+            target=f">= {FLOOR_TARGET}",
+            met=floor_s / median >= FLOOR_TARGET,
+        )
+    rec.figure(
+        f"upload, {args.mib} MiB, against the checked floor",
+        mb / up_s,
+        "MB/s",
+        baseline=("checked floor: copy + sha256 twice + fsync", round(mb / checked_s, 1)),
+        ratio=checked_s / up_s,
+        ratio_spread=(min(vs_checked), max(vs_checked)),
+    )
+    rec.figure("plain copy + fsync (reference)", mb / copy_s, "MB/s")
+    for name in ("upload", "download"):
+        rec.figure(f"{name}: CPU in all", statistics.median(cpus[name]) / gib, "core-s/GiB")
+        rec.figure(
+            f"{name}: CPU of the service alone",
+            statistics.median(service_cpus[name]) / gib,
+            "core-s/GiB",
+        )
+    rec.figure("hashed floor: CPU", floor_cpu, "core-s/GiB")
+    rec.figure("service peak memory", peak, "MiB", target="flat in the file size")
+    rec.write()
     print(f"load average after:         {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 

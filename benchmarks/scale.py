@@ -51,7 +51,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from benchmarks import record  # noqa: E402
 from kubernetes import client, watch  # noqa: E402
+from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.cluster.harness import DEFAULT_POOLS, Cluster, free_port  # noqa: E402
 
 from torchyard import k8s  # noqa: E402
@@ -544,7 +546,13 @@ ROWS = [
 ]
 
 
-def report(n: int, rev: str, mine: dict[str, float | None], base: dict[str, float | None]) -> None:
+def report(
+    n: int,
+    rev: str,
+    mine: dict[str, float | None],
+    base: dict[str, float | None],
+    rec: record.Record | None = None,
+) -> None:
     print(f"\nscale: {n} runs, 1 node x 1 GPU each, pool {POOL.name} ({SLOTS} GPUs)")
     print(f"status lag samples: this tree {mine['lag_n']}, baseline {base.get('lag_n')}")
     print(f"{'figure':38s} {'this tree':>12s} {'baseline ' + rev:>18s} {'ratio':>8s}")
@@ -554,6 +562,14 @@ def report(n: int, rev: str, mine: dict[str, float | None], base: dict[str, floa
         if a is not None and b is not None and a not in (0, float("inf")):
             ratio = "inf" if b == float("inf") else f"{b / a:.1f}x"
         print(f"{title:38s} {show(a, unit):>12s} {show(b, unit):>18s} {ratio:>8s}")
+        if rec is not None and a is not None:
+            rec.figure(
+                f"{n} runs: {title}",
+                a,
+                unit,
+                baseline=(f"revision {rev}", b if b is not None else "n/a") if base else None,
+                ratio=a / b if b not in (None, 0, float("inf")) and a is not None else None,
+            )
 
 
 def main() -> int:
@@ -599,6 +615,7 @@ def main() -> int:
         type=Path,
         help="folder for the operator's sampled profile (benchmarks/sampler.py) and its log",
     )
+    record.add_argument(parser)
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.refills, args.idle, args.refill_timeout = 50, 1, 5.0, 75.0
@@ -610,6 +627,8 @@ def main() -> int:
         parser.error("--runs must be >= 1, --refills and --baseline-refills >= 0, --idle > 0")
     if not (args.tree / "torchyard" / "controller").is_dir():
         parser.error(f"--tree {args.tree}: not an operator/ folder (no torchyard/controller)")
+    rec = record.Record("scale", args)
+    rec.version("kubernetes", KUBERNETES_VERSION)
     with tempfile.TemporaryDirectory(prefix="torchyard-scale-") as tmp:
         work = Path(tmp)
         base_path = "" if args.baseline == "none" else baseline_tree(args.baseline, work)
@@ -629,9 +648,10 @@ def main() -> int:
                 from benchmarks import scale_peers
 
                 theirs = scale_peers.measure(cluster, args)
-    report(args.runs, args.baseline, mine, base)
+    report(args.runs, args.baseline, mine, base, rec)
     if args.peers:
-        scale_peers.report(args.runs, mine, theirs)
+        scale_peers.report(args.runs, mine, theirs, rec)
+    rec.write()
     return 0
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import record
 from benchmarks.scale import POOL, SLOTS, TICK, World, show, wait, watch_forever
 from kubernetes import client
 from tests.cluster import peers
@@ -309,13 +310,18 @@ ROWS = [
 
 
 def report(
-    n: int, mine: dict[str, float | None], theirs: dict[str, dict[str, float | None]]
+    n: int,
+    mine: dict[str, float | None],
+    theirs: dict[str, dict[str, float | None]],
+    rec: record.Record | None = None,
 ) -> None:
     """The peers' columns beside torchyard's (this tree), with each ratio peer / torchyard
     (above 1: torchyard is the smaller or faster)."""
     names = [k.name for k in KINDS if k.name in theirs]
     print(f"\nscale beside the peers: {n} one-GPU jobs, pool {POOL.name} ({SLOTS} GPUs)")
     print(f"peers: {peers.versions()}")
+    if rec is not None:
+        rec.note(f"peers: {peers.versions()}")
     head = f"{'figure':38s} {'torchyard':>10s}"
     for name in names:
         head += f" {name:>11s} {'ratio':>6s}"
@@ -336,6 +342,14 @@ def report(
             if a is not None and b is not None and a not in (0, float("inf")):
                 ratio = "inf" if b == float("inf") else f"{b / a:.2f}"
             line += f" {show(b, unit):>11s} {ratio:>6s}"
+            if rec is not None and b is not None:
+                rec.figure(
+                    f"{n} jobs: {title} ({name})",
+                    b,
+                    unit,
+                    baseline=("torchyard", a if a is not None else "n/a"),
+                    ratio=b / a if a not in (None, 0, float("inf")) else None,
+                )
         print(line)
     print(
         "  (refill: the next job's Pod Running for all; torchyard's run status Running "

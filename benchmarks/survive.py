@@ -52,7 +52,9 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parents[1] / "operator"),
 ]
 
+from benchmarks import record  # noqa: E402
 from tests.builders import environment  # noqa: E402
+from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.cluster.harness import Cluster  # noqa: E402
 from tests.cluster.realnode import NodeError, RealNode  # noqa: E402
 from tests.cluster.session import operator_on_real_node  # noqa: E402
@@ -292,6 +294,64 @@ def line(o: Outcome, seconds: float) -> str:
     )
 
 
+def record_outcomes(rec: record.Record, kills: list[Outcome], deletions: list[Outcome]) -> None:
+    """Every repetition, and the counts :func:`summary` prints, into the results file."""
+    for o in [*kills, *deletions]:
+        rec.round(
+            kind=o.kind,
+            at_step=o.at,
+            resumed_at=o.resumed,
+            steps_lost=o.lost,
+            during_save=o.during_save,
+            from_newest=o.from_newest,
+            max_loss_diff=o.max_diff,
+            failed_attempts=o.failed_attempts,
+            ok=o.ok,
+        )
+    if kills:
+        rec.figure(
+            "kill anywhere: resumed from the newest complete checkpoint",
+            f"{sum(o.from_newest for o in kills)}/{len(kills)}",
+            target="all",
+            met=all(o.from_newest for o in kills),
+        )
+        rec.figure("kill anywhere: killed during a save", sum(o.during_save for o in kills))
+        rec.figure(
+            "kill anywhere: most steps lost",
+            max(o.lost for o in kills),
+            "steps",
+            target=f"<= {toy.INTERVAL} (the interval)",
+            met=max(o.lost for o in kills) <= toy.INTERVAL,
+        )
+        rec.figure(
+            f"kill anywhere: losses equal to the uninterrupted run's for {COMPARED} steps",
+            f"{sum(o.max_diff < TOLERANCE for o in kills)}/{len(kills)}",
+            target=f"all, to {TOLERANCE:g}",
+            met=all(o.max_diff < TOLERANCE for o in kills),
+        )
+    if deletions:
+        saved = sum(o.resumed >= o.at for o in deletions)
+        rec.figure(
+            "graceful deletion: saved just in time (at or after the step SIGTERM came at)",
+            f"{saved}/{len(deletions)}",
+            target=">= 90 %",
+            met=saved >= 0.9 * len(deletions),
+        )
+        rec.figure("graceful deletion: most steps lost", max(o.lost for o in deletions), "steps")
+        rec.figure(
+            "graceful deletion: backoffLimit untouched",
+            f"{sum(o.failed_attempts == 0 for o in deletions)}/{len(deletions)}",
+            target="all",
+            met=all(o.failed_attempts == 0 for o in deletions),
+        )
+        rec.figure(
+            "graceful deletion: losses equal to the uninterrupted run's",
+            f"{sum(o.max_diff < TOLERANCE for o in deletions)}/{len(deletions)}",
+            target="all",
+            met=all(o.max_diff < TOLERANCE for o in deletions),
+        )
+
+
 def summary(kills: list[Outcome], deletions: list[Outcome]) -> bool:
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (shared machine)")
@@ -330,7 +390,10 @@ def main() -> int:
     parser.add_argument("--deletions", type=int, default=10)
     parser.add_argument("--save-seconds", type=float, default=1.0, help="each save's length")
     parser.add_argument("--seed", type=int, default=None)
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("survive", args)
+    rec.version("kubernetes", KUBERNETES_VERSION)
     if args.kills < 0 or args.deletions < 0 or args.kills + args.deletions == 0:
         parser.error("--kills and --deletions must be >= 0, and not both 0")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
@@ -357,7 +420,11 @@ def main() -> int:
         except (BenchError, NodeError) as err:
             print(f"survive: {err}", file=sys.stderr)
             return 1
-    return 0 if summary(kills, deletions) else 1
+    good = summary(kills, deletions)
+    rec.note(f"seed {seed}")
+    record_outcomes(rec, kills, deletions)
+    rec.write()
+    return 0 if good else 1
 
 
 if __name__ == "__main__":

@@ -37,12 +37,8 @@ within 1 % of the exhaustive best. The full run writes benchmarks/results/sweeps
 from __future__ import annotations
 
 import argparse
-import datetime
 import heapq
-import json
 import math
-import os
-import platform
 import random
 import statistics
 import sys
@@ -50,10 +46,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchyard.sweeps import sampling, space, stopping, trials
-
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "sweeps.json"
+sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
+
+from benchmarks import record  # noqa: E402
+
+from torchyard.sweeps import sampling, space, stopping, trials  # noqa: E402
 
 SPACE = {
     "learning_rate": {"type": "uniform", "minValue": 0.0005, "maxValue": 0.005},
@@ -308,7 +306,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, default=10, help="seeds for the range lines")
     parser.add_argument("--smoke", action="store_true", help="16 trials, 4 slots, 9 epochs")
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("sweeps", args)
     if args.smoke:
         args.trials, args.slots, args.epochs, args.seeds = 16, 4, 9, 2
     print(
@@ -350,36 +350,28 @@ def main() -> None:
             f"{row.gap_true * 100:.2f} % ({'met' if met(row, row.gap_true) else 'not met'}; "
             f"met on {sum(met(x, x.gap_true) for x in found)} of {len(found)} seeds)"
         )
-    if args.smoke:
-        return
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "benchmark": "benchmarks/sweeps.py",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "cpus": os.cpu_count(),
-        },
-        "config": {
-            "trials": args.trials,
-            "slots": args.slots,
-            "epochs": args.epochs,
-            "seed": args.seed,
-            "seeds": args.seeds,
-        },
-        "results": [
-            {**asdict(x.outcome), "ratio": x.ratio, "gap": x.gap, "gap_true": x.gap_true}
-            for x in rows
-        ],
-        "seeds": {
-            name: [{"ratio": x.ratio, "gap": x.gap, "gap_true": x.gap_true} for x in found]
-            for name, found in spread.items()
-        },
-        "target": {"ratio_at_most": 0.35, "gap_at_most": 0.01},
-    }
-    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    for x in rows:
+        rec.round(**asdict(x.outcome), ratio=x.ratio, gap=x.gap, gap_true=x.gap_true)
+    for name in (ASHA, "asha (eta 3, 2 brackets)"):
+        row = next(x for x in rows if x.outcome.policy == name)
+        found = spread[name]
+        rec.figure(
+            f"{name}: trial-seconds",
+            row.ratio,
+            "x the sweep without early stopping",
+            spread=(min(x.ratio for x in found), max(x.ratio for x in found)),
+            target="<= 0.35",
+            met=row.ratio <= 0.35,
+        )
+        rec.figure(
+            f"{name}: best found below the exhaustive best",
+            round(row.gap * 100, 2),
+            "%",
+            spread=(min(x.gap for x in found) * 100, max(x.gap for x in found) * 100),
+            target="<= 1 %",
+            met=row.gap <= 0.01,
+        )
+    rec.write()
 
 
 if __name__ == "__main__":

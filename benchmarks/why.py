@@ -42,7 +42,9 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parents[1] / "operator"),
 ]
 
+from benchmarks import record  # noqa: E402
 from tests.builders import TrainingRunBuilder, environment  # noqa: E402
+from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.cluster.realnode import NodeError, RealNode  # noqa: E402
 from tests.cluster.session import operator_on_real_node  # noqa: E402
 from tests.integration.helpers import wait_status  # noqa: E402
@@ -176,6 +178,25 @@ def rounds(node: RealNode, runs: int, only: list[str]) -> dict[str, list[tuple[b
     return results
 
 
+def record_results(rec: record.Record, results: dict[str, list[tuple[bool, bool]]]) -> None:
+    for name, seen in results.items():
+        for i, (detected, named) in enumerate(seen):
+            rec.round(case=name, round=i + 1, detected=detected, named_right=named)
+        n = len(seen)
+        rec.figure(
+            f"{name} ({CASES[name].klass}): detected",
+            f"{sum(1 for d, _ in seen if d)}/{n}",
+            target="all",
+            met=all(d for d, _ in seen),
+        )
+        rec.figure(
+            f"{name} ({CASES[name].klass}): rank (and line) named right",
+            f"{sum(1 for _, r in seen if r)}/{n}",
+            target="all",
+            met=all(r for _, r in seen),
+        )
+
+
 def report(results: dict[str, list[tuple[bool, bool]]]) -> None:
     load = os.getloadavg()
     print(f"\nload average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (other helpers share it)")
@@ -191,7 +212,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="rounds (each case once)")
     parser.add_argument("--only", default="", help="comma-separated cases (default: all)")
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("why", args)
+    rec.version("kubernetes", KUBERNETES_VERSION)
     only = [c for c in args.only.split(",") if c] or list(CASES)
     unknown = sorted(set(only) - set(CASES))
     if args.runs < 1 or unknown:
@@ -202,10 +226,13 @@ def main() -> int:
             cluster.kubectl("label", "namespace", NS, f"{RESTRICTED}=restricted")
             k8s.create(environment("pytorch", NS, image=node.images["pytorch"].ref))
             wait_status(k8s.ENVIRONMENTS, NS, "pytorch", lambda s: s.get("phase") == "Ready")
-            report(rounds(node, args.runs, only))
+            results = rounds(node, args.runs, only)
+            report(results)
     except (BenchError, NodeError) as err:
         print(f"why: {err}", file=sys.stderr)
         return 1
+    record_results(rec, results)
+    rec.write()
     return 0
 
 

@@ -41,6 +41,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
+from benchmarks import record  # noqa: E402
 from tests.faults import FAULTS, SHAPES, script  # noqa: E402
 
 STALL_SECONDS = 15
@@ -106,7 +107,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="runs per cell (default 1)")
     parser.add_argument("--only", default="", help="shapes, comma-separated (default all)")
     parser.add_argument("--faults", default="", help="faults, comma-separated (default all)")
+    record.add_argument(parser)
     args = parser.parse_args()
+    rec = record.Record("why_matrix", args)
     shapes = [s for s in args.only.split(",") if s] or list(SHAPES)
     faults = [f for f in args.faults.split(",") if f] or list(FAULTS)
     for name in [*shapes, *faults]:
@@ -131,12 +134,30 @@ def main() -> int:
                 )
                 print(row, flush=True)
                 rows.append((right, args.runs))
+                rec.round(
+                    shape=shape,
+                    fault=fault,
+                    victim=place,
+                    named_right=right,
+                    runs=args.runs,
+                    seconds_per_run=seconds,
+                    load=os.getloadavg()[0],
+                    wrong="; ".join(sorted(set(wrong))),
+                )
+                rec.figure(
+                    f"{shape}, {fault}, victim on the {place} node: named right",
+                    f"{right}/{args.runs}",
+                    target=">= 95 %",
+                    met=right >= 0.95 * args.runs,
+                )
     total = sum(r for r, _ in rows)
     runs = sum(n for _, n in rows)
     print(
         f"named right: {total}/{runs} runs; cells at >= 95%: "
         f"{sum(1 for r, n in rows if r >= 0.95 * n)}/{len(rows)}"
     )
+    rec.figure("runs named right, in all", f"{total}/{runs}")
+    rec.write()
     return 0
 
 

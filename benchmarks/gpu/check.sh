@@ -13,12 +13,16 @@
 # Usage: [CHECKS="birds nccl cuda-oom collective-timeout"] benchmarks/gpu/check.sh
 #        [TORCHYARD_COMMAND...]  (default: python3 -m torchyard; CHECKS picks the steps)
 # Without a CUDA GPU visible to torch, every step is skipped with a message (exit 0).
-# Prints each step's wall time. Nothing in the test suite depends on it.
+# Prints each step's wall time, and writes the figures (each step's wall time and exit, each
+# failing check's count) to benchmarks/results/gpu_check.json (RESULTS=FILE elsewhere,
+# RESULTS=- nowhere) through benchmarks/record.py. Nothing in the test suite depends on it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 ty=("$@"); [ ${#ty[@]} -gt 0 ] || ty=(python3 -m torchyard)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+started=$(date -u +%Y-%m-%dT%H:%M:%S+00:00); load_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
+figures="$work/figures.tsv"; : > "$figures"
 export TORCHYARD_REGISTRY="$work/registry"
 checks=" ${CHECKS:-birds nccl cuda-oom collective-timeout} "
 wanted() { [[ "$checks" == *" $1 "* ]]; }
@@ -29,8 +33,15 @@ if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else
   exit 0
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
-step() { local name=$1; shift; local t0=$EPOCHREALTIME; "$@"; local rc=$?; echo "[gpu-check] $name: exit $rc in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s"; return $rc; }
+versions=$(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())')
+echo "$versions"
+step() {
+  local name=$1; shift; local t0=$EPOCHREALTIME; "$@"; local rc=$?
+  local took; took=$(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}")
+  echo "[gpu-check] $name: exit $rc in $took s"
+  printf '%s: wall time (exit %s)\t%s\ts\n' "$name" "$rc" "$took" >> "$figures"
+  return $rc
+}
 status=0
 if wanted birds; then
 step birds-cuda "${ty[@]}" run "$here/birds-cuda.yaml" --local --source "$repo/examples/birds" --workdir "$work/runs" || status=1
@@ -57,6 +68,8 @@ failing() {
     fi
   done
   [ "$runs" -eq 0 ] || echo "[gpu-check] $name: reported with its evidence and classified $klass with advice in $named of $runs runs"
+  [ "$runs" -eq 0 ] || printf '%s: reported quoting its evidence, classified %s\t%s/%s\t\tall\t%s\n' \
+    "$name" "$klass" "$named" "$runs" "$([ "$named" -eq "$runs" ] && echo 1 || echo 0)" >> "$figures"
   [ "$named" -eq "$runs" ] || status=1
 }
 # OOM_RUNS (default 1) times: each must fail naming the OOM traceback, classified CudaOOM
@@ -64,4 +77,9 @@ failing cuda-oom "${OOM_RUNS:-1}" "OutOfMemoryError\|CUDA out of memory" "CudaOO
 # TIMEOUT_RUNS (default 1) times: NCCL's watchdog must fire and the run be classified
 # CollectiveTimeout (retryable), quoting the watchdog's line
 failing collective-timeout "${TIMEOUT_RUNS:-1}" "Watchdog caught collective operation timeout" "CollectiveTimeout (retryable)"
+if [ "${RESULTS:-}" != "-" ]; then
+  python3 "$repo/benchmarks/record.py" gpu_check "$figures" --started "$started" --load-start "$load_start" \
+    --command "CHECKS=\"$(echo $checks)\" OOM_RUNS=${OOM_RUNS:-1} TIMEOUT_RUNS=${TIMEOUT_RUNS:-1} bash benchmarks/gpu/check.sh" \
+    --note "$versions" ${RESULTS:+--results "$RESULTS"} || status=1
+fi
 exit $status

@@ -45,10 +45,13 @@ PATH = "/metrics"
 class _Metric:
     """A ``prometheus_client`` metric with keyword labels checked against its label names."""
 
-    def __init__(self, name: str, metric: Any, labelnames: Sequence[str]) -> None:
+    kind = "untyped"  # its Prometheus type
+
+    def __init__(self, name: str, metric: Any, labelnames: Sequence[str], help: str = "") -> None:
         self._metric = metric
         self.name = name
         self.labelnames = tuple(labelnames)
+        self.help = help
 
     def _child(self, labels: Mapping[str, str]) -> Any:
         if set(labels) != set(self.labelnames):
@@ -70,6 +73,8 @@ class _Metric:
 class Counter(_Metric):
     """A value that only goes up (name it ``..._total``)."""
 
+    kind = "counter"
+
     def inc(self, amount: float = 1.0, **labels: str) -> None:
         if amount < 0:
             raise ValueError(f"{self.name}: a counter cannot go down ({amount})")
@@ -82,8 +87,10 @@ class Counter(_Metric):
 class Gauge(_Metric):
     """A value that goes up and down; :meth:`replace` swaps every labelled value at once."""
 
-    def __init__(self, name: str, metric: Any, labelnames: Sequence[str]) -> None:
-        super().__init__(name, metric, labelnames)
+    kind = "gauge"
+
+    def __init__(self, name: str, metric: Any, labelnames: Sequence[str], help: str = "") -> None:
+        super().__init__(name, metric, labelnames, help)
         self._keys: set[tuple[str, ...]] = set()  # the label values of every series
         # what replace() last set, so that the next one touches only what changed
         self._replaced: dict[tuple[str, ...], float] = {}
@@ -135,10 +142,17 @@ class Gauge(_Metric):
 class Histogram(_Metric):
     """Observations counted into cumulative buckets, with their sum and count."""
 
+    kind = "histogram"
+
     def __init__(
-        self, name: str, metric: Any, labelnames: Sequence[str], buckets: Sequence[float]
+        self,
+        name: str,
+        metric: Any,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+        help: str = "",
     ) -> None:
-        super().__init__(name, metric, labelnames)
+        super().__init__(name, metric, labelnames, help)
         self.buckets = (*sorted(float(b) for b in buckets if not math.isinf(b)), math.inf)
 
     def observe(self, value: float, **labels: str) -> None:
@@ -152,20 +166,27 @@ class Histogram(_Metric):
 
 
 class Registry:
-    """The metrics one component exposes, with the process and platform collectors."""
+    """The metrics one component exposes, with the process and platform collectors;
+    :attr:`defined` lists its own in the order they were defined (the documentation's
+    metrics reference is made from it)."""
 
     def __init__(self) -> None:
+        self.defined: list[_Metric] = []
         self.collectors = prometheus_client.CollectorRegistry()
         prometheus_client.ProcessCollector(registry=self.collectors)
         prometheus_client.PlatformCollector(registry=self.collectors)
 
     def counter(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Counter:
         metric = prometheus_client.Counter(name, help, labelnames, registry=self.collectors)
-        return Counter(name, metric, labelnames)
+        counter = Counter(name, metric, labelnames, help)
+        self.defined.append(counter)
+        return counter
 
     def gauge(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Gauge:
         metric = prometheus_client.Gauge(name, help, labelnames, registry=self.collectors)
-        return Gauge(name, metric, labelnames)
+        gauge = Gauge(name, metric, labelnames, help)
+        self.defined.append(gauge)
+        return gauge
 
     def histogram(
         self,
@@ -179,7 +200,9 @@ class Registry:
         metric = prometheus_client.Histogram(
             name, help, labelnames, registry=self.collectors, buckets=buckets
         )
-        return Histogram(name, metric, labelnames, buckets)
+        histogram = Histogram(name, metric, labelnames, buckets, help)
+        self.defined.append(histogram)
+        return histogram
 
     def samples(self) -> Iterator[Sample]:
         for family in self.collectors.collect():

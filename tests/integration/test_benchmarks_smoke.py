@@ -1,6 +1,7 @@
 """Every benchmark in ``benchmarks/`` at its smallest size (``--smoke``), as a process of its
-own, so that none rots unnoticed: each must exit 0 and print the lines its README row is
-read from (its ratios against the baseline measured in the same run). The figures are not
+own, so that none rots unnoticed: each must exit 0 and print the lines its figures are
+read from (its ratios against the baseline measured in the same run); a smoke run writes no
+results file (benchmarks/record.py). The figures are not
 judged here (a shared test machine's timings say little); what is checked is that every
 part runs, including the counts that are exact (one build Job per recipe)."""
 

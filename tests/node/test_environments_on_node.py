@@ -26,7 +26,7 @@ Pod on a KWOK node would never run.
 Fixtures: ``real_node`` (tests/node/conftest.py), ``operator`` and ``namespace``
 (tests/conftest.py). Conda recipes are not built here: no conda tool (conda, mamba,
 micromamba) installs from the package registries this machine reaches, and no conda
-channel is reachable either (see the README).
+channel is reachable either (see docs/how-to/environments.md).
 """
 
 from __future__ import annotations

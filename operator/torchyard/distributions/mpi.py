@@ -1,4 +1,4 @@
-"""``distribution.type: mpi`` (OpenMPI, README.md "MPI runs"): its API rules, the hostfile,
+"""``distribution.type: mpi`` (OpenMPI; docs/how-to/mpi-horovod.md): its API rules, the hostfile,
 the mpirun arguments, the launcher's variables, the key Secret's mount and the channel's
 port; registered by ``torchyard.distributions``, tested in tests/unit/planning/test_mpi.py.
 

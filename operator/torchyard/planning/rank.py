@@ -1,5 +1,5 @@
-"""The rank contract: the variables every training process sees (README.md, "From the
-Azure ML guide to torchyard").
+"""The rank contract: the variables every training process sees
+(docs/concepts/rank-contract.md).
 
 ``node_env`` is what a node's launcher gets; the launcher adds RANK and LOCAL_RANK per
 process with :func:`torchyard.launch_contract.process_env`; the run's distribution type may

@@ -112,11 +112,9 @@ def create_app(
     return app
 
 
-def _add_metrics(app: web.Application) -> None:
-    """``GET /metrics`` (Prometheus, no token: counters only) with the bytes of files the
-    service received (uploads of run files and snapshots) and sent (downloads), and the
-    process's own (``process_resident_memory_bytes``, CPU seconds) through
-    ``prometheus_client``; OpenMetrics for a scraper that asks for it."""
+def metrics_registry() -> tuple[metrics.Registry, metrics.Counter, metrics.Counter]:
+    """A new registry of the service's metrics, and its counters of the bytes of files
+    received (uploads of run files and snapshots) and sent (downloads)."""
     registry = metrics.Registry()
     received = registry.counter(
         "torchyard_registry_received_bytes_total",
@@ -126,6 +124,15 @@ def _add_metrics(app: web.Application) -> None:
         "torchyard_registry_sent_bytes_total",
         "Bytes of files downloaded (run files, model files, source snapshots).",
     )
+    return registry, received, sent
+
+
+def _add_metrics(app: web.Application) -> None:
+    """``GET /metrics`` (Prometheus, no token: counters only) with the bytes of files the
+    service received and sent (:func:`metrics_registry`), and the process's own
+    (``process_resident_memory_bytes``, CPU seconds) through ``prometheus_client``;
+    OpenMetrics for a scraper that asks for it."""
+    registry, received, sent = metrics_registry()
 
     @web.middleware
     async def count_received(request: web.Request, handler: Any) -> web.StreamResponse:

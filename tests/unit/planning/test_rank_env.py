@@ -1,4 +1,4 @@
-"""The rank contract (README.md) as the planner computes it, node by node and
+"""The rank contract (docs/concepts/rank-contract.md) as the planner computes it, node by node and
 process by process."""
 
 from __future__ import annotations
