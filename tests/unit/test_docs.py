@@ -19,7 +19,7 @@ import pytest
 import tomllib
 import yaml
 
-from torchyard.api.trainingruns import FAILURE_CLASSES
+from torchyard.api.trainingrun_status import FAILURE_CLASSES
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR = ROOT / "operator"

@@ -23,6 +23,7 @@ from torchyard.api.parsing import (
     parse_sweep,
     parse_trainingrun,
 )
+from torchyard.api.policies import Policy
 from torchyard.api.sweeps import (
     EarlyTermination,
     Objective,
@@ -31,17 +32,19 @@ from torchyard.api.sweeps import (
     SweepSpec,
     SweepStatus,
 )
+from torchyard.api.trainingrun_status import (
+    Failure,
+    NodeCounts,
+    Phase,
+    QueuePlace,
+    TrainingRunStatus,
+)
 from torchyard.api.trainingruns import (
     Compute,
     Distribution,
     EnvVar,
-    Failure,
     GitSource,
-    NodeCounts,
     Outputs,
-    Phase,
-    Policy,
-    QueuePlace,
     Register,
     Resources,
     Scheduling,
@@ -49,7 +52,6 @@ from torchyard.api.trainingruns import (
     Toleration,
     TrainingRun,
     TrainingRunSpec,
-    TrainingRunStatus,
 )
 from torchyard.api.wire import DEFAULT_MASTER_PORT
 from torchyard.launch_contract import RANK_CONTRACT_VARIABLES

@@ -10,15 +10,12 @@ with the description users read in ``kubectl explain`` and the rules that check 
 from __future__ import annotations
 
 import re
-from datetime import datetime
-from enum import Enum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from torchyard import distributions
 from torchyard.api._base import (
-    CONDITIONS_FIELD_EXTRA,
     DNS1035_LABEL,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -29,17 +26,17 @@ from torchyard.api._base import (
     LABEL_VALUE_MAX_LENGTH,
     QUANTITY,
     QUANTITY_MAX_LENGTH,
-    Condition,
     Model,
     Named,
     NoNulStr,
     nested,
-    observed_generation,
     with_rules,
 )
 from torchyard.api.checkpoints import SPEC_RULE as CHECKPOINTS_RULE
 from torchyard.api.checkpoints import Checkpoints, check_shared
+from torchyard.api.policies import Policy
 from torchyard.api.quantities import quantity
+from torchyard.api.trainingrun_status import TrainingRunStatus
 from torchyard.api.wire import API_VERSION, DEFAULT_MASTER_PORT, LABEL_POOL
 from torchyard.launch_contract import RANK_CONTRACT_VARIABLES
 
@@ -52,20 +49,6 @@ RUN_NAME_RULE = (
 )
 
 
-class Phase(str, Enum):
-    """The run lifecycle, as in Azure ML."""
-
-    PENDING = "Pending"
-    PREPARING = "Preparing"
-    QUEUED = "Queued"
-    RUNNING = "Running"
-    FINALIZING = "Finalizing"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    SUSPENDED = "Suspended"  # spec.suspend: the gang saved a checkpoint and was stopped
-
-
-# The clone runs in the node Pod's init container: a URL it can reach over the network.
 GIT_URL = r"^((https?|ssh|git)://[^/]|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)"
 GIT_URL_MAX_LENGTH = 2048
 GIT_URL_RULE = (
@@ -172,23 +155,6 @@ class Source(Model):
         if self.image is False:
             raise ValueError("source.image must be true when set (the code is in the image)")
         return self
-
-
-# The failure classes of ``status.classes.RULES``, in their order (a test keeps the two
-# the same): the CRD's description of ``status.failure.class`` is made from them.
-FAILURE_CLASSES = (
-    "EarlyExit",
-    "GpuXid",
-    "Hang",
-    "CudaOOM",
-    "HostOOM",
-    "Segfault",
-    "ImportError",
-    "PeerLost",
-    "RendezvousTimeout",
-    "CollectiveTimeout",
-    "PythonException",
-)
 
 
 class Distribution(Model):
@@ -434,125 +400,6 @@ class Compute(Model):
         return self
 
 
-LOG_RULE_ACTIONS = ("cancelRetries", "excludeNode", "ignore")
-LOG_RULE_PATTERN_MAX = 256
-
-
-class LogRule(Model):
-    """What a line of any rank's output means for the run (~ Determined's log policies)."""
-
-    pattern: str = Field(
-        min_length=1,
-        max_length=LOG_RULE_PATTERN_MAX,
-        description="A Python regular expression searched in every line of every rank's "
-        "output (e.g. 'CUDA error: an illegal memory access').",
-    )
-    action: Literal["cancelRetries", "excludeNode", "ignore"] = Field(
-        description="cancelRetries: a failure after such a line is not retried; excludeNode: "
-        "the gang's next attempt avoids the node of the Pod that printed it "
-        "(status.excludedNodes); ignore: such a line is no evidence of a failure class "
-        "(status.failure.class) nor of a later rule."
-    )
-
-    @model_validator(mode="after")
-    def _pattern_compiles(self) -> LogRule:
-        try:
-            re.compile(self.pattern)
-        except re.error as err:
-            raise ValueError(
-                f"policy.logRules pattern {self.pattern!r} is not a valid regular expression "
-                f"({err}): escape characters such as ( [ + * ? with a backslash to match "
-                "them as they are"
-            ) from None
-        return self
-
-
-class StallBudgets(Model):
-    """Stall timeouts while a rank says it is not training (``progress.report(phase=...)``)."""
-
-    initializing: int | None = Field(
-        default=None, ge=5, le=604800, description="Seconds while initializing (default 1800)."
-    )
-    saving: int | None = Field(
-        default=None, ge=5, le=604800, description="Seconds while saving (default 1800)."
-    )
-    evaluating: int | None = Field(
-        default=None, ge=5, le=604800, description="Seconds while evaluating (default 3600)."
-    )
-
-
-class Policy(Model):
-    """Restarts and lifetimes."""
-
-    backoff_limit: int = Field(
-        default=0,
-        ge=0,
-        le=100,
-        description="How often a run whose code failed is restarted, as a whole gang. "
-        "Platform failures (node lost, eviction, preemption) do not count.",
-    )
-    platform_restart_limit: int = Field(
-        default=20,
-        ge=0,
-        le=1000,
-        description="How often the gang is restarted after platform failures (node lost, "
-        "eviction, preemption) before the run fails with that reason (0: the first one "
-        "fails the run).",
-    )
-    active_deadline_seconds: int | None = Field(
-        default=None,
-        ge=1,
-        description="Fail the run when it has been running longer than this: the time since "
-        "it first ran, across all its attempts, less the time it was suspended (spec.suspend, "
-        "or Kueue stopping it; as a Job's timer stops while suspended). Each attempt's node "
-        "Pods get the seconds left as their own activeDeadlineSeconds.",
-    )
-    stall_timeout_seconds: int | None = Field(
-        default=None,
-        ge=5,
-        le=86400,
-        description="Fail a node whose rank made no progress (torchyard.progress reports) "
-        "for this long, naming the rank and where it hangs, with every rank's stacks "
-        "archived. Default: max(300, 5 x the slowest step seen after the first); ranks "
-        "that never report are not watched. Keep it below the NCCL timeout (10 min).",
-    )
-    stall_budgets: StallBudgets | None = Field(
-        default=None,
-        description="The stall timeout while a rank says it is initializing, saving or "
-        "evaluating (torchyard.progress.report(phase=...)), for it and the ranks of its node "
-        "(which may wait for it); default 1800, 1800 and 3600 seconds.",
-    )
-    log_rules: list[LogRule] | None = Field(
-        default=None,
-        max_length=16,
-        description="Rules over the ranks' output lines, first match wins: cancelRetries, "
-        "excludeNode or ignore.",
-    )
-    log_limit_bytes: int | None = Field(
-        default=None,
-        ge=4096,  # launch_logs.LOG_LIMIT_MIN
-        le=1 << 40,
-        description="The most each rank's archived log (logs/rank-<r>.txt) may hold; a rank "
-        "that writes more keeps its first and last half, with a line saying how many bytes "
-        "and lines were dropped between them. Default 64 MiB (67108864).",
-    )
-    ttl_seconds_after_finished: int | None = Field(
-        default=None,
-        ge=0,
-        description="Delete the Pods and Service this long after the run finished "
-        "(the run and its archived logs stay).",
-    )
-    termination_grace_period_seconds: int = Field(
-        default=30,
-        ge=1,
-        le=86400,
-        description="terminationGracePeriodSeconds of the node Pods: the time between "
-        "SIGTERM and SIGKILL. With spec.checkpoints the ranks save a just-in-time "
-        "checkpoint in it: make it longer than the slowest step plus the slowest save.",
-    )
-
-
-# A path segment ".." (also percent-encoded), with "/" or "\\" as separators.
 _TRAVERSAL = r"(^|[/\\])(\.|%2[eE])(\.|%2[eE])([/\\]|$)"
 REGISTER_PATH_RULE = (
     "outputs.register.path must be relative to the working directory and stay inside it: "
@@ -752,189 +599,6 @@ class TrainingRunSpec(Model):
             raise ValueError(f"processCountPerNode ({procs}) must not exceed gpusPerNode ({gpus})")
         check_shared(self.checkpoints, self.distribution.node_count)
         return self
-
-
-class NodeCounts(Model):
-    """How many node Pods are in which state."""
-
-    total: int = Field(default=0, description="Node Pods the run needs (nodeCount).")
-    scheduled: int = Field(default=0, description="Node Pods bound to a node.")
-    running: int = Field(default=0, description="Node Pods running.")
-    succeeded: int = Field(default=0, description="Node Pods that finished successfully.")
-    failed: int = Field(default=0, description="Node Pods that failed.")
-    ready: str = Field(default="0/0", description="running/total, for display.")
-
-
-# A Queued run's exact place is kept for the first this many of its pool's queue.
-QUEUE_EXACT_POSITIONS = 50
-
-
-class QueuePlace(Model):
-    """Where a Queued run waits: its pool's queue and its place in it."""
-
-    pool: str = Field(description="The pool (compute.pool, else the node selector).")
-    position: int | None = Field(
-        default=None,
-        description="1-based place in the pool's queue (priority class value, then age), "
-        "kept for the first 50 of a pool; unset further back (more than 50 ahead).",
-    )
-
-
-class Failure(Model):
-    """Which rank failed first, and why."""
-
-    rank: int | None = Field(default=None, description="Global rank of the failing process.")
-    node: int | None = Field(default=None, description="Node rank (index of the node Pod).")
-    pod: str | None = Field(default=None, description="Name of the failing Pod.")
-    exit_code: int | None = Field(default=None, description="Exit code of the failing process.")
-    signal: int | None = Field(default=None, description="Signal that ended it, if any.")
-    reason: str | None = Field(
-        default=None,
-        description="Error, OOMKilled, Evicted, DeadlineExceeded, NodeLost, "
-        "ImagePullBackOff, EnvironmentFailed, ...",
-    )
-    message: str | None = Field(
-        default=None, description="The tail of the failing rank's traceback."
-    )
-    failure_class: str | None = Field(
-        default=None,
-        alias="class",
-        description=f"{', '.join(FAILURE_CLASSES[:-1])} or {FAILURE_CLASSES[-1]}: what the "
-        "evidence (exit, reason, log) says, checked in this order.",
-    )
-    retryable: bool | None = Field(
-        default=None, description="Whether running the gang again may help."
-    )
-    advice: str | None = Field(default=None, description="What to do about it.")
-    step: int | None = Field(
-        default=None, description="The failing rank's last reported step (torchyard.progress)."
-    )
-    node_name: str | None = Field(
-        default=None,
-        description="The Node the failing rank ran on (the root cause's, not a cascade's): "
-        "the same node in two consecutive failures is left out (excludedNodes).",
-    )
-
-
-class CheckpointSeconds(Model):
-    """How long the ranks' steps and checkpoint saves took at most (torchyard.checkpoint)."""
-
-    step: float | None = Field(default=None, description="The slowest step, in seconds.")
-    save: float | None = Field(default=None, description="The slowest save, in seconds.")
-
-
-class Progress(Model):
-    """How far the run got, from the ranks' ``@@torchyard {"step": ...}`` lines
-    (``torchyard.progress.report``); read from the node Pods at most every 10 s."""
-
-    step: int = Field(description="The leading rank's last reported step.")
-    total: int | None = Field(default=None, description="Steps in the whole run, if reported.")
-    percent: int | None = Field(default=None, description="step / total, in percent.")
-    steps_per_second: float | None = Field(
-        default=None, description="The leading rank's speed since its first step (no warm-up)."
-    )
-    eta: str | None = Field(
-        default=None, description="Time left at that speed when this was written (4m10s)."
-    )
-    last_progress_time: datetime | None = Field(
-        default=None, description="When a rank last reported a higher step."
-    )
-    slowest_rank_lag: int | None = Field(
-        default=None, description="Steps between the leading and the slowest rank."
-    )
-    metrics: dict[str, float] | None = Field(
-        default=None, description="The last metric values reported (rank 0's first)."
-    )
-    checkpoint_seconds: CheckpointSeconds | None = Field(
-        default=None,
-        description="With spec.checkpoints: the slowest step and the slowest save any rank "
-        "timed (torchyard.checkpoint.should_save/done); CheckpointAtRisk compares their sum "
-        "with terminationGracePeriodSeconds.",
-    )
-
-
-class ExcludedNode(Model):
-    """A node the run's next attempts avoid (a required node affinity NotIn)."""
-
-    node: str = Field(description="The Node's name.")
-    reason: str = Field(
-        description="GpuXid (the failure class says the node's GPU is faulty), LogRule "
-        "(a policy.logRules excludeNode line), NodeNotReady, NodeUnhealthy, "
-        "DeletionByTaintManager or RepeatedFailure (two consecutive failures on the node, "
-        "not the same error at the same step)."
-    )
-    evidence: str | None = Field(default=None, description="What said so: a line, a condition.")
-    since: datetime | None = Field(default=None, description="When it was excluded.")
-
-
-class ModelRef(Model):
-    """The model version a successful run registered."""
-
-    name: str = Field(description="Model name.")
-    version: int = Field(description="Version number.")
-
-
-class TrainingRunStatus(Model):
-    """Observed state of a TrainingRun, written by the operator."""
-
-    phase: Phase | None = Field(
-        default=None,
-        description="Pending, Preparing, Queued, Running, Finalizing, Succeeded, Failed or "
-        "Suspended.",
-    )
-    observed_generation: int | None = observed_generation()
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Accepted, EnvironmentReady, Admitted, Running, Succeeded, Failed.",
-        json_schema_extra=CONDITIONS_FIELD_EXTRA,
-    )
-    world_size: int | None = Field(
-        default=None, description="Total processes: nodeCount x processCountPerNode."
-    )
-    nodes: NodeCounts | None = Field(default=None, description="Node Pods by state.")
-    queue: QueuePlace | None = Field(
-        default=None,
-        description="While Queued: the run's place in its pool's queue (updated when it moves).",
-    )
-    restarts: int | None = Field(
-        default=None, description="Times the gang was restarted (for any reason)."
-    )
-    failed_attempts: int | None = Field(
-        default=None,
-        description="Restarts caused by the user's code, counted against policy.backoffLimit.",
-    )
-    suspensions: int | None = Field(
-        default=None,
-        description="Restarts that were suspensions (spec.suspend, or Kueue stopping the "
-        "gang): counted in restarts, never against a limit.",
-    )
-    start_time: datetime | None = Field(default=None, description="When the run started.")
-    suspended_seconds: int | None = Field(
-        default=None,
-        description="Seconds the run was suspended after it started, until its gang ran "
-        "again: not counted in policy.activeDeadlineSeconds.",
-    )
-    suspended_since: datetime | None = Field(
-        default=None,
-        description="When the suspension going on began (spec.suspend, or Kueue stopping the "
-        "gang); it ends when the gang runs again.",
-    )
-    completion_time: datetime | None = Field(default=None, description="When the run finished.")
-    failure: Failure | None = Field(default=None, description="Why the run failed.")
-    last_failure: Failure | None = Field(
-        default=None,
-        description="The failure that restarted the gang last: the same error at the same "
-        "step again stops the retries.",
-    )
-    progress: Progress | None = Field(default=None, description="How far the run got.")
-    excluded_nodes: list[ExcludedNode] | None = Field(
-        default=None,
-        max_length=64,
-        description="Nodes that failed this run (a faulty GPU, a logRules excludeNode line, "
-        "NotReady or unhealthy): the gang's next attempts are not placed on them, and "
-        "admission does not count them for this run.",
-    )
-    model: ModelRef | None = Field(default=None, description="The registered model version.")
 
 
 class TrainingRun(Named, Model):

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from torchyard.api.trainingruns import QUEUE_EXACT_POSITIONS as EXACT_POSITIONS
+from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS as EXACT_POSITIONS
 from torchyard.cli.options import connect, kube_options
 from torchyard.sdk import resources, runs
 

@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import Any
 
 from torchyard.api.quantities import quantity as quantity  # re-exported: one parser
-from torchyard.api.trainingruns import QUEUE_EXACT_POSITIONS
+from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS
 from torchyard.planning.exclusions import excluded_of
 from torchyard.planning.names import LABEL_RUN
 from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE, POOL_LABEL, QUEUED_AT_ANNOTATION

@@ -15,7 +15,9 @@ import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import Unpack
 
 from torchyard import __version__, distributions
 from torchyard.api import TrainingRun, wire
@@ -515,26 +517,16 @@ def ungate(pod_manifest: dict[str, Any]) -> dict[str, Any]:
     return {**pod_manifest, "spec": spec}
 
 
-def pods(
-    run: TrainingRun,
-    *,
-    image: str,
-    python: str = "python3",
-    attempt: int = 0,
-    settings: Settings | None = None,
-    excluded: Sequence[str] = (),
-    deadline_left: int | None = None,
-) -> list[dict[str, Any]]:
-    return [
-        pod(
-            run,
-            i,
-            image=image,
-            python=python,
-            attempt=attempt,
-            settings=settings,
-            excluded=excluded,
-            deadline_left=deadline_left,
-        )
-        for i in range(run.spec.distribution.node_count)
-    ]
+class PodOptions(TypedDict, total=False):
+    """:func:`pod`'s options besides the image, as :func:`pods` passes them on."""
+
+    python: str
+    attempt: int
+    settings: Settings | None
+    excluded: Sequence[str]
+    deadline_left: int | None
+
+
+def pods(run: TrainingRun, *, image: str, **options: Unpack[PodOptions]) -> list[dict[str, Any]]:
+    """Every node's :func:`pod`."""
+    return [pod(run, i, image=image, **options) for i in range(run.spec.distribution.node_count)]

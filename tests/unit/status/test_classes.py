@@ -272,6 +272,6 @@ def test_the_same_error_at_the_same_step_has_the_same_signature() -> None:
 
 
 def test_the_crd_names_every_class_in_the_order_they_are_checked() -> None:
-    from torchyard.api.trainingruns import FAILURE_CLASSES
+    from torchyard.api.trainingrun_status import FAILURE_CLASSES
 
     assert tuple(rule.name for rule in classes.RULES) == FAILURE_CLASSES
