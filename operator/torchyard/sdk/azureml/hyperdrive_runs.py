@@ -11,20 +11,16 @@ tests/unit/sdk/test_hyperdrive.py against an in-memory fake of ``torchyard.k8s``
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from torchyard import api, k8s
+from torchyard import k8s
 from torchyard.api import sweeps as sweep_api
-from torchyard.planning import names
+from torchyard.sdk import sweeps
 from torchyard.sdk.azureml.common import ActivityFailedException, TorchyardSdkError
 from torchyard.sdk.azureml.experiments import Run
 from torchyard.sdk.azureml.hyperdrive import HyperDriveConfig, sweep_manifest
-from torchyard.sweeps.space import format_value
 
 if TYPE_CHECKING:
     from torchyard.sdk.azureml.experiments import Experiment
@@ -40,19 +36,6 @@ CHILD_STATUS = {
     "Canceled": "Canceled",
     "Failed": "Failed",
 }
-TERMINAL = ("Succeeded", "Failed")
-FIELD_MANAGER = "torchyard-sweep-cancel"
-
-
-class SweepNotFound(TorchyardSdkError):
-    """No Sweep of that name in the namespace."""
-
-
-def get_sweep(namespace: str, name: str) -> dict[str, Any]:
-    body = k8s.get_or_none(k8s.SWEEPS, namespace, name)
-    if body is None:
-        raise SweepNotFound(f"Sweep {namespace}/{name} not found")
-    return body
 
 
 def submit(
@@ -68,104 +51,6 @@ def submit(
     return HyperDriveRun(experiment, name)
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One trial as the ledger (or, without it, the status) holds it."""
-
-    name: str
-    index: int
-    state: str
-    parameters: dict[str, str]
-    history: list[float] = field(default_factory=list)  # the metric's values, by interval
-    best: float | None = None
-    reason: str = ""
-
-
-def _best(values: list[float], goal: str) -> float | None:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return None
-    return max(finite) if goal == "maximize" else min(finite)
-
-
-def trials_of(sweep: dict[str, Any], ledger: dict[str, Any] | None) -> list[Trial]:
-    """Every trial, by index: from the ledger's entries (``t<index>``: JSON), or from the
-    status's summary rows when there is no ledger yet."""
-    name = sweep["metadata"]["name"]
-    goal = sweep["spec"]["objective"]["goal"]
-    out: dict[int, Trial] = {}
-    for key, text in ((ledger or {}).get("data") or {}).items():
-        if not (key.startswith("t") and key[1:].isdigit()):
-            continue
-        try:
-            raw = json.loads(text)
-            history = [float(v) for _, v in raw.get("history", []) if v is not None]
-            parameters = {k: format_value(v) for k, v in (raw.get("parameters") or {}).items()}
-        except (ValueError, TypeError, AttributeError):
-            continue
-        index = int(key[1:])
-        out[index] = Trial(
-            names.trial(name, index),
-            index,
-            str(raw.get("state") or "Pending"),
-            parameters,
-            history,
-            _best(history, goal),
-            str(raw.get("reason") or ""),
-        )
-    status = sweep.get("status") or {}
-    for row in [*(status.get("summary") or []), *([status["best"]] if status.get("best") else [])]:
-        if row["index"] not in out:
-            metric = row.get("metric")
-            out[row["index"]] = Trial(
-                row["name"],
-                row["index"],
-                row.get("state", "Pending"),
-                dict(row.get("parameters") or {}),
-                [] if metric is None else [float(metric)],
-                metric,
-                row.get("reason") or "",
-            )
-    return [out[i] for i in sorted(out)]
-
-
-def ranked(trials: list[Trial], goal: str) -> list[Trial]:
-    """Best first (by the goal); trials without a metric last, by index."""
-    sign = -1.0 if goal == "maximize" else 1.0
-    with_metric = sorted(
-        (t for t in trials if t.best is not None), key=lambda t: (sign * (t.best or 0.0), t.index)
-    )
-    return with_metric + [t for t in trials if t.best is None]
-
-
-def summary_line(sweep: dict[str, Any]) -> str:
-    """The phase, the trial counts and the best trial in one line."""
-    st = sweep.get("status") or {}
-    counts = st.get("trials") or {}
-    shown = ", ".join(
-        f"{counts[k]} {k}"
-        for k in ("pending", "running", "completed", "stopped", "failed", "canceled")
-        if counts.get(k)
-    )
-    made = f"{counts.get('created', 0)}/{counts.get('planned', '?')} trials made"
-    line = f"{st.get('phase') or 'Pending'} ({made}"
-    line += f": {shown})" if shown else ")"
-    best = st.get("best")
-    if best and best.get("metric") is not None:
-        metric = sweep["spec"]["objective"]["metric"]
-        line += f"; best {best['name']} {metric} {best['metric']:.6g}"
-    return line
-
-
-def outcome(sweep: dict[str, Any]) -> str:
-    """The message of the condition the sweep finished with."""
-    st = sweep.get("status") or {}
-    for cond in st.get("conditions") or []:
-        if cond.get("type") == st.get("phase") and cond.get("status") == "True":
-            return f"Sweep {sweep['metadata']['name']} {st['phase']}: {cond.get('message', '')}"
-    return f"Sweep {sweep['metadata']['name']} {st.get('phase') or 'Pending'}"
-
-
 class HyperDriveRun:
     """The run of a HyperDriveConfig: the Sweep ``run_id`` of the experiment's namespace."""
 
@@ -179,18 +64,21 @@ class HyperDriveRun:
         return self.experiment.workspace.namespace
 
     def _body(self) -> dict[str, Any]:
-        return get_sweep(self._ns, self.id)
+        try:
+            return sweeps.get(self._ns, self.id)
+        except sweeps.SweepNotFound as err:
+            raise TorchyardSdkError(str(err)) from None
 
-    def _trials(self) -> tuple[dict[str, Any], list[Trial]]:
+    def _trials(self) -> tuple[dict[str, Any], list[sweeps.Trial]]:
         body = self._body()
-        ledger = k8s.get_or_none(k8s.CONFIGMAPS, self._ns, names.sweep_trials(self.id))
-        return body, trials_of(body, ledger)
+        return body, sweeps.trials_of(body, sweeps.ledger(self._ns, self.id))
 
     def get_status(self) -> str:
         """Queued, Running, Completed, Failed, or Canceled once ``cancel`` took effect."""
-        st = self._body().get("status") or {}
-        if st.get("phase") == "Failed" and _reason(st) == sweep_api.CANCELED_REASON:
+        body = self._body()
+        if sweeps.canceled(body):
             return "Canceled"
+        st = body.get("status") or {}
         return STATUS.get(st.get("phase") or "Pending", "NotStarted")
 
     def get_details(self) -> dict[str, Any]:
@@ -227,19 +115,19 @@ class HyperDriveRun:
         last = ""
         while True:
             body = self._body()
-            line = summary_line(body)
+            line = sweeps.summary_line(body)
             if show_output and line != last:
                 print(f"Sweep {self.id}: {line}", flush=True)
             last = line
-            if (body.get("status") or {}).get("phase") in TERMINAL:
+            if (body.get("status") or {}).get("phase") in sweeps.TERMINAL:
                 break
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"Sweep {self.id} did not finish within {timeout:.0f}s")
             time.sleep(poll)
         if show_output:
-            print(outcome(body))
+            print(sweeps.outcome(body))
         if body["status"]["phase"] == "Failed" and raise_on_error:
-            raise ActivityFailedException(outcome(body))
+            raise ActivityFailedException(sweeps.outcome(body))
         return self.get_details()
 
     def get_children(self) -> list[Run]:
@@ -254,7 +142,7 @@ class HyperDriveRun:
         all), as Azure ML's dicts: run_id, hyperparameters (as the trial received them),
         best_primary_metric, status; and torchyard's ``state`` and ``reason``."""
         body, trials = self._trials()
-        order = ranked(trials, body["spec"]["objective"]["goal"])
+        order = sweeps.ranked(trials, body["spec"]["objective"]["goal"])
         scored = [t for t in order if t.best is not None]
         unscored = [] if discard_no_metric else [t for t in order if t.best is None]
         order = (scored[::-1] if reverse else scored) + unscored
@@ -287,7 +175,7 @@ class HyperDriveRun:
             left_out.add("Failed")
         if not include_canceled:
             left_out |= {"Stopped", "Canceled"}
-        order = ranked(
+        order = sweeps.ranked(
             [t for t in trials if t.state not in left_out], body["spec"]["objective"]["goal"]
         )
         if not order or order[0].best is None:
@@ -302,32 +190,15 @@ class HyperDriveRun:
 
     def cancel(self) -> None:
         """Cancel the sweep (``spec.cancel: true``): the controller cancels the trials
-        still running and the sweep ends Failed, reason Canceled, with the best trial
-        found so far."""
-        body = self._body()
-        if (body.get("status") or {}).get("phase") in TERMINAL and (body.get("status") or {}).get(
-            "completionTime"
-        ):
-            raise TorchyardSdkError(
-                f"Sweep {self._ns}/{self.id} already finished ({body['status']['phase']})"
-            )
-        patch = {
-            "apiVersion": api.API_VERSION,
-            "kind": "Sweep",
-            "metadata": {"name": self.id, "namespace": self._ns},
-            "spec": {"cancel": True},
-        }
-        k8s.apply(patch, field_manager=FIELD_MANAGER)
+        still running and the sweep ends Failed, reason Canceled (``get_status()``:
+        Canceled), with the best trial found so far."""
+        try:
+            sweeps.cancel(self._ns, self.id)
+        except (sweeps.SweepNotFound, ValueError) as err:
+            raise TorchyardSdkError(str(err)) from None
 
     def __repr__(self) -> str:
         return f"HyperDriveRun(id={self.id!r}, namespace={self._ns!r})"
-
-
-def _reason(st: dict[str, Any]) -> str | None:
-    for cond in st.get("conditions") or []:
-        if cond.get("type") == st.get("phase"):
-            return str(cond.get("reason") or "")
-    return None
 
 
 __all__ = ["HyperDriveRun"]
