@@ -421,6 +421,12 @@ class SweepSpec(Model):
             "Immutable."
         ),
     )
+    cancel: bool = Field(
+        default=False,
+        description="true: cancel the sweep (~ HyperDriveRun.cancel()): its trials still "
+        "running are canceled and it ends Failed, reason Canceled, keeping the best trial "
+        "found so far. Cannot be undone.",
+    )
     early_termination: EarlyTermination | None = Field(
         default=None,
         description="A policy that stops poorly doing trials early; unset: every trial runs "
@@ -511,6 +517,8 @@ class TrialSeconds(Model):
     )
 
 
+# The reason a sweep that spec.cancel ended has (Failed and Running conditions).
+CANCELED_REASON = "Canceled"
 SWEEP_PHASES = ("Pending", "Running", "Succeeded", "Failed")
 # The status lists the best few trials and those running, at most this many each; every
 # trial is in the ConfigMap status.trialsConfigMap names.

@@ -5,10 +5,10 @@ Each command lives in the module of its concern and adds its own parser: ``serve
 (``operator``, ``registry serve``: the only commands that start server parts), ``local``
 (``run --local``), ``submit`` (``submit``, ``validate``, ``crds``), ``follow`` (``wait``,
 ``logs``), ``inspect`` (``get``, ``describe``), ``suspension`` (``suspend``, ``resume``),
-``models`` (``models ...``, ``runs download``). Commands raise :class:`CliError` or let
-the SDK's errors through; :func:`main` catches them once (:data:`EXITS`), so no command
-shows a traceback for a missing kubeconfig, a cluster that is down, a file that is not
-there or a refusal.
+``models`` (``models ...``, ``runs download``), ``sweeps`` (``sweep ...``). Commands
+raise :class:`CliError` or let the SDK's errors through; :func:`main` catches them once
+(:data:`EXITS`), so no command shows a traceback for a missing kubeconfig, a cluster that
+is down, a file that is not there or a refusal.
 
 Called by the console scripts ``torchyard`` and ``kubectl-torchyard`` and
 ``python -m torchyard``; tested in tests/unit/test_cli.py, tests/unit/cli/ and
@@ -26,9 +26,10 @@ import yaml
 
 import torchyard
 from torchyard import api
-from torchyard.cli import follow, inspect, local, models, servers, submit, suspension
+from torchyard.cli import follow, inspect, local, models, servers, submit, suspension, sweeps
 from torchyard.cli.errors import CliError
 from torchyard.sdk import clusters, runs, snapshots
+from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk.registry import RegistryError
 
 # The errors a command may end with, the exit code of each, and what goes before the
@@ -37,7 +38,17 @@ from torchyard.sdk.registry import RegistryError
 EXITS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...] = (
     (api.InvalidSpec, 2, "invalid resource: "),
     (snapshots.SnapshotError, 2, ""),
-    ((clusters.ApiError, clusters.Unreachable, RegistryError, runs.RunNotFound), 1, ""),
+    (
+        (
+            clusters.ApiError,
+            clusters.Unreachable,
+            RegistryError,
+            runs.RunNotFound,
+            sweep_sdk.SweepNotFound,
+        ),
+        1,
+        "",
+    ),
     ((OSError, yaml.YAMLError), 2, ""),
 )
 
@@ -62,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     servers.add_registry(sub)
     models.add_models(sub)
     models.add_runs(sub)
+    sweeps.add_sweep(sub)
     submit.add_crds(sub)
     submit.add_validate(sub)
     return parser
@@ -85,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        if args.command != "submit" and hasattr(args, "context") and args.namespace is None:
+        from_file = args.command == "submit" or getattr(args, "namespace_from_file", False)
+        if not from_file and hasattr(args, "context") and args.namespace is None:
             args.namespace = clusters.default_namespace(args.kubeconfig, args.context)
         result: int = args.func(args)
     except KeyboardInterrupt as err:  # Ctrl-C, or a local run's SIGTERM/SIGHUP

@@ -11,7 +11,8 @@ early-termination policy stops, which new trials start, and whether the sweep fi
 - :func:`verdict`: more failed trials than ``maxFailedTrials``, every planned trial
   ended, or ``maxDurationSeconds`` passed: the sweep finished, Succeeded with its best
   trial, or Failed saying why (too many failures, every trial failed, or no trial
-  reported the metric); its trials still running are then canceled.
+  reported the metric), or Failed, reason Canceled, once spec.cancel is set; its trials
+  still running are then canceled.
 - :func:`metric_said`: the ``MetricReported`` condition's message either way.
 
 Pure; called by ``controller.sweeps``; tested as tables in
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torchyard.api import SweepSpec
+from torchyard.api.sweeps import CANCELED_REASON
 from torchyard.controller.sweep_trials import Entry, Seen, dense
 from torchyard.status.sweeps import Verdict
 from torchyard.sweeps import trials
@@ -104,6 +106,18 @@ def verdict(
     """Whether the sweep finished, and how (None: it goes on)."""
     metric = spec.objective.metric
     failed = [r for r in book.trials if r.state is TrialState.FAILED]
+    if spec.cancel:
+        best = trials.best(book)
+        found = (
+            f"; the best so far is {sweep}-t{best.index}, {metric} {best.best:.6g}"
+            if best is not None
+            else ""
+        )
+        return Verdict(
+            False,
+            CANCELED_REASON,
+            f"canceled (spec.cancel); the trials still running were canceled{found}",
+        )
     limit = spec.max_failed_trials
     if limit is not None and len(failed) > limit:
         return Verdict(

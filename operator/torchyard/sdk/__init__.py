@@ -2,8 +2,11 @@
 
 - the Azure ML SDK (v1) names (``torchyard.sdk.azureml``): Workspace, Experiment,
   ScriptRunConfig, Environment, ComputeTarget, PyTorchConfiguration, MpiConfiguration,
-  Run (wait_for_completion, register_model, download_file), so that the guide "Train
-  PyTorch models at scale" runs with only its imports changed;
+  Run (wait_for_completion, register_model, download_file), and HyperDrive's
+  (HyperDriveConfig, the samplings, policies and expressions, HyperDriveRun: a Sweep), so
+  that the guide "Train PyTorch models at scale" and its tuning notebook run with only
+  their imports changed;
+- ``sweeps``: reading Sweeps (their trials, the best one) and canceling them;
 - ``registry``: models and run files in the model registry service;
 - ``runs``: following TrainingRuns (state, per-node Pods, logs, outcome);
 - ``snapshots``: reproducible, content-addressed snapshots of a source folder.

@@ -218,6 +218,25 @@ def test_max_duration_cancels_the_running_trials_and_finishes_with_the_best() ->
     assert all(t["spec"].get("suspend") for t in trials(fake).values())
 
 
+def test_spec_cancel_cancels_the_running_trials_and_fails_the_sweep_keeping_the_best() -> None:
+    """HyperDriveRun.cancel() and torchyard sweep cancel set spec.cancel."""
+    fake = FakeK8s(sweep())
+    reconcile(fake)
+    running(fake, "hd-t0", 1, 0.5)
+    reconcile(fake)
+    fake.objects[("sweeps", NS, "hd")]["spec"]["cancel"] = True
+    reconcile(fake)
+    st = status(fake)
+    assert st["phase"] == "Failed"
+    assert conditions(fake)["Failed"]["reason"] == api.sweeps.CANCELED_REASON
+    assert "the best so far is hd-t0" in conditions(fake)["Failed"]["message"]
+    assert st["best"]["name"] == "hd-t0"
+    made = trials(fake)
+    assert all(t["spec"].get("suspend") for t in made.values())
+    reconcile(fake)
+    assert trials(fake).keys() == made.keys()  # no new trial after the cancel
+
+
 def test_a_metric_no_trial_reports_is_said_once_trials_ended_without_it() -> None:
     fake = FakeK8s(sweep(SweepBuilder("hd", NS).seed(7).trials(1, 1)))
     reconcile(fake)

@@ -87,21 +87,36 @@ def test_azure_names_become_kubernetes_names() -> None:
     assert _dns("AzureML__PyTorch") == "azureml-pytorch"
 
 
-AZURE_NAMES = [
-    "ActivityFailedException",
-    "AmlCompute",
-    "ComputeTarget",
-    "ComputeTargetException",
-    "Environment",
-    "Experiment",
-    "Model",
-    "MpiConfiguration",
-    "PyTorchConfiguration",
-    "Run",
-    "ScriptRunConfig",
-    "TorchyardSdkError",
-    "Workspace",
-]
+AZURE_NAMES = sorted(
+    [
+        "ActivityFailedException",
+        "AmlCompute",
+        "ComputeTarget",
+        "ComputeTargetException",
+        "Environment",
+        "Experiment",
+        "Model",
+        "MpiConfiguration",
+        "PyTorchConfiguration",
+        "Run",
+        "ScriptRunConfig",
+        "TorchyardSdkError",
+        "Workspace",
+        # azureml.train.hyperdrive
+        "BanditPolicy",
+        "BayesianParameterSampling",
+        "GridParameterSampling",
+        "HyperDriveConfig",
+        "HyperDriveRun",
+        "MedianStoppingPolicy",
+        "NoTerminationPolicy",
+        "PrimaryMetricGoal",
+        "RandomParameterSampling",
+        "TruncationSelectionPolicy",
+        *("choice", "randint", "uniform", "quniform", "loguniform", "qloguniform"),
+        *("normal", "qnormal", "lognormal", "qlognormal"),
+    ]
+)
 
 
 def test_the_azureml_package_is_a_face_over_modules_by_concern() -> None:

@@ -1,14 +1,9 @@
-"""The Azure ML SDK (v1) names, on torchyard: the guide "Train PyTorch models at scale"
-runs with only its imports changed (``from torchyard.sdk import Workspace, ...``). This
-file is the face; the code lives in a module per concern: ``workspaces`` (Workspace),
-``compute`` (AmlCompute, ComputeTarget), ``environments`` (Environment), ``run_configs``
-(ScriptRunConfig, PyTorchConfiguration, MpiConfiguration), ``experiments`` (Experiment,
-Run), ``models`` (Run.register_model, Model) and ``common`` (the errors).
-
-Every argument either does what it does in Azure ML or, given a value other than its
-default, raises ``TorchyardSdkError`` saying what to do instead (table-tested in
-tests/unit/sdk/test_azureml_arguments.py); nothing is accepted and then ignored.
-Each module's ``__all__`` is what it re-exports here (tests/unit/sdk/test_azureml.py).
+"""The Azure ML SDK (v1) names: the guide and its tuning notebook run with only their
+imports changed. A face over a module per concern: workspaces, compute, environments,
+run_configs, experiments (Experiment, Run), models, hyperdrive (HyperDriveConfig and the
+samplings, policies, expressions: a Sweep), hyperdrive_runs, common (the errors). An
+argument either does what it does in Azure ML or raises ``TorchyardSdkError`` saying what
+to do instead; each module's ``__all__`` is re-exported here.
 """
 
 from torchyard.sdk.azureml import (
@@ -16,6 +11,8 @@ from torchyard.sdk.azureml import (
     compute,
     environments,
     experiments,
+    hyperdrive,
+    hyperdrive_runs,
     models,
     run_configs,
     workspaces,
@@ -24,6 +21,8 @@ from torchyard.sdk.azureml.common import *  # noqa: F403
 from torchyard.sdk.azureml.compute import *  # noqa: F403
 from torchyard.sdk.azureml.environments import *  # noqa: F403
 from torchyard.sdk.azureml.experiments import *  # noqa: F403
+from torchyard.sdk.azureml.hyperdrive import *  # noqa: F403
+from torchyard.sdk.azureml.hyperdrive_runs import *  # noqa: F403
 from torchyard.sdk.azureml.models import *  # noqa: F403
 from torchyard.sdk.azureml.run_configs import *  # noqa: F403
 from torchyard.sdk.azureml.workspaces import *  # noqa: F403
@@ -33,6 +32,8 @@ __all__ = [
     *compute.__all__,
     *environments.__all__,
     *experiments.__all__,
+    *hyperdrive.__all__,
+    *hyperdrive_runs.__all__,
     *models.__all__,
     *run_configs.__all__,
     *workspaces.__all__,

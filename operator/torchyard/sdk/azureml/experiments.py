@@ -17,8 +17,14 @@ from torchyard import api, k8s, progress
 from torchyard.api import wire
 from torchyard.sdk import runs, snapshots, suspension
 from torchyard.sdk.azureml import models
-from torchyard.sdk.azureml.common import ActivityFailedException, dns_name, refuse
+from torchyard.sdk.azureml.common import (
+    ActivityFailedException,
+    TorchyardSdkError,
+    dns_name,
+    refuse,
+)
 from torchyard.sdk.azureml.compute import ComputeTarget
+from torchyard.sdk.azureml.hyperdrive import HyperDriveConfig
 from torchyard.sdk.azureml.run_configs import ScriptRunConfig
 
 if TYPE_CHECKING:
@@ -42,9 +48,51 @@ class Experiment:
         self.workspace = workspace
         self.name = name
 
-    def submit(self, config: ScriptRunConfig, tags: dict[str, str] | None = None) -> Run:
+    def submit(
+        self, config: ScriptRunConfig | HyperDriveConfig, tags: dict[str, str] | None = None
+    ) -> Any:
+        """A ScriptRunConfig: a TrainingRun, followed by the :class:`Run` returned; a
+        HyperDriveConfig: a Sweep whose trials run its ScriptRunConfig, followed by the
+        ``HyperDriveRun`` returned (``hyperdrive_runs``)."""
+        if isinstance(config, HyperDriveConfig):
+            from torchyard.sdk.azureml import hyperdrive_runs  # it imports this module
+
+            return hyperdrive_runs.submit(self, config, tags)
+        if not isinstance(config, ScriptRunConfig):
+            raise TorchyardSdkError(
+                f"Experiment.submit takes a ScriptRunConfig or a HyperDriveConfig, not "
+                f"{type(config).__name__}"
+            )
+        ns = self.workspace.namespace
+        name = self._new_name()
+        body = {
+            "apiVersion": api.API_VERSION,
+            "kind": "TrainingRun",
+            "metadata": self._metadata(name, tags),
+            "spec": self._trial_spec(config),
+        }
+        api.parse_trainingrun(body)
+        k8s.create(body)
+        print(f"TrainingRun {ns}/{name} submitted (experiment {self.name})", file=sys.stderr)
+        return Run(self, name)
+
+    def _new_name(self, limit: int = 47) -> str:
+        """``<experiment>-<6 hex digits>``, at most ``limit`` characters."""
+        exp = dns_name(self.name)[: min(40, limit - 7)].rstrip("-")
+        return f"{exp}-{secrets.token_hex(3)}"
+
+    def _metadata(self, name: str, tags: dict[str, str] | None) -> dict[str, Any]:
+        return {
+            "name": name,
+            "namespace": self.workspace.namespace,
+            "labels": {wire.LABEL_EXPERIMENT: dns_name(self.name)[:40].rstrip("-"), **(tags or {})},
+            "annotations": {wire.ANNOTATION_EXPERIMENT_NAME: self.name},
+        }
+
+    def _trial_spec(self, config: ScriptRunConfig) -> dict[str, Any]:
+        """Register the environment and store the source snapshot (the side effects),
+        then the TrainingRun spec (:func:`run_spec`)."""
         ws = self.workspace
-        ns = ws.namespace
         env = config.environment
         env_name = "default"
         if env is not None:
@@ -54,53 +102,53 @@ class Experiment:
         snap = snapshots.snapshot(Path(config.source_directory))
         try:
             print(snap.report(), file=sys.stderr)
-            snapshots.store(snap, ns, ws.registry)
+            snapshots.store(snap, ws.namespace, ws.registry)
             source = snap.source
         finally:
             snap.close()
-        python = env.python.interpreter_path if env else "python"
-        command = (
-            [*(str(c) for c in config.command), *config.arguments]
-            if config.command
-            else [python, str(config.script), *config.arguments]
-        )
-        dist = config._distribution()
-        spec: dict[str, Any] = {
-            "environment": env_name,
-            "source": source,
-            "command": command,
-            "distribution": dist,
-        }
         target = config.compute_target
         if isinstance(target, str):
             target = ComputeTarget(ws, target)
-        if target is not None:
-            spec["compute"] = {"pool": target.pool}
-            if target.gpus_per_node:
-                per_node = dist["processCountPerNode"] if dist.get("launch") != "node" else 1
-                spec["resources"] = {"gpusPerNode": min(per_node, target.gpus_per_node)}
-        if config.max_run_duration_seconds:
-            spec["policy"] = {"activeDeadlineSeconds": config.max_run_duration_seconds}
-        if ws.service_account:
-            # The node Pods run as it, so their registry token is its (item: serviceAccount).
-            spec["serviceAccountName"] = ws.service_account
-        exp = dns_name(self.name)[:40].rstrip("-")
-        name = f"{exp}-{secrets.token_hex(3)}"
-        body = {
-            "apiVersion": api.API_VERSION,
-            "kind": "TrainingRun",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {wire.LABEL_EXPERIMENT: exp, **(tags or {})},
-                "annotations": {wire.ANNOTATION_EXPERIMENT_NAME: self.name},
-            },
-            "spec": spec,
-        }
-        api.parse_trainingrun(body)
-        k8s.create(body)
-        print(f"TrainingRun {ns}/{name} submitted (experiment {self.name})", file=sys.stderr)
-        return Run(self, name)
+        return run_spec(config, env_name, source, target, service_account=ws.service_account)
+
+
+def run_spec(
+    config: ScriptRunConfig,
+    environment: str,
+    source: dict[str, Any],
+    target: ComputeTarget | None = None,
+    *,
+    service_account: str | None = None,
+) -> dict[str, Any]:
+    """The TrainingRun spec a ScriptRunConfig stands for, given its registered
+    ``environment``'s name, its stored snapshot's ``source`` and its compute ``target``
+    looked up (no I/O): a plain run's
+    spec, and a sweep's ``spec.trial``."""
+    env = config.environment
+    python = env.python.interpreter_path if env else "python"
+    command = (
+        [*(str(c) for c in config.command), *config.arguments]
+        if config.command
+        else [python, str(config.script), *config.arguments]
+    )
+    dist = config._distribution()
+    spec: dict[str, Any] = {
+        "environment": environment,
+        "source": source,
+        "command": command,
+        "distribution": dist,
+    }
+    if target is not None:
+        spec["compute"] = {"pool": target.pool}
+        if target.gpus_per_node:
+            per_node = dist["processCountPerNode"] if dist.get("launch") != "node" else 1
+            spec["resources"] = {"gpusPerNode": min(per_node, target.gpus_per_node)}
+    if config.max_run_duration_seconds:
+        spec["policy"] = {"activeDeadlineSeconds": config.max_run_duration_seconds}
+    if service_account:
+        # The node Pods run as it, so their registry token is its (item: serviceAccount).
+        spec["serviceAccountName"] = service_account
+    return spec
 
 
 class ScriptRun:
