@@ -162,11 +162,9 @@ class ScriptRun:
         progress.log(name, value, step=step)
 
 
-class Run:
-    @staticmethod
-    def get_context() -> ScriptRun:
-        """~ Azure ML ``Run.get_context()`` inside a training script."""
-        return ScriptRun()
+class RunHandle:
+    """What a run object of an experiment holds: the experiment, and the name of the
+    object (a TrainingRun, a Sweep) in the experiment's namespace."""
 
     def __init__(self, experiment: Experiment, run_id: str) -> None:
         self.experiment = experiment
@@ -176,6 +174,13 @@ class Run:
     @property
     def _ns(self) -> str:
         return self.experiment.workspace.namespace
+
+
+class Run(RunHandle):
+    @staticmethod
+    def get_context() -> ScriptRun:
+        """~ Azure ML ``Run.get_context()`` inside a training script."""
+        return ScriptRun()
 
     def _body(self) -> dict[str, Any]:
         return runs.get(self._ns, self.id)

@@ -381,14 +381,6 @@ __all__ = [
     "PrimaryMetricGoal",
     "RandomParameterSampling",
     "TruncationSelectionPolicy",
-    "choice",
-    "lognormal",
-    "loguniform",
-    "normal",
-    "qlognormal",
-    "qloguniform",
-    "qnormal",
-    "quniform",
-    "randint",
-    "uniform",
+    # the parameter expressions (choice, uniform, ...), as the API names their types
+    *sweep_api.EXPRESSION_TYPES,
 ]

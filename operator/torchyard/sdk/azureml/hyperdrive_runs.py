@@ -19,7 +19,7 @@ from torchyard import k8s
 from torchyard.api import sweeps as sweep_api
 from torchyard.sdk import sweeps
 from torchyard.sdk.azureml.common import ActivityFailedException, TorchyardSdkError
-from torchyard.sdk.azureml.experiments import Run
+from torchyard.sdk.azureml.experiments import Run, RunHandle
 from torchyard.sdk.azureml.hyperdrive import HyperDriveConfig, sweep_manifest
 
 if TYPE_CHECKING:
@@ -51,17 +51,8 @@ def submit(
     return HyperDriveRun(experiment, name)
 
 
-class HyperDriveRun:
+class HyperDriveRun(RunHandle):
     """The run of a HyperDriveConfig: the Sweep ``run_id`` of the experiment's namespace."""
-
-    def __init__(self, experiment: Experiment, run_id: str) -> None:
-        self.experiment = experiment
-        self.id = run_id
-        self.name = run_id
-
-    @property
-    def _ns(self) -> str:
-        return self.experiment.workspace.namespace
 
     def _body(self) -> dict[str, Any]:
         try:
