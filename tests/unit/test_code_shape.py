@@ -4,9 +4,7 @@ builders of ``torchyard.planning`` excepted, see FUNCTION_EXEMPT), and no block 
 BLOCK_LINES consecutive code lines written twice anywhere under operator/ (one copy of
 each rule, imported where it is needed).
 
-Each module and each function is a case of its own. The cases over a limit (KNOWN_*) are
-expected failures (strict xfail): such a case fails as soon as its code is cut to shape,
-and then leaves its list.
+Each module and each function is a case of its own, named by the failure.
 """
 
 from __future__ import annotations
@@ -25,10 +23,6 @@ BLOCK_LINES = 6
 # Pure builders of one manifest each (a node Pod, an Environment's build Job): the manifest
 # is one literal dict that reads as the YAML it becomes; cut into helpers it would not.
 FUNCTION_EXEMPT = {"planning/pods.py", "planning/environments.py"}
-UNSPLIT = "#31: not split yet"
-KNOWN_LONG_MODULES: set[str] = set()
-KNOWN_LONG_FUNCTIONS: set[str] = set()
-KNOWN_REPEATS: set[str] = set()
 
 
 def _modules() -> list[str]:
@@ -90,15 +84,7 @@ def _blocks() -> dict[tuple[str, ...], list[tuple[str, int]]]:
     return where
 
 
-def _marks(value: str, known: set[str]) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.xfail(strict=True, reason=UNSPLIT)] if value in known else []
-
-
-def _case(value: str, known: set[str]) -> object:
-    return pytest.param(value, id=value, marks=_marks(value, known))
-
-
-@pytest.mark.parametrize("module", [_case(m, KNOWN_LONG_MODULES) for m in _modules()])
+@pytest.mark.parametrize("module", _modules())
 def test_a_module_is_at_most_700_lines(module: str) -> None:
     lines = len((PACKAGE / module).read_text().splitlines())
     assert lines <= MODULE_LINES, f"{module}: {lines} lines"
@@ -114,16 +100,13 @@ FUNCTIONS = [
 
 @pytest.mark.parametrize(
     ("function", "lines"),
-    [
-        pytest.param(name, lines, id=name, marks=_marks(name, KNOWN_LONG_FUNCTIONS))
-        for name, lines in FUNCTIONS
-    ],
+    [pytest.param(name, lines, id=name) for name, lines in FUNCTIONS],
 )
 def test_a_function_is_at_most_80_lines(function: str, lines: int) -> None:
     assert lines <= FUNCTION_LINES, f"{function}: {lines} lines"
 
 
-@pytest.mark.parametrize("module", [_case(m, KNOWN_REPEATS) for m in _modules()])
+@pytest.mark.parametrize("module", _modules())
 def test_no_block_of_6_code_lines_is_written_twice(module: str) -> None:
     repeated = [
         f"{module}:{line} is also at "
@@ -137,10 +120,6 @@ def test_no_block_of_6_code_lines_is_written_twice(module: str) -> None:
     assert not repeated, "\n".join(repeated)
 
 
-def test_the_known_cases_are_still_modules_and_functions() -> None:
-    """A known case that was renamed or removed would pass unseen: every entry still
-    names a module (or a function) here."""
-    modules = set(_modules())
-    assert modules >= KNOWN_LONG_MODULES | KNOWN_REPEATS
-    assert {name for name, _ in FUNCTIONS} >= KNOWN_LONG_FUNCTIONS
-    assert {m for m in modules if m.startswith("planning/")} >= FUNCTION_EXEMPT
+def test_the_exempt_builders_are_still_modules() -> None:
+    """An exempt module that was renamed or removed would leave its exemption behind."""
+    assert set(_modules()) >= FUNCTION_EXEMPT
