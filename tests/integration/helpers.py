@@ -34,6 +34,20 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
         time.sleep(0.1)
 
 
+def wait_event(
+    namespace: str, name: str, what: str, matches: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """The Events of object ``name`` once one ``matches``: a reconcile records its Events
+    right after its status write, so a test that saw the status waits for them."""
+
+    def found() -> list[dict[str, Any]] | None:
+        events = k8s.list_(k8s.EVENTS, namespace, field_selector=f"involvedObject.name={name}")
+        return events if any(matches(e) for e in events) else None
+
+    result: list[dict[str, Any]] = wait_for(what, found, timeout=60)
+    return result
+
+
 def wait_status(
     res: k8s.Resource,
     namespace: str,

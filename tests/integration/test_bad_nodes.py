@@ -15,7 +15,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool
-from tests.integration.helpers import finish_pod, run_pods, wait_status
+from tests.integration.helpers import finish_pod, run_pods, wait_event, wait_status
 from tests.integration.test_cli import torchyard
 from tests.integration.test_trainingruns import extra_pool, running
 from torchyard import k8s
@@ -76,11 +76,14 @@ def test_a_gpu_xid_on_one_node_sends_the_retry_to_another_and_the_run_completes(
     assert again["spec"]["nodeName"] not in ("", bad)
     assert again["spec"]["nodeName"].startswith(f"{pool}-")
     assert exclusions.excluded_of(again) == frozenset({bad})
-    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=xid")
-    assert any(
-        e["reason"] == "NodeExcluded" and e["message"].startswith(f"node {bad} is left out")
-        for e in events
-    ), [(e["reason"], e["message"]) for e in events]
+    wait_event(
+        ns,
+        "xid",
+        "the NodeExcluded Event",
+        lambda e: (
+            e["reason"] == "NodeExcluded" and e["message"].startswith(f"node {bad} is left out")
+        ),
+    )
     described = torchyard(cluster, "describe", "xid", "-n", ns)
     assert described.returncode == 0, described.stderr
     assert "Excluded nodes (left out of this run's next attempts):" in described.stdout

@@ -11,7 +11,7 @@ from tests.builders import TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.cluster.registry import OciRegistry
 from tests.conftest import InProcessOperator
-from tests.integration.helpers import conditions, finish_pod, wait_for, wait_status
+from tests.integration.helpers import conditions, finish_pod, wait_event, wait_for, wait_status
 from tests.integration.test_envbuild import push_base_image
 from torchyard import api, k8s
 from torchyard.controller import telemetry
@@ -121,8 +121,12 @@ def test_a_failed_build_fails_the_environment_and_its_waiting_runs(
     )
     assert telemetry.BUILDS.value(result="failed") == failed + 1
     assert telemetry.BUILD_SECONDS.count(result="failed") == timed + 1
-    events = k8s.list_(k8s.EVENTS, namespace, field_selector="involvedObject.name=broken")
-    assert ("Warning", "BuildFailed") in {(e["type"], e["reason"]) for e in events}
+    wait_event(
+        namespace,
+        "broken",
+        "the BuildFailed Warning",
+        lambda e: (e["type"], e["reason"]) == ("Warning", "BuildFailed"),
+    )
     run = wait_status(k8s.TRAININGRUNS, namespace, "waiting", lambda s: s.get("phase") == "Failed")
     assert run["status"]["failure"]["reason"] == "EnvironmentFailed"
     assert "no-such-package" in run["status"]["failure"]["message"]

@@ -29,6 +29,7 @@ from tests.integration.helpers import (
     finish_pod,
     launcher_message,
     run_pods,
+    wait_event,
     wait_for,
     wait_status,
 )
@@ -199,7 +200,7 @@ def test_a_64_node_gang_restarts_once_with_one_write_per_pod(
         timeout=120,
     )["status"]
     assert status["restarts"] == 1 and status["failedAttempts"] == 1
-    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=gang")
+    events = wait_event(ns, "gang", "the Restarting Event", lambda e: e["reason"] == "Restarting")
     assert sum(e.get("count", 1) for e in events if e["reason"] == "Restarting") == 1
 
     # Let whatever the operator would still do happen, then count.

@@ -181,8 +181,14 @@ def test_kueue_admits_preempts_and_readmits_a_gang_and_torchyard_counts_a_suspen
     )["status"]
     assert stopped["restarts"] == 1
     assert "failure" not in stopped and "failedAttempts" not in stopped
-    said = [e["message"] for e in events(ns, "kq") if e.get("reason") == "Restarting"]
-    assert any("as a suspension" in m and "Kueue stopped node Pod" in m for m in said), said
+
+    # The reconcile writes the status first, then its Events: wait for the Event.
+    def said_so() -> list[str] | None:
+        said = [e["message"] for e in events(ns, "kq") if e.get("reason") == "Restarting"]
+        found = [m for m in said if "as a suspension" in m and "Kueue stopped node Pod" in m]
+        return found or None
+
+    wait_for("the Restarting Event that says it is a suspension", said_so, timeout=60)
 
     # The next attempt's Pod group waits, gated by Kueue, while the preemptor runs.
     def next_group_gated() -> list[dict[str, Any]] | None:

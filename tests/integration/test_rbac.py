@@ -30,6 +30,7 @@ from tests.integration.helpers import (
     sample,
     scrape,
     service_account_kubeconfig,
+    wait_event,
     wait_status,
 )
 from tests.integration.test_chart import CHART, Helm
@@ -90,9 +91,12 @@ def happy_path(cluster: Cluster, ns: str, metrics_port: int) -> dict[str, Any]:
     # The restricted operator's own metrics and Events, too.
     page = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
     assert sample(page, "torchyard_pods_created_total", namespace=ns) == 2
-    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=happy")
-    reasons = [e["reason"] for e in events if e.get("reportingComponent") == k8s.FIELD_MANAGER]
-    assert "Succeeded" in reasons, reasons
+    wait_event(
+        ns,
+        "happy",
+        "the restricted operator's Succeeded Event",
+        lambda e: e["reason"] == "Succeeded" and e.get("reportingComponent") == k8s.FIELD_MANAGER,
+    )
     tuned = one_trial_sweep(cluster, ns)
     assert tuned["status"]["best"]["name"] == "tune-t0"
     return done

@@ -22,6 +22,7 @@ from tests.integration.helpers import (
     finish_pod,
     launcher_message,
     run_pods,
+    wait_event,
     wait_for,
     wait_status,
 )
@@ -247,8 +248,12 @@ def test_failing_rank_fails_the_run_with_rank_exit_code_and_traceback(
         lambda: [p["metadata"]["name"] for p in run_pods(ns, "gpt")] == ["gpt-1"],
         timeout=10,
     )
-    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=gpt")
-    assert any(e["reason"] == "Error" and "rank 3" in e["message"] for e in events)
+    wait_event(
+        ns,
+        "gpt",
+        "the Error Event naming rank 3",
+        lambda e: e["reason"] == "Error" and "rank 3" in e["message"],
+    )
 
 
 def test_backoff_limit_restarts_the_whole_gang_once(cluster: Cluster, env: str) -> None:
@@ -334,11 +339,12 @@ def test_a_lost_node_with_no_platform_restart_left_fails_the_run_naming_pod_and_
     assert failed["status"]["restarts"] == 0
     assert conditions(failed)["Failed"]["reason"] == "NodeLost"
     # The Event names the node; the survivor does not burn its GPUs.
-    events = k8s.list_(k8s.EVENTS, ns, field_selector="involvedObject.name=stranded")
-    assert any(
-        e["reason"] == "NodeLost" and f"node {lost_node} was deleted" in e["message"]
-        for e in events
-    ), [(e["reason"], e["message"]) for e in events]
+    wait_event(
+        ns,
+        "stranded",
+        "the NodeLost Event naming the node",
+        lambda e: e["reason"] == "NodeLost" and f"node {lost_node} was deleted" in e["message"],
+    )
     wait_for("the survivor deleted", lambda: run_pods(ns, "stranded") == [], timeout=15)
 
 
