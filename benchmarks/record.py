@@ -124,8 +124,17 @@ def versions() -> dict[str, str | None]:
         "python": platform.python_version(),
         "torch": _version("torch"),
         "kubernetes_client": _version("kubernetes"),
-        "torchyard": _version("torchyard"),
+        "torchyard": _version("torchyard") or _source_version(),
     }
+
+
+def _source_version() -> str | None:
+    """torchyard's version when it runs from a source tree (PYTHONPATH=operator), not installed."""
+    try:
+        import torchyard
+    except ImportError:
+        return None
+    return getattr(torchyard, "__version__", None)
 
 
 def _git() -> dict[str, Any]:

@@ -106,3 +106,15 @@ def test_the_benchmarks_page_shows_a_results_file(tmp_path: Path) -> None:
     assert {"launch_overhead", "fanout", "scale", "why", "gpu_check"} <= set(
         benchmark_page.scripts()
     )
+
+
+def test_torchyard_run_from_its_source_tree_still_names_its_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torchyard
+
+    def not_installed(package: str) -> str:
+        raise record.importlib.metadata.PackageNotFoundError(package)
+
+    monkeypatch.setattr(record.importlib.metadata, "version", not_installed)
+    assert record.versions()["torchyard"] == torchyard.__version__
