@@ -33,16 +33,22 @@ import pytest
 import yaml
 
 import torchyard
-from tests.builders import TrainingRunBuilder
 from tests.cluster import binaries, release
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.cluster.registry import OciRegistry, push_archive
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import _host_address
-from tests.integration.helpers import run_pods, wait_status
+from tests.integration.helpers import wait_status
 from tests.integration.test_chart import Helm
-from tests.node.test_chart_on_node import RESTRICTED, SMALL, Release, _ready
+from tests.node.test_chart_on_node import (
+    SMALL,
+    Release,
+    _ready,
+    delete_namespaces,
+    restricted_namespaces,
+    run_hello,
+)
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
@@ -93,10 +99,7 @@ def installed(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Release]:
     suffix = os.urandom(2).hex()
-    system = cluster.create_namespace(f"ty-rel-system-{suffix}")
-    team = cluster.create_namespace(f"ty-rel-team-{suffix}")
-    for ns in (system, team):
-        cluster.kubectl("label", "namespace", ns, *RESTRICTED)
+    system, team = restricted_namespaces(cluster, "ty-rel", suffix)
     host = published.registry.host
     on_real_node = {"torchyard.dev/pool": real_node.pool}
     values = {
@@ -123,13 +126,7 @@ def installed(
         yield Release(name, system, team, published.helm_home, cluster, real_node)
     finally:
         helm("uninstall", name, *kubeconfig, "--wait", "--timeout=120s", check=False)
-        for ns in (team, system):
-            cluster.delete_namespace(ns)
-        cluster.wait_for(
-            "the test namespaces to be gone",
-            lambda: all(k8s.get_or_none(k8s.NAMESPACES, None, ns) is None for ns in (team, system)),
-            timeout=180,
-        )
+        delete_namespaces(cluster, team, system)
         operator.start()
 
 
@@ -170,55 +167,22 @@ def test_the_chart_from_oci_runs_the_pushed_operator_and_a_training_run(
     operator_digest = published.images["torchyard"]["digest"]
     assert status["image"] == f"{host}/torchyard/torchyard:{torchyard.__version__}", status
     assert status["imageID"].endswith(f"@{operator_digest}"), status  # pulled, that digest
-    _train_in_the_curated_environment(installed, published, real_node)
-
-
-def _train_in_the_curated_environment(
-    installed: Release, published: Published, real_node: RealNode
-) -> None:
-    ns, name = installed.team, "hello"
+    # the chart's curated CPU Environment, its tag resolved by the operator in the registry
     try:
         env = wait_status(
-            k8s.ENVIRONMENTS, ns, "pytorch-cpu", lambda s: s.get("phase") == "Ready", 240
+            k8s.ENVIRONMENTS,
+            installed.team,
+            "pytorch-cpu",
+            lambda s: s.get("phase") == "Ready",
+            240,
         )
     except AssertionError as err:
         raise AssertionError(f"{err}\n{installed.explain()}") from None
     [cpu] = [i for i in release.release_images() if i.name == "pytorch-cpu"]
-    assert env["spec"]["image"] == cpu.ref(published.registry.host)
-    resolved = f"{published.registry.host}/{cpu.repository}@{published.cpu_digest}"
+    assert env["spec"]["image"] == cpu.ref(host)
+    resolved = f"{host}/{cpu.repository}@{published.cpu_digest}"
     assert env["status"]["image"] == resolved, env["status"]
-    k8s.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "hello-src", "namespace": ns},
-            "data": {"train.py": TRAIN},
-        }
-    )
-    run = (
-        TrainingRunBuilder(name, ns)
-        .environment("pytorch-cpu")
-        .source(configMap="hello-src")
-        .command("python", "train.py")
-        .nodes(1)
-        .procs(1)
-        .pool(real_node.pool)
-        .with_("spec.resources", {"cpu": "100m", "memory": "512Mi", "shmSize": "64Mi"})
-        .with_("spec.runAsUser", 1000)  # Pod Security "restricted" in the team namespace
-        .obj()
-    )
-    k8s.create(run)
-    try:
-        done = wait_status(
-            k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 300
-        )
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{installed.explain()}") from None
-    assert done["status"]["phase"] == "Succeeded", f"{done['status']}\n{installed.explain()}"
-    [pod] = run_pods(ns, name)
-    assert pod["spec"]["nodeName"] == real_node.name
-    trainer = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "trainer")
-    assert trainer["state"]["terminated"]["exitCode"] == 0, trainer
+    # a TrainingRun in it runs that digest, pulled from the registry
+    _, run_pod, _ = run_hello(installed, "pytorch-cpu", TRAIN)
+    trainer = next(s for s in run_pod["status"]["containerStatuses"] if s["name"] == "trainer")
     assert trainer["imageID"].endswith(f"@{published.cpu_digest}"), trainer
-    log = installed.cluster.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "trainer")
-    assert "hello from rank 0 of 1" in log, log
