@@ -22,7 +22,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv docs-venv tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench clean help
+.PHONY: all venv docs-venv tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
@@ -33,6 +33,10 @@ help:
 	@echo "make site   - build the documentation site with mkdocs --strict (no regeneration)"
 	@echo "make bench  - run every benchmark (BENCH_ARGS=--smoke: each at its smallest size)"
 	@echo "make peers  - build (once per version) Kubeflow's operators the benchmarks compare with, and Kueue"
+	@echo "make images - build the release images with buildah, their SBOMs and provenance (build/release)"
+	@echo "              CUDA=1: the CUDA image too; IMAGES='torchyard': only these; PUSH=host: push them"
+	@echo "make chart  - package the Helm chart (build/release); PUSH=host: push it to oci://host/torchyard/charts"
+	@echo "make kind   - create a kind cluster, load the images and install the chart (needs Docker)"
 
 all: test
 
@@ -98,6 +102,9 @@ lint: venv
 	@echo "[lint] ruff"
 	@"$(DEPS)/bin/ruff" check operator tests docs/gen $(wildcard benchmarks examples)
 	@"$(DEPS)/bin/ruff" format --check operator tests docs/gen $(wildcard benchmarks examples)
+	@echo "[lint] shellcheck"
+	@command -v shellcheck >/dev/null || $(PY) -c 'from tests.cluster import debian; debian.ensure_packages({"shellcheck": "/usr/bin/shellcheck"})'
+	@shellcheck hack/*.sh
 
 typecheck: venv
 	@echo "[types] mypy --strict operator/"
@@ -134,6 +141,21 @@ bench: venv tools peers
 	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead sweeps; do \
 	  extra=$$( [ $$b = scale ] && echo --peers ); \
 	  echo "[bench] $$b $(BENCH_ARGS) $$extra"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) $$extra || exit 1; done
+
+# The release (tests/cluster/release.py; .github/workflows/release.yml runs these on a tag).
+# One version: operator/torchyard/__init__.py; the chart's version and appVersion equal it.
+#   make images [CUDA=1] [IMAGES="torchyard pytorch-cpu"] [PUSH=ghcr.io [PLAIN_HTTP=1] [AUTH=config.json]]
+#   make chart [PUSH=ghcr.io [PLAIN_HTTP=1]]
+RELEASE_PUSH = $(if $(PUSH),--push $(PUSH)) $(if $(PLAIN_HTTP),--plain-http)
+images: venv
+	@$(PY) -m tests.cluster.release images $(if $(CUDA),--cuda) $(foreach i,$(IMAGES),--only $(i)) $(RELEASE_PUSH) $(if $(AUTH),--auth $(AUTH))
+
+chart: venv
+	@$(PY) -m tests.cluster.release chart $(RELEASE_PUSH)
+
+# a local kind cluster with the images and the chart (needs Docker and kind; not run here)
+kind:
+	@hack/kind-up.sh
 
 demo: venv
 	@$(VENV)/bin/torchyard run examples/birds/trainingrun.yaml --local

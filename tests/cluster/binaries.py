@@ -42,6 +42,7 @@ REGISTRY_VERSION = "v3.1.2"
 HELM_VERSION = "v4.3.1"
 COREDNS_VERSION = "v1.15.0"
 CRI_TOOLS_VERSION = "v1.37.0"
+SYFT_VERSION = "v1.57.1"
 
 
 @dataclass(frozen=True)
@@ -151,9 +152,20 @@ TOOLS: dict[str, Tool] = {
         commands={"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
         ldflags=(f"-X sigs.k8s.io/cri-tools/pkg/version.Version={CRI_TOOLS_VERSION}",),
     ),
+    # The SBOM of each release image (tests/cluster/release.py, `make images`).
+    "syft": Tool(
+        name="syft",
+        version=SYFT_VERSION,
+        module_dir="syft",
+        commands={"syft": "github.com/anchore/syft/cmd/syft"},
+        ldflags=(f"-X main.version={SYFT_VERSION}",),
+    ),
 }
-# Built only on request (by name, or by the real node), not by a bare `make tools`.
+# Built only on request (by name, or by the real node or the release), not by a bare
+# `make tools`.
 NODE_TOOLS = ("kubernetes-node", "coredns", "cri-tools")
+RELEASE_TOOLS = ("syft",)
+ON_REQUEST = (*NODE_TOOLS, *RELEASE_TOOLS)
 
 
 def cache_root() -> Path:
@@ -210,7 +222,7 @@ def build(tool: Tool, *, log: bool = True) -> Path:
 
 
 def build_all(names: list[str] | None = None) -> dict[str, Path]:
-    default = [name for name in TOOLS if name not in NODE_TOOLS]
+    default = [name for name in TOOLS if name not in ON_REQUEST]
     return {name: build(TOOLS[name]) for name in (names or default)}
 
 
@@ -219,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "tools",
         nargs="*",
-        help=f"any of {', '.join(TOOLS)} (default: all but {', '.join(NODE_TOOLS)})",
+        help=f"any of {', '.join(TOOLS)} (default: all but {', '.join(ON_REQUEST)})",
     )
     parser.add_argument("--print-dir", action="store_true", help="print each tool's folder")
     args = parser.parse_args(argv)

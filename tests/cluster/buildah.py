@@ -56,7 +56,12 @@ BUILDAH_PACKAGES = {"buildah": "/usr/bin/buildah"}
 # Bump when the way a project image is built changes without its inputs changing.
 BUILD_RECIPE = "1"
 # name -> the Dockerfile (relative to the repository) built here
-DOCKERFILES = {"torchyard": "images/operator/Dockerfile"}
+DOCKERFILES = {
+    "torchyard": "images/operator/Dockerfile",
+    # the curated Environments, built by the release (tests/cluster/release.py) only
+    "pytorch-cpu": "images/pytorch-cpu/Dockerfile",
+    "pytorch-cuda": "images/pytorch-cuda/Dockerfile",
+}
 # Never part of a build context: caches that Python and the tools leave in the tree.
 IGNORED_NAMES = re.compile(
     r"^(__pycache__|\.mypy_cache|\.ruff_cache|\.pytest_cache|\.hypothesis|.*\.egg-info|.*\.py[co])$"

@@ -245,6 +245,14 @@ def push_archive(
     caches them) to ``registry`` as ``repo:tag`` with the builder's own client; blobs
     stream from the archive. Returns ``host/repo:tag``."""
     client = envbuild.Registry(registry.host, auth, insecure=True, timeout=120)
+    push_archive_with(client, archive, repo, tag)
+    return f"{registry.host}/{repo}:{tag}"
+
+
+def push_archive_with(client: envbuild.Registry, archive: Path, repo: str, tag: str) -> str:
+    """Push the one image of ``archive`` with ``client`` (any registry: the release pushes
+    to its own this way) as ``repo:tag``. Returns the manifest's digest, unchanged by the
+    push (the manifest's bytes are the archive's)."""
     with tarfile.open(archive) as tar:
 
         def blob(digest: str) -> tuple[IO[bytes], int]:
@@ -265,7 +273,7 @@ def push_archive(
             data, size = blob(entry["digest"])
             client.upload(repo, entry["digest"], data, size)
         client.put_manifest(repo, tag, body, manifest.get("mediaType") or envbuild.OCI_MANIFEST)
-    return f"{registry.host}/{repo}:{tag}"
+    return str(entries[0]["digest"])
 
 
 def _blob_file(tar: tarfile.TarFile, name: str) -> IO[bytes]:

@@ -331,7 +331,58 @@ BAD_VALUES = {
     ),
     "root user": (["--set", "operator.runAsUser=0"], "/operator/runAsUser"),
     "zero replicas": (["--set", "operator.replicas=0"], "/operator/replicas"),
+    "registry with a scheme": (["--set", "imageRegistry=https://mirror.example"], "/imageRegistry"),
+    "registry with a tag": (["--set", "imageRegistry=mirror.example/ml:1"], "/imageRegistry"),
 }
+
+
+def _image_refs(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Every image the rendered chart names: containers, the operator's image settings,
+    the curated Environments."""
+    refs = {}
+    for doc in docs:
+        if doc["kind"] == "Environment":
+            refs[f"Environment {doc['metadata']['name']}"] = doc["spec"]["image"]
+        if doc["kind"] != "Deployment":
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            refs[f"{doc['metadata']['name']} container"] = container["image"]
+            for env in container.get("env", []):
+                if env["name"].endswith("_IMAGE"):
+                    refs[env["name"]] = env["value"]
+    return refs
+
+
+def test_image_registry_replaces_the_registry_of_every_image_the_chart_names(helm: Helm) -> None:
+    default = _image_refs(helm.template())
+    mirrored = _image_refs(helm.template("--set", "imageRegistry=mirror.example:5000/ml"))
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert default == {
+        "t-torchyard-operator container": f"ghcr.io/torchyard/torchyard:{version}",
+        "t-torchyard-registry container": f"ghcr.io/torchyard/torchyard:{version}",
+        "TORCHYARD_INIT_IMAGE": f"ghcr.io/torchyard/torchyard:{version}",
+        "TORCHYARD_GIT_IMAGE": "alpine/git:2.47.2",
+        "Environment pytorch-cpu": "ghcr.io/torchyard/pytorch:2.15-cpu",
+        "Environment pytorch-cuda": "ghcr.io/torchyard/pytorch:2.15-cuda12",
+    }
+    # a host (first part with a "." or ":") is replaced; a Docker Hub name gets one
+    expected = {
+        k: "mirror.example:5000/ml/" + v.removeprefix("ghcr.io/") for k, v in default.items()
+    }
+    assert mirrored == expected
+    # an explicit initImage is mirrored too; a digest stays the digest
+    digest = "sha256:" + "0" * 64
+    pinned = _image_refs(
+        helm.template(
+            "--set", "imageRegistry=mirror.example",
+            "--set", "operator.initImage=quay.io/acme/init:1",
+            "--set", f"image.digest={digest}",
+        )
+    )  # fmt: skip
+    assert pinned["TORCHYARD_INIT_IMAGE"] == "mirror.example/acme/init:1"
+    assert (
+        pinned["t-torchyard-operator container"] == f"mirror.example/torchyard/torchyard@{digest}"
+    )
 
 
 @pytest.mark.parametrize("values, error", BAD_VALUES.values(), ids=BAD_VALUES.keys())

@@ -152,6 +152,25 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
+def restricted_namespaces(cluster: Cluster, prefix: str, suffix: str) -> tuple[str, str]:
+    """A system and a team namespace, both enforcing Pod Security "restricted"."""
+    system = cluster.create_namespace(f"{prefix}-system-{suffix}")
+    team = cluster.create_namespace(f"{prefix}-team-{suffix}")
+    for ns in (system, team):
+        cluster.kubectl("label", "namespace", ns, *RESTRICTED)
+    return system, team
+
+
+def delete_namespaces(cluster: Cluster, *namespaces: str) -> None:
+    for ns in namespaces:
+        cluster.delete_namespace(ns)
+    cluster.wait_for(
+        "the test namespaces to be gone",
+        lambda: all(k8s.get_or_none(k8s.NAMESPACES, None, ns) is None for ns in namespaces),
+        timeout=180,
+    )
+
+
 @pytest.fixture(scope="module")
 def release(
     cluster: Cluster,
@@ -161,10 +180,7 @@ def release(
 ) -> Iterator[Release]:
     binaries.build(binaries.TOOLS["helm"])
     suffix = os.urandom(2).hex()
-    system = cluster.create_namespace(f"ty-system-{suffix}")
-    team = cluster.create_namespace(f"ty-team-{suffix}")
-    for ns in (system, team):
-        cluster.kubectl("label", "namespace", ns, *RESTRICTED)
+    system, team = restricted_namespaces(cluster, "ty", suffix)
     storage_class = f"torchyard-test-{suffix}"
     volume = tmp_path_factory.mktemp("registry-volume")
     pv = f"torchyard-registry-{suffix}"
@@ -186,13 +202,7 @@ def release(
         yield Release(name, system, team, volume, cluster, real_node)
     finally:
         helm("uninstall", name, *kubeconfig, "--wait", "--timeout=120s", check=False)
-        for ns in (team, system):
-            cluster.delete_namespace(ns)
-        cluster.wait_for(
-            "the test namespaces to be gone",
-            lambda: all(k8s.get_or_none(k8s.NAMESPACES, None, ns) is None for ns in (team, system)),
-            timeout=180,
-        )
+        delete_namespaces(cluster, team, system)
         cluster.request("DELETE", f"/api/v1/persistentvolumes/{pv}")
         shutil.rmtree(volume, ignore_errors=True)
         operator.start()
@@ -352,42 +362,8 @@ def test_the_charts_operator_runs_a_training_run_and_promotes_its_model(
     except AssertionError as err:
         raise AssertionError(f"{err}\n{release.explain()}") from None
     assert env["spec"]["image"] == real_node.images["pytorch"].ref
-    k8s.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "hello-src", "namespace": ns},
-            "data": {"train.py": TRAIN},
-        }
-    )
-    run = (
-        TrainingRunBuilder(name, ns)
-        .environment("pytorch")
-        .source(configMap="hello-src")
-        .command("python", "train.py")
-        .nodes(1)
-        .procs(1)
-        .pool(real_node.pool)
-        .with_("spec.resources", {"cpu": "100m", "memory": "512Mi", "shmSize": "64Mi"})
-        .with_("spec.runAsUser", 1000)  # Pod Security "restricted" in the team namespace
-        .register("hello-model", path="outputs")
-        .obj()
-    )
-    k8s.create(run)
-    try:
-        done = wait_status(
-            k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 300
-        )
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{release.explain()}") from None
-    assert done["status"]["phase"] == "Succeeded", f"{done['status']}\n{release.explain()}"
+    done, _, log = run_hello(release, "pytorch", TRAIN, register="hello-model")
     assert done["status"]["model"] == {"name": "hello-model", "version": 1}
-    [pod] = run_pods(ns, name)
-    assert pod["spec"]["nodeName"] == real_node.name
-    trainer = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "trainer")
-    assert trainer["state"]["terminated"]["exitCode"] == 0, trainer
-    log = release.cluster.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "trainer")
-    assert "hello from rank 0 of 1" in log, log
     # the node Pod archived through the registry Service (TLS, its projected token)
     assert "[torchyard] archived" in log, log
     # the chart's operator promoted the outputs: the ModelVersion, and its file on the
@@ -404,3 +380,46 @@ def test_the_charts_operator_runs_a_training_run_and_promotes_its_model(
     op_log = release.cluster.kubectl("logs", "-n", release.system, op["metadata"]["name"])
     promoted = f"TrainingRun {ns}/{name} registered hello-model version 1"
     assert promoted in op_log, op_log[-3000:]
+
+
+def run_hello(
+    release: Release, environment: str, train: str, register: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The TrainingRun ``hello`` (1 x 1) of the script ``train`` in ``environment`` of the
+    team namespace, on the real node as user 1000, Succeeded: its object, its Pod and
+    the trainer's log."""
+    ns, name = release.team, "hello"
+    k8s.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "hello-src", "namespace": ns},
+            "data": {"train.py": train},
+        }
+    )
+    run = (
+        TrainingRunBuilder(name, ns)
+        .environment(environment)
+        .source(configMap="hello-src")
+        .command("python", "train.py")
+        .nodes(1)
+        .procs(1)
+        .pool(release.node.pool)
+        .with_("spec.resources", {"cpu": "100m", "memory": "512Mi", "shmSize": "64Mi"})
+        .with_("spec.runAsUser", 1000)  # Pod Security "restricted" in the team namespace
+    )
+    k8s.create((run.register(register, path="outputs") if register else run).obj())
+    try:
+        done = wait_status(
+            k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 300
+        )
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{release.explain()}") from None
+    assert done["status"]["phase"] == "Succeeded", f"{done['status']}\n{release.explain()}"
+    [pod] = run_pods(ns, name)
+    assert pod["spec"]["nodeName"] == release.node.name
+    trainer = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "trainer")
+    assert trainer["state"]["terminated"]["exitCode"] == 0, trainer
+    log = release.cluster.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "trainer")
+    assert "hello from rank 0 of 1" in log, log
+    return done, pod, log

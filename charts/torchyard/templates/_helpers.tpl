@@ -51,10 +51,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{- define "torchyard.image" -}}
+{{- $repository := include "torchyard.fromRegistry" (dict "ctx" . "ref" .Values.image.repository) }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- /*
+An image reference with its registry host replaced by .Values.imageRegistry when that is
+set (a mirror or a private registry holding the same repositories). The host is the first
+path part when it has a "." or ":" or is "localhost", as Docker reads references; a
+reference without one gets the registry put in front.
+*/}}
+{{- define "torchyard.fromRegistry" -}}
+{{- $registry := .ctx.Values.imageRegistry }}
+{{- $parts := splitList "/" .ref }}
+{{- $first := first $parts }}
+{{- if or (not $registry) (not .ref) }}
+{{- .ref }}
+{{- else if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- printf "%s/%s" $registry (rest $parts | join "/") }}
+{{- else }}
+{{- printf "%s/%s" $registry .ref }}
 {{- end }}
 {{- end }}
 
