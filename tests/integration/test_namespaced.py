@@ -13,6 +13,7 @@ import pytest
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster, Pool
 from tests.conftest import InProcessOperator
+from tests.integration.conftest import operator_instead
 from tests.integration.helpers import run_pods, wait_event, wait_for, wait_status
 from tests.integration.test_trainingruns import extra_pool, running
 from torchyard import k8s
@@ -59,16 +60,10 @@ def test_the_resync_lists_only_the_watched_namespaces(two_namespaces: tuple[str,
 
 @pytest.fixture
 def namespaced_operator(operator: InProcessOperator, env: str) -> Iterator[InProcessOperator]:
-    """The session's operator stopped; one that watches only ``env`` (with its
-    Environment ``pytorch`` Ready) runs instead, and the session's again after."""
-    operator.stop()
-    mine = InProcessOperator(namespaces=[env])
-    mine.start()
-    try:
+    """An operator that watches only ``env`` (with its Environment ``pytorch`` Ready)
+    instead of the session's."""
+    with operator_instead(operator, [env]) as mine:
         yield mine
-    finally:
-        mine.stop()
-        operator.start()
 
 
 @pytest.mark.parametrize("extra_pool", [(1, 8)], indirect=True)

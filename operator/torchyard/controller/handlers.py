@@ -53,8 +53,11 @@ ADMISSION_DEBOUNCE_SECONDS = 0.02
 logger = logging.getLogger("torchyard.controller")
 
 
-def _settings() -> pods.Settings:
+def _settings(memo: Any) -> pods.Settings:
+    """The builders' settings: the operator's options (``operators.run`` puts them in the
+    memo) and the TORCHYARD_* variables the chart sets."""
     return pods.Settings(
+        log_limit_bytes=memo.get("log_limit_bytes"),
         init_image=os.environ.get("TORCHYARD_INIT_IMAGE", pods.Settings.init_image),
         git_image=os.environ.get("TORCHYARD_GIT_IMAGE", pods.Settings.git_image),
         resolve_curated=os.environ.get("TORCHYARD_RESOLVE_CURATED", "all"),
@@ -126,7 +129,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Runs, Environments and a run's Pods are read from what the watches delivered.
     held = reads.WatchedReads(k8s, tuple(sorted(queue.namespaces)))
     memo.reads = held
-    ctx = context.Context(settings=_settings(), k8s=held)
+    ctx = context.Context(settings=_settings(memo), k8s=held)
     # The watches start after the start-up handlers: what they deliver is newer than this.
     try:
         await asyncio.get_running_loop().run_in_executor(None, admission.prime, ctx)

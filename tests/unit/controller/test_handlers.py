@@ -25,8 +25,8 @@ class NoApi:
 def operator_memo(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> kopf.Memo:
     """The memo as ``handlers.configure`` leaves it, over :class:`NoApi`."""
     memo = kopf.Memo()
-    memo.reads = reads.WatchedReads(NoApi())  # type: ignore[arg-type]
-    memo.ctx = context.Context(k8s=NoApi())  # type: ignore[arg-type]
+    memo.reads = reads.WatchedReads(NoApi())
+    memo.ctx = context.Context(k8s=NoApi())
     memo.ctx.cache.prime(nodes, pods)
     memo.queue = workqueue.WorkQueue()
     memo.admission_wake = asyncio.Event()
