@@ -17,7 +17,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +95,13 @@ def cluster() -> Iterator[object]:
 
 
 class InProcessOperator:
-    """The torchyard operator in this process (its own thread and event loop)."""
+    """The torchyard operator in this process (its own thread and event loop): watching
+    ``namespaces`` (none: every namespace), with ``options`` as ``operators.run`` takes
+    them from its command line (``log_limit_bytes=...``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: Sequence[str] = (), **options: Any) -> None:
+        self.namespaces = tuple(namespaces)
+        self.options = options
         self.thread: threading.Thread | None = None
         self.stop_flag = threading.Event()
         self.memo: Any = None
@@ -112,7 +116,13 @@ class InProcessOperator:
         ready = threading.Event()
         self.thread = threading.Thread(
             target=operators.run,
-            kwargs={"stop_flag": self.stop_flag, "ready_flag": ready, "memo": self.memo},
+            args=(self.namespaces,),
+            kwargs={
+                "stop_flag": self.stop_flag,
+                "ready_flag": ready,
+                "memo": self.memo,
+                **self.options,
+            },
             name="torchyard-operator",
             daemon=True,
         )

@@ -9,7 +9,8 @@ import the rules from here rather than keep copies: ``planning.rank`` (``process
 ``status.culprits`` (``culprit_rule``, ``waiting_words``), ``status.steps`` and
 ``status.failures`` (``PROGRESS_LINE``), ``registry.store`` and ``sdk.snapshots`` (the
 snapshot limits), ``local.console`` (``write_bytes``) and ``torchyard.progress`` (the
-progress line: ``parse_progress``, ``PHASE_NAMES``). Tested through the launcher's tests
+progress line: ``parse_progress``, ``PHASE_NAMES``), ``api.policies`` and
+``controller.options`` (the bounds of a rank's log). Tested through the launcher's tests
 in tests/unit/launcher/.
 """
 
@@ -326,6 +327,17 @@ LAUNCHERS: dict[str, str] = {
 # whatever still carries it is theirs (a helper in a session of its own, a daemon) and is
 # ended, as is whatever still holds their output pipes open.
 COOKIE_VARIABLE = "TORCHYARD_NODE_COOKIE"
+
+
+# -- rank logs ---------------------------------------------------------------------------
+
+# TORCHYARD_LOG_LIMIT_BYTES: the most one rank's log file (logs/rank-<r>.txt) may hold
+# (``launch_logs.CappedLog``): a run's spec.policy.logLimitBytes, else the operator's
+# ``--default-log-limit-bytes``, else LOG_LIMIT_BYTES. The spec and the operator's option
+# keep within LOG_LIMIT_MIN and LOG_LIMIT_MAX.
+LOG_LIMIT_BYTES = 64 << 20
+LOG_LIMIT_MIN = 4096  # a smaller limit would hold little more than the dropped note
+LOG_LIMIT_MAX = 1 << 40
 
 
 # -- source snapshots --------------------------------------------------------------------

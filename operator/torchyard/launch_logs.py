@@ -24,16 +24,16 @@ from torchyard.launch_contract import (
     EVIDENCE_CHARS,
     EVIDENCE_MAX,
     EVIDENCE_WORDS,
+    LOG_LIMIT_BYTES,
+    LOG_LIMIT_MIN,
     LaunchError,
     int_env,
     write_bytes,
 )
 
-# TORCHYARD_LOG_LIMIT_BYTES: the most one rank's log file (logs/rank-<r>.txt) may hold,
-# set from spec.policy.logLimitBytes. A rank that writes more keeps its first and its last
-# half; a line between them says how much was dropped. 0: no limit.
-LOG_LIMIT_BYTES = 64 << 20
-LOG_LIMIT_MIN = 4096  # a smaller limit would hold little more than the dropped note
+# TORCHYARD_LOG_LIMIT_BYTES (``launch_contract``: LOG_LIMIT_BYTES, LOG_LIMIT_MIN): a rank
+# that writes more keeps its first and its last half; a line between them says how much was
+# dropped. 0: no limit.
 LOG_NOTE_BYTES = 256  # room kept for that note, so that the file stays within the limit
 # One read of a rank's pipe, and the longest line shown as one: a longer one comes in
 # pieces (as the launcher showed them before). Lines are handled a read at a time, not one

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from torchyard.launch_contract import (
     COOKIE_VARIABLE,
+    LOG_LIMIT_BYTES,
     LaunchError,
     expand_arguments,
     int_env,
@@ -30,7 +31,7 @@ from torchyard.launch_contract import (
     traceback_tail,
     write_termination,
 )
-from torchyard.launch_logs import LOG_LIMIT_BYTES, Echo, LogScanner, log_limit
+from torchyard.launch_logs import Echo, LogScanner, log_limit
 from torchyard.launch_progress import ProgressTracker, merge_metrics
 from torchyard.launch_ranks import (
     Rank,

@@ -26,12 +26,13 @@ from typing import IO
 
 from torchyard.launch_contract import (
     COOKIE_VARIABLE,
+    LOG_LIMIT_BYTES,
     PROGRESS_PREFIX,
     TAIL_LINES,
     LaunchError,
     parse_progress,
 )
-from torchyard.launch_logs import LOG_LIMIT_BYTES, READ_BYTES, CappedLog, Echo, LogScanner
+from torchyard.launch_logs import READ_BYTES, CappedLog, Echo, LogScanner
 from torchyard.launch_progress import ProgressTracker
 
 # How long apart MASTER_ADDR is looked up while it does not resolve: the headless

@@ -8,9 +8,10 @@ import functools
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,6 +194,22 @@ def operator_archiving_to(
         operator.stop()
         os.environ.pop("TORCHYARD_REGISTRY_URL")
         os.environ.pop("TORCHYARD_REGISTRY_TOKEN_FILE")
+        operator.start()
+
+
+@contextlib.contextmanager
+def operator_instead(
+    operator: InProcessOperator, namespaces: Sequence[str] = (), **options: Any
+) -> Iterator[InProcessOperator]:
+    """The session's operator stopped; another, watching ``namespaces`` with ``options``
+    (``InProcessOperator``), runs instead, and the session's again after."""
+    operator.stop()
+    other = InProcessOperator(namespaces, **options)
+    other.start()
+    try:
+        yield other
+    finally:
+        other.stop()
         operator.start()
 
 

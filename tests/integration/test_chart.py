@@ -29,7 +29,8 @@ from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import finish_pod, launcher_message, run_pods, wait_for, wait_status
 from tests.unit.test_chart import health
-from torchyard import k8s
+from torchyard import k8s, launch_contract
+from torchyard.controller import options
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "torchyard"
@@ -301,7 +302,11 @@ def test_pods_are_restricted_and_the_operator_gets_its_settings(helm: Helm) -> N
         "/etc/torchyard/tls/tls.key",
     ]
     operator = deployments["t-torchyard-operator"]["spec"]["template"]["spec"]["containers"][0]
-    assert operator["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert operator["args"] == [
+        "operator",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        f"--default-log-limit-bytes={launch_contract.LOG_LIMIT_BYTES}",  # the launcher's
+    ]
     env = {e["name"]: e.get("value") for e in operator["env"]}
     assert env["TORCHYARD_METRICS_PORT"] == "9090"
     assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in operator["ports"]
@@ -333,6 +338,18 @@ BAD_VALUES = {
     "zero replicas": (["--set", "operator.replicas=0"], "/operator/replicas"),
     "registry with a scheme": (["--set", "imageRegistry=https://mirror.example"], "/imageRegistry"),
     "registry with a tag": (["--set", "imageRegistry=mirror.example/ml:1"], "/imageRegistry"),
+    "a log limit too small for the dropped note": (
+        ["--set", "operator.defaultLogLimitBytes=4095"],
+        "/operator/defaultLogLimitBytes",
+    ),
+    "a log limit over 1 TiB": (
+        ["--set", "operator.defaultLogLimitBytes=1099511627777"],
+        "/operator/defaultLogLimitBytes",
+    ),
+    "a log limit as a quantity": (
+        ["--set", "operator.defaultLogLimitBytes=64Mi"],
+        "/operator/defaultLogLimitBytes",
+    ),
 }
 
 
@@ -383,6 +400,18 @@ def test_image_registry_replaces_the_registry_of_every_image_the_chart_names(hel
     assert (
         pinned["t-torchyard-operator container"] == f"mirror.example/torchyard/torchyard@{digest}"
     )
+
+
+@pytest.mark.parametrize("value", ["4096", "1099511627776", "1048576"])
+def test_the_default_log_limit_reaches_the_operator_as_whole_bytes(helm: Helm, value: str) -> None:
+    """Helm holds numbers as floats: the flag gets the integer, never 1.048576e+06."""
+    docs = helm.template("--set", f"operator.defaultLogLimitBytes={value}")
+    operator = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")
+    )
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--default-log-limit-bytes={value}" in args
+    assert options.log_limit(value) == int(value)  # what the operator's option takes
 
 
 @pytest.mark.parametrize("values, error", BAD_VALUES.values(), ids=BAD_VALUES.keys())

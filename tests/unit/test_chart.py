@@ -23,7 +23,7 @@ import yaml
 
 import torchyard
 from tests.builders import TrainingRunBuilder, environment, model_version, pod
-from torchyard import api, status
+from torchyard import api, launch_contract, status
 from torchyard.status.failures import first_failure
 from torchyard.status.trainingruns import Observed
 
@@ -176,6 +176,23 @@ def test_the_registry_serves_tls_by_default_and_the_schema_checks_its_values() -
             _conforms(
                 schema, schema, {**values, "registry": {**values["registry"], "tls": bad}}, "v"
             )
+
+
+def test_the_default_log_limit_is_the_launchers_within_the_specs_bounds() -> None:
+    """operator.defaultLogLimitBytes: what a run without spec.policy.logLimitBytes gets;
+    the chart's default changes nothing, and the schema refuses what the spec would."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["operator"]["defaultLogLimitBytes"] == launch_contract.LOG_LIMIT_BYTES
+    field = schema["properties"]["operator"]["properties"]["defaultLogLimitBytes"]
+    assert (field["minimum"], field["maximum"]) == (
+        launch_contract.LOG_LIMIT_MIN,
+        launch_contract.LOG_LIMIT_MAX,
+    )
+    for bad in (4095, launch_contract.LOG_LIMIT_MAX + 1, "64Mi", 0, None):
+        operator = {**values["operator"], "defaultLogLimitBytes": bad}
+        with pytest.raises(AssertionError):
+            _conforms(schema, schema, {**values, "operator": operator}, "values")
 
 
 # -- what the RBAC says about itself --------------------------------------------------------

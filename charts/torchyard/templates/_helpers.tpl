@@ -261,13 +261,13 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["list", "watch"]
-# Gang admission weighs each pool's nodes; a deleted node releases its Pods at once.
+# Gang admission weighs each pool's nodes; a run's reconcile asks for a node it never saw
+# by name, to know whether it was deleted (controller/lost_nodes.py).
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list", "watch"]
-# Gang admission counts every running Pod of the cluster against the nodes' capacity, and
-# a lost node's torchyard Pods are found cluster-wide (controller/admission.py,
-# handlers._release_pods_of_lost_node): list, never read or change them.
+# Gang admission counts every running Pod of the cluster against the nodes' capacity
+# (controller/admission.py): list, never read or change them.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]

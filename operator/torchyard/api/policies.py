@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 from torchyard.api._base import (
     Model,
 )
+from torchyard.launch_contract import LOG_LIMIT_MAX, LOG_LIMIT_MIN
 
 LOG_RULE_ACTIONS = ("cancelRetries", "excludeNode", "ignore")
 LOG_RULE_PATTERN_MAX = 256
@@ -111,11 +112,12 @@ class Policy(Model):
     )
     log_limit_bytes: int | None = Field(
         default=None,
-        ge=4096,  # launch_logs.LOG_LIMIT_MIN
-        le=1 << 40,
+        ge=LOG_LIMIT_MIN,
+        le=LOG_LIMIT_MAX,
         description="The most each rank's archived log (logs/rank-<r>.txt) may hold; a rank "
         "that writes more keeps its first and last half, with a line saying how many bytes "
-        "and lines were dropped between them. Default 64 MiB (67108864).",
+        "and lines were dropped between them. Default: the operator's "
+        "(--default-log-limit-bytes, the chart's operator.defaultLogLimitBytes), else 64 MiB.",
     )
     ttl_seconds_after_finished: int | None = Field(
         default=None,

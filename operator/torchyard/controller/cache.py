@@ -21,7 +21,8 @@ created far back in a blocked queue is placed without a pass.
 The waiting gangs are worked out per run and kept until one of its Pods changes
 (:meth:`Cache.waiting`), so a pass over thousands of waiting runs re-reads none of
 their Pods. :meth:`Cache.echo` tells a Pod event that is this operator's own write
-coming back (its run need not be reconciled for it).
+coming back (its run need not be reconciled for it). :meth:`Cache.node_gone` tells
+whether a Pod's Node was deleted (``lost_nodes``).
 
 Pure bookkeeping: no Kopf, no API calls. Tested in tests/unit/controller/test_cache.py.
 """
@@ -270,6 +271,18 @@ class Cache:
     def nodes(self) -> list[dict[str, Any]]:
         with self.lock:
             return list(self._nodes.values())
+
+    def node_gone(self, name: str) -> bool | None:
+        """Whether Node ``name`` is gone, as the watches tell (the fed events taken in
+        first): True when its deletion was seen (a tombstone, and no Node of that name
+        since), False while it is held or before the start-up listing (nothing is known
+        then), None when the cache never saw it: its events are late, or it went while no
+        watch ran (the operator was down); only the apiserver can tell then."""
+        with self.lock:
+            self.drain()
+            if not self.ready or name in self._nodes:
+                return False
+            return True if ("Node", "", name) in self._gone else None
 
     def pods(self) -> list[dict[str, Any]]:
         """The unfinished Pods held, those of admitted gangs as if their gates were lifted."""

@@ -2,18 +2,19 @@
 
 Kopf watches TrainingRuns, Sweeps, Environments, build Jobs and Nodes; each event puts the
 key of the object to reconcile on the queue (a trial TrainingRun's, its Sweep's key too),
-whose workers call the reconcilers. The Pods are
-watched outside Kopf (``pod_watch``, started here): a Pod's event queues its run on the
-status lane without waiting behind Kopf's per-object workers. So the operator is level-triggered and
-keeps no state of its own on user objects (no finalizers, no annotations). A deleted
-Node's torchyard Pods are released at once, in the watched namespaces only (the
-operator's Roles grant nothing elsewhere). The Pod and Node events also feed the cache
-gang admission decides over (``cache``; other Pods that hold GPUs are watched for it
-too), primed by one list at start-up; when what admission sees changed,
-:func:`admission_loop` runs an admission pass (``admission.run_pass``) and queues the
-runs it admitted or moved in their pool's queue. An event that only brings back this
-operator's own write (a run's status, a Pod it created: same resourceVersion) queues
-nothing. With ``controller.operators`` the only module that imports kopf.
+whose workers call the reconcilers. The Pods are watched outside Kopf (``pod_watch``,
+started here): a Pod's event queues its run on the status lane without waiting behind
+Kopf's per-object workers. So the operator is level-triggered and keeps no state of its
+own on user objects (no finalizers, no annotations). No handler calls the apiserver or
+acts on an object: a deleted or down Node queues the runs with Pods on it, whose
+reconcile releases the Pods of a deleted one (``lost_nodes``); a build Job queues the
+Environments of its namespace as the watch holds them (``reads``). The Pod and Node
+events also feed the cache gang admission decides over (``cache``; other Pods that hold
+GPUs are watched for it too), primed by one list at start-up; when what admission sees
+changed, :func:`admission_loop` runs an admission pass (``admission.run_pass``) and
+queues the runs it admitted or moved in their pool's queue. An event that only brings
+back this operator's own write (a run's status, a Pod it created: same resourceVersion)
+queues nothing. With ``controller.operators`` the only module that imports kopf.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from torchyard.api import wire
 from torchyard.controller import (
     admission,
     context,
-    lost_nodes,
     pod_watch,
     reads,
     telemetry,
@@ -53,8 +53,11 @@ ADMISSION_DEBOUNCE_SECONDS = 0.02
 logger = logging.getLogger("torchyard.controller")
 
 
-def _settings() -> pods.Settings:
+def _settings(memo: Any) -> pods.Settings:
+    """The builders' settings: the operator's options (``operators.run`` puts them in the
+    memo) and the TORCHYARD_* variables the chart sets."""
     return pods.Settings(
+        log_limit_bytes=memo.get("log_limit_bytes"),
         init_image=os.environ.get("TORCHYARD_INIT_IMAGE", pods.Settings.init_image),
         git_image=os.environ.get("TORCHYARD_GIT_IMAGE", pods.Settings.git_image),
         resolve_curated=os.environ.get("TORCHYARD_RESOLVE_CURATED", "all"),
@@ -126,7 +129,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Runs, Environments and a run's Pods are read from what the watches delivered.
     held = reads.WatchedReads(k8s, tuple(sorted(queue.namespaces)))
     memo.reads = held
-    ctx = context.Context(settings=_settings(), k8s=held)
+    ctx = context.Context(settings=_settings(memo), k8s=held)
     # The watches start after the start-up handlers: what they deliver is newer than this.
     try:
         await asyncio.get_running_loop().run_in_executor(None, admission.prime, ctx)
@@ -302,54 +305,40 @@ async def environment_event(
         _enqueue(memo, "Environment", namespace, name)
 
 
-def _runs_on_down_node(memo: Any, name: str, body: Mapping[str, Any]) -> None:
-    """A node that says it is NotReady or unhealthy: reconcile the runs with unfinished
-    Pods on it now, which fails their attempt at once (``exclusions.down_failure``)
-    instead of after the taint manager's eviction."""
+def _runs_on(memo: Any, node: str) -> list[tuple[str, str]]:
+    """The (namespace, run) of torchyard's unfinished Pods on ``node``, as the cache holds
+    them."""
     ctx = memo.get("ctx")
-    if ctx is None or exclusions.unhealthy(body) is None:
-        return
+    if ctx is None:
+        return []
     runs = {
         (p["metadata"].get("namespace"), p["metadata"].get("labels", {}).get(names.LABEL_RUN))
         for p in ctx.cache.pods()
-        if p.get("spec", {}).get("nodeName") == name
+        if p.get("spec", {}).get("nodeName") == node
     }
-    for namespace, run in sorted(r for r in runs if r[0] and r[1]):
-        _enqueue(memo, "TrainingRun", namespace, run)
+    return sorted(r for r in runs if r[0] and r[1])
 
 
 @kopf.on.event("", "v1", "nodes")
 async def node_event(
     type: str | None, name: str, body: Mapping[str, Any], memo: Any, **_: Any
 ) -> None:
+    """A deleted Node, or one that says it is NotReady or unhealthy: queue the runs with
+    unfinished Pods on it. Their reconcile releases the Pods of a deleted Node
+    (``lost_nodes``) and fails the attempt on a down one at once
+    (``exclusions.down_failure``), not after the taint manager's eviction."""
     _cache_event(memo, "Node", type, body)
-    if type != "DELETED":
-        _runs_on_down_node(memo, name, body)
-        return
-    loop = asyncio.get_running_loop()
-    queue = memo.get("queue")
-    namespaces = sorted(queue.namespaces) if queue is not None else []
-    try:
-        runs = await loop.run_in_executor(None, lost_nodes.release, name, namespaces)
-    except k8s.ApiError as err:
-        logger.warning("node %s deleted, but its Pods could not be released: %s", name, err)
-        return
-    for namespace, run in runs:
-        logger.warning(
-            "node %s is gone: its Pod of TrainingRun %s/%s is lost", name, namespace, run
-        )
-        _enqueue(memo, "TrainingRun", namespace, run)
+    if type == "DELETED" or exclusions.unhealthy(body) is not None:
+        for namespace, run in _runs_on(memo, name):
+            _enqueue(memo, "TrainingRun", namespace, run)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/component": "environment-build"})
 async def build_job_event(namespace: str | None, memo: Any, **_: Any) -> None:
-    """A build Job changed: reconcile the Environments of its namespace (few, cheap)."""
-    if not namespace:
+    """A build Job changed: queue the Environments of its namespace (few, cheap), as the
+    watch delivered them (``reads``): Environments of one recipe share a Job."""
+    held = memo.get("reads")
+    if held is None or not namespace:
         return
-    loop = asyncio.get_running_loop()
-    try:
-        envs = await loop.run_in_executor(None, k8s.list_, k8s.ENVIRONMENTS, namespace)
-    except k8s.ApiError:
-        return
-    for env in envs:
-        _enqueue(memo, "Environment", namespace, env["metadata"]["name"])
+    for env in held.names(k8s.ENVIRONMENTS, namespace):
+        _enqueue(memo, "Environment", namespace, env)

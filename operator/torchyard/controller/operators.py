@@ -30,9 +30,12 @@ def peering_name(name: str | None = None) -> str | None:
     return name or os.environ.get("TORCHYARD_PEERING_NAME") or None
 
 
-def _memo(memo: kopf.Memo | None, namespaces: Sequence[str]) -> kopf.Memo:
+def _memo(
+    memo: kopf.Memo | None, namespaces: Sequence[str], log_limit_bytes: int | None
+) -> kopf.Memo:
     memo = memo if memo is not None else kopf.Memo()
     memo.namespaces = tuple(namespaces)
+    memo.log_limit_bytes = log_limit_bytes  # read by handlers.configure into the Settings
     return memo
 
 
@@ -46,12 +49,15 @@ def run(
     peering: str | None = None,
     metrics: int | None = None,
     memo: kopf.Memo | None = None,
+    log_limit_bytes: int | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (blocking; own event loop).
 
     ``peering`` names the (Cluster)KopfPeering object that makes peering mandatory;
     ``metrics`` is the port of ``/metrics`` (see :func:`metrics_port`); ``memo`` is the
-    operator's memo (an in-process caller reads its work queue, ``memo.queue``).
+    operator's memo (an in-process caller reads its work queue, ``memo.queue``);
+    ``log_limit_bytes`` the limit of each rank's log for a run that sets none
+    (``--default-log-limit-bytes``; None: the launcher's default).
     """
     telemetry.serve(metrics_port(metrics))
     name = peering_name(peering)
@@ -64,7 +70,7 @@ def run(
             stop_flag=stop_flag,
             ready_flag=ready_flag,
             liveness_endpoint=liveness_endpoint,
-            memo=_memo(memo, namespaces),
+            memo=_memo(memo, namespaces, log_limit_bytes),
         )
     )
 
@@ -77,6 +83,7 @@ def main(
     liveness_endpoint: str | None = None,
     peering: str | None = None,
     metrics: int | None = None,
+    log_limit_bytes: int | None = None,
 ) -> int:
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.PLAIN)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
@@ -86,6 +93,7 @@ def main(
         liveness_endpoint=liveness_endpoint,
         peering=peering,
         metrics=metrics,
+        log_limit_bytes=log_limit_bytes,
     )
     return 0
 
@@ -98,4 +106,5 @@ def main_from_args(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness,
         peering=args.peering_name,
         metrics=args.metrics_port,
+        log_limit_bytes=args.default_log_limit_bytes,
     )

@@ -105,6 +105,16 @@ class WatchedReads:
                 else:
                     self._put(k8s.PODS.plural, pod)
 
+    def names(self, res: k8s.Resource, namespace: str) -> list[str]:
+        """The names of the held objects of ``res`` (a TrainingRun or an Environment) in
+        ``namespace``: those the watch delivered, for a handler that queues them."""
+        with self._lock:
+            return sorted(
+                name
+                for plural, ns, name in self._objects
+                if plural == res.plural and ns == namespace
+            )
+
     # -- context.K8s --------------------------------------------------------------------
 
     def get(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any]:

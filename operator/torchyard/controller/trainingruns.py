@@ -4,7 +4,8 @@
 
 1. **parse** the spec (one torchyard cannot run is Failed, said once, never retried);
 2. **observe** the run's world into one :class:`Observed`: its status as it was, its
-   Pods (of this attempt, and stale ones of earlier attempts) and its Environment;
+   Pods (of this attempt, and stale ones of earlier attempts) and its Environment; a Pod
+   whose Node was deleted is released at once and counts as gone (``lost_nodes``);
 3. a **finished** run only stops its live Pods and waits for its TTL
    (``ttl_after_finished``); a **suspended** one (``spec.suspend``) stops its gang
    gracefully and waits (``suspension``);
@@ -28,7 +29,7 @@ real control plane in tests/integration/test_trainingruns.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,7 @@ from torchyard.controller import (
     context,
     failure_policy,
     finalize,
+    lost_nodes,
     mpi_keys,
     progress,
     references,
@@ -88,6 +90,22 @@ class Observed:
     def environment_ready(self) -> bool:
         return bool((self.environment or {}).get("status", {}).get("phase") == "Ready")
 
+    def without(self, gone: Sequence[Mapping[str, Any]]) -> Observed:
+        """What was observed, less the Pods ``gone`` (released: as if already deleted)."""
+        if not gone:
+            return self
+        names_ = {p["metadata"]["name"] for p in gone}
+
+        def keep(pods_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [p for p in pods_ if p["metadata"]["name"] not in names_]
+
+        return replace(
+            self,
+            children=keep(self.children),
+            current=keep(self.current),
+            stale=keep(self.stale),
+        )
+
 
 def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     """Reconcile one TrainingRun (see the module docstring)."""
@@ -116,6 +134,7 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         return None, Result()  # being deleted: owner references take the children away
 
     seen = observe(ctx, run, previous)
+    seen = seen.without(lost_nodes.release(ctx, body, seen.children))
     if seen.finished:
         return None, ttl.finished(ctx, run, seen.children, seen.completed, now)
     if suspension.wanted(run, seen.phase):

@@ -93,6 +93,10 @@ class Settings:
     # The CA (PEM) that signed an https registry's certificate: node Pods get it as
     # TORCHYARD_REGISTRY_CA and verify the service with it ("" = the system's CAs).
     registry_ca: str = ""
+    # The most each rank's archived log holds when a run sets no policy.logLimitBytes
+    # (``torchyard operator --default-log-limit-bytes``, the chart's
+    # operator.defaultLogLimitBytes); None: the launcher's own default.
+    log_limit_bytes: int | None = None
 
     def resolves(self, host: str) -> bool:
         if self.resolve_curated in ("all", "none"):
@@ -281,11 +285,13 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
     return vols
 
 
-def watch_env(run: TrainingRun) -> dict[str, str]:
+def watch_env(run: TrainingRun, default_log_limit: int | None = None) -> dict[str, str]:
     """What the launcher watches the ranks with (policy): the stall timeout
     (``launch_node.Launcher._check_stall``), the stall budgets of the phases
     (``launch_stalls.stall_budgets``), the log rules (``launch_logs.LogScanner``) and the
-    limit of each rank's log (``launch_logs.CappedLog``). Local mode passes the same."""
+    limit of each rank's log (``launch_logs.CappedLog``): the run's own, else
+    ``default_log_limit`` (the operator's, ``Settings.log_limit_bytes``), else none (the
+    launcher's default). Local mode passes the same, with no operator's default."""
     env: dict[str, str] = {}
     policy = run.spec.policy
     if policy.stall_timeout_seconds:
@@ -298,8 +304,9 @@ def watch_env(run: TrainingRun) -> dict[str, str]:
         env["TORCHYARD_LOG_RULES"] = json.dumps(
             [r.to_dict() for r in policy.log_rules], separators=(",", ":")
         )
-    if policy.log_limit_bytes is not None:
-        env["TORCHYARD_LOG_LIMIT_BYTES"] = str(policy.log_limit_bytes)
+    log_limit = policy.log_limit_bytes if policy.log_limit_bytes is not None else default_log_limit
+    if log_limit is not None:
+        env["TORCHYARD_LOG_LIMIT_BYTES"] = str(log_limit)
     return env
 
 
@@ -341,17 +348,19 @@ def launcher_env(
     master_addr: str | None = None,
     master_port: int | None = None,
     local: bool = False,
+    default_log_limit: int | None = None,
 ) -> dict[str, str]:
     """The TORCHYARD_* variables (and the rank contract) of node ``node_rank``'s launcher,
     in a node Pod and in local mode alike: ``rank.node_env``, what it watches the ranks
     with (:func:`watch_env`), MPI's (``local``: one mpirun over this machine's slots) and
     the checkpoint folder's (``grace_period``: the launcher's SIGTERM-to-SIGKILL time,
-    ``attempt``: the same on every node of one attempt). Each side adds its own: the Pod
-    the DNS wait, the shipped folder, the GPUs and the registry; local mode its files."""
+    ``attempt``: the same on every node of one attempt; ``default_log_limit``: the
+    operator's, for a run that sets none). Each side adds its own: the Pod the DNS wait,
+    the shipped folder, the GPUs and the registry; local mode its files."""
     env = node_env(
         run, node_rank, master_addr=master_addr, master_port=master_port, workdir=workdir
     )
-    env.update(watch_env(run))
+    env.update(watch_env(run, default_log_limit))
     dist = run.spec.distribution
     env.update(distributions.of(dist).launcher_env(dist, None if local else place(run)))
     env.update(checkpoints.env(run, grace_period, attempt))
@@ -381,6 +390,7 @@ def pod(
         workdir=WORKDIR if in_workspace else ".",
         grace_period=LAUNCHER_GRACE_SECONDS,
         attempt=checkpoints.attempt_id(run, attempt),
+        default_log_limit=settings.log_limit_bytes,
     )
     env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
     env["TORCHYARD_SHIPPED_PATH"] = SHIPPED_ROOT

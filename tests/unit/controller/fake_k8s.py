@@ -3,7 +3,8 @@
 It keeps objects by (resource, namespace, name) and records every write: status
 applies, applied manifests, deletions and Events, in order, so that a test reads what
 one reconcile did. Label selectors (``key=value`` or ``key``) and the field selectors
-the controller uses (``status.phase!=...``, ``spec.nodeName=...``) are honoured.
+the controller uses (``status.phase!=...``, ``spec.nodeName=...``, ``metadata.name=...``)
+are honoured.
 An apply by another field manager than torchyard's own (a Sweep's decision on a trial) is
 merged into the object, as server-side apply merges what two managers own.
 ``refuse`` makes the next applies of a kind answer with an :class:`k8s.ApiError`, as
@@ -233,6 +234,7 @@ def _fields_match(obj: dict[str, Any], selector: str | None) -> bool:
     values = {
         "status.phase": obj.get("status", {}).get("phase"),
         "spec.nodeName": obj.get("spec", {}).get("nodeName"),
+        "metadata.name": obj.get("metadata", {}).get("name"),
     }
     for term in (selector or "").split(","):
         if not term:

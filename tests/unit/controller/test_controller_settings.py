@@ -1,14 +1,18 @@
-"""The operator's options (peering, metrics, namespaces), its work queue in namespaced
-mode and the runs-by-phase gauge: no cluster, no Kopf event loop."""
+"""The operator's options (peering, metrics, namespaces, the default log limit), its work
+queue in namespaced mode and the runs-by-phase gauge: no cluster, no Kopf event loop."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 
 import pytest
+import yaml
 
-from torchyard.controller import operators, options, telemetry, workqueue
+from torchyard.controller import handlers, operators, options, telemetry, workqueue
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -25,6 +29,36 @@ def test_options_for_peering_metrics_and_namespaces() -> None:
     assert parse("--metrics-port", "0").metrics_port == 0
     with pytest.raises(SystemExit):
         parse("--metrics-port", "70000")
+
+
+def test_the_default_log_limit_is_bytes_within_what_the_spec_allows() -> None:
+    assert parse().default_log_limit_bytes is None  # the launcher's own default
+    assert parse("--default-log-limit-bytes", "4096").default_log_limit_bytes == 4096
+    assert parse("--default-log-limit-bytes", str(1 << 40)).default_log_limit_bytes == 1 << 40
+    for bad in ("4095", "0", "-1", str((1 << 40) + 1), "64Mi", "", "1e6"):
+        with pytest.raises(SystemExit):
+            parse("--default-log-limit-bytes", bad)
+    # The bounds are those the CRD gives spec.policy.logLimitBytes.
+    crd = yaml.safe_load((REPO / "crds" / "trainingruns.torchyard.dev.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    field = schema["properties"]["spec"]["properties"]["policy"]["properties"]["logLimitBytes"]
+    assert (field["minimum"], field["maximum"]) == (options.LOG_LIMIT_MIN, options.LOG_LIMIT_MAX)
+
+
+def test_the_operator_command_hands_the_default_log_limit_to_the_builders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``torchyard operator --default-log-limit-bytes`` reaches the memo that
+    ``handlers.configure`` builds the Pods' Settings from (the Kopf loop itself is not run
+    here: tests/integration/test_trainingruns.py runs it)."""
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(operators.kopf, "configure", lambda **_: None)
+    monkeypatch.setattr(operators, "run", lambda namespaces, **kw: seen.update(kw))
+    operators.main_from_args(parse("--default-log-limit-bytes", "1048576", "--metrics-port", "0"))
+    memo = operators._memo(None, (), seen["log_limit_bytes"])
+    assert handlers._settings(memo).log_limit_bytes == 1 << 20
+    operators.main_from_args(parse("--metrics-port", "0"))
+    assert handlers._settings(operators._memo(None, (), None)).log_limit_bytes is None
 
 
 def test_metrics_port_and_peering_name_come_from_the_environment(

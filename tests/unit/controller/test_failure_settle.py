@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controller.world import T0, env, node_pod, reconcile, run, status, world
+from tests.unit.controller.world import T0, env, gpu_node, node_pod, reconcile, run, status, world
 from torchyard.status.failures import FAILURE_SETTLE_SECONDS
 
 RUNNING = {"phase": "Running", "startTime": "2026-01-01T11:59:00Z", "restarts": 0}
+NODE = gpu_node("real-0")  # where both node Pods run
 
 
 def failed(node: int, rank: int, text: str, exited: float) -> dict[str, Any]:
@@ -38,7 +39,9 @@ def failed(node: int, rank: int, text: str, exited: float) -> dict[str, Any]:
 def test_the_run_waits_for_the_other_node_then_names_the_rank_that_exited_first() -> None:
     t = T0.timestamp()
     peer = failed(0, 1, "RuntimeError: Connection closed by peer", t + 0.005)
-    fake = world(run(status=RUNNING), env(), peer, node_pod(1, phase="Running", node_name="real-0"))
+    fake = world(
+        run(status=RUNNING), env(), NODE, peer, node_pod(1, phase="Running", node_name="real-0")
+    )
     result = reconcile(fake, at=0.5)
     # the peer reported first, but node 1 still runs: nothing decided, nothing stopped
     assert result.requeue_after == pytest.approx(FAILURE_SETTLE_SECONDS - 0.5 + 0.005)
@@ -57,7 +60,9 @@ def test_the_run_waits_for_the_other_node_then_names_the_rank_that_exited_first(
 def test_once_the_settle_time_is_over_the_first_failure_seen_decides() -> None:
     t = T0.timestamp()
     peer = failed(0, 1, "RuntimeError: Connection closed by peer", t)
-    fake = world(run(status=RUNNING), env(), peer, node_pod(1, phase="Running", node_name="real-0"))
+    fake = world(
+        run(status=RUNNING), env(), NODE, peer, node_pod(1, phase="Running", node_name="real-0")
+    )
     reconcile(fake, at=FAILURE_SETTLE_SECONDS + 0.1)
     assert len(fake.statuses) == 1
     assert status(fake)["phase"] == "Failed" and status(fake)["failure"]["rank"] == 1

@@ -421,6 +421,33 @@ CASES = [
         gated=False,
     ),
     Case(
+        "a Running gang's Pod on a deleted Node -> released at once (NodeLost), restart",
+        run(status=RUNNING),
+        [env(), NODES[0], *running()],
+        "Pending",
+        events=["NodeLost", "Restarting"],
+        conditions={"Running": ("False", "Restarting")},
+        deleted=["r-0", "r-1"],
+        requeue=0.5,
+        restarts=(1, 0),
+    ),
+    Case(
+        "a Queued gang's Pod bound to a deleted Node -> released (NodeLost), created again",
+        run(status=QUEUED),
+        [env(), NODES[0], node_pod(0, node_name="gpu-0"), node_pod(1, node_name="gpu-1")],
+        "Queued",
+        events=["NodeLost"],
+        created=["r-1"],
+        deleted=["r-1"],
+    ),
+    Case(
+        "a node Pod that finished before its Node was deleted is left: its exit decides",
+        run(status=RUNNING),
+        [env(), NODES[0], running()[0], succeeded()[1]],
+        "Running",
+        requeue=POLL,  # node 0's progress
+    ),
+    Case(
         "an image that cannot be pulled -> Failed, not restarted",
         run(status=QUEUED, spec={"policy.backoffLimit": 3}),
         [

@@ -48,6 +48,30 @@ def test_the_log_limit_reaches_the_launcher_which_reads_it_back(
     assert launch_logs.log_limit(env) == read
 
 
+def pod_env(run: api.TrainingRun, settings: pods.Settings) -> dict[str, str]:
+    trainer = pods.pod(run, 0, image="img", settings=settings)["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in trainer["env"]}
+
+
+@pytest.mark.parametrize(
+    ("own", "operators", "read"),
+    [
+        (None, 1 << 20, 1 << 20),  # none of its own: the operator's default
+        (8192, 1 << 20, 8192),  # its own wins over the operator's
+        (8192, None, 8192),
+        (None, None, launch_logs.LOG_LIMIT_BYTES),  # neither: the launcher's default
+    ],
+    ids=["operators-default", "own-over-default", "own-only", "launchers-default"],
+)
+def test_a_run_without_its_own_log_limit_gets_the_operators_default(
+    own: int | None, operators: int | None, read: int
+) -> None:
+    run = policy(logLimitBytes=own) if own else policy()
+    env = pod_env(run, pods.Settings(log_limit_bytes=operators))
+    assert launch_logs.log_limit(env) == read
+    assert ("TORCHYARD_LOG_LIMIT_BYTES" in env) is (own is not None or operators is not None)
+
+
 def test_a_log_limit_too_small_to_hold_the_note_is_refused() -> None:
     with pytest.raises(api.InvalidSpec, match=r"spec\.policy\.logLimitBytes"):
         policy(logLimitBytes=100)

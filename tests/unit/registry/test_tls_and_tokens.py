@@ -358,9 +358,9 @@ def test_the_operator_reads_the_ca_the_chart_mounts(
     pki = make_pki(tmp_path / "pki", "registry")
     monkeypatch.setenv("TORCHYARD_REGISTRY_URL", "https://torchyard-registry.ty.svc:8080")
     monkeypatch.setenv("TORCHYARD_REGISTRY_CA_FILE", str(pki.ca))
-    assert handlers._settings().registry_ca == pki.ca_pem
+    assert handlers._settings({}).registry_ca == pki.ca_pem
     monkeypatch.setenv("TORCHYARD_REGISTRY_CA_FILE", str(tmp_path / "missing.crt"))
     with pytest.raises(RuntimeError, match="TORCHYARD_REGISTRY_CA_FILE: cannot read"):
-        handlers._settings()
+        handlers._settings({})
     monkeypatch.delenv("TORCHYARD_REGISTRY_CA_FILE")
-    assert handlers._settings().registry_ca == ""
+    assert handlers._settings({}).registry_ca == ""
