@@ -28,7 +28,7 @@ A, B = "team-a", "team-b"
 WRITER = f"system:serviceaccount:{A}:trainer"  # the node Pods of a's runs
 NEIGHBOUR = f"system:serviceaccount:{A}:other"  # another Pod of namespace a
 USER = "alice"  # a person with create on modelversions in a
-OPERATOR = f"system:serviceaccount:torchyard-system:operator"  # create on runrecords in a
+OPERATOR = "system:serviceaccount:torchyard-system:operator"  # create on runrecords in a
 
 
 @dataclass
