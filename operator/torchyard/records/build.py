@@ -40,7 +40,7 @@ def timestamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _cut(text: Any, limit: int = MAX_MESSAGE) -> str:
+def cut(text: Any, limit: int = MAX_MESSAGE) -> str:
     value = str(text or "")
     return value if len(value) <= limit else value[:limit] + "..."
 
@@ -66,7 +66,7 @@ def _base(obj: Mapping[str, Any], kind: Kind, now: datetime, deleted: bool) -> R
         experiment=labels.get(wire.LABEL_EXPERIMENT),
         sweep=labels.get(wire.LABEL_SWEEP),
         annotations={
-            str(k): _cut(v)
+            str(k): cut(v)
             for k, v in (meta.get("annotations") or {}).items()
             if k != "kubectl.kubernetes.io/last-applied-configuration"
         },
@@ -84,7 +84,7 @@ def events(items: Sequence[Mapping[str, Any]]) -> list[EventRecord]:
             EventRecord(
                 type=str(e.get("type") or ""),
                 reason=str(e.get("reason") or ""),
-                message=_cut(e.get("message")),
+                message=cut(e.get("message")),
                 time=e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp"),
                 count=int(e.get("count") or 1),
             )
@@ -156,7 +156,7 @@ def attempts(
             started=started,
             ended=st.get("completionTime"),
             outcome=outcome,
-            message=_cut(failed),
+            message=cut(failed),
         )
     )
     return out
@@ -168,7 +168,7 @@ def log_tails(tails: Mapping[int, Sequence[str]], failing: int | None) -> dict[s
     nodes = sorted(tails)[:MAX_TAIL_NODES]
     if failing is not None and failing in tails and failing not in nodes:
         nodes = [*nodes[:-1], failing]
-    return {str(n): [_cut(line) for line in list(tails[n])[-TAIL_LINES:]] for n in sorted(nodes)}
+    return {str(n): [cut(line) for line in list(tails[n])[-TAIL_LINES:]] for n in sorted(nodes)}
 
 
 def trainingrun_record(

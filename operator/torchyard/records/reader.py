@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from torchyard.records import build
 from torchyard.records.schema import KINDS, Kind, Record, Summary, summary_of
 
 RECORD = "record.json"
@@ -341,7 +342,9 @@ class FolderRecords:
 
     def write(self, record: Record, archive: Path | None = None) -> Path:
         """Put ``record`` in place (replacing that uid's), with the metric reports of the
-        run's archive (``archive/logs/node-*/metrics.jsonl``, up to MAX_METRICS_BYTES)."""
+        run's archive (``archive/logs/node-*/metrics.jsonl``, up to MAX_METRICS_BYTES) and,
+        for each node whose log the operator could not read (its Pod gone, its kubelet
+        silent), the tail of the node's archived rank logs."""
         namespace, name, uid = record["namespace"], record["name"], record["uid"]
         check_names(namespace, name, uid)
         base = self.folder(namespace, record["kind"], name)
@@ -350,11 +353,12 @@ class FolderRecords:
         tmp = base / f"{TMP_PREFIX}{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
-            (tmp / RECORD).write_text(json.dumps(record, sort_keys=True))
-            (tmp / SUMMARY).write_text(json.dumps(summary_of(record), sort_keys=True))
             top = self.root.resolve() / namespace
             inside = archive is not None and archive.resolve().is_relative_to(top)
             _copy_metrics(archive if inside else None, tmp / METRICS)
+            record = _with_archived_tails(record, archive if inside else None)
+            (tmp / RECORD).write_text(json.dumps(record, sort_keys=True))
+            (tmp / SUMMARY).write_text(json.dumps(summary_of(record), sort_keys=True))
             for path in tmp.iterdir():
                 with path.open("rb") as f:
                     os.fsync(f.fileno())
@@ -371,20 +375,55 @@ class FolderRecords:
         return dest
 
 
+def _node_folders(archive: Path | None) -> list[tuple[int, Path]]:
+    """(node rank, folder) of an archive's ``logs/node-N`` folders (no links)."""
+    logs = archive / "logs" if archive is not None else None
+    if logs is None or logs.is_symlink() or not logs.is_dir():
+        return []
+    found = []
+    for folder in logs.glob("node-*"):
+        rank = folder.name[5:]
+        if rank.isdigit() and folder.is_dir() and not folder.is_symlink():
+            found.append((int(rank), folder))
+    return sorted(found)
+
+
+def _with_archived_tails(record: Record, archive: Path | None) -> Record:
+    """``record`` with the tails of the archived rank logs of the nodes it has none of."""
+    tails = dict(record.get("logTails") or {})
+    for rank, folder in _node_folders(archive)[: build.MAX_TAIL_NODES]:
+        if str(rank) in tails:
+            continue
+        lines: list[str] = []
+        for log in sorted(folder.glob("rank-*.txt")):
+            if log.is_file() and not log.is_symlink():
+                said = log.stem.replace("-", " ")
+                text = _tail_of(log)
+                lines += [f"[{said}] {line}" for line in text.splitlines()]
+        if lines:
+            tails[str(rank)] = [build.cut(x) for x in lines[-build.TAIL_LINES :]]
+    return cast(Record, {**record, "logTails": tails}) if tails else record
+
+
+def _tail_of(path: Path, limit: int = 256 << 10) -> str:
+    """The last ``limit`` bytes of a file, from its first whole line."""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - limit))
+        data = f.read()
+    if size > limit:
+        data = data.partition(b"\n")[2]
+    return data.decode("utf-8", "replace")
+
+
 def _copy_metrics(archive: Path | None, dest: Path) -> None:
     """Every node's ``logs/node-N/metrics.jsonl`` of ``archive``, node by node, into
     ``dest`` (plain files only: a symbolic link is not followed)."""
-    logs = archive / "logs" if archive is not None else None
-    if logs is None or logs.is_symlink() or not logs.is_dir():
-        return
-    nodes = sorted(
-        (p for p in logs.glob("node-*/" + METRICS) if p.is_file() and not p.is_symlink()),
-        key=lambda p: int(p.parent.name[5:]) if p.parent.name[5:].isdigit() else 0,
-    )
     left = MAX_METRICS_BYTES
     with dest.open("wb") as out:
-        for path in nodes:
-            if path.parent.is_symlink():
+        for _, folder in _node_folders(archive):
+            path = folder / METRICS
+            if path.is_symlink() or not path.is_file():
                 continue
             with path.open("rb") as f:
                 for line in f:

@@ -144,3 +144,21 @@ def test_names_that_are_not_names_are_refused(
 ) -> None:
     with pytest.raises(BadQuery):
         FolderRecords(tmp_path).get_record(namespace, name, uid_)
+
+
+def test_nodes_whose_log_the_operator_could_not_read_get_their_archived_tail(
+    tmp_path: Path,
+) -> None:
+    archive = tmp_path / "team-a" / "runs" / "birds"
+    for node in range(2):
+        (archive / "logs" / f"node-{node}").mkdir(parents=True)
+        text = "".join(f"node {node} line {i}\n" for i in range(500))
+        (archive / "logs" / f"node-{node}" / "rank-0.txt").write_text(text)
+    made = record("birds", 1, "2026-03-01T00:00:00Z")
+    made["logTails"] = {"0": ["read from the Pod"]}
+    folder = FolderRecords(tmp_path)
+    folder.write(made, archive)
+    tails = (folder.get_record("team-a", "birds") or {}).get("logTails") or {}
+    assert tails["0"] == ["read from the Pod"]  # what the operator read stays
+    assert len(tails["1"]) == records.build.TAIL_LINES
+    assert tails["1"][-1] == "[rank 0] node 1 line 499"
