@@ -22,7 +22,8 @@ import yaml
 from torchyard.cli.errors import CliError
 from torchyard.cli.inspect import cmd_describe, table
 from torchyard.cli.options import connect, registry, registry_options
-from torchyard.sdk import records, resources, runs
+from torchyard.sdk import clusters, records, resources, runs
+from torchyard.sdk.registry import RegistryError
 from torchyard.sdk.records import Row
 
 TAIL_SHOWN = 20  # lines of each node's log tail that describe shows
@@ -180,8 +181,14 @@ def describe_or_record(args: argparse.Namespace) -> int:
     """``torchyard describe RUN``: the live run, else its record in the registry."""
     try:
         return cmd_describe(args)
-    except runs.RunNotFound:
-        return show_record(args, args.run)
+    except runs.RunNotFound as gone:
+        try:
+            return show_record(args, args.run)
+        except (RegistryError, clusters.ApiError, clusters.Unreachable) as err:
+            why = err.message if isinstance(err, clusters.ApiError) else str(err)
+            raise runs.RunNotFound(
+                f"{gone}, and its record could not be read from the registry: {why}"
+            ) from None
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
