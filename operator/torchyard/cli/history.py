@@ -23,8 +23,8 @@ from torchyard.cli.errors import CliError
 from torchyard.cli.inspect import cmd_describe, table
 from torchyard.cli.options import connect, registry, registry_options
 from torchyard.sdk import clusters, records, resources, runs
-from torchyard.sdk.registry import RegistryError
 from torchyard.sdk.records import Row
+from torchyard.sdk.registry import RegistryError
 
 TAIL_SHOWN = 20  # lines of each node's log tail that describe shows
 
@@ -68,10 +68,8 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         connect(args)
         live = resources.list_("runs", args.namespace)
     if args.all or args.local:
-        rows, token = records.history(
-            source(args),
-            args.namespace,
-            live,
+        query = records.Query.of(
+            "TrainingRun",
             phase=args.phase,
             experiment=args.experiment,
             label_selector=args.selector,
@@ -79,6 +77,7 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
             limit=args.limit,
             continue_token=args.continue_token,
         )
+        rows, token = records.history(source(args), args.namespace, live, query)
     else:
         rows, token = records.merged(live, records.Page()), None
     if args.output == "json":

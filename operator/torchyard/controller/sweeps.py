@@ -104,10 +104,7 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if meta.get("deletionTimestamp"):
         return Result()  # owner references take the trials and the ledger away
     if previous.get("phase") in sweep_status.TERMINAL and previous.get("completionTime"):
-        recorded = recording.finished_sweep(ctx, body, logger)
-        if recorded.status is not None:
-            context.write(ctx, body, Outcome(recorded.status, now, recorded.events))
-        return Result(requeue_after=recorded.retry)
+        return _finished(ctx, body, logger, now)
 
     seen = observe(ctx, sweep, compiled)
     book = sweep_trials.book(compiled.goal, seen.entries, seen.seen, _planned_intervals(seen))
@@ -170,6 +167,14 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if verdict is not None and ctx.settings.registry_url:
         result.requeue_after = 0.0  # its record is written by the next reconcile
     return result
+
+
+def _finished(ctx: Context, body: Mapping[str, Any], logger: Log, now: datetime) -> Result:
+    """An ended Sweep: its record written once (``recording``), nothing else to do."""
+    recorded = recording.finished_sweep(ctx, body, logger)
+    if recorded.status is not None:
+        context.write(ctx, body, Outcome(recorded.status, now, recorded.events))
+    return Result(requeue_after=recorded.retry)
 
 
 # -- compile ---------------------------------------------------------------------------

@@ -15,13 +15,15 @@ name used again after a deletion gets a folder of its own; the newest by creatio
 the name's default. A record folder is written beside its destination and renamed into
 place, so a reader never sees half of one.
 
-Two implementations of :class:`Records`: :class:`FolderRecords` (local mode, and the
-registry service's own routes, ``registry.records``) and the registry service's HTTP
-client (``registry.client.RegistryClient``). Tested in tests/unit/records/.
+Two implementations of :class:`Records` (an abstract class: its ``list_records`` is the
+one signature, each implementation reads a :class:`Query`'s page): :class:`FolderRecords`
+(local mode, and the registry service's own routes, ``registry.records``) and the registry
+service's HTTP client (``registry.client.RegistryClient``). Tested in tests/unit/records/.
 """
 
 from __future__ import annotations
 
+import abc
 import base64
 import binascii
 import contextlib
@@ -34,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from torchyard.records import build
 from torchyard.records.schema import KINDS, Kind, Record, Summary, summary_of
@@ -133,6 +135,8 @@ class Query:
     since: datetime | None = None  # created at or after
     limit: int = DEFAULT_LIMIT
     after: tuple[str, str, str] | None = None  # the continue token's key
+    label_selector: str = ""  # (as given: what :meth:`params` sends)
+    continue_token: str | None = None
 
     @classmethod
     def of(
@@ -169,7 +173,21 @@ class Query:
             when,
             size,
             _untoken(continue_token) if continue_token else None,
+            label_selector or "",
+            continue_token or None,
         )
+
+    def params(self) -> dict[str, str]:
+        """The query as the registry's listing route takes it (``?phase=...``)."""
+        given = {
+            "phase": self.phase,
+            "experiment": self.experiment,
+            "labelSelector": self.label_selector or None,
+            "since": self.since.strftime("%Y-%m-%dT%H:%M:%SZ") if self.since else None,
+            "limit": str(self.limit),
+            "continue": self.continue_token,
+        }
+        return {k: v for k, v in given.items() if v is not None}
 
     def wants(self, s: Mapping[str, Any]) -> bool:
         if self.phase is not None and s.get("phase") != self.phase:
@@ -205,8 +223,11 @@ def select(summaries: Iterator[Summary] | list[Summary], query: Query) -> Page:
     return Page(page, _token(_key(page[-1])) if more and page else None)
 
 
-class Records(Protocol):
-    """The records of a namespace: listed a page at a time, one read whole."""
+class Records(abc.ABC):
+    """The records of a namespace: listed a page at a time, one read whole. The seam every
+    reader goes through; :class:`FolderRecords` and the registry service's client
+    (``registry.client.RegistryClient``) implement :meth:`page`, :meth:`get_record` and
+    :meth:`metrics_lines`."""
 
     def list_records(
         self,
@@ -219,19 +240,34 @@ class Records(Protocol):
         since: datetime | str | None = None,
         limit: int = DEFAULT_LIMIT,
         continue_token: str | None = None,
-    ) -> Page: ...
+    ) -> Page:
+        """Summaries, newest first (BadQuery names a filter that is not right)."""
+        query = Query.of(
+            kind,
+            phase=phase,
+            experiment=experiment,
+            label_selector=label_selector,
+            since=since,
+            limit=limit,
+            continue_token=continue_token,
+        )
+        return self.page(namespace, query)
 
+    @abc.abstractmethod
+    def page(self, namespace: str, query: Query) -> Page:
+        """The page of summaries ``query`` asks for."""
+
+    @abc.abstractmethod
     def get_record(
         self, namespace: str, name: str, uid: str | None = None, *, kind: str = "TrainingRun"
     ) -> Record | None:
         """The record of ``name`` (with ``uid``, that object's; else the newest), or None."""
-        ...
 
+    @abc.abstractmethod
     def metrics_lines(
         self, namespace: str, name: str, uid: str, *, kind: str = "TrainingRun"
     ) -> list[str]:
         """The run's kept metric reports (``metrics.jsonl``), one JSON object a line."""
-        ...
 
 
 def check_names(namespace: str, name: str | None = None, uid: str | None = None) -> None:
@@ -254,7 +290,7 @@ def _read_json(path: Path) -> Any:
 
 
 @dataclass(frozen=True)
-class FolderRecords:
+class FolderRecords(Records):
     """:class:`Records` over the registry's folder tree at ``root`` (see the layout)."""
 
     root: Path
@@ -285,28 +321,8 @@ class FolderRecords:
                 if isinstance(found, dict):
                     yield cast(Summary, found)
 
-    def list_records(
-        self,
-        namespace: str,
-        *,
-        kind: str = "TrainingRun",
-        phase: str | None = None,
-        experiment: str | None = None,
-        label_selector: str | None = None,
-        since: datetime | str | None = None,
-        limit: int = DEFAULT_LIMIT,
-        continue_token: str | None = None,
-    ) -> Page:
-        query = Query.of(
-            kind,
-            phase=phase,
-            experiment=experiment,
-            label_selector=label_selector,
-            since=since,
-            limit=limit,
-            continue_token=continue_token,
-        )
-        return select(self.summaries(namespace, kind), query)
+    def page(self, namespace: str, query: Query) -> Page:
+        return select(self.summaries(namespace, query.kind), query)
 
     def record_folder(
         self, namespace: str, name: str, uid: str | None = None, *, kind: str = "TrainingRun"
@@ -362,17 +378,23 @@ class FolderRecords:
             for path in tmp.iterdir():
                 with path.open("rb") as f:
                     os.fsync(f.fileno())
-            if dest.exists():
-                old = base / f"{TMP_PREFIX}old-{uuid.uuid4().hex}"
-                dest.rename(old)
-                tmp.rename(dest)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(dest)
+            replace_folder(tmp, dest)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return dest
+
+
+def replace_folder(tmp: Path, dest: Path) -> None:
+    """``tmp`` renamed to ``dest``; an older ``dest`` is renamed aside first and removed
+    after, so that ``dest`` is always one whole folder or the other."""
+    if dest.exists():
+        old = dest.parent / f"{TMP_PREFIX}old-{uuid.uuid4().hex}"
+        dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(dest)
 
 
 def _node_folders(archive: Path | None) -> list[tuple[int, Path]]:

@@ -22,10 +22,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from torchyard.records.reader import DEFAULT_LIMIT, Page
+from torchyard.records.reader import Page, Query, Records
 from torchyard.records.schema import KINDS, Record, Summary
 
 # The registry's token header when the request goes through the apiserver's service
@@ -43,7 +42,7 @@ class RegistryError(Exception):
         self.status = status
 
 
-class RegistryClient:
+class RegistryClient(Records):
     """Talks to the service at ``url`` with ``token`` (sent as ``Authorization: Bearer``,
     or bare in ``token_header``), verifying an https service with ``ssl_context``."""
 
@@ -165,29 +164,10 @@ class RegistryClient:
             headers={"Content-Type": "application/json"},
         )
 
-    def list_records(
-        self,
-        namespace: str,
-        *,
-        kind: str = "TrainingRun",
-        phase: str | None = None,
-        experiment: str | None = None,
-        label_selector: str | None = None,
-        since: datetime | str | None = None,
-        limit: int = DEFAULT_LIMIT,
-        continue_token: str | None = None,
-    ) -> Page:
-        when = since.strftime("%Y-%m-%dT%H:%M:%SZ") if isinstance(since, datetime) else since
-        query = {
-            "phase": phase,
-            "experiment": experiment,
-            "labelSelector": label_selector,
-            "since": when,
-            "limit": str(limit),
-            "continue": continue_token,
-        }
-        given = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        data = self._json(self._records(namespace, kind), query=given)
+    def page(self, namespace: str, query: Query) -> Page:
+        data = self._json(
+            self._records(namespace, query.kind), query=urllib.parse.urlencode(query.params())
+        )
         items: list[Summary] = data.get("items") or []
         return Page(items, data.get("continue"))
 

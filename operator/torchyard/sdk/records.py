@@ -94,31 +94,13 @@ def merged(live: Sequence[Mapping[str, Any]], page: Page) -> list[Row]:
 
 
 def history(
-    records: Records,
-    namespace: str,
-    live: Sequence[Mapping[str, Any]],
-    *,
-    phase: str | None = None,
-    experiment: str | None = None,
-    label_selector: str | None = None,
-    since: str | None = None,
-    limit: int = 50,
-    continue_token: str | None = None,
+    records: Records, namespace: str, live: Sequence[Mapping[str, Any]], query: Query
 ) -> tuple[list[Row], str | None]:
-    """Live runs merged with a page of records (the same filters on both), and the token
-    of the next page of records."""
-    page = records.list_records(
-        namespace,
-        phase=phase,
-        experiment=experiment,
-        label_selector=label_selector,
-        since=since,
-        limit=limit,
-        continue_token=continue_token,
-    )
-    query = Query.of(phase=phase, experiment=experiment, label_selector=label_selector, since=since)
-    # The live runs go with the first page (the next ones are records only).
-    wanted = [r for r in live if query.wants(_summary(r))] if continue_token is None else []
+    """Live runs merged with the page of records ``query`` asks for (its filters on both),
+    and the token of the next page of records; the live runs go with the first page."""
+    page = records.page(namespace, query)
+    first = query.continue_token is None
+    wanted = [r for r in live if first and query.wants(_summary(r))]
     return merged(wanted, page), page.continue_token
 
 
