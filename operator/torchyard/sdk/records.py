@@ -137,6 +137,7 @@ def as_run(record: Record) -> dict[str, Any]:
 __all__ = [
     "BadQuery",
     "Page",
+    "Query",
     "Row",
     "as_run",
     "history",
