@@ -120,7 +120,7 @@ def as_run(record: Record) -> dict[str, Any]:
     """The record as the TrainingRun it describes (metadata, spec, status as they were),
     for what shows a TrainingRun."""
     return {
-        "apiVersion": "torchyard.dev/v1alpha1",
+        "apiVersion": wire.API_VERSION,
         "kind": record.get("kind", "TrainingRun"),
         "metadata": {
             "name": record.get("name"),
