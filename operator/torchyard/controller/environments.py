@@ -63,9 +63,11 @@ def _recorded(
 ) -> bool:
     """The ended build's record (``recording``), with the tail of its Pod's log; False
     while the registry cannot be reached."""
+    if not recording.environment_wanted(ctx, body):
+        return True
     ns = body["metadata"]["namespace"]
     pods = []
-    if ctx.settings.registry_url and build is not None and build.job:
+    if build is not None and build.job:
         pods = ctx.k8s.list_(k8s.PODS, ns, label_selector=f"job-name={build.job}")
     return recording.built_environment(ctx, {**body, "status": new}, pods)
 

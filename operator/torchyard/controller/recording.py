@@ -96,15 +96,26 @@ def events_of(ctx: Context, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     )
 
 
+def _rank(pod: Mapping[str, Any], default: int) -> int:
+    rank = str((pod["metadata"].get("labels") or {}).get(names.LABEL_NODE_RANK, default))
+    return int(rank) if rank.isdigit() else default
+
+
 def tails(
-    ctx: Context, namespace: str, pods: Sequence[Mapping[str, Any]], container: str = "trainer"
+    ctx: Context,
+    namespace: str,
+    pods: Sequence[Mapping[str, Any]],
+    container: str = "trainer",
+    failing: int | None = None,
 ) -> dict[int, list[str]]:
-    """node rank -> the last lines of its Pod's ``container`` log (those that answer)."""
+    """node rank -> the last lines of its Pod's ``container`` log (those that answer): the
+    ``failing`` node's and the first others', at most ``build.MAX_TAIL_NODES`` read."""
+    ranked = sorted(((_rank(p, i), p) for i, p in enumerate(pods)), key=lambda rp: rp[0])
+    ranked.sort(key=lambda rp: rp[0] != failing)  # (stable: the failing node first)
     out: dict[int, list[str]] = {}
-    for i, pod in enumerate(pods[: build.MAX_TAIL_NODES * 2]):
-        rank = str((pod["metadata"].get("labels") or {}).get(names.LABEL_NODE_RANK, i))
+    for rank, pod in ranked[: build.MAX_TAIL_NODES]:
         try:
-            out[int(rank) if rank.isdigit() else i] = list(
+            out[rank] = list(
                 ctx.k8s.pod_log_lines(
                     namespace,
                     pod["metadata"]["name"],
@@ -157,7 +168,9 @@ def finished_run(
         return Recorded()
     now = ctx.clock()
     ns = body["metadata"]["namespace"]
-    record = records.trainingrun_record(body, pods, events_of(ctx, body), tails(ctx, ns, pods), now)
+    failing = ((body.get("status") or {}).get("failure") or {}).get("node")
+    read = tails(ctx, ns, pods, failing=failing if isinstance(failing, int) else None)
+    record = records.trainingrun_record(body, pods, events_of(ctx, body), read, now)
     return _said(body, *send(ctx, record), now, log)
 
 
@@ -173,11 +186,10 @@ def finished_sweep(ctx: Context, body: Mapping[str, Any], log: Log) -> Recorded:
 def built_environment(ctx: Context, body: Mapping[str, Any], build_pods: Sequence[Any]) -> bool:
     """An Environment whose build ended: its record, once per uid and generation in this
     process. False when the registry was not reached (try again)."""
+    if not environment_wanted(ctx, body):
+        return True
     meta = body["metadata"]
     key = ("Environment", str(meta["namespace"]), str(meta["name"]))
-    marker = f"{meta.get('uid')}/{meta.get('generation')}"
-    if not ctx.settings.registry_url or ctx.recorded.get(key) == marker:
-        return True
     now = ctx.clock()
     log_tail = next(iter(tails(ctx, key[1], build_pods[-1:], container="build").values()), [])
     record = records.environment_record(body, events_of(ctx, body), log_tail, now)
@@ -187,8 +199,19 @@ def built_environment(ctx: Context, body: Mapping[str, Any], build_pods: Sequenc
         return False
     if outcome == "refused":
         logger.warning("Environment %s/%s: the registry refused its record: %s", *key[1:], message)
-    ctx.recorded[key] = marker
+    ctx.recorded[key] = _marker(body)
     return True
+
+
+def _marker(body: Mapping[str, Any]) -> str:
+    return f"{body['metadata'].get('uid')}/{body['metadata'].get('generation')}"
+
+
+def environment_wanted(ctx: Context, body: Mapping[str, Any]) -> bool:
+    """A registry is there and this process has not recorded this build (uid, generation)."""
+    meta = body["metadata"]
+    key = ("Environment", str(meta["namespace"]), str(meta["name"]))
+    return bool(ctx.settings.registry_url) and ctx.recorded.get(key) != _marker(body)
 
 
 def deleted(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -6,6 +6,7 @@ a run deleted before it ended is recorded as it was."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from tests.unit.registry.test_service import OPERATOR, USER, A, Served, StandIn
 from torchyard import k8s
 from torchyard.controller import context, recording
 from torchyard.planning import pods
-from torchyard.records import FolderRecords
+from torchyard.records import FolderRecords, build
 from torchyard.registry.service import Limits
 from torchyard.registry.store import Store
 
@@ -170,3 +171,61 @@ def test_a_store_restart_keeps_records(tmp_path: Path, served: Served) -> None:
     reconcile(fake, at=3600, settings=settings(tmp_path, served))
     Store(served.root).remove_all_temporaries()
     assert FolderRecords(served.root).get_record(NS, "r") is not None
+
+
+def test_of_a_large_gang_the_failing_nodes_log_is_read_first_and_few_are_read(
+    tmp_path: Path,
+) -> None:
+    gang = [node_pod(i, phase="Failed", exit_code=1) for i in range(64)]
+    fake = world(run(), *gang)
+    fake.logs = {f"r-{i}": [f"node {i}"] for i in range(64)}
+    ctx = context.Context(k8s=fake)
+    read = recording.tails(ctx, NS, gang, failing=50)
+    assert len(fake.log_reads) == build.MAX_TAIL_NODES
+    assert fake.log_reads[0] == "r-50" and read[50] == ["node 50"]
+    assert sorted(read) == [*range(build.MAX_TAIL_NODES - 1), 50]
+
+
+def sweep_body(**status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "Sweep",
+        "metadata": {"name": "tune", "namespace": NS, "uid": RUN_UID, "generation": 1},
+        "spec": {"maxTotalTrials": 4},
+        "status": status,
+    }
+
+
+def test_an_ended_sweep_is_recorded_once(tmp_path: Path, served: Served) -> None:
+    body = sweep_body(phase="Succeeded", completionTime="2026-01-01T11:00:00Z")
+    fake = world(body)
+    ctx = context.Context(settings=settings(tmp_path, served), clock=lambda: T0, k8s=fake)
+    done = recording.finished_sweep(ctx, body, logging.getLogger("test"))
+    assert done.status is not None and not done.hold
+    record = FolderRecords(served.root).get_record(NS, "tune", kind="Sweep")
+    assert record is not None and record["status"]["phase"] == "Succeeded"
+    again = recording.finished_sweep(ctx, {**body, "status": done.status}, logging.getLogger("t"))
+    assert again == recording.Recorded()
+
+
+def test_an_environment_build_is_recorded_once_per_generation(
+    tmp_path: Path, served: Served
+) -> None:
+    env = {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "Environment",
+        "metadata": {"name": "pytorch", "namespace": NS, "uid": RUN_UID, "generation": 1},
+        "spec": {"python": "3.11"},
+        "status": {"phase": "Failed", "message": "pip install failed"},
+    }
+    build_pod = {"metadata": {"name": "build-1", "namespace": NS}, "status": {}}
+    fake = world(env)
+    fake.logs = {"build-1": ["Collecting torch", "ERROR: no matching distribution"]}
+    ctx = context.Context(settings=settings(tmp_path, served), clock=lambda: T0, k8s=fake)
+    assert recording.built_environment(ctx, env, [build_pod])
+    record = FolderRecords(served.root).get_record(NS, "pytorch", kind="Environment")
+    assert record is not None and record["logTails"]["0"][-1].startswith("ERROR")
+    assert recording.built_environment(ctx, env, [build_pod])
+    assert fake.log_reads == ["build-1"]  # not again for the same generation
+    gone = context.Context(settings=settings(tmp_path, "http://127.0.0.1:9"), k8s=fake)
+    assert not recording.built_environment(gone, env, [])  # the registry away: try again
