@@ -213,3 +213,22 @@ def test_records_are_read_in_their_namespace_only_and_written_by_the_operator_on
         assert (RegistryClient(svc.url, token).get_record(ns, "secret") or {})["phase"] == "Failed"
     finally:
         cluster.delete_namespace(other)
+
+
+def test_a_run_deleted_while_it_runs_is_recorded_as_it_was(
+    cluster: Cluster, namespace: str, recording: tuple[Service, str]
+) -> None:
+    svc, token = recording
+    ns = namespace
+    k8s.create(TrainingRunBuilder("cut", ns).environment("pytorch").pool("cpu").obj())
+    run = wait_status(k8s.TRAININGRUNS, ns, "cut", lambda s: s.get("phase") == "Running")
+    cluster.kubectl("delete", "trainingrun", "cut", "-n", ns, "--wait=true")
+    reader = RegistryClient(svc.url, token)
+    record = wait_for("the deleted run's record", lambda: reader.get_record(ns, "cut"))
+    assert (record["uid"], record["phase"], record["deleted"]) == (
+        run["metadata"]["uid"],
+        "Running",
+        True,
+    )
+    assert record["attempts"][-1]["outcome"] == "Deleted"
+    assert record["spec"]["environment"] == "pytorch"
