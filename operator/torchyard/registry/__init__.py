@@ -2,7 +2,7 @@
 
 ``store`` holds the folder layout and the atomic publish, used by local mode and by the
 HTTP service that owns the volume in a cluster (``service``, its face, over ``variables``,
-``access``, ``bodies``, ``archives``, ``versions`` and ``tls``); ``auth`` is who may use
+``access``, ``bodies``, ``archives``, ``versions``, ``records`` and ``tls``); ``auth`` is who may use
 the service, ``client`` the one HTTP client of it. This file re-exports the store.
 """
 

@@ -3,7 +3,8 @@
 :class:`Access` reads the caller's Kubernetes bearer token (``Authorization: Bearer``, or
 ``X-Torchyard-Token`` through the apiserver's service proxy), asks the service's
 :class:`~torchyard.registry.auth.Authorizer` who it is (401 without a valid token) and
-whether it may ``get`` or ``create`` modelversions in the route's namespace (403), checks
+whether it may ``get`` or ``create`` modelversions (a record's writer: ``runrecords``) in
+the route's namespace (403), checks
 that the writer of a run's archive is that run's ServiceAccount, and keeps every path the
 service opens under ``<root>/<namespace>/`` (``Store.inside``: 400 for ``..`` or a planted
 symbolic link). The Authorizer's calls block, so they run in the executor.

@@ -8,7 +8,8 @@ projected tokens, the operator's, the TokenRequest tokens the CLI and SDK mint; 
 the apiserver, such as a Pod's automounted one or a kubeconfig's, is refused, so the
 registry can never replay one against the apiserver); reading and writing are ``get`` and
 ``create`` on ``modelversions`` in the namespace; a run's archive is written by the
-ServiceAccount of its TrainingRun (``spec.serviceAccountName``, else ``default``).
+ServiceAccount of its TrainingRun (``spec.serviceAccountName``, else ``default``); a run
+record is written by whoever may ``create`` ``runrecords`` there (the operator).
 
 The questions themselves (TokenReview, SubjectAccessReview, reading the TrainingRun) are
 Kubernetes calls, and ``registry`` lies below ``k8s`` in the layers (pyproject.toml's
