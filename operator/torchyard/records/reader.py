@@ -8,6 +8,7 @@ Layout, beside the run archives under the registry's root (a PVC in the cluster,
     <namespace>/records/<kinds>/<name>/<uid>/record.json    the whole record
     <namespace>/records/<kinds>/<name>/<uid>/summary.json   what listings read
     <namespace>/records/<kinds>/<name>/<uid>/metrics.jsonl  every metric report
+    <namespace>/records/<kinds>/.index.jsonl                the summaries, for listings
 
 ``<kinds>`` is ``trainingruns``, ``sweeps`` or ``environments``. A record is keyed by its
 object's uid, so writing it again (an operator restart) replaces it with the same, and a
@@ -38,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
-from torchyard.records import build
+from torchyard.records import build, index
 from torchyard.records.schema import KINDS, Kind, Record, Summary, summary_of
 
 RECORD = "record.json"
@@ -315,6 +316,12 @@ class FolderRecords(Records):
                     yield d
 
     def summaries(self, namespace: str, kind: str) -> Iterator[Summary]:
+        """The summaries of ``kind`` in ``namespace``: from its index, else (a folder
+        written without one) from each record's ``summary.json``."""
+        indexed = index.read(self.folder(namespace, kind))
+        if indexed is not None:
+            yield from indexed
+            return
         for name in self._dirs(self.folder(namespace, kind)):
             for rec in self._dirs(name):
                 found = _read_json(rec / SUMMARY)
@@ -382,6 +389,7 @@ class FolderRecords(Records):
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        index.append(base.parent, summary_of(record))
         return dest
 
 

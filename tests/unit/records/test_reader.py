@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from torchyard import records
-from torchyard.records import reader
+from torchyard.records import index, reader
 from torchyard.records.reader import BadQuery, FolderRecords, Query, Requirement
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -162,3 +162,39 @@ def test_nodes_whose_log_the_operator_could_not_read_get_their_archived_tail(
     assert tails["0"] == ["read from the Pod"]  # what the operator read stays
     assert len(tails["1"]) == records.build.TAIL_LINES
     assert tails["1"][-1] == "[rank 0] node 1 line 499"
+
+
+def test_listings_read_the_index_and_only_what_was_appended_since(tmp_path: Path) -> None:
+    folder = FolderRecords(tmp_path)
+    for i in range(3):
+        folder.write(record(f"run-{i}", i, f"2026-03-0{i + 1}T00:00:00Z"))
+    kinds = tmp_path / "team-a" / "records" / "trainingruns"
+    # The index alone is read: a summary.json changed behind its back is not.
+    (kinds / "run-0" / uid(0) / "summary.json").write_text("{}")
+    assert [s["name"] for s in folder.list_records("team-a").items] == ["run-2", "run-1", "run-0"]
+    # A writer that stopped mid-line: the line waits for its end; a uid written again:
+    # its last line wins.
+    with (kinds / index.INDEX).open("a") as f:
+        f.write('{"uid": "' + uid(9) + '", "name": "half"')
+    folder.write({**record("run-1", 1, "2026-03-02T00:00:00Z"), "phase": "Succeeded"})
+    page = folder.list_records("team-a")
+    assert [(s["name"], s["phase"]) for s in page.items] == [
+        ("run-2", "Failed"),
+        ("run-1", "Succeeded"),
+        ("run-0", "Failed"),
+    ]
+    # An index replaced (or cut short) is read again whole.
+    (kinds / index.INDEX).write_text(json.dumps({"uid": uid(5), "name": "only"}) + "\n")
+    assert [s["name"] for s in folder.list_records("team-a").items] == ["only"]
+
+
+def test_an_index_that_is_a_link_is_not_read(tmp_path: Path) -> None:
+    other = tmp_path / "team-b" / "records" / "trainingruns"
+    other.mkdir(parents=True)
+    (other / index.INDEX).write_text(json.dumps({"uid": uid(1), "name": "secret"}) + "\n")
+    mine = tmp_path / "team-a" / "records" / "trainingruns"
+    mine.mkdir(parents=True)
+    (mine / index.INDEX).symlink_to(other / index.INDEX)
+    assert FolderRecords(tmp_path).list_records("team-a").items == []
+    with pytest.raises(OSError):
+        index.append(mine, {"uid": uid(2)})  # nor written through
