@@ -55,6 +55,9 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("torchyard.dev", "sweeps/finalizers"): {"update"},
     # finalize.register: server-side apply creates the ModelVersion.
     ("torchyard.dev", "modelversions"): {"create", "patch"},
+    # recording: the registry asks SubjectAccessReview whether the writer of a run record
+    # may create runrecords (no object has this resource).
+    ("torchyard.dev", "runrecords"): {"create"},
     # node Pods: applied, listed (per run, cluster-wide for admission), watched, deleted.
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
     ("", "services"): {"create", "patch", "delete"},
@@ -70,7 +73,8 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"get", "create", "patch"},
     # references.missing: a run's scheduling.queueName, Kueue's LocalQueue
     ("kueue.x-k8s.io", "localqueues"): {"get"},
-    ("", "events"): {"create"},
+    # record_event; recording.events_of: a run's own Events, into its record.
+    ("", "events"): {"create", "list"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch"},
     # Kopf; references.missing: is Kueue installed (its LocalQueue CRD)
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},

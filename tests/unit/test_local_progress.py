@@ -43,7 +43,7 @@ def test_a_local_run_reports_progress_and_registers_the_last_metrics(
     assert "progress: 4/4 100% (accuracy=0.75, loss=0.25)" in out
     version = Store(tmp_path / "registry").get("default", "steps")
     assert version.manifest["metrics"] == {"accuracy": 0.75, "loss": 0.25}
-    archived = sorted((tmp_path / "registry").rglob("metrics.jsonl"))
+    archived = sorted((tmp_path / "registry" / "default" / "runs").rglob("metrics.jsonl"))
     assert len(archived) == 2  # one per node
     records = [json.loads(x) for p in archived for x in p.read_text().splitlines()]
     assert sorted((r["rank"], r["step"]) for r in records if "loss" in r) == [

@@ -189,6 +189,12 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: ["torchyard.dev"]
   resources: ["modelversions"]
   verbs: ["create", "patch"]
+# Run records: no object has this resource; the registry asks SubjectAccessReview whether
+# the writer of a run's record may create it, and only the operator may
+# (controller/recording.py, registry/records.py).
+- apiGroups: ["torchyard.dev"]
+  resources: ["runrecords"]
+  verbs: ["create"]
 # Node Pods: server-side applied, listed by run, watched by Kopf, deleted on failure/TTL.
 - apiGroups: [""]
   resources: ["pods"]
@@ -225,10 +231,11 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["localqueues"]
   verbs: ["get"]
-# Events about runs (k8s.record_event) and Kopf's own handler events.
+# Events about runs (k8s.record_event) and Kopf's own handler events; a run's own Events
+# are listed into its record when it ends (controller/recording.py).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 # Environment build Jobs: applied, read back, watched by Kopf.
 - apiGroups: ["batch"]
   resources: ["jobs"]

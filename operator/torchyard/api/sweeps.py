@@ -536,7 +536,8 @@ class SweepStatus(Model):
     observed_generation: int | None = observed_generation()
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Accepted, MetricReported, Succeeded, Failed, and Ready, Reconciling, Stalled.",
+        description="Accepted, MetricReported, Succeeded, Failed, and Ready, Reconciling, "
+        "Stalled; Recorded once the ended sweep's record is in the registry.",
         json_schema_extra=CONDITIONS_FIELD_EXTRA,
     )
     seed: int | None = Field(default=None, description="The seed random sampling uses.")

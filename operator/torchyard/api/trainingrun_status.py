@@ -185,7 +185,8 @@ class TrainingRunStatus(Model):
     observed_generation: int | None = observed_generation()
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Accepted, EnvironmentReady, Admitted, Running, Succeeded, Failed.",
+        description="Accepted, EnvironmentReady, Admitted, Running, Succeeded, Failed, and "
+        "Recorded once the ended run's record is in the registry.",
         json_schema_extra=CONDITIONS_FIELD_EXTRA,
     )
     world_size: int | None = Field(

@@ -4,7 +4,9 @@ turns a user's mistake into ``torchyard: error: <message>`` and an exit code.
 Each command lives in the module of its concern and adds its own parser: ``servers``
 (``operator``, ``registry serve``: the only commands that start server parts), ``local``
 (``run --local``), ``submit`` (``submit``, ``validate``, ``crds``), ``follow`` (``wait``,
-``logs``), ``inspect`` (``get``, ``describe``), ``suspension`` (``suspend``, ``resume``),
+``logs``), ``inspect`` (``get``, ``describe``), ``history`` (``runs list``, ``runs
+describe`` and the parser of ``describe``, which falls back to a gone run's record),
+``suspension`` (``suspend``, ``resume``),
 ``models`` (``models ...``, ``runs download``), ``sweeps`` (``sweep ...``). Commands
 raise :class:`CliError` or let the SDK's errors through; :func:`main` catches them once
 (:data:`EXITS`), so no command shows a traceback for a missing kubeconfig, a cluster that
@@ -26,9 +28,20 @@ import yaml
 
 import torchyard
 from torchyard import api
-from torchyard.cli import follow, inspect, local, models, servers, submit, suspension, sweeps
+from torchyard.cli import (
+    follow,
+    history,
+    inspect,
+    local,
+    models,
+    servers,
+    submit,
+    suspension,
+    sweeps,
+)
 from torchyard.cli.errors import CliError
 from torchyard.sdk import clusters, runs, snapshots
+from torchyard.sdk import records as run_records
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk.registry import RegistryError
 
@@ -38,6 +51,7 @@ from torchyard.sdk.registry import RegistryError
 EXITS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...] = (
     (api.InvalidSpec, 2, "invalid resource: "),
     (snapshots.SnapshotError, 2, ""),
+    (run_records.BadQuery, 2, ""),
     (
         (
             clusters.ApiError,
@@ -67,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     follow.add_wait(sub)
     follow.add_logs(sub)
     inspect.add_get(sub)
-    inspect.add_describe(sub)
+    history.add_describe(sub)
     suspension.add_suspend(sub)
     suspension.add_resume(sub)
     servers.add_registry(sub)

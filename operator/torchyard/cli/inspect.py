@@ -1,5 +1,6 @@
 """Looking at what is there: ``torchyard get runs|envs|models`` (kubectl-style tables, or
-YAML/JSON) and ``torchyard describe RUN`` (nodes, conditions, failure, model, Events).
+YAML/JSON) and ``torchyard describe RUN`` (nodes, conditions, failure, model, Events; its
+parser is ``cli.history``'s, which falls back to the run's record once it is gone).
 
 Called by ``torchyard.cli.app``; over ``torchyard.sdk.resources`` and
 ``torchyard.sdk.runs``. Tested in tests/integration/test_cli.py.
@@ -179,10 +180,3 @@ def add_get(sub: Any) -> None:
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json"], help="output format")
     kube_options(p)
     p.set_defaults(func=cmd_get)
-
-
-def add_describe(sub: Any) -> None:
-    p = sub.add_parser("describe", help="a run: nodes, conditions, failure, model and events")
-    p.add_argument("run")
-    kube_options(p)
-    p.set_defaults(func=cmd_describe)

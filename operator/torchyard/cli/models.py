@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchyard.cli import history
 from torchyard.cli.errors import CliError
 from torchyard.cli.options import registry, registry_options
 
@@ -96,8 +97,9 @@ def add_models(sub: Any) -> None:
 
 
 def add_runs(sub: Any) -> None:
-    p = sub.add_parser("runs", help="archived run files")
+    p = sub.add_parser("runs", help="run history (live runs and records) and archived files")
     runs = p.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+    history.add_commands(runs)
     p = runs.add_parser("download", help="download an archived file (~ run.download_file)")
     p.add_argument("run")
     p.add_argument("path", help="outputs/... or logs/node-N/...")

@@ -111,6 +111,9 @@ class Context:
     shipped: dict[tuple[str, str], datetime] = field(default_factory=dict)
     # run uid -> when its Pods' logs were last read for progress (``progress.poll``)
     progress_polls: dict[str, Any] = field(default_factory=dict)
+    # (kind, namespace, name) -> "uid/generation" of the Environment build last recorded
+    # (``recording.built_environment``)
+    recorded: dict[Key, str] = field(default_factory=dict)
 
 
 @dataclass

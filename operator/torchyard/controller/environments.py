@@ -3,7 +3,8 @@
 :func:`reconcile` parses the Environment, observes its image (the registry's answer,
 the build Job and, when the Job failed, its Pod's message), starts the one build Job
 when the image is missing, writes the status once (``context.write``) and names the
-TrainingRuns waiting on it when it became Ready or Failed. Called by ``handlers``;
+TrainingRuns waiting on it when it became Ready or Failed; an ended build's record goes to
+the registry (``recording``). Called by ``handlers``;
 tested against a real control plane in tests/integration/test_environments.py.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchyard import api, envbuild, k8s, status
-from torchyard.controller import context, telemetry
+from torchyard.controller import context, recording, telemetry
 from torchyard.controller.context import Context, Log, Outcome, Result
 from torchyard.planning import environments as builds
 
@@ -49,7 +50,26 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
                 result.also.append(("TrainingRun", ns, run["metadata"]["name"]))
     if new.get("phase") == "Building":
         result.requeue_after = 30.0  # Job events wake us sooner
+    elif new.get("phase") in ("Ready", "Failed") and not _recorded(ctx, body, new, build):
+        result.requeue_after = recording.RETRY_SECONDS
     return result
+
+
+def _recorded(
+    ctx: Context,
+    body: Mapping[str, Any],
+    new: dict[str, Any],
+    build: status.BuildObserved | None,
+) -> bool:
+    """The ended build's record (``recording``), with the tail of its Pod's log; False
+    while the registry cannot be reached."""
+    if not recording.environment_wanted(ctx, body):
+        return True
+    ns = body["metadata"]["namespace"]
+    pods = []
+    if build is not None and build.job:
+        pods = ctx.k8s.list_(k8s.PODS, ns, label_selector=f"job-name={build.job}")
+    return recording.built_environment(ctx, {**body, "status": new}, pods)
 
 
 def _count_build(new: Mapping[str, Any], build: status.BuildObserved | None) -> None:

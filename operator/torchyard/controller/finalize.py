@@ -13,15 +13,15 @@ tests/unit/controller/test_reconcile.py and tests/integration/test_archiving.py.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from torchyard import api, status
+from torchyard.controller import recording
 from torchyard.controller.context import Context, Event, Log
 from torchyard.planning import models
-from torchyard.registry.client import RegistryClient, RegistryError
+from torchyard.registry.client import RegistryError
 from torchyard.status import failures
 
 
@@ -71,12 +71,7 @@ def register(
         return Registration()
     image = str(((environment or {}).get("status") or {}).get("image") or "")
     try:
-        with open(ctx.settings.registry_token_file) as f:
-            token = f.read().strip()
-        # An https registry is verified with the CA the chart mounts (or the system's).
-        ca = ctx.settings.registry_ca
-        tls = ssl.create_default_context(cadata=ca) if ca else None
-        manifest = RegistryClient(url, token, ssl_context=tls, timeout=60).promote(
+        manifest = recording.client(ctx).promote(
             run.namespace, reg.model, run.name, reg.path, models.promote_metadata(run, image=image)
         )
     except RegistryError as err:

@@ -35,6 +35,7 @@ from torchyard.controller import (
     context,
     pod_watch,
     reads,
+    recording,
     telemetry,
     workqueue,
 )
@@ -277,21 +278,36 @@ async def trainingrun_event(
         phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
         telemetry.run_phase(namespace, name, phase)
     if type == "DELETED":
-        ctx = memo.get("ctx")
-        if ctx is not None:
-            ctx.written.pop(("TrainingRun", namespace, name), None)
+        _deleted(memo, "TrainingRun", namespace, name, body)
     elif not _own_write(memo, ("TrainingRun", namespace or "", name), meta):
         _enqueue(memo, "TrainingRun", namespace, name)
 
 
+def _deleted(
+    memo: Any, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]
+) -> None:
+    """A TrainingRun or Sweep is gone: forget its writes, and record what its last event
+    held unless it was recorded (``recording.deleted``, in a thread, not awaited)."""
+    ctx = memo.get("ctx")
+    if ctx is None:
+        return
+    ctx.written.pop((kind, namespace, name), None)
+    if recording.wanted(ctx, body):
+        asyncio.get_running_loop().run_in_executor(None, recording.deleted, ctx, dict(body))
+
+
 @kopf.on.event(api.GROUP, api.VERSION, "sweeps")
 async def sweep_event(
-    type: str, name: str, namespace: str | None, meta: Mapping[str, Any], memo: Any, **_: Any
+    type: str,
+    name: str,
+    namespace: str | None,
+    meta: Mapping[str, Any],
+    body: Mapping[str, Any],
+    memo: Any,
+    **_: Any,
 ) -> None:
     if type == "DELETED":
-        ctx = memo.get("ctx")
-        if ctx is not None:
-            ctx.written.pop(("Sweep", namespace, name), None)
+        _deleted(memo, "Sweep", namespace, name, body)
     elif not _own_write(memo, ("Sweep", namespace or "", name), meta):
         _enqueue(memo, "Sweep", namespace, name)
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from torchyard import api, k8s
 from torchyard.api import sweeps as sweep_api
-from torchyard.controller import context, sweep_policy, sweep_trials
+from torchyard.controller import context, recording, sweep_policy, sweep_trials
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.controller.sweep_trials import Entry, Seen
 from torchyard.planning import names
@@ -104,7 +104,7 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if meta.get("deletionTimestamp"):
         return Result()  # owner references take the trials and the ledger away
     if previous.get("phase") in sweep_status.TERMINAL and previous.get("completionTime"):
-        return Result()
+        return _finished(ctx, body, logger, now)
 
     seen = observe(ctx, sweep, compiled)
     book = sweep_trials.book(compiled.goal, seen.entries, seen.seen, _planned_intervals(seen))
@@ -164,7 +164,17 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         log = logger.info if verdict.succeeded else logger.warning
         log("Sweep %s/%s %s: %s", sweep.namespace, sweep.name, new["phase"], verdict.message)
     context.write(ctx, body, Outcome(new, now, events))
+    if verdict is not None and ctx.settings.registry_url:
+        result.requeue_after = 0.0  # its record is written by the next reconcile
     return result
+
+
+def _finished(ctx: Context, body: Mapping[str, Any], logger: Log, now: datetime) -> Result:
+    """An ended Sweep: its record written once (``recording``), nothing else to do."""
+    recorded = recording.finished_sweep(ctx, body, logger)
+    if recorded.status is not None:
+        context.write(ctx, body, Outcome(recorded.status, now, recorded.events))
+    return Result(requeue_after=recorded.retry)
 
 
 # -- compile ---------------------------------------------------------------------------

@@ -6,9 +6,9 @@
 2. **observe** the run's world into one :class:`Observed`: its status as it was, its
    Pods (of this attempt, and stale ones of earlier attempts) and its Environment; a Pod
    whose Node was deleted is released at once and counts as gone (``lost_nodes``);
-3. a **finished** run only stops its live Pods and waits for its TTL
-   (``ttl_after_finished``); a **suspended** one (``spec.suspend``) stops its gang
-   gracefully and waits (``suspension``);
+3. a **finished** run has its record written (``recording``), stops its live Pods and
+   waits for its TTL (``ttl_after_finished``); a **suspended** one (``spec.suspend``) stops
+   its gang gracefully and waits (``suspension``);
 4. **decide** with pure functions: the deadline and the failure policy
    (``failure_policy``: wait for the gang to settle, restart it, or fail);
 5. **apply** children: delete stale Pods, else check that the objects the spec names
@@ -43,6 +43,7 @@ from torchyard.controller import (
     lost_nodes,
     mpi_keys,
     progress,
+    recording,
     references,
     refusals,
     suspension,
@@ -136,7 +137,7 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
     seen = observe(ctx, run, previous)
     seen = seen.without(lost_nodes.release(ctx, body, seen.children))
     if seen.finished:
-        return None, ttl.finished(ctx, run, seen.children, seen.completed, now)
+        return _finished(ctx, body, run, seen, logger, now)
     if suspension.wanted(run, seen.phase):
         return suspension.suspend(ctx, run, seen, logger, now)
 
@@ -184,6 +185,29 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         if not registration.done:
             result.requeue_after = REGISTER_RETRY_SECONDS
     return _conclude(ctx, run, seen, inputs, result, logger, now), result
+
+
+def _finished(
+    ctx: Context,
+    body: Mapping[str, Any],
+    run: api.TrainingRun,
+    seen: Observed,
+    logger: Log,
+    now: datetime,
+) -> tuple[Outcome | None, Result]:
+    """A finished run: its record written once (``recording``; the TTL waits for it while
+    the registry cannot be reached, since the record keeps the Pods' log tails), then its
+    TTL (``ttl_after_finished``)."""
+    recorded = recording.finished_run(ctx, body, seen.current, logger)
+    outcome = None if recorded.status is None else Outcome(recorded.status, now, recorded.events)
+    if recorded.hold:
+        return outcome, Result(requeue_after=recorded.retry)
+    result = ttl.finished(ctx, run, seen.children, seen.completed, now)
+    if recorded.retry is not None and (
+        result.requeue_after is None or recorded.retry < result.requeue_after
+    ):
+        result.requeue_after = recorded.retry
+    return outcome, result
 
 
 def _parse(body: Mapping[str, Any], ctx: Context) -> api.TrainingRun:
@@ -366,6 +390,8 @@ def _conclude(
         after = run.spec.policy.ttl_seconds_after_finished
         if after is not None:
             result.requeue_after = float(after) + ttl.MARGIN_SECONDS
+        if ctx.settings.registry_url:  # its record is written by the next reconcile
+            result.requeue_after = 0.0
     return outcome
 
 

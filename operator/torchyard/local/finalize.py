@@ -2,7 +2,8 @@
 every node's ./logs archived into the local registry folder (the registry service's
 layout), then ``outputs.register`` published as the model's next version with the
 metadata every registration uses (``planning.models.promote_metadata``), after the path
-is checked to stay inside node 0's folder and an exported ONNX model is run once. Called
+is checked to stay inside node 0's folder and an exported ONNX model is run once; and the
+run's record (``torchyard.records``) written beside its archive. Called
 by ``local.runs.LocalRun``; tested in tests/unit/test_local_mode.py and tests/e2e/.
 """
 
@@ -10,14 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from torchyard.api import Environment, TrainingRun
+from torchyard import records
+from torchyard.api import Environment, TrainingRun, wire
 from torchyard.local.checks import check_onnx, register_source
-from torchyard.local.results import LocalResult
+from torchyard.local.results import LocalResult, NodeResult
 from torchyard.planning import models
+from torchyard.records import build
 from torchyard.registry import Store
+from torchyard.status import failures
 
 
 def archive_and_register(
@@ -67,6 +74,70 @@ def archive_and_register(
         f"registered model {reg.model} version {result.model.version} "
         f"({result.model.manifest['size']}) at {result.model.path}"
     )
+
+
+def record(
+    run: TrainingRun,
+    result: LocalResult,
+    nodes: Sequence[Path],
+    store_root: Path,
+    started: datetime,
+    say: Callable[[str], None],
+) -> Path:
+    """The run's record (``torchyard.records``) in the local registry, as the operator
+    writes it for a run in a cluster, with the metric reports of its archive."""
+    now = datetime.now(timezone.utc)
+    status: dict[str, Any] = {
+        "phase": "Succeeded" if result.succeeded else "Failed",
+        "startTime": build.timestamp(started),
+        "completionTime": build.timestamp(now),
+        "failure": failures.public_failure(result.failure) if result.failure else None,
+        "progress": result.progress,
+    }
+    if result.model is not None:
+        status["model"] = {"name": result.model.model, "version": result.model.version}
+    body = {
+        "kind": "TrainingRun",
+        "metadata": {
+            **run.metadata,
+            "uid": str(run.metadata.get("uid") or uuid.uuid4()),
+            "creationTimestamp": build.timestamp(started),
+        },
+        "spec": run.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "status": {k: v for k, v in status.items() if v is not None},
+    }
+    pods = [_node_pod(run.name, n) for n in result.nodes]
+    tails = {n.node: _tail(nodes[n.node] / "logs") for n in result.nodes if n.node < len(nodes)}
+    made = records.trainingrun_record(body, pods, [], tails, now)
+    folder = records.FolderRecords(store_root).write(made, result.archive)
+    say(f"recorded the run in {folder}")
+    return folder
+
+
+def _node_pod(run: str, node: NodeResult) -> dict[str, Any]:
+    """A node as the record's builder reads a node Pod: its rank, phase and exit."""
+    ended = {"exitCode": node.exit_code, "reason": node.termination.get("reason")}
+    return {
+        "metadata": {
+            "name": f"{run}-{node.node}",
+            "labels": {wire.LABEL_NODE_RANK: str(node.node)},
+        },
+        "spec": {"nodeName": "localhost"},
+        "status": {
+            "phase": "Succeeded" if node.exit_code == 0 else "Failed",
+            "containerStatuses": [{"name": "trainer", "state": {"terminated": ended}}],
+        },
+    }
+
+
+def _tail(logs: Path) -> list[str]:
+    """The last lines of a node's rank logs (``logs/rank-*.txt``), rank by rank."""
+    lines: list[str] = []
+    for path in sorted(logs.glob("rank-*.txt")):
+        with contextlib.suppress(OSError):
+            rank = path.stem.replace("-", " ")
+            lines += [f"[{rank}] {line}" for line in path.read_text(errors="replace").splitlines()]
+    return lines[-build.TAIL_LINES :]
 
 
 __all__: list[str] = []  # used by local.runs only

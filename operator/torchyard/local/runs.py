@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -31,7 +32,7 @@ from torchyard.launch_contract import COOKIE_VARIABLE
 from torchyard.launch_ranks import end_leftovers
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
-from torchyard.local.finalize import archive_and_register
+from torchyard.local.finalize import archive_and_register, record
 from torchyard.local.results import LocalResult, NodeResult, first_failure, node_failure
 from torchyard.planning import checkpoints, pods
 from torchyard.registry import Store
@@ -285,6 +286,7 @@ class LocalRun:
             f"launch: {dist.launch}, locally in {self.workdir}"
         )
         started = time.monotonic()
+        started_at = datetime.now(timezone.utc)
         warnings = self._prepare()
         for warning in warnings:
             self.say(f"warning: {warning}")
@@ -305,8 +307,8 @@ class LocalRun:
         failure = first_failure(nodes)
         exit_code = 0 if failure is None else int(failure.get("exitCode") or 1)
         result = LocalResult(exit_code, self.workdir, nodes, failure=failure, warnings=warnings)
+        folders = [self.node_dir(n) for n in range(len(self.procs))]
         try:
-            folders = [self.node_dir(n) for n in range(len(self.procs))]
             store = Store(self.store_root)
             archive_and_register(self.run, self.environment, store, folders, result, self.say)
         except (OSError, RuntimeError) as err:
@@ -314,6 +316,10 @@ class LocalRun:
             result.exit_code = result.exit_code or 1
             result.failure = result.failure or {"reason": "FinalizeFailed", "message": str(err)}
         result.seconds = time.monotonic() - started
+        try:
+            record(self.run, result, folders, self.store_root, started_at, self.say)
+        except (OSError, ValueError) as err:
+            self.say(f"the run's record was not written: {err}")
         return result
 
 

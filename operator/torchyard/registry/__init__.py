@@ -2,8 +2,9 @@
 
 ``store`` holds the folder layout and the atomic publish, used by local mode and by the
 HTTP service that owns the volume in a cluster (``service``, its face, over ``variables``,
-``access``, ``bodies``, ``archives``, ``versions`` and ``tls``); ``auth`` is who may use
-the service, ``client`` the one HTTP client of it. This file re-exports the store.
+``access``, ``bodies``, ``archives``, ``versions``, ``records`` and ``tls``); ``auth`` is
+who may use the service, ``client`` the one HTTP client of it. This file re-exports the
+store.
 """
 
 from __future__ import annotations

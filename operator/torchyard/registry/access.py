@@ -3,7 +3,8 @@
 :class:`Access` reads the caller's Kubernetes bearer token (``Authorization: Bearer``, or
 ``X-Torchyard-Token`` through the apiserver's service proxy), asks the service's
 :class:`~torchyard.registry.auth.Authorizer` who it is (401 without a valid token) and
-whether it may ``get`` or ``create`` modelversions in the route's namespace (403), checks
+whether it may ``get`` or ``create`` modelversions (a record's writer: ``runrecords``) in
+the route's namespace (403), checks
 that the writer of a run's archive is that run's ServiceAccount, and keeps every path the
 service opens under ``<root>/<namespace>/`` (``Store.inside``: 400 for ``..`` or a planted
 symbolic link). The Authorizer's calls block, so they run in the executor.
@@ -20,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from torchyard.registry.auth import Authorizer, RunIdentity
+from torchyard.registry.auth import RESOURCE, Authorizer, RunIdentity
 from torchyard.registry.client import TOKEN_HEADER
 from torchyard.registry.store import OutsideNamespace, Store
 
@@ -42,8 +43,10 @@ class Access:
         self.store = store
         self.authorizer = authorizer
 
-    async def caller(self, request: web.Request, verb: str) -> tuple[str, dict[str, Any]]:
-        """(namespace, user) of a request that may ``verb`` modelversions there."""
+    async def caller(
+        self, request: web.Request, verb: str, resource: str = RESOURCE
+    ) -> tuple[str, dict[str, Any]]:
+        """(namespace, user) of a request that may ``verb`` ``resource`` there."""
         bearer = token(request)
         if not bearer:
             raise web.HTTPUnauthorized(
@@ -57,9 +60,10 @@ class Access:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         ns = request.match_info["ns"]  # checked by variables.checked_variables
-        if not await loop.run_in_executor(None, self.authorizer.allowed, user, verb, ns):
+        allowed = self.authorizer.allowed
+        if not await loop.run_in_executor(None, allowed, user, verb, ns, resource):
             raise web.HTTPForbidden(
-                text=f"{user.get('username')} may not {verb} modelversions in {ns}"
+                text=f"{user.get('username')} may not {verb} {resource} in {ns}"
             )
         return ns, user
 

@@ -8,7 +8,8 @@ projected tokens, the operator's, the TokenRequest tokens the CLI and SDK mint; 
 the apiserver, such as a Pod's automounted one or a kubeconfig's, is refused, so the
 registry can never replay one against the apiserver); reading and writing are ``get`` and
 ``create`` on ``modelversions`` in the namespace; a run's archive is written by the
-ServiceAccount of its TrainingRun (``spec.serviceAccountName``, else ``default``).
+ServiceAccount of its TrainingRun (``spec.serviceAccountName``, else ``default``); a run
+record is written by whoever may ``create`` ``runrecords`` there (the operator).
 
 The questions themselves (TokenReview, SubjectAccessReview, reading the TrainingRun) are
 Kubernetes calls, and ``registry`` lies below ``k8s`` in the layers (pyproject.toml's
@@ -35,7 +36,8 @@ MAX_CACHED = 4096  # answers each cache of CachingAuthorizer holds at most
 # A TrainingRun deleted and created again under its name may change uid and ServiceAccount:
 # its identity is cached briefly, and "no such run" not at all.
 RUN_TTL = 5.0
-# What SubjectAccessReview is asked about: the registry's models are ModelVersions.
+# What SubjectAccessReview is asked about: the registry's models are ModelVersions (a
+# run record's write asks about ``runrecords`` instead, ``registry.records``).
 RESOURCE = "modelversions"
 
 
@@ -53,7 +55,9 @@ class Authorizer(Protocol):
 
     def user(self, token: str) -> dict[str, Any] | None: ...
 
-    def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool: ...
+    def allowed(
+        self, user: dict[str, Any], verb: str, namespace: str, resource: str = RESOURCE
+    ) -> bool: ...
 
     def training_run(self, namespace: str, name: str) -> RunIdentity | None:
         """TrainingRun ``name`` in ``namespace``, or None when there is none."""
@@ -106,7 +110,7 @@ class CachingAuthorizer:
     ttl: float = 30.0
     size: int = MAX_CACHED
     _users: ExpiringCache[str, dict[str, Any] | None] = field(init=False)
-    _decisions: ExpiringCache[tuple[str, str, str], bool] = field(init=False)
+    _decisions: ExpiringCache[tuple[str, str, str, str], bool] = field(init=False)
     _runs: ExpiringCache[tuple[str, str], RunIdentity] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -123,12 +127,14 @@ class CachingAuthorizer:
         self._users.put(key, user)
         return user
 
-    def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
-        key = (str(user.get("uid") or user.get("username")), verb, namespace)
+    def allowed(
+        self, user: dict[str, Any], verb: str, namespace: str, resource: str = RESOURCE
+    ) -> bool:
+        key = (str(user.get("uid") or user.get("username")), verb, namespace, resource)
         hit = self._decisions.get(key)
         if hit is not None:
             return hit[0]
-        answer = self.inner.allowed(user, verb, namespace)
+        answer = self.inner.allowed(user, verb, namespace, resource)
         self._decisions.put(key, answer)
         return answer
 
@@ -165,8 +171,10 @@ class ReviewAuthorizer:
     def user(self, token: str) -> dict[str, Any] | None:
         return self.reviews.review_token(token, [wire.REGISTRY_AUDIENCE])
 
-    def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
-        return self.reviews.allowed(user, verb, namespace, RESOURCE)
+    def allowed(
+        self, user: dict[str, Any], verb: str, namespace: str, resource: str = RESOURCE
+    ) -> bool:
+        return self.reviews.allowed(user, verb, namespace, resource)
 
     def training_run(self, namespace: str, name: str) -> RunIdentity | None:
         """The run's uid and its node Pods' ServiceAccount, or None when there is no such

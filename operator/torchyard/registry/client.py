@@ -5,7 +5,9 @@ every user needs (models, a version's manifest, a run's archived files) and
 :meth:`RegistryClient.promote`, the one promotion of a run's archive to a model version.
 The operator's finalize step (``controller.finalize``) uses it as it is; the SDK's
 ``torchyard.sdk.registry.RegistryClient`` extends it with downloads, source snapshots and
-tokens minted through Kubernetes; local mode has no service and publishes into its
+tokens minted through Kubernetes; it is also the cluster's ``torchyard.records.Records``
+(:meth:`RegistryClient.list_records`, :meth:`RegistryClient.get_record`, written by the
+operator with :meth:`RegistryClient.put_record`); local mode has no service and publishes into its
 :class:`~torchyard.registry.store.Store` with the same metadata
 (``planning.models.promote_metadata``). Standard library only; tested in
 tests/unit/registry/test_client.py and, against the real service, in
@@ -22,6 +24,9 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from torchyard.records.reader import Page, Query, Records
+from torchyard.records.schema import KINDS, Record, Summary
+
 # The registry's token header when the request goes through the apiserver's service
 # proxy: the apiserver authenticates the caller and drops ``Authorization`` before
 # forwarding, so the registry token travels beside it.
@@ -37,7 +42,7 @@ class RegistryError(Exception):
         self.status = status
 
 
-class RegistryClient:
+class RegistryClient(Records):
     """Talks to the service at ``url`` with ``token`` (sent as ``Authorization: Bearer``,
     or bare in ``token_header``), verifying an https service with ``ssl_context``."""
 
@@ -70,9 +75,10 @@ class RegistryClient:
         method: str = "GET",
         data: Any = None,
         headers: dict[str, str] | None = None,
+        query: str = "",
     ) -> Any:
         req = urllib.request.Request(
-            self.url + urllib.parse.quote(path),
+            self.url + urllib.parse.quote(path) + (f"?{query}" if query else ""),
             data=data,
             method=method,
             headers={**self.headers, **(headers or {})},
@@ -140,3 +146,51 @@ class RegistryClient:
     def read_run_file(self, namespace: str, run: str, path: str) -> str:
         with self._open(f"/v1/namespaces/{namespace}/runs/{run}/{path}") as resp:
             return str(resp.read().decode("utf-8", "replace"))
+
+    # -- records (``torchyard.records.Records`` over HTTP) --------------------------------
+
+    def _records(self, namespace: str, kind: str) -> str:
+        if kind not in KINDS:
+            raise RegistryError(f"no records of kind {kind!r}: {', '.join(KINDS)}")
+        return f"/v1/namespaces/{namespace}/records/{KINDS[kind]}"
+
+    def put_record(self, record: Record) -> None:
+        """Write ``record`` (the operator's; needs ``create`` on runrecords)."""
+        path = f"{self._records(record['namespace'], record['kind'])}/{record['name']}"
+        self._json(
+            f"{path}/{record['uid']}",
+            method="PUT",
+            data=json.dumps(record).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+
+    def page(self, namespace: str, query: Query) -> Page:
+        data = self._json(
+            self._records(namespace, query.kind), query=urllib.parse.urlencode(query.params())
+        )
+        items: list[Summary] = data.get("items") or []
+        return Page(items, data.get("continue"))
+
+    def get_record(
+        self, namespace: str, name: str, uid: str | None = None, *, kind: str = "TrainingRun"
+    ) -> Record | None:
+        path = f"{self._records(namespace, kind)}/{name}" + (f"/{uid}" if uid else "")
+        try:
+            found: Record = self._json(path)
+        except RegistryError as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def metrics_lines(
+        self, namespace: str, name: str, uid: str, *, kind: str = "TrainingRun"
+    ) -> list[str]:
+        path = f"{self._records(namespace, kind)}/{name}/{uid}/metrics"
+        try:
+            with self._open(path) as resp:
+                return str(resp.read().decode("utf-8", "replace")).splitlines()
+        except RegistryError as err:
+            if err.status == 404:
+                return []
+            raise

@@ -27,7 +27,8 @@ The parts live beside it, one concern each:
   visible; memory stays flat in the file size. Uploads and source snapshots have size
   limits (:class:`Limits`, 413 beyond).
 - ``archives``: the routes of run archives and source snapshots; ``versions``: the routes
-  of models (promote, list, manifest, files).
+  of models (promote, list, manifest, files); ``records``: the routes of run records
+  (written by the operator alone: ``create`` on ``runrecords``).
 - ``tls``: :func:`serve` speaks HTTPS with :class:`TLSFiles` (``--tls-cert``/``--tls-key``;
   a renewed certificate is loaded within a minute), else plain HTTP with a warning.
 
@@ -45,6 +46,11 @@ Tested in ``tests/unit/registry/`` (``test_service.py`` with the hostile request
     GET  /v1/namespaces/{ns}/models                              models and versions
     GET  /v1/namespaces/{ns}/models/{model}/versions/{v}         manifest
     GET  /v1/namespaces/{ns}/models/{model}/versions/{v}/files/{path}   download (Range)
+    PUT  /v1/namespaces/{ns}/records/{kinds}/{name}/{uid}       a run record (the operator)
+    GET  /v1/namespaces/{ns}/records/{kinds}                     summaries, newest first
+         ?phase= &experiment= &labelSelector= &since= &limit= &continue=
+    GET  /v1/namespaces/{ns}/records/{kinds}/{name}[/{uid}]      a record (default: newest)
+    GET  /v1/namespaces/{ns}/records/{kinds}/{name}/{uid}/metrics    its metrics.jsonl
     GET  /metrics                                                Prometheus (bytes, RSS, CPU)
     PUT  /v1/namespaces/{ns}/snapshots/{sha256}                 a source snapshot
     GET  /v1/namespaces/{ns}/snapshots/{sha256}                 (HEAD: is it there?)
@@ -68,6 +74,7 @@ from torchyard.registry.auth import ExpiringCache as ExpiringCache  # (re-export
 from torchyard.registry.auth import RunIdentity as RunIdentity  # (re-exported)
 from torchyard.registry.bodies import MAX_JSON_BODY
 from torchyard.registry.bodies import Limits as Limits  # (re-exported)
+from torchyard.registry.records import RecordRoutes
 from torchyard.registry.store import Store
 from torchyard.registry.tls import TLSFiles as TLSFiles  # (re-exported)
 from torchyard.registry.tls import reloading
@@ -104,6 +111,13 @@ def create_app(
     snapshots = prefix + "/snapshots/{sha:[a-f0-9]{64}}"
     app.router.add_put(snapshots, archives.put_snapshot)
     app.router.add_get(snapshots, archives.get_snapshot)  # also answers HEAD
+    records = RecordRoutes(access)
+    kinds = prefix + "/records/{kinds}"
+    app.router.add_get(kinds, records.list_)
+    app.router.add_get(kinds + "/{name}", records.get)
+    app.router.add_put(kinds + "/{name}/{uid}", records.put)
+    app.router.add_get(kinds + "/{name}/{uid}", records.get)
+    app.router.add_get(kinds + "/{name}/{uid}/metrics", records.metrics)
     app.router.add_get("/healthz", healthz)
     _add_metrics(app)
     unchecked = unruled(app.router.resources())

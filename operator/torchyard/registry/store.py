@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.launch_contract import SNAPSHOT_MAX_BYTES
+from torchyard.records.reader import replace_folder
 
 MANIFEST = "manifest.json"
 # The registry service's default body limits (`torchyard registry serve`, the chart): a run
@@ -190,7 +191,8 @@ class Store:
     def remove_stale_temporaries(self, older_than: float = STALE_SECONDS) -> None:
         """Remove what crashed writers left; younger temporaries may be in use."""
         cutoff = time.time() - older_than
-        for pattern in (f"*/*/*/{TMP_PREFIX}*", f"*/*/{TMP_PREFIX}*"):
+        patterns = (f"*/*/*/{TMP_PREFIX}*", f"*/*/{TMP_PREFIX}*", f"*/records/*/*/{TMP_PREFIX}*")
+        for pattern in patterns:
             for tmp in self.root.glob(pattern):
                 with contextlib.suppress(OSError):
                     if tmp.stat().st_mtime < cutoff:
@@ -231,13 +233,7 @@ class Store:
                 if folder.exists():
                     _copy_into(folder, tmp / "logs" / f"node-{node}")
             _fsync_tree(tmp)
-            if dest.exists():
-                old = dest.parent / f"{TMP_PREFIX}old-{uuid.uuid4().hex}"
-                dest.rename(old)
-                tmp.rename(dest)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(dest)
+            replace_folder(tmp, dest)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

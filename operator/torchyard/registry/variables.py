@@ -1,7 +1,8 @@
 """What the registry service's route variables may hold, checked in one place.
 
 :data:`VARIABLES` gives every path variable of every route (``{ns}``, ``{run}``,
-``{model}``, ``{v}``, ``{kind}``, ``{sha}``, ``{path}``) a rule; the middleware
+``{model}``, ``{v}``, ``{kind}``, ``{sha}``, ``{path}``, and the records' ``{kinds}``,
+``{name}``, ``{uid}``) a rule; the middleware
 :func:`checked_variables` answers 400 naming the variable and its rule before any handler
 reads one, and ``service.create_app`` refuses to start when a route has a variable with no
 rule (:func:`unruled`). :func:`path_problem` is the rule of a file path inside a folder,
@@ -67,6 +68,25 @@ VARIABLES: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "kind": ("kind", _pattern(r"outputs|logs", "outputs or logs")),
     "sha": ("sha256", _pattern(r"[0-9a-f]{64}", "64 lowercase hexadecimal digits")),
     "path": ("file path", path_problem),
+    "kinds": (
+        "kind of record",
+        _pattern(r"trainingruns|sweeps|environments", "trainingruns, sweeps or environments"),
+    ),
+    "name": (
+        "name",
+        _pattern(
+            r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?",
+            "a DNS-1123 subdomain: at most 253 of a-z, 0-9, '-' and '.', starting and ending "
+            "alphanumeric",
+        ),
+    ),
+    "uid": (
+        "uid",
+        _pattern(
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "a Kubernetes uid (a lowercase UUID)",
+        ),
+    ),
 }
 
 

@@ -9,6 +9,7 @@
 - ``sweeps``: reading Sweeps (their trials, the best one) and canceling them;
 - ``registry``: models and run files in the model registry service;
 - ``runs``: following TrainingRuns (state, per-node Pods, logs, outcome);
+- ``records``: run history, live runs beside the records of those that are gone;
 - ``snapshots``: reproducible, content-addressed snapshots of a source folder.
 """
 

@@ -38,6 +38,9 @@ COMMANDS = [
     ["models", "verify", "birds"],
     ["models", "download", "birds", "-o", "{tmp}/got"],
     ["runs", "download", "bert", "outputs/model.pt", "-o", "{tmp}/model.pt"],
+    ["runs", "list"],
+    ["runs", "list", "--all"],
+    ["runs", "describe", "bert"],
 ]
 
 UNREACHABLE = {

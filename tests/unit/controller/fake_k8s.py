@@ -235,6 +235,8 @@ def _fields_match(obj: dict[str, Any], selector: str | None) -> bool:
         "status.phase": obj.get("status", {}).get("phase"),
         "spec.nodeName": obj.get("spec", {}).get("nodeName"),
         "metadata.name": obj.get("metadata", {}).get("name"),
+        "involvedObject.name": (obj.get("involvedObject") or {}).get("name"),
+        "involvedObject.uid": (obj.get("involvedObject") or {}).get("uid"),
     }
     for term in (selector or "").split(","):
         if not term:

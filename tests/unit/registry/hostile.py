@@ -22,6 +22,9 @@ SECRET = b"SECRET-OF-NAMESPACE-B-" + os.urandom(8).hex().encode()
 OWN = b"weights of namespace a"
 # The runs of namespace a whose archives a writer may touch (TrainingRuns in the cluster).
 RUNS = ("own", "linked", "linkdir")
+# The uids of the planted records (b's secret one, a's own one).
+UID_B = "bbbbbbbb-0000-4000-8000-000000000000"
+UID_A = "aaaaaaaa-0000-4000-8000-000000000000"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,13 @@ def _manifest(model: str, namespace: str, data: bytes) -> str:
     return json.dumps({"model": model, "namespace": namespace, "version": 1, "files": [entry]})
 
 
+def _summary(namespace: str, uid: str) -> bytes:
+    name = "own" if uid == UID_A else "secret"
+    return json.dumps(
+        {"namespace": namespace, "name": name, "uid": uid, "phase": "Failed"}
+    ).encode()
+
+
 def plant(root: Path, a: str, b: str) -> Planted:
     """b's secret (a run archive, a model version, a snapshot); a's own model; links from
     a's runs, models and snapshots into b."""
@@ -71,6 +81,11 @@ def plant(root: Path, a: str, b: str) -> Planted:
         f"{a}/models/own/1/model.pt": OWN,
         f"{a}/models/own/1/manifest.json": _manifest("own", a, OWN).encode(),
         f"{a}/models/m/1/manifest.json": _manifest("m", a, SECRET).encode(),
+        f"{b}/records/trainingruns/secret/{UID_B}/record.json": SECRET,
+        f"{b}/records/trainingruns/secret/{UID_B}/summary.json": _summary(b, UID_B),
+        f"{b}/records/trainingruns/secret/{UID_B}/metrics.jsonl": SECRET,
+        f"{a}/records/trainingruns/own/{UID_A}/record.json": b'{"name": "own"}',
+        f"{a}/records/trainingruns/own/{UID_A}/summary.json": _summary(a, UID_A),
     }
     for name, data in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +96,12 @@ def plant(root: Path, a: str, b: str) -> Planted:
         f"{a}/models/linked": root / b / "models/secret",
         f"{a}/models/m/1/model.pt": root / b / "models/secret/1/model.pt",
         f"{a}/snapshots/{sha_b}.tar.gz": root / b / f"snapshots/{sha_b}.tar.gz",
+        f"{a}/records/sweeps": root / b / "records/trainingruns",
+        f"{a}/records/trainingruns/linkdir": root / b / "records/trainingruns/secret",
+        f"{a}/records/trainingruns/linked/{UID_B}": root
+        / b
+        / f"records/trainingruns/secret/{UID_B}",
+        f"{a}/records/trainingruns/own/{UID_B}": root / b / f"records/trainingruns/secret/{UID_B}",
     }
     for name, target in links.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +123,11 @@ ROUTES = (
     ("PUT", "/v1/namespaces/{ns}/snapshots/{sha}"),
     ("GET", "/v1/namespaces/{ns}/snapshots/{sha}"),
     ("HEAD", "/v1/namespaces/{ns}/snapshots/{sha}"),
+    ("GET", "/v1/namespaces/{ns}/records/{kinds}"),
+    ("GET", "/v1/namespaces/{ns}/records/{kinds}/{name}"),
+    ("PUT", "/v1/namespaces/{ns}/records/{kinds}/{name}/{uid}"),
+    ("GET", "/v1/namespaces/{ns}/records/{kinds}/{name}/{uid}"),
+    ("GET", "/v1/namespaces/{ns}/records/{kinds}/{name}/{uid}/metrics"),
 )
 
 
@@ -131,6 +157,21 @@ def _hostile(variable: str, p: Planted) -> list[str]:
             "d/" * 600 + "model.pt",
         ],
         "sha": [p.sha_b[:63], p.sha_b + "0", "..", "%2e%2e", p.sha_b.upper()],
+        "kinds": [f"trainingruns%2F..%2F..%2F..%2F{b}%2Frecords%2Ftrainingruns", "models", "runs"],
+        "name": [
+            f"..%2F..%2F..%2F{b}%2Frecords%2Ftrainingruns%2Fsecret",
+            f"{absolute}%2Frecords%2Ftrainingruns%2Fsecret",
+            "n" * 254,
+            "-secret",
+            "Secret",
+        ],
+        "uid": [
+            f"..%2F..%2F..%2F..%2F{b}%2Frecords%2Ftrainingruns%2Fsecret%2F{UID_B}",
+            UID_B.upper(),
+            UID_B + "0",
+            UID_B[:-1],
+            f"{UID_B}%00",
+        ],
     }
     return traversal + names[variable]
 
@@ -145,6 +186,9 @@ def cases(p: Planted) -> list[Case]:
         "model": "own",
         "v": "1",
         "sha": p.sha_b,
+        "kinds": "trainingruns",
+        "name": "own",
+        "uid": UID_A,
     }
     table = []
     for method, template in ROUTES:
@@ -183,6 +227,17 @@ def cases(p: Planted) -> list[Case]:
         ("PUT", f"{a}/runs/linkdir/outputs/model.pt"),
         ("PUT", f"{a}/runs/linkdir/outputs/new.pt"),
         ("PUT", f"{a}/runs/linked/outputs/model.pt?commit=later"),
+        ("GET", f"{a}/records/sweeps"),
+        ("GET", f"{a}/records/sweeps/secret"),
+        ("GET", f"{a}/records/sweeps/secret/{UID_B}"),
+        ("GET", f"{a}/records/sweeps/secret/{UID_B}/metrics"),
+        ("GET", f"{a}/records/trainingruns/linkdir"),
+        ("GET", f"{a}/records/trainingruns/linkdir/{UID_B}"),
+        ("GET", f"{a}/records/trainingruns/linkdir/{UID_B}/metrics"),
+        ("GET", f"{a}/records/trainingruns/linked"),
+        ("GET", f"{a}/records/trainingruns/linked/{UID_B}"),
+        ("GET", f"{a}/records/trainingruns/own/{UID_B}"),
+        ("GET", f"{a}/records/trainingruns/own/{UID_B}/metrics"),
     ):
         table.append(Case(method, path, SECRET if method == "PUT" else b"", "symbolic link"))
     return table

@@ -28,6 +28,7 @@ A, B = "team-a", "team-b"
 WRITER = f"system:serviceaccount:{A}:trainer"  # the node Pods of a's runs
 NEIGHBOUR = f"system:serviceaccount:{A}:other"  # another Pod of namespace a
 USER = "alice"  # a person with create on modelversions in a
+OPERATOR = "system:serviceaccount:torchyard-system:operator"  # create on runrecords in a
 
 
 @dataclass
@@ -44,10 +45,14 @@ class StandIn:
 
     def user(self, token: str) -> dict[str, Any] | None:
         self.calls.append(("user", token))
-        return {"username": token} if token in (WRITER, NEIGHBOUR, USER) else None
+        return {"username": token} if token in (WRITER, NEIGHBOUR, USER, OPERATOR) else None
 
-    def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
+    def allowed(
+        self, user: dict[str, Any], verb: str, namespace: str, resource: str = "modelversions"
+    ) -> bool:
         self.calls.append(("allowed", user["username"], verb, namespace))
+        if resource == "runrecords":  # only the operator writes records
+            return namespace == A and user["username"] == OPERATOR
         return namespace == A
 
     def training_run(self, namespace: str, name: str) -> RunIdentity | None:
@@ -154,7 +159,8 @@ def test_a_caller_allowed_in_one_namespace_gets_403_on_every_route_of_another(
     planted = hostile.plant(served.root, A, B)
     valid = {"ns": B, "run": "secret", "kind": "outputs", "path": "model.pt"}
     valid |= {"model": "secret", "v": "1", "sha": planted.sha_b}
-    for token in (WRITER, USER):
+    valid |= {"kinds": "trainingruns", "name": "secret", "uid": hostile.UID_B}
+    for token in (WRITER, USER, OPERATOR):
         for method, template in hostile.ROUTES:
             path = template.format(**valid)
             body = b'{"run": "secret"}' if template.endswith("/versions") else hostile.SECRET
