@@ -5,7 +5,8 @@ Each command lives in the module of its concern and adds its own parser: ``serve
 (``operator``, ``registry serve``: the only commands that start server parts), ``local``
 (``run --local``), ``submit`` (``submit``, ``validate``, ``crds``), ``follow`` (``wait``,
 ``logs``), ``inspect`` (``get``, ``describe``), ``suspension`` (``suspend``, ``resume``),
-``models`` (``models ...``, ``runs download``), ``sweeps`` (``sweep ...``). Commands
+``models`` (``models ...``, ``runs download``), ``sweeps`` (``sweep ...``), ``ui``
+(``ui``: the web view). Commands
 raise :class:`CliError` or let the SDK's errors through; :func:`main` catches them once
 (:data:`EXITS`), so no command shows a traceback for a missing kubeconfig, a cluster that
 is down, a file that is not there or a refusal.
@@ -26,7 +27,17 @@ import yaml
 
 import torchyard
 from torchyard import api
-from torchyard.cli import follow, inspect, local, models, servers, submit, suspension, sweeps
+from torchyard.cli import (
+    follow,
+    inspect,
+    local,
+    models,
+    servers,
+    submit,
+    suspension,
+    sweeps,
+    ui,
+)
 from torchyard.cli.errors import CliError
 from torchyard.sdk import clusters, runs, snapshots
 from torchyard.sdk import sweeps as sweep_sdk
@@ -74,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_models(sub)
     models.add_runs(sub)
     sweeps.add_sweep(sub)
+    ui.add_ui(sub)
     submit.add_crds(sub)
     submit.add_validate(sub)
     return parser

@@ -1,0 +1,75 @@
+"""``torchyard ui``: the web view of runs, sweeps, models, Environments and the queue,
+served on 127.0.0.1 with the caller's kubeconfig (the caller's own RBAC: the view can read
+and change only what the caller can) and, for metrics history and hang stacks, the
+registry service as the other commands reach it.
+
+Called by ``torchyard.cli.app``; the application is ``torchyard.web`` (imported when
+the command runs, so ``torchyard --help`` stays fast). Tested in tests/unit/cli/test_ui.py
+and in a browser in tests/integration/web/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+from typing import Any
+
+from torchyard.cli.errors import CliError
+from torchyard.cli.options import connect, registry, registry_options
+from torchyard.sdk.registry import RegistryClient
+
+HOST = "127.0.0.1"
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from torchyard.web import app, source
+
+    connect(args)
+    clients: dict[str, RegistryClient] = {}
+
+    def archive_client(namespace: str) -> RegistryClient:
+        if namespace not in clients:  # a registry token is minted per namespace
+            scoped = copy.copy(args)
+            scoped.namespace = namespace
+            client = registry(scoped)
+            client.progress = False
+            clients[namespace] = client
+        return clients[namespace]
+
+    web_app = app.make_app(source.LiveSource(archive_client), namespace=args.namespace)
+
+    def ready(url: str) -> None:
+        print(f"torchyard ui: serving {url} (Ctrl-C stops it)", flush=True)
+
+    try:
+        app.serve(web_app, HOST, args.port, ready)
+    except OSError as err:
+        raise CliError(f"cannot listen on {HOST}:{args.port}: {err.strerror or err}", 1) from None
+    return 0
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535; got {text!r}")
+    return int(text)
+
+
+def add_ui(sub: Any) -> None:
+    p = sub.add_parser(
+        "ui",
+        help="the web view of runs, sweeps, models, Environments and the queue, on 127.0.0.1",
+        description="Serve the web view on 127.0.0.1 with your kubeconfig: it reads (and, "
+        "with its buttons, suspends, resumes or cancels) only what your own RBAC allows. "
+        "It prints the URL to open. Metrics history and hang stacks come from the runs' "
+        "archives in the registry service (the --registry-* options, as for "
+        "'torchyard logs'); without one the pages say so.",
+    )
+    p.add_argument(
+        "--port", type=_port, default=0, help="the port to listen on (default: a free one)"
+    )
+    registry_options(p)
+    p.set_defaults(func=cmd_ui)
+
+
+__all__ = ["add_ui", "cmd_ui"]
