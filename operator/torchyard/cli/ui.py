@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-
 from typing import Any
 
 from torchyard.cli.errors import CliError

@@ -61,7 +61,7 @@ def make_app(source: RunSource, *, namespace: str, hosts: Collection[str] = ()) 
 
 
 def asset(name: str) -> bytes:
-    return resources.files("torchyard.web").joinpath("static", name).read_bytes()
+    return resources.files("torchyard.web").joinpath("static").joinpath(name).read_bytes()
 
 
 async def static(request: web.Request) -> web.Response:

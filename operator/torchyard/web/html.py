@@ -87,7 +87,8 @@ def table(
 
 
 def section(title: str, body: object, *, ident: str) -> str:
-    return f'<section aria-labelledby="h-{e(ident)}"><h2 id="h-{e(ident)}">{e(title)}</h2>{e(body)}</section>'
+    head = f'<h2 id="h-{e(ident)}">{e(title)}</h2>'
+    return f'<section aria-labelledby="h-{e(ident)}">{head}{e(body)}</section>'
 
 
 def pre(text: object, **attrs: str) -> Markup:

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS
+from torchyard.api.wire import LABEL_EXPERIMENT
 from torchyard.sdk import runs
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.web import queries, source
@@ -28,7 +30,7 @@ def runs_list(ns: str, items: list[Obj], total: int, filt: queries.RunFilter) ->
         [
             link(path("ns", ns, "runs", r["metadata"]["name"]), r["metadata"]["name"]),
             Markup(f'<span data-phase="{e(r["metadata"]["name"])}">{badge(_phase(r))}</span>'),
-            (r.get("metadata", {}).get("labels") or {}).get(queries.EXPERIMENT_LABEL, "-"),
+            (r.get("metadata", {}).get("labels") or {}).get(LABEL_EXPERIMENT, "-"),
             ((r.get("status") or {}).get("nodes") or {}).get("ready", "0/0"),
             runs.progress_text((r.get("status") or {}).get("progress")) or "-",
             ((r.get("status") or {}).get("progress") or {}).get("eta") or "-",
@@ -61,7 +63,8 @@ def _filters(ns: str, filt: queries.RunFilter) -> str:
 <label for="f-since">Created within</label>
 <input id="f-since" name="since" value="{e(filt.since)}" placeholder="6h" maxlength="6" size="6">
 <label for="f-size">Per page</label>
-<input id="f-size" name="size" type="number" min="1" max="{queries.PAGE_SIZES[1]}" value="{filt.size}">
+<input id="f-size" name="size" type="number" min="1" max="{queries.PAGE_SIZES[1]}"
+ value="{filt.size}">
 <button type="submit">Filter</button></form>"""
 
 
@@ -87,7 +90,8 @@ def run_page(
     name = run["metadata"]["name"]
     st = run.get("status") or {}
     parts = [
-        f'<div class="head" data-run="{e(name)}"><span data-phase="{e(name)}">{badge(_phase(run))}</span>{actions}</div>',
+        f'<div class="head" data-run="{e(name)}">'
+        f'<span data-phase="{e(name)}">{badge(_phase(run))}</span>{actions}</div>',
         _summary(run),
         section("Phase timeline", _timeline(run), ident="timeline"),
         section("Nodes", _nodes(pods), ident="nodes"),
@@ -122,7 +126,8 @@ def _summary(run: Obj) -> str:
         ("Command", " ".join(map(str, spec.get("command") or [])) or "-"),
         (
             "Distribution",
-            f"{dist.get('nodeCount', 1)} node(s) x {dist.get('processCountPerNode', 1)} process(es)",
+            f"{dist.get('nodeCount', 1)} node(s) x "
+            f"{dist.get('processCountPerNode', 1)} process(es)",
         ),
         ("Elapsed", runs.duration(runs.elapsed(run))),
         ("Restarts", st.get("restarts") or 0),
@@ -131,12 +136,14 @@ def _summary(run: Obj) -> str:
     ]
     queue = st.get("queue") or {}
     if queue:
-        where = f"{queue.get('position') or 'beyond the first 50'} in pool {queue.get('pool') or '(default)'}"
+        place = queue.get("position") or f"beyond the first {QUEUE_EXACT_POSITIONS}"
+        where = f"{place} in pool {queue.get('pool') or '(default)'}"
         rows += [("Queue", where), ("Waiting because", source.waiting_reason(run))]
     body = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in rows)
     bar = ""
     if isinstance(progress.get("percent"), int):
-        bar = f'<progress max="100" value="{progress["percent"]}" aria-label="progress">{progress["percent"]}%</progress>'
+        done = progress["percent"]
+        bar = f'<progress max="100" value="{done}" aria-label="progress">{done}%</progress>'
     return f'<dl class="summary">{body}</dl>{bar}'
 
 
@@ -188,7 +195,7 @@ def _nodes(pods: list[Obj]) -> Markup:
 
 def _failure(failure: Obj) -> Markup:
     rows = [
-        ("Class", failure.get("failureClass")),
+        ("Class", failure.get("class")),
         ("Rank", failure.get("rank")),
         ("Node rank", failure.get("node")),
         ("Node", failure.get("nodeName")),
@@ -223,10 +230,13 @@ def _stacks(stacks: dict[str, str]) -> Markup:
 def _charts(ns: str, name: str, archive: source.Archive) -> Markup:
     if not archive.metrics:
         return Markup(
-            f'<p class="none">no metrics history{": " + e(archive.note) if archive.note else ""}</p>'
+            '<p class="none">no metrics history'
+            + (f": {e(archive.note)}" if archive.note else "")
+            + "</p>"
         )
+    url = path("api", "ns", ns, "runs", name, "metrics")
     charts = "".join(
-        f'<figure class="chart" data-metric-url="{e(with_query(path("api", "ns", ns, "runs", name, "metrics"), {"name": m}))}">'
+        f'<figure class="chart" data-metric-url="{e(with_query(url, {"name": m}))}">'
         f"<figcaption>{e(m)}</figcaption></figure>"
         for m in sorted(archive.metrics)
     )
@@ -304,9 +314,7 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
         [
             link(path("ns", ns, "runs", t.name), t.name),
             t.index,
-            Markup(
-                f'<span class="badge {"stopped" if t.state == "Stopped" else ""}">{e(t.state)}{" ■" if t.state == "Stopped" else ""}</span>'
-            ),
+            badge(t.state),
             *[t.parameters.get(p, "") for p in params],
             "-" if t.best is None else f"{t.best:.6g}",
             len(t.history),
@@ -340,11 +348,14 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
     )
     return (
         f'<div class="head">{badge(_phase(sweep))}{actions}</div>'
-        f'<p class="best">{e(sweep_sdk.summary_line(sweep))}</p><p><strong>{e(best_text)}</strong></p>'
+        f'<p class="best">{e(sweep_sdk.summary_line(sweep))}</p>'
+        f"<p><strong>{e(best_text)}</strong></p>"
         + section(
             "Metric by interval",
             Markup(
-                f'<figure class="chart" id="sweep-chart" data-curves="{e(data)}"><figcaption>{e(objective["metric"])} of every trial (stopped trials end in a square)</figcaption></figure>'
+                f'<figure class="chart" id="sweep-chart" data-curves="{e(data)}">'
+                f"<figcaption>{e(objective['metric'])} of every trial (stopped trials "
+                "dashed, the best one bold)</figcaption></figure>"
             ),
             ident="curves",
         )
@@ -353,7 +364,7 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
 
 
 def models_list(ns: str, items: list[Obj]) -> str:
-    rows = []
+    rows, seen = [], set()
     for m in sorted(
         items,
         key=lambda m: (
@@ -371,7 +382,7 @@ def models_list(ns: str, items: list[Obj]) -> str:
         )
         rows.append(
             [
-                Markup(f'<span id="model-{e(spec.get("model"))}">{e(spec.get("model"))}</span>'),
+                _anchor(spec.get("model"), seen),
                 spec.get("version"),
                 link(path("ns", ns, "runs", run), run) if run else "-",
                 st.get("size") or spec.get("size") or "-",
@@ -386,6 +397,14 @@ def models_list(ns: str, items: list[Obj]) -> str:
             caption="Model versions",
         )
     )
+
+
+def _anchor(model: object, seen: set[str]) -> Markup:
+    """The model's name; its first row (its newest version) is the anchor runs link to."""
+    if str(model) in seen:
+        return Markup(e(model))
+    seen.add(str(model))
+    return Markup(f'<span id="model-{e(model)}">{e(model)}</span>')
 
 
 def environments_list(ns: str, items: list[Obj]) -> str:
@@ -466,14 +485,16 @@ def queue_page(ns: str, queue: source.Queue) -> str:
 
 
 def _room(room: dict[str, Any]) -> str:
+    """``32 GPU, 384 cpu, 4096Gi memory, 440 pods`` of a pool's allocatable or free room."""
     shown = []
-    for key in ("nvidia.com/gpu", "cpu", "memory", "pods"):
+    for key, unit in (
+        ("nvidia.com/gpu", "GPU"),
+        ("cpu", "cpu"),
+        ("memory", "memory"),
+        ("pods", "pods"),
+    ):
         if key in room:
-            value = room[key]
-            if key == "memory":
-                shown.append(f"{float(value) / 2**30:.1f}Gi memory")
-            else:
-                shown.append(
-                    f"{value.normalize() if hasattr(value, 'normalize') else value} {'GPU' if key.startswith('nvidia') else key}"
-                )
+            value = float(room[key]) / (2**30 if key == "memory" else 1)
+            number = f"{value:.0f}" if value == int(value) or value >= 10 else f"{value:.1f}"
+            shown.append(f"{number}{'Gi' if key == 'memory' else ''} {unit}")
     return ", ".join(shown) or "-"

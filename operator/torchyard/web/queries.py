@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from torchyard.api.trainingrun_status import Phase
-from torchyard.api.wire import LABEL_EXPERIMENT as EXPERIMENT_LABEL
+from torchyard.api.wire import LABEL_EXPERIMENT
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -154,7 +154,7 @@ def select_runs(items: list[dict[str, Any]], filt: RunFilter) -> tuple[list[dict
         labels = meta.get("labels") or {}
         if filt.phase and ((run.get("status") or {}).get("phase") or "Pending") != filt.phase:
             continue
-        if filt.experiment and labels.get(EXPERIMENT_LABEL) != filt.experiment:
+        if filt.experiment and labels.get(LABEL_EXPERIMENT) != filt.experiment:
             continue
         if key and (key not in labels or ("=" in filt.label and labels[key] != value)):
             continue

@@ -65,7 +65,11 @@ class FakeSource:
 
     def runs(self, namespace: str) -> list[Obj]:
         self._check(namespace)
-        return [o for o in self.objects.get(namespace, []) if "spec" in o and "objective" not in o["spec"]]
+        return [
+            o
+            for o in self.objects.get(namespace, [])
+            if "spec" in o and "objective" not in o["spec"]
+        ]
 
     def run(self, namespace: str, name: str) -> Obj | None:
         return next((r for r in self.runs(namespace) if r["metadata"]["name"] == name), None)
@@ -75,7 +79,9 @@ class FakeSource:
         return self.pods_of.get(name, [])
 
     def events(self, run: Obj) -> list[Obj]:
-        return [{"type": "Normal", "reason": "Created", "message": f"made {run['metadata']['name']}"}]
+        return [
+            {"type": "Normal", "reason": "Created", "message": f"made {run['metadata']['name']}"}
+        ]
 
     def log_tail(self, namespace: str, pod: str, lines: int) -> list[str]:
         self._check(namespace)

@@ -28,22 +28,43 @@ def fixture_source() -> FakeSource:
                 "rank": 3,
                 "node": 1,
                 "exitCode": 1,
-                "failureClass": "UserError",
+                "class": "UserError",
                 "advice": "fix the script",
                 "message": f"Traceback ...\nValueError: {SCRIPT}",
             }
         },
     )
-    queued = run("waits", phase="Queued", status={"queue": {"pool": "a100", "position": 2},
-        "conditions": [{"type": "Admitted", "status": "False", "reason": "Queued",
-                        "message": "needs 4 x 8 GPU; 1 fit now"}]})
+    queued = run(
+        "waits",
+        phase="Queued",
+        status={
+            "queue": {"pool": "a100", "position": 2},
+            "conditions": [
+                {
+                    "type": "Admitted",
+                    "status": "False",
+                    "reason": "Queued",
+                    "message": "needs 4 x 8 GPU; 1 fit now",
+                }
+            ],
+        },
+    )
     sweep = {
         "metadata": {"name": "sw", "namespace": "team-a"},
         "spec": {"objective": {"metric": "loss", "goal": "minimize"}},
-        "status": {"phase": "Running", "summary": [
-            {"name": "sw-t0", "index": 0, "state": "Stopped", "metric": 0.9, "reason": "bandit"},
-            {"name": "sw-t1", "index": 1, "state": "Running", "metric": 0.2},
-        ]},
+        "status": {
+            "phase": "Running",
+            "summary": [
+                {
+                    "name": "sw-t0",
+                    "index": 0,
+                    "state": "Stopped",
+                    "metric": 0.9,
+                    "reason": "bandit",
+                },
+                {"name": "sw-t1", "index": 1, "state": "Running", "metric": 0.2},
+            ],
+        },
     }
     return FakeSource(
         objects={
@@ -52,19 +73,25 @@ def fixture_source() -> FakeSource:
         },
         pods_of={"broken": [pod("broken", 0), pod("broken", 1, state="Failed")]},
         logs={"broken-node-1": ["[rank 2] fine", f"[rank 3] {SCRIPT}"]},
-        archives={"broken": source.Archive(
-            metrics={"loss": [(float(i), 1.0 / (i + 1)) for i in range(10_000)]},
-            stacks={"node-1/stacks/rank-3.pid-9.txt": f"File train.py line 9 {SCRIPT}"},
-        )},
+        archives={
+            "broken": source.Archive(
+                metrics={"loss": [(float(i), 1.0 / (i + 1)) for i in range(10_000)]},
+                stacks={"node-1/stacks/rank-3.pid-9.txt": f"File train.py line 9 {SCRIPT}"},
+            )
+        },
         forbidden={"team-b"},
     )
 
 
 def call(
-    src: FakeSource, body: Callable[[TestClient[Any, Any]], Awaitable[None]], hosts: tuple[str, ...] = ()
+    src: FakeSource,
+    body: Callable[[TestClient[Any, Any]], Awaitable[None]],
+    hosts: tuple[str, ...] = (),
 ) -> None:
     async def main() -> None:
-        async with TestClient(TestServer(app.make_app(src, namespace="team-a", hosts=hosts))) as client:
+        async with TestClient(
+            TestServer(app.make_app(src, namespace="team-a", hosts=hosts))
+        ) as client:
             await body(client)
 
     asyncio.run(main())
@@ -101,8 +128,15 @@ def test_every_page_answers_and_escapes_what_came_from_the_cluster(page: str) ->
 def test_the_run_page_shows_failure_stacks_queue_and_nodes() -> None:
     async def body(client: TestClient[Any, Any]) -> None:
         text = await (await client.get("/ns/team-a/runs/broken")).text()
-        for said in ("UserError", "fix the script", "ValueError: &lt;script&gt;", "rank-3.pid-9.txt",
-                     "broken-node-1", "Failed (exit", "data-metric-url"):
+        for said in (
+            "UserError",
+            "fix the script",
+            "ValueError: &lt;script&gt;",
+            "rank-3.pid-9.txt",
+            "broken-node-1",
+            "Failed (exit",
+            "data-metric-url",
+        ):
             assert said in text
         waits = await (await client.get("/ns/team-a/runs/waits")).text()
         assert "needs 4 x 8 GPU; 1 fit now" in waits and "2 in pool a100" in waits
@@ -118,7 +152,9 @@ def test_a_log_tail_is_json_by_rank_and_a_metric_comes_downsampled() -> None:
         assert tail["lines"] == [f"[rank 3] {SCRIPT}"]  # JSON; the page sets it as text
         missing = await (await client.get("/api/ns/team-a/runs/broken/log?node=7")).json()
         assert missing == {"lines": [], "note": "node 7 has no Pod"}
-        got = await (await client.get("/api/ns/team-a/runs/broken/metrics?name=loss&points=500")).json()
+        got = await (
+            await client.get("/api/ns/team-a/runs/broken/metrics?name=loss&points=500")
+        ).json()
         assert got["total"] == 10_000 and len(got["points"]) == 500
 
     call(fixture_source(), body)
@@ -152,7 +188,9 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize(("url", "status", "said"), HOSTILE)
-def test_hostile_requests_get_a_clear_refusal_and_nothing_leaks(url: str, status: int, said: str) -> None:
+def test_hostile_requests_get_a_clear_refusal_and_nothing_leaks(
+    url: str, status: int, said: str
+) -> None:
     async def body(client: TestClient[Any, Any]) -> None:
         response = await client.get(url, allow_redirects=False)
         text = await response.text()
@@ -199,4 +237,6 @@ def test_another_host_is_refused() -> None:
 
 def test_every_asset_is_shipped_in_the_package() -> None:
     for name in app.STATIC_TYPES:
-        assert "cdn" not in app.asset(name).decode(errors="replace").lower() or name.startswith("uplot")
+        assert "cdn" not in app.asset(name).decode(errors="replace").lower() or name.startswith(
+            "uplot"
+        )

@@ -83,7 +83,12 @@ def test_filters_and_pages() -> None:
 
     now = datetime.now(timezone.utc)
     items = [
-        run(f"r{i}", "Failed" if i % 3 == 0 else "Running", stamp(now - timedelta(hours=10 - i)), team="a")
+        run(
+            f"r{i}",
+            "Failed" if i % 3 == 0 else "Running",
+            stamp(now - timedelta(hours=10 - i)),
+            team="a",
+        )
         for i in range(10)
     ]
     items.append(run("old", "Failed", "2020-01-01T00:00:00Z", **{"torchyard.dev/experiment": "e1"}))

@@ -50,7 +50,7 @@
         points: { show: true, size: stopped ? 7 : 4 },
       });
     });
-    new uPlot(Object.assign(size(fig), { scales: { x: { time: false } }, series: series, axes: [{ label: "interval" }, { label: data.metric }] }), columns, fig);
+    new uPlot(Object.assign(size(fig), { scales: { x: { time: false } }, series: series, axes: [{ label: "interval", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, { label: data.metric }] }), columns, fig);
   }
 
   document.querySelectorAll("figure[data-metric-url]").forEach(runChart);
