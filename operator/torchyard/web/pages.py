@@ -364,7 +364,8 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
 
 
 def models_list(ns: str, items: list[Obj]) -> str:
-    rows, seen = [], set()
+    rows: list[list[object]] = []
+    seen: set[str] = set()
     for m in sorted(
         items,
         key=lambda m: (
