@@ -22,8 +22,12 @@ HOST = "127.0.0.1"
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from torchyard.web import app, source
+    from torchyard.web import access, app, source
 
+    if args.address and not args.in_cluster:
+        raise CliError(
+            "--address goes with --in-cluster: otherwise the view listens on 127.0.0.1", 2
+        )
     connect(args)
     clients: dict[str, RegistryClient] = {}
 
@@ -36,15 +40,19 @@ def cmd_ui(args: argparse.Namespace) -> int:
             clients[namespace] = client
         return clients[namespace]
 
-    web_app = app.make_app(source.LiveSource(archive_client), namespace=args.namespace)
+    reviews = access.kubernetes_reviews() if args.in_cluster else None
+    web_app = app.make_app(
+        source.LiveSource(archive_client), namespace=args.namespace, reviews=reviews
+    )
+    host = (args.address or "0.0.0.0") if args.in_cluster else HOST
 
     def ready(url: str) -> None:
         print(f"torchyard ui: serving {url} (Ctrl-C stops it)", flush=True)
 
     try:
-        app.serve(web_app, HOST, args.port, ready)
+        app.serve(web_app, host, args.port, ready)
     except OSError as err:
-        raise CliError(f"cannot listen on {HOST}:{args.port}: {err.strerror or err}", 1) from None
+        raise CliError(f"cannot listen on {host}:{args.port}: {err.strerror or err}", 1) from None
     return 0
 
 
@@ -66,6 +74,19 @@ def add_ui(sub: Any) -> None:
     )
     p.add_argument(
         "--port", type=_port, default=0, help="the port to listen on (default: a free one)"
+    )
+    p.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="serve every caller who brings a Kubernetes token (pasted once on /login, kept "
+        "in the browser's cookie, never on the server): each request is authorized for "
+        "that identity by SubjectAccessReview, then read with this process's own "
+        "ServiceAccount (the Helm chart's ui.enabled)",
+    )
+    p.add_argument(
+        "--address",
+        help="with --in-cluster: the address to listen on (default: 0.0.0.0); without it "
+        "the view listens on 127.0.0.1 only",
     )
     registry_options(p)
     p.set_defaults(func=cmd_ui)

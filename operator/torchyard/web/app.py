@@ -21,7 +21,7 @@ from importlib import resources
 from aiohttp import web
 
 from torchyard import k8s
-from torchyard.web import html, views
+from torchyard.web import access, html, views
 from torchyard.web.queries import DNS_LABEL, Refusal
 from torchyard.web.source import RunSource
 
@@ -47,11 +47,21 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HOSTS = web.AppKey("hosts", set[str])
 
 
-def make_app(source: RunSource, *, namespace: str, hosts: Collection[str] = ()) -> web.Application:
+def make_app(
+    source: RunSource,
+    *,
+    namespace: str,
+    hosts: Collection[str] = (),
+    reviews: access.Reviews | None = None,
+) -> web.Application:
     """The application over ``source``; ``namespace`` is the one ``/`` opens; ``hosts``
-    (``127.0.0.1:8080`` ...) the Host headers it answers (empty: any)."""
+    (``127.0.0.1:8080`` ...) the Host headers it answers (empty: any). With ``reviews``
+    (in the cluster) every caller brings a token and reads through an
+    :class:`~torchyard.web.access.AuthorizedSource` of its own."""
     app = web.Application(middlewares=[guard], client_max_size=64 << 10)
     app[HOSTS] = set(hosts)
+    if reviews is not None:
+        app[views.REVIEWS] = reviews
     app[views.SOURCE] = source
     app[views.TOKEN] = secrets.token_urlsafe(32)
     app[views.NAMESPACE] = namespace
@@ -80,6 +90,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         if hosts and request.host not in hosts:
             raise Refusal(f"this server answers for {', '.join(sorted(hosts))} only", 421)
+        if views.REVIEWS in request.app and not _open(request.path):
+            await views.caller(request)  # (the caller's token, reviewed; else to /login)
         response = await handler(request)
     except Refusal as err:
         response = _error(request, err.status, err.message)
@@ -96,6 +108,11 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     for key, value in HEADERS.items():
         response.headers.setdefault(key, value)
     return response
+
+
+def _open(path: str) -> bool:
+    """What needs no token: the login page and the assets."""
+    return path in ("/login", "/logout") or path.startswith("/static/")
 
 
 def _error(request: web.Request, status: int, message: str) -> web.Response:

@@ -150,3 +150,16 @@ def action_form(href: str, label: str, token: str, *, danger: bool = False) -> s
 def error_page(status: int, message: str, *, namespace: str, token: str) -> str:
     body = f'<p class="refusal" role="alert"><strong>{status}</strong> {e(message)}</p>'
     return page(f"Error {status}", body, namespace=namespace, current="", token=token)
+
+
+def login_form(token: str) -> str:
+    """Paste a Kubernetes token once: it stays in this browser (a cookie the page's scripts
+    cannot read), never on the server."""
+    return f"""<form method="post" action="/login" class="login">
+<input type="hidden" name="token" value="{e(token)}">
+<p><label for="k8s-token">Kubernetes token</label></p>
+<textarea id="k8s-token" name="k8s_token" rows="4" cols="80" required
+ autocomplete="off" spellcheck="false"></textarea>
+<p class="count">e.g. <code>kubectl create token NAME -n NAMESPACE</code>; every page then
+shows only what this identity may read (SubjectAccessReview).</p>
+<button type="submit">Sign in</button></form>"""

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from torchyard import k8s
 from torchyard.sdk import runs
-from torchyard.web import html, lttb, pages, queries
+from torchyard.web import access, html, lttb, pages, queries
 from torchyard.web.queries import Refusal
 from torchyard.web.source import RunSource
 
@@ -29,6 +29,9 @@ T = TypeVar("T")
 SOURCE = web.AppKey("source", RunSource)
 TOKEN = web.AppKey("token", str)
 NAMESPACE = web.AppKey("namespace", str)
+REVIEWS = web.AppKey("reviews", access.Reviews)
+CALLER = web.RequestKey("caller", RunSource)  # the request's AuthorizedSource (in the cluster)
+HOME = web.RequestKey("home", str)  # the caller's own namespace
 RUN_ACTIONS = ("suspend", "resume")
 SWEEP_ACTIONS = ("cancel",)
 READ_ERRORS = (k8s.ApiError, k8s.Unreachable)
@@ -41,7 +44,60 @@ async def read(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
 
 
 def _source(request: web.Request) -> RunSource:
-    return request.app[SOURCE]
+    """The request's caller's source (in the cluster), else the app's (the kubeconfig's)."""
+    return request[CALLER] if CALLER in request else request.app[SOURCE]
+
+
+async def caller(request: web.Request) -> None:
+    """In the cluster: the caller of the request, by its token's TokenReview, reads
+    through a source of its own; no token (or a bad one): to /login (401 under /api/)."""
+    reviews = request.app[REVIEWS]
+    token = request.cookies.get(access.COOKIE, "")
+    user = await read(request, reviews.user, token) if token else None
+    if user is None:
+        if request.path.startswith("/api/"):
+            raise Refusal("no valid token: open /login and paste a Kubernetes token", 401)
+        raise web.HTTPSeeOther("/login")
+    request[CALLER] = access.AuthorizedSource(request.app[SOURCE], user, reviews)
+    request[HOME] = access.home_namespace(user) or request.app[NAMESPACE]
+
+
+async def login_page(request: web.Request) -> web.Response:
+    queries.only(request.query, ())
+    return respond(
+        request, "Sign in with a Kubernetes token", html.login_form(request.app[TOKEN]), ""
+    )
+
+
+async def login(request: web.Request) -> web.Response:
+    """The pasted token, checked by TokenReview, kept in the browser's cookie only."""
+    if REVIEWS not in request.app:
+        raise Refusal("this server uses the kubeconfig it was started with: no login", 404)
+    form = await request.post()
+    _check_token(request, form)
+    token = str(form.get("k8s_token") or "").strip()
+    user = await read(request, request.app[REVIEWS].user, token)
+    if user is None:
+        raise Refusal("the apiserver does not accept this token (TokenReview)", 401)
+    home = access.home_namespace(user) or request.app[NAMESPACE]
+    response = web.HTTPSeeOther(html.path("ns", home, "runs"))
+    response.set_cookie(
+        access.COOKIE, token, httponly=True, samesite="Strict", secure=request.secure, path="/"
+    )
+    raise response
+
+
+async def logout(request: web.Request) -> web.Response:
+    _check_token(request, await request.post())
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(access.COOKIE, path="/")
+    raise response
+
+
+def _check_token(request: web.Request, form: Any) -> None:
+    given = str(form.get("token") or request.headers.get("X-Torchyard-Token") or "")
+    if not hmac.compare_digest(given.encode(), request.app[TOKEN].encode()):
+        raise Refusal("missing or wrong page token: open the page again and use its button", 403)
 
 
 def ns_of(request: web.Request) -> str:
@@ -68,7 +124,9 @@ def respond(
 
 async def home(request: web.Request) -> web.Response:
     queries.only(request.query, ())
-    raise web.HTTPFound(html.path("ns", request.app[NAMESPACE], "runs"))
+    raise web.HTTPFound(
+        html.path("ns", request[HOME] if HOME in request else request.app[NAMESPACE], "runs")
+    )
 
 
 async def open_namespace(request: web.Request) -> web.Response:
@@ -168,7 +226,10 @@ async def metric(request: web.Request) -> web.Response:
     queries.only(q, ("name", "points"), q.getall)
     wanted = queries.metric_name(q.get("name", ""))
     points = queries.integer(q, "points", queries.DEFAULT_POINTS, queries.POINTS)
-    archive = await read(request, _source(request).archive, ns, name)
+    src = _source(request)
+    if await read(request, src.run, ns, name) is None:
+        raise Refusal(f"TrainingRun {ns}/{name} not found", 404)
+    archive = await read(request, src.archive, ns, name)
     if wanted not in archive.metrics:
         raise Refusal(f"run {name} has no metric {wanted!r}", 404)
     series = archive.metrics[wanted]
@@ -185,10 +246,7 @@ async def act(request: web.Request) -> web.Response:
     allowed = RUN_ACTIONS if kind == "runs" else SWEEP_ACTIONS
     if action not in allowed:
         raise Refusal(f"no action {action!r} on {kind}; allowed: {', '.join(allowed)}", 404)
-    form = await request.post()
-    given = str(form.get("token") or request.headers.get("X-Torchyard-Token") or "")
-    if not hmac.compare_digest(given.encode(), request.app[TOKEN].encode()):
-        raise Refusal("missing or wrong page token: open the page again and use its button", 403)
+    _check_token(request, await request.post())
     try:
         await read(request, _source(request).act, ns, kind, name, action)
     except ValueError as err:
@@ -266,6 +324,9 @@ def routes() -> list[web.RouteDef]:
     one = "/ns/{ns}/{kind:runs|sweeps}/{name}/{action}"
     return [
         web.get("/", home),
+        web.get("/login", login_page),
+        web.post("/login", login),
+        web.post("/logout", logout),
         web.get("/ns", open_namespace),
         web.get("/ns/{ns}/runs", runs_list),
         web.get("/ns/{ns}/runs/{name}", run_page),
