@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import time
 from typing import Any
 
 from torchyard.cli.errors import CliError
@@ -19,6 +20,7 @@ from torchyard.cli.options import connect, registry, registry_options
 from torchyard.sdk.registry import RegistryClient
 
 HOST = "127.0.0.1"
+CLIENT_SECONDS = 300.0  # a registry client (and its token) is reused this long
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -29,16 +31,19 @@ def cmd_ui(args: argparse.Namespace) -> int:
             "--address goes with --in-cluster: otherwise the view listens on 127.0.0.1", 2
         )
     connect(args)
-    clients: dict[str, RegistryClient] = {}
+    clients: dict[str, tuple[float, RegistryClient]] = {}
 
     def archive_client(namespace: str) -> RegistryClient:
-        if namespace not in clients:  # a registry token is minted per namespace
+        """A registry client per namespace (its token is minted for it, or read from
+        --token-file, which the kubelet refreshes): made again every few minutes."""
+        made = clients.get(namespace)
+        if made is None or time.monotonic() - made[0] > CLIENT_SECONDS:
             scoped = copy.copy(args)
             scoped.namespace = namespace
             client = registry(scoped)
             client.progress = False
-            clients[namespace] = client
-        return clients[namespace]
+            made = clients[namespace] = (time.monotonic(), client)
+        return made[1]
 
     reviews = access.kubernetes_reviews() if args.in_cluster else None
     web_app = app.make_app(
