@@ -33,6 +33,7 @@ METRICS_FILE = "metrics.jsonl"
 STACKS_FOLDER = "stacks"
 ARCHIVE_BYTES = 32 << 20  # at most this much of one archived file is read
 LIST_TTL = 2.0  # seconds a namespace's list of runs is reused (the list page's refresh)
+ARCHIVE_TTL = 30.0  # seconds a run's archive, read and parsed, is reused (charts, reloads)
 
 
 class Unavailable(Exception):
@@ -84,6 +85,7 @@ class LiveSource:
     def __init__(self, registry: Callable[[str], RegistryClient | None] | None = None) -> None:
         self.registry = registry
         self._lists: dict[str, tuple[float, list[Obj]]] = {}
+        self._archives: dict[tuple[str, str], tuple[float, Archive]] = {}
         self._lock = threading.Lock()
 
     def runs(self, namespace: str) -> list[Obj]:
@@ -109,6 +111,19 @@ class LiveSource:
         return list(k8s.pod_log_lines(namespace, pod, container="trainer", tail_lines=lines))
 
     def archive(self, namespace: str, name: str) -> Archive:
+        """The run's archive, read (and its metrics parsed) once per :data:`ARCHIVE_TTL`."""
+        with self._lock:
+            cached = self._archives.get((namespace, name))
+        if cached and time.monotonic() - cached[0] < ARCHIVE_TTL:
+            return cached[1]
+        found = self._read_archive(namespace, name)
+        with self._lock:
+            if len(self._archives) > 256:
+                self._archives.clear()
+            self._archives[(namespace, name)] = (time.monotonic(), found)
+        return found
+
+    def _read_archive(self, namespace: str, name: str) -> Archive:
         try:
             client = self.registry(namespace) if self.registry else None
             if client is None:
