@@ -22,13 +22,11 @@ needs the real kubelet node (not measured here). Writes benchmarks/results/ui.js
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,39 +38,21 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
 from aiohttp import web  # noqa: E402
 from benchmarks import record  # noqa: E402
+from tests.builders import TrainingRunBuilder  # noqa: E402
 from tests.cluster.harness import Cluster  # noqa: E402
+from tests.integration.web.browser import CHROMIUM, FLAGS, Served  # noqa: E402
 
-from torchyard import api, k8s  # noqa: E402
+from torchyard import k8s  # noqa: E402
 from torchyard.registry.store import Store  # noqa: E402
 from torchyard.sdk.registry import RegistryClient  # noqa: E402
 from torchyard.web import app, source  # noqa: E402
 
 NS = "bench-ui"
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TARGETS = {"interactive": 1.0, "first_page": 1.5, "metric": 0.2, "payload": 300 * 1024}
 
 
 def run_body(name: str, nodes: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": api.API_VERSION,
-        "kind": "TrainingRun",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "environment": "pytorch",
-            "source": {"image": True},
-            "command": ["python", "train.py"],
-            "distribution": {"nodeCount": nodes},
-        },
-    }
+    return TrainingRunBuilder(name, NS).nodes(nodes).obj()
 
 
 def node_pod(run: str, node: int) -> dict[str, Any]:
@@ -96,30 +76,14 @@ def create_all(bodies: list[dict[str, Any]]) -> None:
         list(pool.map(k8s.create, bodies))
 
 
-class Served:
-    """The app on 127.0.0.1 in a thread of its own, and a static page beside it."""
+def with_baseline(application: web.Application, static: dict[str, bytes]) -> web.Application:
+    """``application`` serving, beside its pages, ``/baseline/<name>``: a static page."""
 
-    def __init__(self, application: web.Application) -> None:
-        self.static: dict[str, bytes] = {}
-        application.router.add_get("/baseline/{name}", self._baseline)
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
+    async def baseline(request: web.Request) -> web.Response:
+        return web.Response(body=static[request.match_info["name"]], content_type="text/html")
 
-        def serve() -> None:
-            asyncio.set_event_loop(self.loop)
-            runner = web.AppRunner(application, access_log=None)
-            self.loop.run_until_complete(runner.setup())
-            self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-            self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-            ready.set()
-            self.loop.run_forever()
-
-        threading.Thread(target=serve, daemon=True).start()
-        assert ready.wait(10)
-
-    async def _baseline(self, request: web.Request) -> web.Response:
-        body = self.static[request.match_info["name"]]
-        return web.Response(body=body, content_type="text/html")
+    application.router.add_get("/baseline/{name}", baseline)
+    return application
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
@@ -163,7 +127,9 @@ def fetch(url: str) -> bytes:
         return data
 
 
-def measure(args: argparse.Namespace, served: Served, rec: record.Record) -> None:
+def measure(
+    args: argparse.Namespace, served: Served, static: dict[str, bytes], rec: record.Record
+) -> None:
     from playwright.sync_api import sync_playwright
 
     metric = f"/api/ns/{NS}/runs/big-run/metrics?name=loss&points=2000"
@@ -177,7 +143,7 @@ def measure(args: argparse.Namespace, served: Served, rec: record.Record) -> Non
     listed = statistics.median(timed(lambda: k8s.list_(k8s.TRAININGRUNS, NS), args.repeat))
     print(f"apiserver list of {args.runs} runs: {listed * 1000:.1f} ms")
     big = f"/ns/{NS}/runs/big-run"
-    served.static["big"] = fetch(served.url + big)
+    static["big"] = fetch(served.url + big)
     rows: dict[str, tuple[float, float, int]] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -322,8 +288,9 @@ def main() -> int:
         registry = Service(root / "registry")
         token = trainer_token(NS)
         live = source.LiveSource(lambda ns: RegistryClient(registry.url, token))
-        served = Served(app.make_app(live, namespace=NS))
-        measure(args, served, rec)
+        static: dict[str, bytes] = {}
+        served = Served(with_baseline(app.make_app(live, namespace=NS), static))
+        measure(args, served, static, rec)
         registry.stop()
     rec.write()
     return 0

@@ -104,15 +104,17 @@ def page(
     current: str,
     token: str,
     scripts: Sequence[str] = (),
+    signed_in: bool = False,
 ) -> str:
     """The whole document: head (assets shipped with the package), the navigation with
-    the namespace form, and ``body`` in ``<main>``."""
+    the namespace form (and Sign out, in the cluster), and ``body`` in ``<main>``."""
     nav = "".join(
         f'<li><a href="{e(path("ns", namespace, key))}"'
         + (' aria-current="page"' if key == current else "")
         + f">{e(label)}</a></li>"
         for key, label in SECTIONS
     )
+    sign_out = action_form("/logout", "Sign out", token) if signed_in else ""
     script_tags = "".join(f'<script src="/static/{e(s)}" defer></script>' for s in scripts)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -129,7 +131,7 @@ def page(
 <label for="ns-input">Namespace</label>
 <input id="ns-input" name="namespace" value="{e(namespace)}" required maxlength="63"
  pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" autocomplete="off">
-<button type="submit">Open</button></form></header>
+<button type="submit">Open</button></form>{sign_out}</header>
 <main id="main" tabindex="-1"><h1>{e(title)}</h1>
 {body}
 </main></body></html>

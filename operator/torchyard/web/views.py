@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -118,6 +118,7 @@ def respond(
         current=current,
         token=request.app[TOKEN],
         scripts=("app.js", *scripts),
+        signed_in=CALLER in request,
     )
     return web.Response(text=text, content_type="text/html")
 
@@ -254,13 +255,6 @@ async def act(request: web.Request) -> web.Response:
     raise web.HTTPSeeOther(html.path("ns", ns, kind, name))
 
 
-async def sweeps_list(request: web.Request) -> web.Response:
-    ns = ns_of(request)
-    queries.only(request.query, ())
-    items = await read(request, _source(request).sweeps, ns)
-    return respond(request, f"Sweeps in {ns}", pages.sweeps_list(ns, items), "sweeps")
-
-
 async def sweep_page(request: web.Request) -> web.Response:
     ns, name = ns_of(request), name_of(request, "sweep name")
     queries.only(request.query, ())
@@ -276,22 +270,6 @@ async def sweep_page(request: web.Request) -> web.Response:
     body = pages.sweep_page(ns, sweep, trials, actions)
     return respond(
         request, f"Sweep {name}", body, "sweeps", scripts=("uplot.iife.min.js", "charts.js")
-    )
-
-
-async def models_list(request: web.Request) -> web.Response:
-    ns = ns_of(request)
-    queries.only(request.query, ())
-    items = await read(request, _source(request).models, ns)
-    return respond(request, f"Models in {ns}", pages.models_list(ns, items), "models")
-
-
-async def environments_list(request: web.Request) -> web.Response:
-    ns = ns_of(request)
-    queries.only(request.query, ())
-    items = await read(request, _source(request).environments, ns)
-    return respond(
-        request, f"Environments in {ns}", pages.environments_list(ns, items), "environments"
     )
 
 
@@ -320,6 +298,20 @@ async def queue_page(request: web.Request) -> web.Response:
     return respond(request, f"Queue (runs of {ns})", pages.queue_page(ns, queue), "queue")
 
 
+def listing(section: str, title: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The view of a namespace's list of ``section`` (sweeps, models, environments): the
+    source's method and the page's renderer of that name."""
+
+    async def view(request: web.Request) -> web.Response:
+        ns = ns_of(request)
+        queries.only(request.query, ())
+        items = await read(request, getattr(_source(request), section), ns)
+        body = getattr(pages, f"{section}_list")(ns, items)
+        return respond(request, f"{title} in {ns}", body, section)
+
+    return view
+
+
 def routes() -> list[web.RouteDef]:
     one = "/ns/{ns}/{kind:runs|sweeps}/{name}/{action}"
     return [
@@ -331,10 +323,10 @@ def routes() -> list[web.RouteDef]:
         web.get("/ns/{ns}/runs", runs_list),
         web.get("/ns/{ns}/runs/{name}", run_page),
         web.post(one, act),
-        web.get("/ns/{ns}/sweeps", sweeps_list),
+        web.get("/ns/{ns}/sweeps", listing("sweeps", "Sweeps")),
         web.get("/ns/{ns}/sweeps/{name}", sweep_page),
-        web.get("/ns/{ns}/models", models_list),
-        web.get("/ns/{ns}/environments", environments_list),
+        web.get("/ns/{ns}/models", listing("models", "Models")),
+        web.get("/ns/{ns}/environments", listing("environments", "Environments")),
         web.get("/ns/{ns}/environments/{name}", environment_page),
         web.get("/ns/{ns}/queue", queue_page),
         web.get("/api/ns/{ns}/runs", runs_json),

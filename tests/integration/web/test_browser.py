@@ -11,70 +11,23 @@ installs Chromium and Playwright (tests/integration/web/requirements.lock).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from tests.builders import SweepBuilder, TrainingRunBuilder, environment, model_version
 from tests.integration.test_registry_service import Service, trainer_token
+from tests.integration.web.browser import CHROMIUM, FLAGS, SHOTS, Served, playwright
 from torchyard import api, k8s
 from torchyard.registry.store import Store
 from torchyard.sdk.registry import RegistryClient
 from torchyard.web import app, source
 
-try:
-    from playwright import sync_api as playwright
-except ImportError as err:  # not a skip: the integration tier includes these tests
-    raise ImportError("the browser tests need Playwright and Chromium: run `make browser`") from err
-
-REPO = Path(__file__).resolve().parents[3]
-SHOTS = REPO / "build" / "web-screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCRIPT = "<img src=x onerror=alert(1)>"
 HANG = "Stalled: rank 1 made no progress for 300s, in all_reduce (train.py:42)"
-
-
-class Served:
-    """The web app on 127.0.0.1 in a thread of its own (as ``torchyard ui`` serves it)."""
-
-    def __init__(self, application: web.Application) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.app = application
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        assert self.ready.wait(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.runner = web.AppRunner(self.app, access_log=None)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
-        self.ready.set()
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def status(kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:

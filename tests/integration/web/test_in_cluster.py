@@ -17,53 +17,17 @@ import pytest
 
 from tests.builders import SweepBuilder, TrainingRunBuilder, environment, model_version
 from tests.cluster.harness import Cluster
-from tests.integration.web.test_browser import CHROMIUM, FLAGS, SHOTS, Served, playwright
+from tests.integration.web.browser import CHROMIUM, FLAGS, READS, SHOTS, Served, account, playwright
 from torchyard import k8s
 from torchyard.web import access, app, source
 
 SECRET = "b-secret-run"
-READS = ["get", "list", "watch"]
 
 
 def reader(namespace: str, name: str) -> str:
     """A ServiceAccount that may read the namespace's runs (and what their pages show);
     its token (TokenRequest, the apiserver's audience)."""
-    k8s.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-    )
-    rules = [
-        {
-            "apiGroups": ["torchyard.dev"],
-            "verbs": READS,
-            "resources": ["trainingruns", "sweeps", "environments", "modelversions"],
-        },
-        {
-            "apiGroups": [""],
-            "resources": ["pods", "pods/log", "events", "configmaps"],
-            "verbs": READS,
-        },
-    ]
-    k8s.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name, "namespace": namespace},
-            "rules": rules,
-        }
-    )
-    k8s.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        }
-    )
+    account(namespace, name, READS)
     return k8s.request_token(namespace, name, [], seconds=3600)
 
 
@@ -187,5 +151,10 @@ def test_signing_in_with_a_token_in_a_real_browser(server: str, namespace: str) 
         page.wait_for_url(f"**/ns/{namespace}/runs")
         page.get_by_text("a-run", exact=True).wait_for()
         assert page.evaluate("document.cookie") == ""  # HttpOnly: no script reads the token
+        page.screenshot(path=str(SHOTS / "signed-in.png"))
+        page.get_by_role("button", name="Sign out").click()
+        page.wait_for_url("**/login")
+        page.goto(server + f"/ns/{namespace}/runs")
+        assert page.url.endswith("/login")  # the cookie is gone
         assert errors == []
         browser.close()

@@ -22,50 +22,16 @@ import pytest
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.integration.helpers import service_account_kubeconfig
+from tests.integration.web.browser import READS, account
 from torchyard import k8s
 
-RUN_READER = ["get", "list", "watch"]
+RUN_READER = READS
 
 
 def identity(cluster: Cluster, namespace: str, name: str, verbs: list[str], path: Path) -> Path:
-    """A ServiceAccount with ``verbs`` on TrainingRuns (and reads of what a run page
-    shows), and a kubeconfig that is it."""
-    k8s.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-    )
-    rules = [
-        {
-            "apiGroups": ["torchyard.dev"],
-            "resources": ["trainingruns", "sweeps", "environments", "modelversions"],
-            "verbs": verbs,
-        },
-        {
-            "apiGroups": [""],
-            "resources": ["pods", "pods/log", "events", "configmaps"],
-            "verbs": RUN_READER,
-        },
-    ]
-    k8s.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name, "namespace": namespace},
-            "rules": rules,
-        }
-    )
-    k8s.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        }
-    )
+    """A ServiceAccount with ``verbs`` on TrainingRuns (``browser.account``), and a
+    kubeconfig that is it."""
+    account(namespace, name, verbs)
     return service_account_kubeconfig(cluster, namespace, name, path)
 
 
