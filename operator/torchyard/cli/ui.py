@@ -46,9 +46,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
         return made[1]
 
     reviews = access.kubernetes_reviews() if args.in_cluster else None
-    web_app = app.make_app(
-        source.LiveSource(archive_client), namespace=args.namespace, reviews=reviews
-    )
+    live = source.LiveSource(archive_client)
+    if not args.in_cluster:
+        live.informers.start(args.namespace)  # the first page finds its runs listed
+    web_app = app.make_app(live, namespace=args.namespace, reviews=reviews)
     host = (args.address or "0.0.0.0") if args.in_cluster else HOST
 
     def ready(url: str) -> None:

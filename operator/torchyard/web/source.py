@@ -1,6 +1,8 @@
 """Where the web view reads what it shows: one seam, :class:`RunSource`, and the source
 over the live resources, :class:`LiveSource` (the caller's own kubeconfig, so the caller's
 own RBAC; the run's archive in the registry service for metrics history and hang stacks).
+A namespace's TrainingRuns come from an informer (``web.informers``: one list, then a
+watch), so the runs list pages from memory.
 
 Every page goes through a ``RunSource`` and nothing else, so run records that outlive
 their TrainingRun plug in here as a second source (its ``run`` answering for a run the
@@ -25,6 +27,7 @@ from torchyard.planning.pods import POOL_LABEL
 from torchyard.sdk import runs, suspension
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk.registry import RegistryClient, RegistryError
+from torchyard.web import informers
 
 Obj = dict[str, Any]
 # The archived files of a run the view reads: logs/node-N/metrics.jsonl and
@@ -32,7 +35,6 @@ Obj = dict[str, Any]
 METRICS_FILE = "metrics.jsonl"
 STACKS_FOLDER = "stacks"
 ARCHIVE_BYTES = 32 << 20  # at most this much of one archived file is read
-LIST_TTL = 2.0  # seconds a namespace's list of runs is reused (the list page's refresh)
 ARCHIVE_TTL = 30.0  # seconds a run's archive, read and parsed, is reused (charts, reloads)
 
 
@@ -84,19 +86,13 @@ class LiveSource:
 
     def __init__(self, registry: Callable[[str], RegistryClient | None] | None = None) -> None:
         self.registry = registry
-        self._lists: dict[str, tuple[float, list[Obj]]] = {}
+        self.informers = informers.Informers()
         self._archives: dict[tuple[str, str], tuple[float, Archive]] = {}
         self._lock = threading.Lock()
 
     def runs(self, namespace: str) -> list[Obj]:
-        with self._lock:
-            cached = self._lists.get(namespace)
-        if cached and time.monotonic() - cached[0] < LIST_TTL:
-            return cached[1]
-        items = k8s.list_(k8s.TRAININGRUNS, namespace)
-        with self._lock:
-            self._lists[namespace] = (time.monotonic(), items)
-        return items
+        """From the namespace's informer (a list, then a watch): current within a moment."""
+        return self.informers.runs(namespace)
 
     def run(self, namespace: str, name: str) -> Obj | None:
         return k8s.get_or_none(k8s.TRAININGRUNS, namespace, name)
@@ -193,8 +189,6 @@ class LiveSource:
             sweep_sdk.cancel(namespace, name)
         else:
             raise ValueError(f"no action {action!r} on {kind}")
-        with self._lock:
-            self._lists.pop(namespace, None)
 
 
 def add_metrics(into: dict[str, list[tuple[float, float]]], text: str) -> None:

@@ -330,3 +330,20 @@ def test_the_keyboard_reaches_the_skip_link_the_sections_and_the_filters(
         page.wait_for_url("**phase=Failed**")
         assert "failed-run" in page.content() and "running-run" not in page.content()
         browser.close()
+
+
+def test_phases_refresh_on_the_page_without_a_reload(served: str, namespace: str) -> None:
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        runs_page, run_page = browser.new_page(), browser.new_page()
+        runs_page.goto(served + f"/ns/{namespace}/runs")
+        run_page.goto(served + f"/ns/{namespace}/runs/running-run")
+        for page in (runs_page, run_page):
+            badge = page.locator('[data-phase="running-run"] .badge')
+            assert badge.inner_text() == "Running"
+        status("TrainingRun", namespace, "running-run", {"phase": "Succeeded"})
+        for page in (runs_page, run_page):
+            badge = page.locator('[data-phase="running-run"] .badge')
+            badge.filter(has_text="Succeeded").wait_for(timeout=30_000)
+            assert "ok" in (badge.get_attribute("class") or "")
+        browser.close()
