@@ -1,19 +1,20 @@
-"""The web view in headless Chromium on the test control plane (tests/cluster/harness.py),
-each figure beside a baseline measured in the same run:
+"""The web view in headless Chromium on the test control plane.
 
-- a run page of ``--ranks`` node Pods (256: a 256-rank run, one rank per node), time until
-  it is interactive (DOMContentLoaded and its scripts run), cold (a fresh browser context)
-  and warm (again), against a static page of the same bytes from the same server;
-- the first page of the runs list with ``--runs`` TrainingRuns in the namespace (10,000),
-  cold and warm, against the apiserver's own list of them (what any list view pays);
-- a metric of ``--points`` points (100,000) in a run's archive (a real registry service),
-  served downsampled to at most 2,000 points (LTTB), cold (read from the archive) and
-  warm, against serving every point;
-- the initial payload (document, scripts, styles) of every page.
+Each figure beside a baseline measured in the same run (the control plane:
+tests/cluster/harness.py). A run page of ``--ranks`` node Pods (256: a 256-rank run, one
+rank per node): the time until it is interactive (DOMContentLoaded, its scripts run),
+cold (a fresh browser context) and warm (again), against a static page of the same bytes
+from the same server. The first page of the runs list with ``--runs`` TrainingRuns in the
+namespace (10,000), cold and warm, against the apiserver's own list of them (what a view
+that lists on every request pays); the view's informer lists them once at its start. A
+metric of ``--points`` points (100,000) in a run's archive (a real registry service),
+served downsampled to at most 2,000 points (LTTB): warm (the archive read within the last
+30 s) against cold (read from the archive). The initial payload (document, scripts,
+styles) of every page.
 
-The issue's targets: interactive < 1 s, the first page < 1.5 s, the metric < 200 ms
-(warm), a payload <= 300 KB. A new log line on screen within 1 s of the rank writing it
-needs the real kubelet node (not measured here). Writes benchmarks/results/ui.json.
+The issue's targets: interactive < 1 s, the first page < 1.5 s, the metric < 200 ms, a
+payload <= 300 KB. A new log line on screen within 1 s of the rank writing it needs the
+real kubelet node (not measured here). Writes benchmarks/results/ui.json.
 
     .venv/bin/python benchmarks/ui.py [--runs 10000] [--ranks 256] [--points 100000]
     .venv/bin/python benchmarks/ui.py --smoke
