@@ -41,7 +41,7 @@ from aiohttp import web  # noqa: E402
 from benchmarks import record  # noqa: E402
 from tests.builders import TrainingRunBuilder  # noqa: E402
 from tests.cluster.harness import Cluster  # noqa: E402
-from tests.integration.web.browser import CHROMIUM, FLAGS, Served  # noqa: E402
+from tests.integration.web.browser import CHROMIUM, FLAGS, Served, held_node_pod  # noqa: E402
 
 from torchyard import k8s  # noqa: E402
 from torchyard.registry.store import Store  # noqa: E402
@@ -54,22 +54,6 @@ TARGETS = {"interactive": 1.0, "first_page": 1.5, "metric": 0.2, "payload": 300 
 
 def run_body(name: str, nodes: int = 1) -> dict[str, Any]:
     return TrainingRunBuilder(name, NS).nodes(nodes).obj()
-
-
-def node_pod(run: str, node: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{run}-node-{node}",
-            "namespace": NS,
-            "labels": {"torchyard.dev/run": run, "torchyard.dev/node-rank": str(node)},
-        },
-        "spec": {
-            "schedulingGates": [{"name": "torchyard.dev/bench-held"}],
-            "containers": [{"name": "trainer", "image": "pytorch"}],
-        },
-    }
 
 
 def create_all(bodies: list[dict[str, Any]]) -> None:
@@ -248,7 +232,7 @@ def report(
 def seed(args: argparse.Namespace, root: Path) -> None:
     create_all([run_body(f"run-{i:05d}") for i in range(args.runs - 1)])
     k8s.create(run_body("big-run", args.ranks))
-    create_all([node_pod("big-run", n) for n in range(args.ranks)])
+    create_all([held_node_pod(NS, "big-run", n) for n in range(args.ranks)])
     logs = root / "logs"
     logs.mkdir()
     with (logs / "metrics.jsonl").open("w") as out:

@@ -43,6 +43,15 @@ async def read(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
     return await loop.run_in_executor(None, functools.partial(fn, *args))
 
 
+async def found(request: web.Request, fn: Callable[[str, str], T | None], what: str) -> T:
+    """``fn(namespace, name)`` of the request's path, or 404 when it is not there."""
+    ns, name = ns_of(request), name_of(request, f"{what} name")
+    obj = await read(request, fn, ns, name)
+    if obj is None:
+        raise Refusal(f"{what} {ns}/{name} not found", 404)
+    return obj
+
+
 def _source(request: web.Request) -> RunSource:
     """The request's caller's source (in the cluster), else the app's (the kubeconfig's)."""
     return request[CALLER] if CALLER in request else request.app[SOURCE]
@@ -162,12 +171,10 @@ def brief(run: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run_page(request: web.Request) -> web.Response:
-    ns, name = ns_of(request), name_of(request, "run name")
+    ns, name = ns_of(request), name_of(request, "TrainingRun name")
     queries.only(request.query, ())
     src = _source(request)
-    run = await read(request, src.run, ns, name)
-    if run is None:
-        raise Refusal(f"TrainingRun {ns}/{name} not found", 404)
+    run = await found(request, src.run, "TrainingRun")
     pods, events, archive = await asyncio.gather(
         read(request, src.pods, ns, name),
         read(request, src.events, run),
@@ -185,12 +192,8 @@ async def run_page(request: web.Request) -> web.Response:
 
 
 async def run_json(request: web.Request) -> web.Response:
-    ns, name = ns_of(request), name_of(request, "run name")
     queries.only(request.query, ())
-    run = await read(request, _source(request).run, ns, name)
-    if run is None:
-        raise Refusal(f"TrainingRun {ns}/{name} not found", 404)
-    return web.json_response(brief(run))
+    return web.json_response(brief(await found(request, _source(request).run, "TrainingRun")))
 
 
 async def log_tail(request: web.Request) -> web.Response:
@@ -228,8 +231,7 @@ async def metric(request: web.Request) -> web.Response:
     wanted = queries.metric_name(q.get("name", ""))
     points = queries.integer(q, "points", queries.DEFAULT_POINTS, queries.POINTS)
     src = _source(request)
-    if await read(request, src.run, ns, name) is None:
-        raise Refusal(f"TrainingRun {ns}/{name} not found", 404)
+    await found(request, src.run, "TrainingRun")
     archive = await read(request, src.archive, ns, name)
     if wanted not in archive.metrics:
         raise Refusal(f"run {name} has no metric {wanted!r}", 404)
@@ -256,12 +258,9 @@ async def act(request: web.Request) -> web.Response:
 
 
 async def sweep_page(request: web.Request) -> web.Response:
-    ns, name = ns_of(request), name_of(request, "sweep name")
+    ns, name = ns_of(request), name_of(request, "Sweep name")
     queries.only(request.query, ())
-    found = await read(request, _source(request).sweep, ns, name)
-    if found is None:
-        raise Refusal(f"Sweep {ns}/{name} not found", 404)
-    sweep, trials = found
+    sweep, trials = await found(request, _source(request).sweep, "Sweep")
     actions = ""
     if (sweep.get("status") or {}).get("phase") not in runs.TERMINAL:
         actions = html.action_form(
@@ -274,12 +273,10 @@ async def sweep_page(request: web.Request) -> web.Response:
 
 
 async def environment_page(request: web.Request) -> web.Response:
-    ns, name = ns_of(request), name_of(request, "Environment name")
+    ns = ns_of(request)
     queries.only(request.query, ())
     src = _source(request)
-    env = await read(request, src.environment, ns, name)
-    if env is None:
-        raise Refusal(f"Environment {ns}/{name} not found", 404)
+    env = await found(request, src.environment, "Environment")
     job, log, note = (env.get("status") or {}).get("buildJob"), [], ""
     if job:
         try:
@@ -287,7 +284,10 @@ async def environment_page(request: web.Request) -> web.Response:
         except READ_ERRORS as err:
             note = f"build log: {_message(err)[:300]}"
     return respond(
-        request, f"Environment {name}", pages.environment_page(env, log, note), "environments"
+        request,
+        f"Environment {env['metadata']['name']}",
+        pages.environment_page(env, log, note),
+        "environments",
     )
 
 

@@ -60,6 +60,24 @@ class Served:
         self.thread.join(10)
 
 
+def held_node_pod(namespace: str, run: str, node: int) -> dict[str, object]:
+    """A node Pod of ``run`` as the operator labels them, held back from scheduling (KWOK
+    leaves it alone), so that its state is what the test writes."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{run}-node-{node}",
+            "namespace": namespace,
+            "labels": {"torchyard.dev/run": run, "torchyard.dev/node-rank": str(node)},
+        },
+        "spec": {
+            "schedulingGates": [{"name": "torchyard.dev/test-held"}],
+            "containers": [{"name": "trainer", "image": "pytorch"}],
+        },
+    }
+
+
 def account(namespace: str, name: str, verbs: list[str]) -> None:
     """ServiceAccount ``name`` with ``verbs`` on the namespace's TrainingRuns, Sweeps,
     Environments and ModelVersions, and reads of what their pages show (Pods, their
@@ -93,4 +111,13 @@ def account(namespace: str, name: str, verbs: list[str]) -> None:
     )
 
 
-__all__ = ["CHROMIUM", "FLAGS", "READS", "SHOTS", "Served", "account", "playwright"]
+__all__ = [
+    "CHROMIUM",
+    "FLAGS",
+    "READS",
+    "SHOTS",
+    "Served",
+    "account",
+    "held_node_pod",
+    "playwright",
+]

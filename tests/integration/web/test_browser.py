@@ -20,7 +20,14 @@ import pytest
 
 from tests.builders import SweepBuilder, TrainingRunBuilder, environment, model_version
 from tests.integration.test_registry_service import Service, trainer_token
-from tests.integration.web.browser import CHROMIUM, FLAGS, SHOTS, Served, playwright
+from tests.integration.web.browser import (
+    CHROMIUM,
+    FLAGS,
+    SHOTS,
+    Served,
+    held_node_pod,
+    playwright,
+)
 from torchyard import api, k8s
 from torchyard.registry.store import Store
 from torchyard.sdk.registry import RegistryClient
@@ -43,19 +50,7 @@ def status(kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
 
 
 def node_pod(namespace: str, run: str, node: int, exit_code: int | None) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{run}-node-{node}",
-            "namespace": namespace,
-            "labels": {"torchyard.dev/run": run, "torchyard.dev/node-rank": str(node)},
-        },
-        "spec": {
-            "schedulingGates": [{"name": "torchyard.dev/test-held"}],
-            "containers": [{"name": "trainer", "image": "pytorch"}],
-        },
-    }
+    pod = held_node_pod(namespace, run, node)
     k8s.create(pod)
     if exit_code is not None:
         term = {"exitCode": exit_code, "reason": "Error"}
