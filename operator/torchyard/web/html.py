@@ -29,6 +29,9 @@ PHASE_CLASSES = {
     "Running": "run",
     "Queued": "wait",
     "Pending": "wait",
+    "Preparing": "wait",
+    "Finalizing": "run",
+    "Canceled": "bad",
     "Suspended": "wait",
     "Stopped": "wait",
 }

@@ -164,6 +164,7 @@ def brief(run: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": run["metadata"]["name"],
         "phase": st.get("phase") or "Pending",
+        "phaseClass": html.PHASE_CLASSES.get(st.get("phase") or "Pending", ""),
         "progress": runs.progress_text(st.get("progress")),
         "eta": (st.get("progress") or {}).get("eta"),
         "ready": (st.get("nodes") or {}).get("ready", "0/0"),

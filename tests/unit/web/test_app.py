@@ -68,7 +68,7 @@ def fixture_source() -> FakeSource:
     }
     return FakeSource(
         objects={
-            "team-a": [failed, queued, run("s1"), run("a" + SCRIPT.lower()[:0] + "b"), sweep],
+            "team-a": [failed, queued, run("s1"), run("ab"), sweep],
             "team-b": [run(SECRET, ns="team-b")],
         },
         pods_of={"broken": [pod("broken", 0), pod("broken", 1, state="Failed")]},

@@ -3,15 +3,15 @@
 "use strict";
 (function () {
   const token = document.querySelector('meta[name="torchyard-token"]').content;
-  const badgeClass = { Succeeded: "ok", Ready: "ok", Failed: "bad", Running: "run", Queued: "wait", Pending: "wait", Suspended: "wait" };
 
-  function setPhase(name, phase) {
+  // (the class of each phase's badge comes with it: html.PHASE_CLASSES, one copy)
+  function setPhase(name, phase, phaseClass) {
     document.querySelectorAll("[data-phase]").forEach(function (holder) {
       if (holder.getAttribute("data-phase") !== name) return;
       const badge = holder.querySelector(".badge");
       if (badge && badge.textContent !== phase) {
         badge.textContent = phase;
-        badge.className = "badge " + (badgeClass[phase] || "");
+        badge.className = "badge " + (phaseClass || "");
       }
     });
   }
@@ -28,7 +28,7 @@
     const url = "/api" + location.pathname + location.search;
     setInterval(async function () {
       const data = await getJSON(url);
-      if (data) data.items.forEach(function (r) { setPhase(r.name, r.phase); });
+      if (data) data.items.forEach(function (r) { setPhase(r.name, r.phase, r.phaseClass); });
     }, 3000);
   }
 
@@ -38,7 +38,7 @@
     const run = head.getAttribute("data-run");
     setInterval(async function () {
       const data = await getJSON("/api" + location.pathname);
-      if (data) setPhase(run, data.phase);
+      if (data) setPhase(run, data.phase, data.phaseClass);
     }, 3000);
   }
   const bar = document.querySelector(".logbar[data-log-url]");
