@@ -34,6 +34,7 @@ PHASE_CLASSES = {
     "Canceled": "bad",
     "Suspended": "wait",
     "Stopped": "wait",
+    "Paused": "wait",
 }
 
 

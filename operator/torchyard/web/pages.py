@@ -333,11 +333,13 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
     ]
     curves = {t.name: [v for v in t.history] for t in trials if t.history}
     stopped = [t.name for t in trials if t.state == "Stopped"]
+    paused = [t.name for t in trials if t.state == "Paused"]
     data = json.dumps(
         {
             "metric": objective["metric"],
             "curves": curves,
             "stopped": stopped,
+            "paused": paused,
             "best": best.name if best else None,
         }
     )
@@ -355,7 +357,7 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
             Markup(
                 f'<figure class="chart" id="sweep-chart" data-curves="{e(data)}">'
                 f"<figcaption>{e(objective['metric'])} of every trial (stopped trials "
-                "dashed, the best one bold)</figcaption></figure>"
+                "dashed, paused ones dotted, the best one bold)</figcaption></figure>"
             ),
             ident="curves",
         )

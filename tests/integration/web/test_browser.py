@@ -214,6 +214,7 @@ def seed(namespace: str, root: Path) -> None:
                 "t0": trial("Completed", 0.001, [0.9, 0.5, 0.3]),
                 "t1": trial("Stopped", 0.004, [1.2, 0.8], reason="bandit: 0.8 outside 0.33"),
                 "t2": trial("Running", 0.002, [0.95]),
+                "t3": trial("Paused", 0.003, [1.0, 0.7], reason="asha: rung 2"),
             },
         }
     )
@@ -264,7 +265,7 @@ def pages(ns: str) -> list[tuple[str, str, str]]:
         ("run-running", f"/ns/{ns}/runs/running-run", "ETA"),
         ("run-queued", f"/ns/{ns}/runs/too-big", "cannot hold it even when idle"),
         ("sweeps", f"/ns/{ns}/sweeps", "lr-sweep"),
-        ("sweep", f"/ns/{ns}/sweeps/lr-sweep", "best: lr-sweep"),
+        ("sweep", f"/ns/{ns}/sweeps/lr-sweep", "asha: rung 2"),
         ("models", f"/ns/{ns}/models", "model.pt sha256:aaaaaaaaaaaa"),
         ("environments", f"/ns/{ns}/environments", "sha256:abab"),
         ("environment", f"/ns/{ns}/environments/pytorch", "Build log"),

@@ -41,12 +41,13 @@
     names.forEach(function (n, i) {
       const values = data.curves[n];
       const stopped = data.stopped.indexOf(n) >= 0;
+      const paused = data.paused.indexOf(n) >= 0;
       columns.push(xs.map(function (_, j) { return j < values.length ? values[j] : null; }));
       series.push({
-        label: n + (stopped ? " (stopped)" : "") + (n === data.best ? " (best)" : ""),
+        label: n + (stopped ? " (stopped)" : "") + (paused ? " (paused)" : "") + (n === data.best ? " (best)" : ""),
         stroke: palette[i % palette.length],
         width: n === data.best ? 3 : 1.5,
-        dash: stopped ? [6, 4] : undefined,
+        dash: stopped ? [6, 4] : paused ? [2, 3] : undefined,
         points: { show: true, size: stopped ? 7 : 4 },
       });
     });
