@@ -18,11 +18,16 @@ DEPS := $(TORCHYARD_CACHE)/venv-py$(PYVER)-$(LOCK_HASH)
 # venv of their own keyed by that file's hash: the site never forces the torch venv anew.
 DOCS_LOCK_HASH := $(shell sha256sum docs/requirements.lock | cut -c1-12)
 DOCS_DEPS := $(TORCHYARD_CACHE)/docs-venv-py$(PYVER)-$(DOCS_LOCK_HASH)
+# The browser tests' Playwright, pinned in tests/integration/web/requirements.lock, in a venv of
+# its own (keyed by that file's hash) that .venv links; the browser is Debian's chromium.
+BROWSER_LOCK := tests/integration/web/requirements.lock
+BROWSER_LOCK_HASH := $(shell sha256sum $(BROWSER_LOCK) | cut -c1-12)
+BROWSER_DEPS := $(TORCHYARD_CACHE)/browser-venv-py$(PYVER)-$(BROWSER_LOCK_HASH)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv docs-venv tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
+.PHONY: all venv docs-venv browser browser-link tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
@@ -55,6 +60,8 @@ $(VENV)/.ok: $(DEPS)/.complete pyproject.toml
 	  deps=$$("$(DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
 	  echo "import site; site.addsitedir('$$deps')" > "$$site/torchyard-deps.pth"
 	@$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@# the browser tests' Playwright, when 'make browser' installed it (linked again here)
+	@[ ! -e "$(BROWSER_DEPS)/.complete" ] || $(MAKE) --no-print-directory browser-link
 	@# the dependencies' commands (torchrun, pytest, ...) beside python, as in a single venv
 	@for f in "$(DEPS)"/bin/*; do n=$$(basename "$$f"); case "$$n" in python*|pip*|activate*|Activate*) ;; *) [ -e "$(VENV)/bin/$$n" ] || ln -s "$$f" "$(VENV)/bin/$$n";; esac; done
 	@touch $@
@@ -69,6 +76,25 @@ $(DOCS_DEPS)/.complete:
 	@touch "$@"
 
 docs-venv: $(DOCS_DEPS)/.complete
+
+# The web view's browser tests (tests/integration/web): Debian's chromium (apt, once) and
+# Playwright (cached venv, linked into .venv by a .pth file): a second run does nothing.
+$(BROWSER_DEPS)/.complete:
+	@echo "[setup] browser tests' Playwright -> $(BROWSER_DEPS)"
+	@rm -rf "$(BROWSER_DEPS)"
+	@$(PYTHON) -m venv "$(BROWSER_DEPS)"
+	@"$(BROWSER_DEPS)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r $(BROWSER_LOCK)
+	@touch "$@"
+
+browser: venv $(BROWSER_DEPS)/.complete
+	@command -v chromium >/dev/null || { echo "[setup] chromium (Debian)"; \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q chromium >/dev/null; }
+	@$(MAKE) --no-print-directory browser-link
+
+browser-link:
+	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  deps=$$("$(BROWSER_DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  echo "import site; site.addsitedir('$$deps')" > "$$site/torchyard-browser.pth"
 
 tools: venv
 	@$(PY) tests/cluster/binaries.py
@@ -117,7 +143,7 @@ layers: venv
 unit: venv
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-integration: venv tools
+integration: venv tools browser
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 e2e: venv
@@ -129,7 +155,7 @@ node: venv tools
 
 # The tiers as separate pytest runs: unit+integration beside node (both mostly wait), then
 # e2e alone (tests/tiers.py); TORCHYARD_TEST_SERIAL=1: one plain pytest run instead.
-test: venv tools lint typecheck layers site
+test: venv tools browser lint typecheck layers site
 	@$(PY) -m tests.tiers $(PYTEST_ARGS)
 
 # The benchmarks print each figure beside its baseline from the same run and write them to
@@ -137,8 +163,8 @@ test: venv tools lint typecheck layers site
 # them at their smallest size (tests/integration/test_benchmarks_smoke.py; real_launch, which
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
-bench: venv tools peers
-	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead sweeps; do \
+bench: venv tools peers browser
+	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead sweeps ui; do \
 	  extra=$$( [ $$b = scale ] && echo --peers ); \
 	  echo "[bench] $$b $(BENCH_ARGS) $$extra"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) $$extra || exit 1; done
 

@@ -121,6 +121,19 @@ BENCHMARKS = [
             r"\((met|not met); met on \d of 2 seeds\)",
         ],
     ),
+    (
+        "ui.py",
+        [
+            r"seeded 200 runs, 16 node Pods, 10000 points",
+            r"metric of 10000 points -> 2000: cold +\d+\.\d ms, warm +\d+\.\d ms",
+            r"apiserver list of 200 runs: +\d+\.\d ms",
+            r"run page +cold +\d+\.\d ms +warm +\d+\.\d ms +payload +\d+\.\d KB",
+            r"static page +cold +\d+\.\d ms +warm +\d+\.\d ms",
+            r"runs list +cold +\d+\.\d ms +warm +\d+\.\d ms",
+            r"payload queue +\d+\.\d KB",
+            r"target: interactive < 1 s, first page < 1\.5 s, metric < 200 ms",
+        ],
+    ),
 ]
 # scale.py runs two operators one after the other (the baseline refills a slot at its resync)
 TIMEOUTS = {"scale.py": 600, "peers.py": 420}

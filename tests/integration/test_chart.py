@@ -174,7 +174,35 @@ VALUE_SETS = {
         "--set",
         "registry.trainerNamespaces={team-a}",
     ],
+    "with the web view": ["--set", "ui.enabled=true"],
 }
+
+
+def test_the_web_view_gets_reads_the_reviews_and_its_two_changes_only(helm: Helm) -> None:
+    """``ui.enabled``: its ClusterRole is what ``torchyard.web`` calls (``web.source``,
+    ``web.access``), and it reads run archives as itself with a registry token."""
+    assert not [d for d in helm.template() if d["metadata"]["name"].endswith("-ui")]
+    docs = helm.template("--set", "ui.enabled=true")
+    assert _grants(docs, "ClusterRole", "t-torchyard-ui") == {
+        ("torchyard.dev", "trainingruns"): {"get", "list", "patch"},
+        ("torchyard.dev", "sweeps"): {"get", "list", "patch"},
+        ("torchyard.dev", "environments"): {"get", "list"},
+        ("torchyard.dev", "modelversions"): {"get", "list"},
+        ("", "pods"): {"get", "list"},
+        ("", "events"): {"get", "list"},
+        ("", "configmaps"): {"get", "list"},
+        ("", "nodes"): {"get", "list"},
+        ("", "pods/log"): {"get"},
+        ("authentication.k8s.io", "tokenreviews"): {"create"},
+        ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+    }
+    ui = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "t-torchyard-ui"
+    )
+    args = ui["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["ui", "--in-cluster"]
+    assert "https://torchyard-registry.torchyard-system.svc:8080" in args
+    assert "--token-file" in args and "--registry-ca" in args
 
 
 def test_the_trainer_role_is_bound_to_the_service_accounts_node_pods_run_as(helm: Helm) -> None:
@@ -694,6 +722,7 @@ def test_the_rendering_is_accepted_by_a_server_side_dry_run(
     for values in (
         [],
         ["--set", f"watchNamespaces={{{namespace}}}", "--set", "networkPolicy.enabled=true"],
+        ["--set", "ui.enabled=true"],
     ):
         manifests = helm("template", f"dry-{namespace}", str(CHART), "-n", namespace, *values)
         out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=manifests.stdout)

@@ -7,7 +7,8 @@ Each command lives in the module of its concern and adds its own parser: ``serve
 ``logs``), ``inspect`` (``get``, ``describe``), ``history`` (``runs list``, ``runs
 describe`` and the parser of ``describe``, which falls back to a gone run's record),
 ``suspension`` (``suspend``, ``resume``),
-``models`` (``models ...``, ``runs download``), ``sweeps`` (``sweep ...``). Commands
+``models`` (``models ...``, ``runs download``), ``sweeps`` (``sweep ...``), ``ui``
+(``ui``: the web view). Commands
 raise :class:`CliError` or let the SDK's errors through; :func:`main` catches them once
 (:data:`EXITS`), so no command shows a traceback for a missing kubeconfig, a cluster that
 is down, a file that is not there or a refusal.
@@ -38,6 +39,7 @@ from torchyard.cli import (
     submit,
     suspension,
     sweeps,
+    ui,
 )
 from torchyard.cli.errors import CliError
 from torchyard.sdk import clusters, runs, snapshots
@@ -88,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_models(sub)
     models.add_runs(sub)
     sweeps.add_sweep(sub)
+    ui.add_ui(sub)
     submit.add_crds(sub)
     submit.add_validate(sub)
     return parser

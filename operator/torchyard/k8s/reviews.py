@@ -35,9 +35,15 @@ def review_token(token: str, audiences: list[str]) -> dict[str, Any] | None:
 
 
 def allowed(
-    user: dict[str, Any], verb: str, namespace: str, resource: str, group: str = wire.GROUP
+    user: dict[str, Any],
+    verb: str,
+    namespace: str,
+    resource: str,
+    group: str = wire.GROUP,
+    subresource: str = "",
 ) -> bool:
-    """SubjectAccessReview: may ``user`` (from review_token) do ``verb`` on ``resource``?"""
+    """SubjectAccessReview: may ``user`` (from review_token) do ``verb`` on ``resource``
+    (its ``subresource``, e.g. ``pods``' ``log``, when given)?"""
     review = rest.create(
         {
             "apiVersion": "authorization.k8s.io/v1",
@@ -52,6 +58,7 @@ def allowed(
                     "verb": verb,
                     "group": group,
                     "resource": resource,
+                    "subresource": subresource,
                 },
             },
         }

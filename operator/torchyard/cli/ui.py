@@ -1,0 +1,101 @@
+"""``torchyard ui``: the web view of runs, sweeps, models, Environments and the queue,
+served on 127.0.0.1 with the caller's kubeconfig (the caller's own RBAC: the view can read
+and change only what the caller can) and, for metrics history and hang stacks, the
+registry service as the other commands reach it.
+
+Called by ``torchyard.cli.app``; the application is ``torchyard.web`` (imported when
+the command runs, so ``torchyard --help`` stays fast). Tested in tests/unit/cli/test_ui.py
+and in a browser in tests/integration/web/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from typing import Any
+
+from torchyard.cli.errors import CliError
+from torchyard.cli.options import connect, registry, registry_options
+from torchyard.sdk.registry import RegistryClient
+
+HOST = "127.0.0.1"
+CLIENT_SECONDS = 300.0  # a registry client (and its token) is reused this long
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from torchyard.web import access, app, source
+
+    if args.address and not args.in_cluster:
+        raise CliError(
+            "--address goes with --in-cluster: otherwise the view listens on 127.0.0.1", 2
+        )
+    connect(args)
+    clients: dict[str, tuple[float, RegistryClient]] = {}
+
+    def archive_client(namespace: str) -> RegistryClient:
+        """A registry client per namespace (its token is minted for it, or read from
+        --token-file, which the kubelet refreshes): made again every few minutes."""
+        made = clients.get(namespace)
+        if made is None or time.monotonic() - made[0] > CLIENT_SECONDS:
+            scoped = copy.copy(args)
+            scoped.namespace = namespace
+            client = registry(scoped)
+            client.progress = False
+            made = clients[namespace] = (time.monotonic(), client)
+        return made[1]
+
+    reviews = access.kubernetes_reviews() if args.in_cluster else None
+    live = source.LiveSource(archive_client)
+    if not args.in_cluster:
+        live.informers.start(args.namespace)  # the first page finds its runs listed
+    web_app = app.make_app(live, namespace=args.namespace, reviews=reviews)
+    host = (args.address or "0.0.0.0") if args.in_cluster else HOST
+
+    def ready(url: str) -> None:
+        print(f"torchyard ui: serving {url} (Ctrl-C stops it)", flush=True)
+
+    try:
+        app.serve(web_app, host, args.port, ready)
+    except OSError as err:
+        raise CliError(f"cannot listen on {host}:{args.port}: {err.strerror or err}", 1) from None
+    return 0
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535; got {text!r}")
+    return int(text)
+
+
+def add_ui(sub: Any) -> None:
+    p = sub.add_parser(
+        "ui",
+        help="the web view of runs, sweeps, models, Environments and the queue, on 127.0.0.1",
+        description="Serve the web view on 127.0.0.1 with your kubeconfig: it reads (and, "
+        "with its buttons, suspends, resumes or cancels) only what your own RBAC allows. "
+        "It prints the URL to open. Metrics history and hang stacks come from the runs' "
+        "archives in the registry service (the --registry-* options, as for "
+        "'torchyard logs'); without one the pages say so.",
+    )
+    p.add_argument(
+        "--port", type=_port, default=0, help="the port to listen on (default: a free one)"
+    )
+    p.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="serve every caller who brings a Kubernetes token (pasted once on /login, kept "
+        "in the browser's cookie, never on the server): each request is authorized for "
+        "that identity by SubjectAccessReview, then read with this process's own "
+        "ServiceAccount (the Helm chart's ui.enabled)",
+    )
+    p.add_argument(
+        "--address",
+        help="with --in-cluster: the address to listen on (default: 0.0.0.0); without it "
+        "the view listens on 127.0.0.1 only",
+    )
+    registry_options(p)
+    p.set_defaults(func=cmd_ui)
+
+
+__all__ = ["add_ui", "cmd_ui"]

@@ -1,0 +1,261 @@
+"""Where the web view reads what it shows: one seam, :class:`RunSource`, and the source
+over the live resources, :class:`LiveSource` (the caller's own kubeconfig, so the caller's
+own RBAC; the run's archive in the registry service for metrics history and hang stacks).
+A namespace's TrainingRuns come from an informer (``web.informers``: one list, then a
+watch), so the runs list pages from memory.
+
+Every page goes through a ``RunSource`` and nothing else, so run records that outlive
+their TrainingRun plug in here as a second source (its ``run`` answering for a run the
+apiserver no longer has) without a change to the pages. Reads are synchronous (the
+``torchyard.k8s`` client); the app runs them in its thread pool. Called by
+``torchyard.web.views``; tested through the app in tests/unit/web/ (a source of test
+data) and on the real control plane in tests/integration/web/.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from torchyard import k8s
+from torchyard.planning import admission
+from torchyard.planning.pods import POOL_LABEL
+from torchyard.sdk import runs, suspension
+from torchyard.sdk import sweeps as sweep_sdk
+from torchyard.sdk.registry import RegistryClient, RegistryError
+from torchyard.web import informers
+
+Obj = dict[str, Any]
+# The archived files of a run the view reads: logs/node-N/metrics.jsonl and
+# logs/node-N/stacks/rank-R.pid-P.txt (``launch_progress``, ``launch_stalls``).
+METRICS_FILE = "metrics.jsonl"
+STACKS_FOLDER = "stacks"
+ARCHIVE_BYTES = 32 << 20  # at most this much of one archived file is read
+ARCHIVE_TTL = 30.0  # seconds a run's archive, read and parsed, is reused (charts, reloads)
+
+
+class Unavailable(Exception):
+    """What the source could not read, and why (shown on the page, never a crash)."""
+
+
+@dataclass
+class Archive:
+    """What a run's archive in the registry holds for the view."""
+
+    metrics: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    stacks: dict[str, str] = field(default_factory=dict)  # "node-0/rank-1.pid-7.txt" -> text
+    outputs: list[str] = field(default_factory=list)
+    note: str = ""  # why there is none (no registry, refused, not archived yet)
+
+
+@dataclass
+class Queue:
+    """The pools, their room and the gangs that wait in them."""
+
+    pools: list[dict[str, Any]]
+    waiting: list[Obj]  # Queued runs, by pool then place
+    note: str = ""  # what could not be read (nodes, other namespaces' Pods)
+
+
+class RunSource(Protocol):
+    """What the pages read. Names are checked (``views.name``) before they get here."""
+
+    def runs(self, namespace: str) -> list[Obj]: ...
+    def run(self, namespace: str, name: str) -> Obj | None: ...
+    def pods(self, namespace: str, name: str) -> list[Obj]: ...
+    def events(self, run: Obj) -> list[Obj]: ...
+    def log_tail(self, namespace: str, pod: str, lines: int) -> list[str]: ...
+    def archive(self, namespace: str, name: str) -> Archive: ...
+    def sweeps(self, namespace: str) -> list[Obj]: ...
+    def sweep(self, namespace: str, name: str) -> tuple[Obj, list[sweep_sdk.Trial]] | None: ...
+    def models(self, namespace: str) -> list[Obj]: ...
+    def environments(self, namespace: str) -> list[Obj]: ...
+    def environment(self, namespace: str, name: str) -> Obj | None: ...
+    def build_log(self, namespace: str, job: str, lines: int) -> list[str]: ...
+    def queue(self, namespace: str) -> Queue: ...
+    def act(self, namespace: str, kind: str, name: str, action: str) -> None: ...
+
+
+class LiveSource:
+    """The live resources through ``torchyard.k8s`` (the configured client: the caller's
+    kubeconfig), and the run archives through ``registry(namespace)`` (None: no registry)."""
+
+    def __init__(self, registry: Callable[[str], RegistryClient | None] | None = None) -> None:
+        self.registry = registry
+        self.informers = informers.Informers()
+        self._archives: dict[tuple[str, str], tuple[float, Archive]] = {}
+        self._lock = threading.Lock()
+
+    def runs(self, namespace: str) -> list[Obj]:
+        """From the namespace's informer (a list, then a watch): current within a moment."""
+        return self.informers.runs(namespace)
+
+    def run(self, namespace: str, name: str) -> Obj | None:
+        return k8s.get_or_none(k8s.TRAININGRUNS, namespace, name)
+
+    def pods(self, namespace: str, name: str) -> list[Obj]:
+        return runs.node_pods(namespace, name)
+
+    def events(self, run: Obj) -> list[Obj]:
+        return runs.events(run)
+
+    def log_tail(self, namespace: str, pod: str, lines: int) -> list[str]:
+        return list(k8s.pod_log_lines(namespace, pod, container="trainer", tail_lines=lines))
+
+    def archive(self, namespace: str, name: str) -> Archive:
+        """The run's archive, read (and its metrics parsed) once per :data:`ARCHIVE_TTL`."""
+        with self._lock:
+            cached = self._archives.get((namespace, name))
+        if cached and time.monotonic() - cached[0] < ARCHIVE_TTL:
+            return cached[1]
+        found = self._read_archive(namespace, name)
+        with self._lock:
+            if len(self._archives) > 256:
+                self._archives.clear()
+            self._archives[(namespace, name)] = (time.monotonic(), found)
+        return found
+
+    def _read_archive(self, namespace: str, name: str) -> Archive:
+        try:
+            client = self.registry(namespace) if self.registry else None
+            if client is None:
+                return Archive(note="no registry service configured")
+            files = client.run_files(namespace, name)
+            found = Archive(outputs=[f for f in files if f.startswith("outputs/")])
+            for path in files:
+                parts = path.split("/")
+                if parts[-1] == METRICS_FILE and parts[0] == "logs":
+                    add_metrics(found.metrics, client.read_run_file(namespace, name, path))
+                elif len(parts) == 4 and parts[0] == "logs" and parts[2] == STACKS_FOLDER:
+                    text = client.read_run_file(namespace, name, path)
+                    found.stacks["/".join(parts[1:])] = text[:ARCHIVE_BYTES]
+        except RegistryError as err:
+            return Archive(note=f"the run's archive: {err}")
+        except (k8s.ApiError, k8s.Unreachable) as err:
+            return Archive(note=f"the run's archive: {_why(err)}")
+        return found
+
+    def sweeps(self, namespace: str) -> list[Obj]:
+        return sweep_sdk.list_(namespace)
+
+    def sweep(self, namespace: str, name: str) -> tuple[Obj, list[sweep_sdk.Trial]] | None:
+        try:
+            return sweep_sdk.trials(namespace, name)
+        except sweep_sdk.SweepNotFound:
+            return None
+
+    def models(self, namespace: str) -> list[Obj]:
+        return k8s.list_(k8s.MODELVERSIONS, namespace)
+
+    def environments(self, namespace: str) -> list[Obj]:
+        return k8s.list_(k8s.ENVIRONMENTS, namespace)
+
+    def environment(self, namespace: str, name: str) -> Obj | None:
+        return k8s.get_or_none(k8s.ENVIRONMENTS, namespace, name)
+
+    def build_log(self, namespace: str, job: str, lines: int) -> list[str]:
+        """The tail of the newest Pod of an Environment's build Job ([] when none is left)."""
+        pods = k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")
+        if not pods:
+            return []
+        newest = max(pods, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
+        name = newest["metadata"]["name"]
+        return list(k8s.pod_log_lines(namespace, name, tail_lines=lines))
+
+    def queue(self, namespace: str) -> Queue:
+        waiting = [r for r in self.runs(namespace) if (r.get("status") or {}).get("queue")]
+        notes = []
+        try:
+            nodes = k8s.list_(k8s.NODES)
+        except k8s.ApiError as err:
+            nodes, notes = [], [f"nodes: {_why(err)}"]
+        try:
+            pods = k8s.list_(k8s.PODS, None)
+        except k8s.ApiError as err:  # the free room then counts this namespace's Pods only
+            pods = k8s.list_(k8s.PODS, namespace)
+            notes.append(f"Pods of other namespaces: {_why(err)}; free room counts {namespace}'s")
+        return Queue(pools(nodes, pods, waiting), sorted(waiting, key=_place), "; ".join(notes))
+
+    def act(self, namespace: str, kind: str, name: str, action: str) -> None:
+        """suspend/resume a TrainingRun, cancel a Sweep: as the caller (the API says 403
+        when the caller may not)."""
+        if kind == "runs" and action in ("suspend", "resume"):
+            suspension.set_suspend(namespace, name, action == "suspend")
+        elif kind == "sweeps" and action == "cancel":
+            sweep_sdk.cancel(namespace, name)
+        else:
+            raise ValueError(f"no action {action!r} on {kind}")
+
+
+def add_metrics(into: dict[str, list[tuple[float, float]]], text: str) -> None:
+    """The numeric values of every ``metrics.jsonl`` record of ``text`` (one node's),
+    by metric name: (step, value); rank 0's (or the rank-less records) only, as the
+    status's progress keeps them."""
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("rank") not in (0, None):
+            continue
+        step = record.get("step")
+        if not isinstance(step, (int, float)) or isinstance(step, bool):
+            continue
+        for key, value in record.items():
+            if key in ("step", "rank", "time", "total", "phase"):
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                into.setdefault(key, []).append((float(step), float(value)))
+    for points in into.values():
+        points.sort()
+
+
+def pools(nodes: list[Obj], pods: list[Obj], waiting: list[Obj]) -> list[dict[str, Any]]:
+    """Each pool (the nodes' pool label; "" for unlabelled nodes): its Ready nodes, their
+    allocatable and free room (``planning.admission.free_nodes``), and the runs waiting."""
+    label = POOL_LABEL
+    capacity = {n.name: n.free for n in admission.free_nodes(nodes, [])}
+    free = {n.name: n.free for n in admission.free_nodes(nodes, pods)}
+    out: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        name = node["metadata"]["name"]
+        pool = (node["metadata"].get("labels") or {}).get(label, "")
+        row = out.setdefault(pool, {"pool": pool, "nodes": 0, "ready": 0, "total": {}, "free": {}})
+        row["nodes"] += 1
+        if name in capacity:
+            row["ready"] += 1
+            for key, value in capacity[name].items():
+                row["total"][key] = row["total"].get(key, 0) + value
+            for key, value in free[name].items():
+                row["free"][key] = row["free"].get(key, 0) + value
+    for run in waiting:
+        pool = (run.get("status") or {}).get("queue", {}).get("pool", "")
+        out.setdefault(pool, {"pool": pool, "nodes": 0, "ready": 0, "total": {}, "free": {}})
+        out[pool]["waiting"] = out[pool].get("waiting", 0) + 1
+    return [out[k] for k in sorted(out)]
+
+
+def waiting_reason(run: Obj) -> str:
+    """Why a Queued run waits: its Admitted condition's message (the admission pass's
+    numbers: what it needs, how many fit now, whom it waits behind)."""
+    for cond in (run.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Admitted" and cond.get("status") != "True":
+            return str(cond.get("message") or cond.get("reason") or "")
+    return ""
+
+
+def _place(run: Obj) -> tuple[str, int, str]:
+    queue = (run.get("status") or {}).get("queue") or {}
+    return (str(queue.get("pool", "")), int(queue.get("position") or 1 << 30), _name(run))
+
+
+def _name(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _why(err: Exception) -> str:
+    return err.message if isinstance(err, k8s.ApiError) else str(err)

@@ -1,0 +1,337 @@
+"""The web view's routes: each checks what it was asked (``queries``), reads through the
+:class:`~torchyard.web.source.RunSource` (in the thread pool: the client is synchronous)
+and renders a page (``pages``) or JSON for the page's script (``/api/...``: the runs
+list's refresh, a log tail, a downsampled metric).
+
+Changing anything is a POST with the page's token (never a GET; a page of another site
+cannot make one: it has no token), done with the caller's own rights: the apiserver's
+403 is shown as it is. Called by ``torchyard.web.app``; tested in tests/unit/web/ and
+tests/integration/web/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from torchyard import k8s
+from torchyard.sdk import runs
+from torchyard.web import access, html, lttb, pages, queries
+from torchyard.web.queries import Refusal
+from torchyard.web.source import RunSource
+
+T = TypeVar("T")
+SOURCE = web.AppKey("source", RunSource)
+TOKEN = web.AppKey("token", str)
+NAMESPACE = web.AppKey("namespace", str)
+REVIEWS = web.AppKey("reviews", access.Reviews)
+CALLER = web.RequestKey("caller", RunSource)  # the request's AuthorizedSource (in the cluster)
+HOME = web.RequestKey("home", str)  # the caller's own namespace
+RUN_ACTIONS = ("suspend", "resume")
+SWEEP_ACTIONS = ("cancel",)
+READ_ERRORS = (k8s.ApiError, k8s.Unreachable)
+
+
+async def read(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the thread pool (the Kubernetes client blocks)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(fn, *args))
+
+
+async def found(request: web.Request, fn: Callable[[str, str], T | None], what: str) -> T:
+    """``fn(namespace, name)`` of the request's path, or 404 when it is not there."""
+    ns, name = ns_of(request), name_of(request, f"{what} name")
+    obj = await read(request, fn, ns, name)
+    if obj is None:
+        raise Refusal(f"{what} {ns}/{name} not found", 404)
+    return obj
+
+
+def _source(request: web.Request) -> RunSource:
+    """The request's caller's source (in the cluster), else the app's (the kubeconfig's)."""
+    return request[CALLER] if CALLER in request else request.app[SOURCE]
+
+
+async def caller(request: web.Request) -> None:
+    """In the cluster: the caller of the request, by its token's TokenReview, reads
+    through a source of its own; no token (or a bad one): to /login (401 under /api/)."""
+    reviews = request.app[REVIEWS]
+    token = request.cookies.get(access.COOKIE, "")
+    user = await read(request, reviews.user, token) if token else None
+    if user is None:
+        if request.path.startswith("/api/"):
+            raise Refusal("no valid token: open /login and paste a Kubernetes token", 401)
+        raise web.HTTPSeeOther("/login")
+    request[CALLER] = access.AuthorizedSource(request.app[SOURCE], user, reviews)
+    request[HOME] = access.home_namespace(user) or request.app[NAMESPACE]
+
+
+async def login_page(request: web.Request) -> web.Response:
+    queries.only(request.query, ())
+    return respond(
+        request, "Sign in with a Kubernetes token", html.login_form(request.app[TOKEN]), ""
+    )
+
+
+async def login(request: web.Request) -> web.Response:
+    """The pasted token, checked by TokenReview, kept in the browser's cookie only."""
+    if REVIEWS not in request.app:
+        raise Refusal("this server uses the kubeconfig it was started with: no login", 404)
+    form = await request.post()
+    _check_token(request, form)
+    token = str(form.get("k8s_token") or "").strip()
+    user = await read(request, request.app[REVIEWS].user, token)
+    if user is None:
+        raise Refusal("the apiserver does not accept this token (TokenReview)", 401)
+    home = access.home_namespace(user) or request.app[NAMESPACE]
+    response = web.HTTPSeeOther(html.path("ns", home, "runs"))
+    response.set_cookie(
+        access.COOKIE, token, httponly=True, samesite="Strict", secure=request.secure, path="/"
+    )
+    raise response
+
+
+async def logout(request: web.Request) -> web.Response:
+    _check_token(request, await request.post())
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(access.COOKIE, path="/")
+    raise response
+
+
+def _check_token(request: web.Request, form: Any) -> None:
+    given = str(form.get("token") or request.headers.get("X-Torchyard-Token") or "")
+    if not hmac.compare_digest(given.encode(), request.app[TOKEN].encode()):
+        raise Refusal("missing or wrong page token: open the page again and use its button", 403)
+
+
+def ns_of(request: web.Request) -> str:
+    return queries.namespace(request.match_info["ns"])
+
+
+def name_of(request: web.Request, what: str = "name") -> str:
+    return queries.name(request.match_info["name"], what)
+
+
+def respond(
+    request: web.Request, title: str, body: str, current: str, *, scripts: tuple[str, ...] = ()
+) -> web.Response:
+    text = html.page(
+        title,
+        body,
+        namespace=request.match_info.get("ns", request.app[NAMESPACE]),
+        current=current,
+        token=request.app[TOKEN],
+        scripts=("app.js", *scripts),
+        signed_in=CALLER in request,
+    )
+    return web.Response(text=text, content_type="text/html")
+
+
+async def home(request: web.Request) -> web.Response:
+    queries.only(request.query, ())
+    raise web.HTTPFound(
+        html.path("ns", request[HOME] if HOME in request else request.app[NAMESPACE], "runs")
+    )
+
+
+async def open_namespace(request: web.Request) -> web.Response:
+    queries.only(request.query, ("namespace",))
+    ns = queries.namespace(request.query.get("namespace", ""))
+    raise web.HTTPFound(html.path("ns", ns, "runs"))
+
+
+async def runs_list(request: web.Request) -> web.Response:
+    ns = ns_of(request)
+    filt = queries.run_filter(request.query, request.query.getall)
+    items, total = queries.select_runs(await read(request, _source(request).runs, ns), filt)
+    return respond(request, f"Runs in {ns}", pages.runs_list(ns, items, total, filt), "runs")
+
+
+async def runs_json(request: web.Request) -> web.Response:
+    ns = ns_of(request)
+    filt = queries.run_filter(request.query, request.query.getall)
+    items, total = queries.select_runs(await read(request, _source(request).runs, ns), filt)
+    return web.json_response({"total": total, "items": [brief(r) for r in items]})
+
+
+def brief(run: dict[str, Any]) -> dict[str, Any]:
+    st = run.get("status") or {}
+    return {
+        "name": run["metadata"]["name"],
+        "phase": st.get("phase") or "Pending",
+        "phaseClass": html.PHASE_CLASSES.get(st.get("phase") or "Pending", ""),
+        "progress": runs.progress_text(st.get("progress")),
+        "eta": (st.get("progress") or {}).get("eta"),
+        "ready": (st.get("nodes") or {}).get("ready", "0/0"),
+    }
+
+
+async def run_page(request: web.Request) -> web.Response:
+    ns, name = ns_of(request), name_of(request, "TrainingRun name")
+    queries.only(request.query, ())
+    src = _source(request)
+    run = await found(request, src.run, "TrainingRun")
+    pods, events, archive = await asyncio.gather(
+        read(request, src.pods, ns, name),
+        read(request, src.events, run),
+        read(request, src.archive, ns, name),
+    )
+    phase = (run.get("status") or {}).get("phase")
+    actions = ""
+    if phase not in runs.TERMINAL:
+        act = "resume" if (run.get("spec") or {}).get("suspend") else "suspend"
+        actions = html.action_form(
+            html.path("ns", ns, "runs", name, act), act.capitalize(), request.app[TOKEN]
+        )
+    body = pages.run_page(ns, run, pods, events, archive, actions)
+    return respond(request, f"Run {name}", body, "runs", scripts=("uplot.iife.min.js", "charts.js"))
+
+
+async def run_json(request: web.Request) -> web.Response:
+    queries.only(request.query, ())
+    return web.json_response(brief(await found(request, _source(request).run, "TrainingRun")))
+
+
+async def log_tail(request: web.Request) -> web.Response:
+    """The last ``lines`` lines of node ``node``'s log (of rank ``rank`` only, when given);
+    a log the kubelet cannot give (a container not started, a Pod gone) is a note."""
+    ns, name = ns_of(request), name_of(request, "run name")
+    q = request.query
+    queries.only(q, ("node", "rank", "lines"), q.getall)
+    node = queries.integer(q, "node", 0, (0, queries.MAX_NODES))
+    rank = queries.integer(q, "rank", -1, (0, queries.MAX_NODES * 1024)) if q.get("rank") else None
+    lines = queries.integer(q, "lines", queries.DEFAULT_LOG_LINES, queries.LOG_LINES)
+    src = _source(request)
+    pods = {runs.node_rank(p): p for p in await read(request, src.pods, ns, name)}
+    if node not in pods:
+        return web.json_response({"lines": [], "note": f"node {node} has no Pod"})
+    pod = pods[node]["metadata"]["name"]
+    try:
+        text = await read(request, src.log_tail, ns, pod, lines)
+    except READ_ERRORS as err:
+        return web.json_response({"lines": [], "note": f"{pod}: {_message(err)[:300]}"})
+    if rank is not None:
+        text = [line for line in text if line.startswith(f"[rank {rank}]")]
+    return web.json_response({"lines": text, "pod": pod})
+
+
+def _message(err: Exception) -> str:
+    return str(getattr(err, "message", None) or err)
+
+
+async def metric(request: web.Request) -> web.Response:
+    """One metric of the run's history, cut to ``points`` by LTTB on the server."""
+    ns, name = ns_of(request), name_of(request, "run name")
+    q = request.query
+    queries.only(q, ("name", "points"), q.getall)
+    wanted = queries.metric_name(q.get("name", ""))
+    points = queries.integer(q, "points", queries.DEFAULT_POINTS, queries.POINTS)
+    src = _source(request)
+    await found(request, src.run, "TrainingRun")
+    archive = await read(request, src.archive, ns, name)
+    if wanted not in archive.metrics:
+        raise Refusal(f"run {name} has no metric {wanted!r}", 404)
+    series = archive.metrics[wanted]
+    shown = lttb.downsample(series, points)
+    return web.json_response(
+        {"name": wanted, "total": len(series), "points": [list(p) for p in shown]}
+    )
+
+
+async def act(request: web.Request) -> web.Response:
+    """suspend/resume a run, cancel a sweep: a POST with the page's token, as the caller."""
+    ns, name = ns_of(request), name_of(request)
+    kind, action = request.match_info["kind"], request.match_info["action"]
+    allowed = RUN_ACTIONS if kind == "runs" else SWEEP_ACTIONS
+    if action not in allowed:
+        raise Refusal(f"no action {action!r} on {kind}; allowed: {', '.join(allowed)}", 404)
+    _check_token(request, await request.post())
+    try:
+        await read(request, _source(request).act, ns, kind, name, action)
+    except ValueError as err:
+        raise Refusal(str(err), 409) from None
+    raise web.HTTPSeeOther(html.path("ns", ns, kind, name))
+
+
+async def sweep_page(request: web.Request) -> web.Response:
+    ns, name = ns_of(request), name_of(request, "Sweep name")
+    queries.only(request.query, ())
+    sweep, trials = await found(request, _source(request).sweep, "Sweep")
+    actions = ""
+    if (sweep.get("status") or {}).get("phase") not in runs.TERMINAL:
+        actions = html.action_form(
+            html.path("ns", ns, "sweeps", name, "cancel"), "Cancel", request.app[TOKEN], danger=True
+        )
+    body = pages.sweep_page(ns, sweep, trials, actions)
+    return respond(
+        request, f"Sweep {name}", body, "sweeps", scripts=("uplot.iife.min.js", "charts.js")
+    )
+
+
+async def environment_page(request: web.Request) -> web.Response:
+    ns = ns_of(request)
+    queries.only(request.query, ())
+    src = _source(request)
+    env = await found(request, src.environment, "Environment")
+    job, log, note = (env.get("status") or {}).get("buildJob"), [], ""
+    if job:
+        try:
+            log = await read(request, src.build_log, ns, job, queries.DEFAULT_LOG_LINES)
+        except READ_ERRORS as err:
+            note = f"build log: {_message(err)[:300]}"
+    return respond(
+        request,
+        f"Environment {env['metadata']['name']}",
+        pages.environment_page(env, log, note),
+        "environments",
+    )
+
+
+async def queue_page(request: web.Request) -> web.Response:
+    ns = ns_of(request)
+    queries.only(request.query, ())
+    queue = await read(request, _source(request).queue, ns)
+    return respond(request, f"Queue (runs of {ns})", pages.queue_page(ns, queue), "queue")
+
+
+def listing(section: str, title: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The view of a namespace's list of ``section`` (sweeps, models, environments): the
+    source's method and the page's renderer of that name."""
+
+    async def view(request: web.Request) -> web.Response:
+        ns = ns_of(request)
+        queries.only(request.query, ())
+        items = await read(request, getattr(_source(request), section), ns)
+        body = getattr(pages, f"{section}_list")(ns, items)
+        return respond(request, f"{title} in {ns}", body, section)
+
+    return view
+
+
+def routes() -> list[web.RouteDef]:
+    one = "/ns/{ns}/{kind:runs|sweeps}/{name}/{action}"
+    return [
+        web.get("/", home),
+        web.get("/login", login_page),
+        web.post("/login", login),
+        web.post("/logout", logout),
+        web.get("/ns", open_namespace),
+        web.get("/ns/{ns}/runs", runs_list),
+        web.get("/ns/{ns}/runs/{name}", run_page),
+        web.post(one, act),
+        web.get("/ns/{ns}/sweeps", listing("sweeps", "Sweeps")),
+        web.get("/ns/{ns}/sweeps/{name}", sweep_page),
+        web.get("/ns/{ns}/models", listing("models", "Models")),
+        web.get("/ns/{ns}/environments", listing("environments", "Environments")),
+        web.get("/ns/{ns}/environments/{name}", environment_page),
+        web.get("/ns/{ns}/queue", queue_page),
+        web.get("/api/ns/{ns}/runs", runs_json),
+        web.get("/api/ns/{ns}/runs/{name}", run_json),
+        web.get("/api/ns/{ns}/runs/{name}/log", log_tail),
+        web.get("/api/ns/{ns}/runs/{name}/metrics", metric),
+    ]

@@ -1,0 +1,123 @@
+"""What the web view's integration tests and ``benchmarks/ui.py`` share: Debian's
+Chromium as Playwright launches it (``make browser`` installs both), the app served on
+127.0.0.1 in a thread of its own, and a ServiceAccount with the rights a page reads."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from pathlib import Path
+
+from aiohttp import web
+
+from torchyard import k8s
+
+try:
+    from playwright import sync_api as playwright
+except ImportError as err:  # not a skip: the integration tier includes these tests
+    raise ImportError("the browser tests need Playwright and Chromium: run `make browser`") from err
+
+REPO = Path(__file__).resolve().parents[3]
+SHOTS = REPO / "build" / "web-screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+READS = ["get", "list", "watch"]
+
+
+class Served:
+    """The web app on 127.0.0.1 in a thread of its own (as ``torchyard ui`` serves it)."""
+
+    def __init__(self, application: web.Application) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.app = application
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.runner = web.AppRunner(self.app, access_log=None)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        self.ready.set()
+        self.loop.run_forever()
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def held_node_pod(namespace: str, run: str, node: int) -> dict[str, object]:
+    """A node Pod of ``run`` as the operator labels them, held back from scheduling (KWOK
+    leaves it alone), so that its state is what the test writes."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{run}-node-{node}",
+            "namespace": namespace,
+            "labels": {"torchyard.dev/run": run, "torchyard.dev/node-rank": str(node)},
+        },
+        "spec": {
+            "schedulingGates": [{"name": "torchyard.dev/test-held"}],
+            "containers": [{"name": "trainer", "image": "pytorch"}],
+        },
+    }
+
+
+def account(namespace: str, name: str, verbs: list[str]) -> None:
+    """ServiceAccount ``name`` with ``verbs`` on the namespace's TrainingRuns, Sweeps,
+    Environments and ModelVersions, and reads of what their pages show (Pods, their
+    logs, Events, ConfigMaps)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    meta = {"name": name, "namespace": namespace}
+    rules = [
+        {
+            "apiGroups": ["torchyard.dev"],
+            "resources": ["trainingruns", "sweeps", "environments", "modelversions"],
+            "verbs": verbs,
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "pods/log", "events", "configmaps"],
+            "verbs": READS,
+        },
+    ]
+    k8s.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+    k8s.create({"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": rules})
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    k8s.create(
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": ref,
+            "subjects": [subject],
+        }
+    )
+
+
+__all__ = [
+    "CHROMIUM",
+    "FLAGS",
+    "READS",
+    "SHOTS",
+    "Served",
+    "account",
+    "held_node_pod",
+    "playwright",
+]

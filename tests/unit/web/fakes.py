@@ -1,0 +1,123 @@
+"""A :class:`~torchyard.web.source.RunSource` of test data for the web view's unit tests
+(the seam is ours; the real source is tested on the real control plane in
+tests/integration/web/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchyard import k8s
+from torchyard.sdk import sweeps as sweep_sdk
+from torchyard.web import source
+
+Obj = dict[str, Any]
+SCRIPT = '<script>alert("x")</script>'
+
+
+def run(name: str, ns: str = "team-a", phase: str = "Running", **extra: Any) -> Obj:
+    status = {"phase": phase, **extra.pop("status", {})}
+    labels = extra.pop("labels", {})
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": f"uid-{name}",
+            "labels": labels,
+            "creationTimestamp": extra.pop("created", "2026-11-27T10:00:00Z"),
+        },
+        "spec": {"environment": "pytorch", "command": ["python", "train.py"], **extra},
+        "status": status,
+    }
+
+
+def pod(run_name: str, node: int, ns: str = "team-a", state: str = "Running") -> Obj:
+    done = {"terminated": {"exitCode": 1}} if state == "Failed" else {}
+    return {
+        "metadata": {
+            "name": f"{run_name}-node-{node}",
+            "namespace": ns,
+            "labels": {"torchyard.dev/run": run_name, "torchyard.dev/node-rank": str(node)},
+            "creationTimestamp": "2026-11-27T10:00:01Z",
+        },
+        "spec": {"nodeName": f"kwok-{node}"},
+        "status": {"phase": state, "containerStatuses": [{"restartCount": 1, "state": done}]},
+    }
+
+
+@dataclass
+class FakeSource:
+    """Objects by namespace; ``forbidden`` namespaces answer as the apiserver does to a
+    caller without RBAC there (403)."""
+
+    objects: dict[str, list[Obj]] = field(default_factory=dict)
+    pods_of: dict[str, list[Obj]] = field(default_factory=dict)
+    logs: dict[str, list[str]] = field(default_factory=dict)
+    archives: dict[str, source.Archive] = field(default_factory=dict)
+    forbidden: set[str] = field(default_factory=set)
+    acted: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def _check(self, ns: str) -> None:
+        if ns in self.forbidden:
+            raise k8s.ApiError(
+                403, "Forbidden", f'trainingruns is forbidden: cannot list in namespace "{ns}"'
+            )
+
+    def runs(self, namespace: str) -> list[Obj]:
+        self._check(namespace)
+        return [
+            o
+            for o in self.objects.get(namespace, [])
+            if "spec" in o and "objective" not in o["spec"]
+        ]
+
+    def run(self, namespace: str, name: str) -> Obj | None:
+        return next((r for r in self.runs(namespace) if r["metadata"]["name"] == name), None)
+
+    def pods(self, namespace: str, name: str) -> list[Obj]:
+        self._check(namespace)
+        return self.pods_of.get(name, [])
+
+    def events(self, run: Obj) -> list[Obj]:
+        return [
+            {"type": "Normal", "reason": "Created", "message": f"made {run['metadata']['name']}"}
+        ]
+
+    def log_tail(self, namespace: str, pod: str, lines: int) -> list[str]:
+        self._check(namespace)
+        return self.logs.get(pod, [])[-lines:]
+
+    def archive(self, namespace: str, name: str) -> source.Archive:
+        self._check(namespace)
+        return self.archives.get(name, source.Archive(note="no registry service configured"))
+
+    def sweeps(self, namespace: str) -> list[Obj]:
+        self._check(namespace)
+        return [o for o in self.objects.get(namespace, []) if "objective" in o.get("spec", {})]
+
+    def sweep(self, namespace: str, name: str) -> tuple[Obj, list[sweep_sdk.Trial]] | None:
+        found = [s for s in self.sweeps(namespace) if s["metadata"]["name"] == name]
+        return (found[0], sweep_sdk.trials_of(found[0], None)) if found else None
+
+    def models(self, namespace: str) -> list[Obj]:
+        self._check(namespace)
+        return []
+
+    def environments(self, namespace: str) -> list[Obj]:
+        self._check(namespace)
+        return []
+
+    def environment(self, namespace: str, name: str) -> Obj | None:
+        self._check(namespace)
+        return None
+
+    def build_log(self, namespace: str, job: str, lines: int) -> list[str]:
+        return []
+
+    def queue(self, namespace: str) -> source.Queue:
+        waiting = [r for r in self.runs(namespace) if r["status"].get("queue")]
+        return source.Queue([], waiting, "")
+
+    def act(self, namespace: str, kind: str, name: str, action: str) -> None:
+        self._check(namespace)
+        self.acted.append((namespace, kind, name, action))
