@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -37,14 +37,24 @@ class Fetched:
     fetched_bytes: int  # received over the network this time (0: a cache hit)
 
 
+Fetcher = Callable[[Source, str, Mapping[str, str], int], int]
+
+
 def fetch(
-    source: Source, root: str, max_bytes: int, env: Mapping[str, str] | None = None
+    source: Source,
+    root: str,
+    max_bytes: int,
+    env: Mapping[str, str] | None = None,
+    fetcher: Fetcher | None = None,
 ) -> Fetched:
-    """The entry of ``source`` under ``root``, fetched unless it is there and intact."""
+    """The entry of ``source`` under ``root``, fetched unless it is there and intact;
+    ``fetcher``: another one than the scheme's (local mode reads its own registry)."""
     parse(source.uri, source.sha256)
-    fetcher = SCHEMES.get(source.scheme)
     if fetcher is None:
-        raise InputError(f"{source.uri}: {source.scheme}:// inputs are mounted, not fetched")
+        module = SCHEMES.get(source.scheme)
+        if module is None:
+            raise InputError(f"{source.uri}: {source.scheme}:// inputs are mounted, not fetched")
+        fetcher = module.fetch
     key = source.key
     with cache.locked(root, key):
         entry = cache.read(root, key)
@@ -55,9 +65,7 @@ def fetch(
             cache.remove(root, key)  # damaged: fetched again
         staging = cache.staging_dir(root, key)
         os.makedirs(staging, exist_ok=True)
-        received = fetcher.fetch(
-            source, staging, dict(os.environ if env is None else env), max_bytes
-        )
+        received = fetcher(source, staging, dict(os.environ if env is None else env), max_bytes)
         return Fetched(cache.commit(root, source), received)
 
 
