@@ -29,9 +29,9 @@ from torchyard import distributions
 from torchyard.api import Environment, TrainingRun
 from torchyard.launch_contract import COOKIE_VARIABLE
 from torchyard.launch_ranks import end_leftovers
+from torchyard.local import inputs as local_inputs
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
-from torchyard.local import inputs as local_inputs
 from torchyard.local.finalize import archive_and_register
 from torchyard.local.results import LocalResult, NodeResult, first_failure, node_failure
 from torchyard.planning import checkpoints, pods
