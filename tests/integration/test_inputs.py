@@ -15,7 +15,14 @@ import pytest
 from tests.builders import TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
-from tests.integration.helpers import conditions, finish_pod, run_pods, wait_for, wait_status
+from tests.integration.helpers import (
+    conditions,
+    finish_pod,
+    host_volume,
+    run_pods,
+    wait_for,
+    wait_status,
+)
 from torchyard import api, k8s
 from torchyard.planning import inputs, names
 
@@ -28,18 +35,7 @@ def prepared(cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch) 
     """``namespace`` with a volume for its inputs cache (a storage class of its own), an
     operator that claims it, and a Ready Environment ``pytorch``."""
     name = f"inputs-{namespace}"[:63]
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "50Gi"},
-            "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-            "storageClassName": name,
-            "hostPath": {"path": f"/tmp/{name}"},
-        },
-    }
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))
+    host_volume(cluster, name, f"/tmp/{name}", "50Gi")
     monkeypatch.setenv("TORCHYARD_INPUTS_STORAGE_CLASS", name)
     op = InProcessOperator()
     op.start()

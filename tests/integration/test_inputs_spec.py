@@ -10,6 +10,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
+from tests.integration.helpers import refused_by_both
 from torchyard import api, k8s
 
 SHA = "0" * 64
@@ -66,13 +67,7 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
 def test_a_bad_input_is_refused_naming_the_field(
     cluster: Cluster, namespace: str, case: str, body: dict[str, Any], message: str
 ) -> None:
-    body["metadata"]["namespace"] = namespace
-    with pytest.raises(k8s.ApiError) as err:
-        k8s.create(body)
-    assert err.value.invalid, err.value
-    assert message in err.value.message
-    with pytest.raises(api.InvalidSpec):
-        api.parse_trainingrun(body)
+    refused_by_both(namespace, body, message)
 
 
 ACCEPTED = [

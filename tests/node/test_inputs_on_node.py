@@ -8,7 +8,6 @@ run of the same input fetches nothing."""
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import shutil
 import sys
@@ -21,7 +20,7 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
-from tests.integration.helpers import run_pods
+from tests.integration.helpers import host_volume, run_pods
 from tests.integration.test_registry_service import Service, trainer_token
 from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
     BIRDS,
@@ -49,18 +48,7 @@ def cache_class(cluster: Cluster, namespace: str) -> Iterator[str]:
     folder = Path("/tmp") / name
     folder.mkdir()
     folder.chmod(0o777)
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "2Gi"},
-            "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-            "storageClassName": name,
-            "hostPath": {"path": str(folder)},
-        },
-    }
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))
+    host_volume(cluster, name, str(folder))
     yield name
     cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
     shutil.rmtree(folder, ignore_errors=True)

@@ -63,6 +63,12 @@ def project(root: Path, inputs: list[dict[str, object]], args: list[str]) -> Pat
     return root
 
 
+def local_argv(tmp_path: Path) -> list[str]:
+    """``torchyard run run.yaml --local`` with its runs and registry under ``tmp_path``."""
+    runs, registry = str(tmp_path / "runs"), str(tmp_path / "registry")
+    return ["run", "run.yaml", "--local", "--workdir", runs, "--registry", registry]
+
+
 def seen(workroot: Path) -> list[str]:
     [run] = sorted(workroot.iterdir())[-1:]
     return (run / "node-0" / "outputs" / "seen.txt").read_text().splitlines()
@@ -83,15 +89,7 @@ def test_a_web_input_is_fetched_once_and_named_in_the_arguments(
         }
         (tmp_path / "src").mkdir()
         src = project(tmp_path / "src", [spec], ["$TORCHYARD_INPUT_BIRDS"])
-        argv = [
-            "run",
-            "run.yaml",
-            "--local",
-            "--workdir",
-            str(tmp_path / "runs"),
-            "--registry",
-            str(tmp_path / "registry"),
-        ]
+        argv = local_argv(tmp_path)
         monkeypatch.chdir(src)
         assert cli.main(argv) == 0
         assert seen(tmp_path / "runs") == ["birds/a.jpg=A"]
@@ -119,15 +117,7 @@ def test_a_model_input_comes_from_the_local_registry_as_a_copy(
     spec = {"name": "base", "uri": "model://birds/1", "mode": "download"}
     src = project(tmp_path / "src", [spec], ["${TORCHYARD_INPUT_BASE}"])
     monkeypatch.chdir(src)
-    argv = [
-        "run",
-        "run.yaml",
-        "--local",
-        "--workdir",
-        str(tmp_path / "runs"),
-        "--registry",
-        str(tmp_path / "registry"),
-    ]
+    argv = local_argv(tmp_path)
     assert cli.main(argv) == 0
     assert seen(tmp_path / "runs") == ["weights.pt=W"]
     [run] = sorted((tmp_path / "runs").iterdir())
@@ -152,14 +142,6 @@ def test_an_input_it_cannot_have_stops_the_run_naming_it(
     (tmp_path / "src").mkdir()
     src = project(tmp_path / "src", [spec], [])
     monkeypatch.chdir(src)
-    argv = [
-        "run",
-        "run.yaml",
-        "--local",
-        "--workdir",
-        str(tmp_path / "runs"),
-        "--registry",
-        str(tmp_path / "registry"),
-    ]
+    argv = local_argv(tmp_path)
     assert cli.main(argv) == 1
     assert words in capsys.readouterr().err

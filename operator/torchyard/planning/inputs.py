@@ -22,7 +22,7 @@ from typing import Any
 from torchyard.api import Input, TrainingRun, wire
 from torchyard.inputs import uris
 from torchyard.inputs.cache import DATA
-from torchyard.planning import names
+from torchyard.planning import checkpoints, names
 
 CACHE_MOUNT = "/cache"
 SOURCES = "/torchyard/input-sources"
@@ -68,12 +68,7 @@ def _labels(component: str, key: str = "") -> dict[str, str]:
 
 def cache_claim(namespace: str, settings: CacheSettings) -> dict[str, Any]:
     """The namespace's cache claim: kept after the runs (it is the cache)."""
-    spec: dict[str, Any] = {
-        "accessModes": [settings.access_mode],
-        "resources": {"requests": {"storage": settings.size}},
-    }
-    if settings.storage_class:
-        spec["storageClassName"] = settings.storage_class
+    spec = checkpoints.claim_spec(settings.access_mode, settings.size, settings.storage_class)
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
