@@ -422,13 +422,13 @@ def prepare(args: Sequence[str], termination_log: str | None = None) -> int:
 
 
 def copy_inputs(env: Mapping[str, str]) -> int:
-    """The ``download`` inputs (``TORCHYARD_INPUT_DOWNLOADS``: ``[[from, to], ...]``,
+    """The ``download`` inputs (``TORCHYARD_INPUTS_COPIES``: ``[[from, to], ...]``,
     read-only cache entries and the writable folders they go to), copied before the
     ranks start; the files copied. LaunchError when one cannot be."""
     import json
     import shutil
 
-    raw = env.get("TORCHYARD_INPUT_DOWNLOADS", "")
+    raw = env.get("TORCHYARD_INPUTS_COPIES", "")
     if not raw:
         return 0
     count = 0

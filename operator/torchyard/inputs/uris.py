@@ -21,6 +21,8 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from torchyard.launch_contract import INPUT_VARIABLE_PREFIX
+
 # Bump when an entry's layout changes: every key changes with it.
 FORMAT = "1"
 FETCHED_SCHEMES = ("https", "http", "model")
@@ -73,7 +75,7 @@ def scheme_of(uri: str) -> str:
 
 def env_name(name: str) -> str:
     """The variable that holds an input's folder: TORCHYARD_INPUT_<NAME>."""
-    return "TORCHYARD_INPUT_" + name.upper()
+    return INPUT_VARIABLE_PREFIX + name.upper()
 
 
 def model_of(uri: str) -> tuple[str, str]:

@@ -4,7 +4,7 @@ key, the cache's index entries, and the node Pods' volumes, mounts and variables
 Pure builders. An input's cache entry is mounted read-only at the entry's ``data``
 folder (``subPath``), so a run sees its own entries and nothing else of the cache; a
 ``download`` input is mounted at ``SOURCES/<name>`` and copied by the launcher into an
-emptyDir at the input's path (``TORCHYARD_INPUT_DOWNLOADS``); a ``pvc://`` input is its
+emptyDir at the input's path (``TORCHYARD_INPUTS_COPIES``); a ``pvc://`` input is its
 claim, read-only. The fetch Job runs ``python -m torchyard.inputs.fetch`` in the torchyard
 image: CPU only, non-root, Pod Security "restricted", no Kubernetes API token (a
 ``model://`` input gets the reading ServiceAccount's registry token, for the registry's
@@ -279,11 +279,11 @@ def mounts(run: TrainingRun) -> list[dict[str, Any]]:
 
 def env(run: TrainingRun, paths: Mapping[str, str] | None = None) -> dict[str, str]:
     """TORCHYARD_INPUT_<NAME> of every input (``paths``: name -> folder, local mode's;
-    else the Pod's), and TORCHYARD_INPUT_DOWNLOADS, the copies the launcher makes."""
+    else the Pod's), and TORCHYARD_INPUTS_COPIES, the copies the launcher makes."""
     out = {uris.env_name(i.name): (paths or {}).get(i.name, i.mount_path) for i in run.spec.inputs}
     copies = [
         [f"{SOURCES}/{i.name}", i.mount_path] for i in run.spec.inputs if i.mode == "download"
     ]
     if copies and paths is None:
-        out["TORCHYARD_INPUT_DOWNLOADS"] = json.dumps(copies, separators=(",", ":"))
+        out["TORCHYARD_INPUTS_COPIES"] = json.dumps(copies, separators=(",", ":"))
     return out

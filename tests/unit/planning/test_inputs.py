@@ -40,7 +40,7 @@ def test_every_process_gets_each_inputs_folder() -> None:
     assert env["TORCHYARD_INPUT_BIRDS"] == "/torchyard/inputs/birds"
     assert env["TORCHYARD_INPUT_BASE"] == "/torchyard/inputs/base"
     assert env["TORCHYARD_INPUT_DATA"] == "/data"
-    assert json.loads(env["TORCHYARD_INPUT_DOWNLOADS"]) == [
+    assert json.loads(env["TORCHYARD_INPUTS_COPIES"]) == [
         ["/torchyard/input-sources/base", "/torchyard/inputs/base"]
     ]
 
