@@ -102,7 +102,10 @@ def test_the_birds_example_trains_on_images_from_a_model_input(
         "${TORCHYARD_INPUT_BIRDS}",
     )  # fmt: skip
     with operator_with(
-        operator, TORCHYARD_REGISTRY_URL=url, TORCHYARD_INPUTS_STORAGE_CLASS=cache_class
+        operator,
+        TORCHYARD_REGISTRY_URL=url,
+        TORCHYARD_INPUTS_STORAGE_CLASS=cache_class,
+        TORCHYARD_INPUTS_CACHE_SIZE="1Gi",  # the volume's 2Gi hold it
     ):
         submit(cluster, tmp_path, first, source=BIRDS)
         run = finished(ns, "birds", timeout=300)
