@@ -1,7 +1,8 @@
 """Inputs on the real kubelet node: the birds example trains on images it reads from a
 ``model://`` input. The operator's fetch Job runs the torchyard image on the node (CPU
 only, no Kubernetes API token, the run's ServiceAccount's registry token) and fills the
-namespace's cache claim from the registry service; the run's Pod mounts the entry
+namespace's cache claim from the registry service (the KWOK nodes are cordoned: a fetch
+Job, as a build Job, has no node selector); the run's Pod mounts the entry
 read-only and finds it through ``$TORCHYARD_INPUT_BIRDS`` in its arguments; a second
 run of the same input fetches nothing."""
 
@@ -22,6 +23,10 @@ from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import host_volume, run_pods
 from tests.integration.test_registry_service import Service, trainer_token
+from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
+    building_operator,
+    only_real_node,
+)
 from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
     BIRDS,
     RESOURCES,
@@ -77,6 +82,7 @@ def test_the_birds_example_trains_on_images_from_a_model_input(
     operator: InProcessOperator,
     registry: tuple[Service, str, str],  # noqa: F811
     cache_class: str,
+    only_real_node: RealNode,  # noqa: F811 (the fetch Job has no node selector)
     tmp_path: Path,
 ) -> None:
     ns = env
