@@ -11,6 +11,8 @@ colours and noise. The same seed gives the same images on every rank.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 SIZE = 32
@@ -139,3 +141,18 @@ def birds(n: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     labels = rng.integers(0, len(BIRDS), size=n)
     images = np.stack([_bird(BIRDS[k], rng) for k in labels])
     return images, labels.astype(np.int64)
+
+
+def save(folder: str, n: int, seed: int = 1) -> str:
+    """``n`` drawn birds as ``folder/birds.npz`` (``images``, ``labels``): a data set to
+    hand a run as an input; the path written."""
+    images, labels = birds(n, seed)
+    path = os.path.join(folder, "birds.npz")
+    np.savez_compressed(path, images=images, labels=labels)
+    return path
+
+
+def load(folder: str) -> tuple[np.ndarray, np.ndarray]:
+    """The birds of ``folder/birds.npz`` (see :func:`save`)."""
+    with np.load(os.path.join(folder, "birds.npz")) as data:
+        return data["images"].astype(np.float32), data["labels"].astype(np.int64)

@@ -6,7 +6,9 @@ Nothing can be downloaded here, so the script (1) pre-trains a small convolution
 backbone on a related task, classifying procedurally drawn shapes, (2) freezes it and
 (3) fine-tunes a new head on procedurally drawn chicken and turkey silhouettes
 (``birds_data.py``). Same arguments as the guide: ``--num_epochs``, ``--output_dir``,
-``--learning_rate``, ``--momentum``.
+``--learning_rate``, ``--momentum``; ``--data_dir`` reads the birds from a folder's
+``birds.npz`` (``images``, ``labels``) instead, such as a run's input
+(``--data_dir $TORCHYARD_INPUT_BIRDS``, ``birds_data.save``).
 
 Distributed with DistributedDataParallel when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU),
 from the rank contract torchyard sets (MASTER_ADDR, RANK, LOCAL_RANK, ...), exactly as
@@ -225,6 +227,7 @@ def main() -> None:
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--pretrain_epochs", type=int, default=8)
     parser.add_argument("--images", type=int, default=400, help="bird images (80%% train)")
+    parser.add_argument("--data_dir", type=str, default="", help="a folder with birds.npz")
     args = parser.parse_args()
 
     started = time.time()
@@ -260,7 +263,12 @@ def main() -> None:
     # 2. Freeze it; 3. fine-tune a new head on the birds.
     for p in backbone.parameters():
         p.requires_grad = False
-    bird_x, bird_y = birds_data.birds(args.images, seed=1)
+    if args.data_dir:
+        bird_x, bird_y = birds_data.load(args.data_dir)
+        if rank == 0:
+            print(f"read {len(bird_y)} bird images from {args.data_dir}", flush=True)
+    else:
+        bird_x, bird_y = birds_data.birds(args.images, seed=1)
     split = int(0.8 * len(bird_y))
     train_set = TensorDataset(torch.from_numpy(bird_x[:split]), torch.from_numpy(bird_y[:split]))
     val_x, val_y = torch.from_numpy(bird_x[split:]), torch.from_numpy(bird_y[split:])

@@ -47,13 +47,17 @@ RANK_CONTRACT_VARIABLES = (
     "TORCHYARD_OUTPUTS",
     "TORCHYARD_LOGS",
 )
-_NAMES = "|".join(RANK_CONTRACT_VARIABLES)
+# An input's folder (``spec.inputs``): TORCHYARD_INPUT_<NAME>, which arguments may name
+# too, as the guide's ``dataset.as_named_input('birds').as_mount()`` argument.
+INPUT_VARIABLE_PREFIX = "TORCHYARD_INPUT_"
+_NAMES = "|".join(RANK_CONTRACT_VARIABLES) + "|" + INPUT_VARIABLE_PREFIX + "[A-Z0-9_]+"
 _CONTRACT_VAR = re.compile(r"\$(?:\{(" + _NAMES + r")\}|(" + _NAMES + r")\b)")
 
 
 def expand_arguments(command: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """``$RANK``/``${LOCAL_RANK}``... in arguments, replaced by this process's values.
-    Only the rank contract's names are touched; any other ``$`` stays as it is."""
+    """``$RANK``/``${LOCAL_RANK}``/``$TORCHYARD_INPUT_BIRDS``... in arguments, replaced by
+    this process's values. Only the rank contract's names and the inputs' are touched;
+    any other ``$`` stays as it is."""
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)

@@ -421,6 +421,26 @@ def prepare(args: Sequence[str], termination_log: str | None = None) -> int:
     return 0
 
 
+def copy_inputs(env: Mapping[str, str]) -> int:
+    """The ``download`` inputs (``TORCHYARD_INPUTS_COPIES``: ``[[from, to], ...]``,
+    read-only cache entries and the writable folders they go to), copied before the
+    ranks start; the files copied. LaunchError when one cannot be."""
+    import json
+    import shutil
+
+    raw = env.get("TORCHYARD_INPUTS_COPIES", "")
+    if not raw:
+        return 0
+    count = 0
+    try:
+        for source, target in json.loads(raw):
+            shutil.copytree(source, target, dirs_exist_ok=True, symlinks=True)
+            count += sum(len(files) for _, _, files in os.walk(target))
+    except (OSError, ValueError, TypeError) as err:
+        raise LaunchError(f"cannot copy the inputs to download: {err}") from None
+    return count
+
+
 def archive(
     env: Mapping[str, str], node_rank: int, logs: str, say: Callable[[str], None]
 ) -> str | None:

@@ -112,7 +112,7 @@ from torchyard.launch_contract import (
     write_termination,
 )
 from torchyard.launch_mpi import rsh_agent
-from torchyard.launch_transfer import SOURCE_OPTIONS, prepare
+from torchyard.launch_transfer import SOURCE_OPTIONS, copy_inputs, prepare
 
 
 def launcher_class() -> Any:
@@ -146,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "--":
         args = args[1:]
     try:
+        copied = copy_inputs(os.environ)
+        if copied:
+            sys.stderr.write(f"[torchyard] copied the inputs to download: {copied} files\n")
         return int(launcher_class()(args).run())
     except LaunchError as err:
         sys.stderr.write(f"[torchyard] error: {err}\n")

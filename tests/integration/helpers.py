@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.cluster.harness import Cluster
-from torchyard import k8s
+from torchyard import api, k8s
 from torchyard.controller import references
 
 
@@ -295,3 +296,31 @@ def local_node_env(pod: dict[str, Any], workdir: Path, service_account: str) -> 
         PATH=os.environ["PATH"],
     )
     return env
+
+
+def refused_by_both(namespace: str, body: dict[str, Any], message: str) -> None:
+    """The apiserver refuses TrainingRun ``body`` (invalid, ``message`` in its answer), and
+    the models refuse it too (local mode and the SDK parse with them)."""
+    body["metadata"]["namespace"] = namespace
+    with pytest.raises(k8s.ApiError) as err:
+        k8s.create(body)
+    assert err.value.invalid, err.value
+    assert message in err.value.message
+    with pytest.raises(api.InvalidSpec):
+        api.parse_trainingrun(body)
+
+
+def host_volume(cluster: Cluster, name: str, path: str, size: str = "2Gi") -> None:
+    """A statically provisioned volume (a host folder) of a storage class of its own."""
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+            "storageClassName": name,
+            "hostPath": {"path": path},
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))

@@ -69,13 +69,16 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     # controller.progress: the tail of a running node Pod's log, read at most every 10 s.
     ("", "pods/log"): {"get"},
     # applied: an Environment build's recipe, the launcher's ConfigMap of node Pods and a
-    # Sweep's ledger (read back); a run's source.configMap looked up (references.missing)
-    ("", "configmaps"): {"get", "create", "patch"},
+    # Sweep's ledger (read back); a run's source.configMap looked up (references.missing);
+    # the inputs cache's index, one entry each: listed, applied, deleted on eviction (inputs)
+    ("", "configmaps"): {"get", "list", "create", "patch", "delete"},
     # references.missing: a run's scheduling.queueName, Kueue's LocalQueue
     ("kueue.x-k8s.io", "localqueues"): {"get"},
     # record_event; recording.events_of: a run's own Events, into its record.
     ("", "events"): {"create", "list"},
-    ("batch", "jobs"): {"get", "list", "watch", "create", "patch"},
+    # Environment build and inputs fetch Jobs; a fetch Job that failed before a new run
+    # asked is deleted to try again (inputs.prepare)
+    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
     # Kopf; references.missing: is Kueue installed (its LocalQueue CRD)
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     # references.missing: a run's compute.priorityClassName

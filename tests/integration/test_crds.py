@@ -9,6 +9,7 @@ import pytest
 
 from tests.builders import TrainingRunBuilder, environment, model_version
 from tests.cluster.harness import Cluster
+from tests.integration.helpers import refused_by_both
 from torchyard import api, k8s
 
 
@@ -208,13 +209,7 @@ REJECTED += [
 def test_invalid_trainingrun_is_refused_naming_the_field(
     cluster: Cluster, namespace: str, case: str, body: dict[str, Any], message: str
 ) -> None:
-    body["metadata"]["namespace"] = namespace
-    with pytest.raises(k8s.ApiError) as err:
-        k8s.create(body)
-    assert err.value.invalid, err.value
-    assert message in err.value.message
-    with pytest.raises(api.InvalidSpec):  # the models refuse it too (local mode, the SDK)
-        api.parse_trainingrun(body)
+    refused_by_both(namespace, body, message)
 
 
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [

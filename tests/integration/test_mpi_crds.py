@@ -10,7 +10,8 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
-from torchyard import api, k8s
+from tests.integration.helpers import refused_by_both
+from torchyard import k8s
 
 
 def mpi_run(name: str) -> TrainingRunBuilder:
@@ -50,13 +51,7 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
 def test_mpi_combinations_are_refused_with_what_to_do(
     cluster: Cluster, namespace: str, case: str, body: dict[str, Any], message: str
 ) -> None:
-    body["metadata"]["namespace"] = namespace
-    with pytest.raises(k8s.ApiError) as err:
-        k8s.create(body)
-    assert err.value.invalid, err.value
-    assert message in err.value.message
-    with pytest.raises(api.InvalidSpec):
-        api.parse_trainingrun(body)
+    refused_by_both(namespace, body, message)
 
 
 def test_an_mpi_run_is_accepted(cluster: Cluster, namespace: str) -> None:

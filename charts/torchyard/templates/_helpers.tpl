@@ -215,17 +215,20 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
   verbs: ["create"]
 # The checkpoint claim a run asks for (spec.checkpoints.size): applied, owned by the run;
 # a named one (spec.checkpoints.claimName) is looked up before the run's Pods
-# (controller/references.py).
+# (controller/references.py); the namespace's inputs cache claim is applied before its
+# first fetch Job (controller/inputs.py).
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch"]
 # The conda environment.yml / Dockerfile of an Environment build, the launcher's
 # ConfigMap that node Pods mount (controller/admission.py ship) and a Sweep's ConfigMap of
 # trials (controller/sweeps.py), all applied, the last read back; a run's source.configMap
-# is looked up before its Pods (controller/references.py).
+# is looked up before its Pods (controller/references.py). The index of a namespace's
+# inputs cache is one ConfigMap per entry: listed, applied, deleted when the entry is
+# evicted (controller/inputs.py).
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # A run's scheduling.queueName: Kueue's LocalQueue is looked up before its Pods
 # (controller/references.py); nothing is granted where Kueue is not installed.
 - apiGroups: ["kueue.x-k8s.io"]
@@ -236,10 +239,11 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "list"]
-# Environment build Jobs: applied, read back, watched by Kopf.
+# Environment build Jobs and inputs fetch Jobs: applied, read back, watched by Kopf; a
+# fetch Job that failed before a new run asked is deleted to try again (controller/inputs.py).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- if .Values.operator.peering }}
 # Kopf peering in a namespace (operator.peering with watchNamespaces): Kopf watches the
 # peering objects and writes its presence into its own one only.

@@ -15,6 +15,7 @@ from torchyard.api.environments import (
     EnvironmentStatus,
     Registry,
 )
+from torchyard.api.inputs import Input
 from torchyard.api.modelversions import ModelFile, ModelVersion, ModelVersionSpec, SourceRun
 from torchyard.api.parsing import (
     InvalidSpec,
@@ -74,6 +75,7 @@ __all__ = [
     "EnvironmentStatus",
     "Failure",
     "GitSource",
+    "Input",
     "InvalidSpec",
     "ModelFile",
     "ModelVersion",

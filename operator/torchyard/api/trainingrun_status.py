@@ -174,6 +174,25 @@ class ModelRef(Model):
     version: int = Field(description="Version number.")
 
 
+class InputStatus(Model):
+    """An input as the run got it: what its cache entry holds and what was fetched."""
+
+    name: str = Field(description="The input's name.")
+    uri: str = Field(description="Its URI (a model's revision written into it).")
+    revision: str | None = Field(
+        default=None, description="What pins the content: the sha256, or the model's version."
+    )
+    digest: str | None = Field(
+        default=None, description="sha256 of the entry's file list (paths, sizes, sha256s)."
+    )
+    bytes: int | None = Field(default=None, description="The entry's size.")
+    fetched_bytes: int | None = Field(
+        default=None,
+        description="Bytes fetched for this run: 0 when the cache had the entry already.",
+    )
+    key: str | None = Field(default=None, description="The cache entry's key.")
+
+
 class TrainingRunStatus(Model):
     """Observed state of a TrainingRun, written by the operator."""
 
@@ -236,3 +255,6 @@ class TrainingRunStatus(Model):
         "admission does not count them for this run.",
     )
     model: ModelRef | None = Field(default=None, description="The registered model version.")
+    inputs: list[InputStatus] | None = Field(
+        default=None, description="The inputs as the run got them, once each is ready."
+    )

@@ -34,6 +34,7 @@ from torchyard.api._base import (
 )
 from torchyard.api.checkpoints import SPEC_RULE as CHECKPOINTS_RULE
 from torchyard.api.checkpoints import Checkpoints, check_shared
+from torchyard.api.inputs import INPUTS_RULES, MAX_INPUTS, Input, check_inputs
 from torchyard.api.policies import Policy
 from torchyard.api.quantities import quantity
 from torchyard.api.trainingrun_status import TrainingRunStatus
@@ -552,6 +553,19 @@ class TrainingRunSpec(Model):
     policy: Policy = nested(Policy, "Restarts and lifetimes of the run.")
     outputs: Outputs = nested(Outputs, "Archiving of ./outputs and ./logs, model registration.")
     scheduling: Scheduling = nested(Scheduling, "Gang admission settings.")
+    inputs: list[Input] = Field(
+        default_factory=list,
+        max_length=MAX_INPUTS,
+        description="Data and models the run reads: each is fetched once into the "
+        "namespace's inputs cache (or mounted, for pvc://) before the gang is admitted, "
+        "while the run is Preparing and holds no GPU, and every process finds it in "
+        "TORCHYARD_INPUT_<NAME>.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "x-kubernetes-validations": INPUTS_RULES,
+        },
+    )
     checkpoints: Checkpoints | None = Field(
         default=None,
         description="A folder for checkpoints, mounted in every node Pod "
@@ -598,6 +612,7 @@ class TrainingRunSpec(Model):
         if gpus and procs > gpus:
             raise ValueError(f"processCountPerNode ({procs}) must not exceed gpusPerNode ({gpus})")
         check_shared(self.checkpoints, self.distribution.node_count)
+        check_inputs(self.inputs)
         return self
 
 

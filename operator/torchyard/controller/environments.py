@@ -142,7 +142,7 @@ def _build(env: api.Environment, ns: str, logger: Log, ctx: Context) -> status.B
     name = builds.job_name(env, hash_)
     job = ctx.k8s.get_or_none(k8s.JOBS, ns, name)
     if image is not None:
-        state = _job_state(job) if job else ""
+        state = job_state(job) if job else ""
         return status.BuildObserved(
             hash_,
             image=image,
@@ -158,7 +158,7 @@ def _build(env: api.Environment, ns: str, logger: Log, ctx: Context) -> status.B
         logger.info(
             "Environment %s/%s: building %s in Job %s", ns, env.metadata.get("name"), target, name
         )
-    state = _job_state(job)
+    state = job_state(job)
     message = _explain(_job_failure(ns, name, ctx), env.spec.python) if state == "Failed" else ""
     return status.BuildObserved(
         hash_,
@@ -170,7 +170,7 @@ def _build(env: api.Environment, ns: str, logger: Log, ctx: Context) -> status.B
     )
 
 
-def _job_state(job: Mapping[str, Any] | None) -> str:
+def job_state(job: Mapping[str, Any] | None) -> str:
     for cond in (job or {}).get("status", {}).get("conditions", []) or []:
         if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
             return str(cond["type"])

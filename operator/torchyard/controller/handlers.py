@@ -30,6 +30,7 @@ import kopf
 
 from torchyard import api, k8s
 from torchyard.api import wire
+from torchyard.api.quantities import quantity
 from torchyard.controller import (
     admission,
     context,
@@ -39,6 +40,7 @@ from torchyard.controller import (
     telemetry,
     workqueue,
 )
+from torchyard.planning import inputs as run_inputs
 from torchyard.planning import names, pods
 from torchyard.status import exclusions
 
@@ -65,6 +67,23 @@ def _settings(memo: Any) -> pods.Settings:
         registry_url=os.environ.get("TORCHYARD_REGISTRY_URL", ""),
         registry_token_file=os.environ.get("TORCHYARD_REGISTRY_TOKEN_FILE", ""),
         registry_ca=_registry_ca(os.environ.get("TORCHYARD_REGISTRY_CA_FILE", "")),
+        inputs_cache=_inputs_cache(),
+    )
+
+
+def _inputs_cache() -> run_inputs.CacheSettings:
+    """The namespaces' inputs caches (the chart's ``inputs.cache``): the claim's size,
+    storage class and access mode, and the limit its entries are kept under (by default
+    nine tenths of the claim)."""
+    size = os.environ.get("TORCHYARD_INPUTS_CACHE_SIZE", run_inputs.CacheSettings.size)
+    limit = os.environ.get("TORCHYARD_INPUTS_CACHE_LIMIT", "")
+    return run_inputs.CacheSettings(
+        size=size,
+        limit_bytes=int(quantity(limit)) if limit else int(quantity(size) * 9 // 10),
+        storage_class=os.environ.get("TORCHYARD_INPUTS_STORAGE_CLASS", ""),
+        access_mode=os.environ.get(
+            "TORCHYARD_INPUTS_ACCESS_MODE", run_inputs.CacheSettings.access_mode
+        ),
     )
 
 
@@ -358,3 +377,19 @@ async def build_job_event(namespace: str | None, memo: Any, **_: Any) -> None:
         return
     for env in held.names(k8s.ENVIRONMENTS, namespace):
         _enqueue(memo, "Environment", namespace, env)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/component": "input-fetch"})
+async def input_fetch_event(namespace: str | None, memo: Any, **_: Any) -> None:
+    """A fetch Job changed: queue the namespace's runs with inputs that are not yet
+    running, as the watch delivered them (``reads``)."""
+    held = memo.get("reads")
+    if held is None or not namespace:
+        return
+    for run in held.held(k8s.TRAININGRUNS, namespace):
+        if run.get("spec", {}).get("inputs") and (run.get("status") or {}).get("phase") in (
+            None,
+            "Pending",
+            "Preparing",
+        ):
+            _enqueue(memo, "TrainingRun", namespace, run["metadata"]["name"])

@@ -115,6 +115,16 @@ class WatchedReads:
                 if plural == res.plural and ns == namespace
             )
 
+    def held(self, res: k8s.Resource, namespace: str) -> list[dict[str, Any]]:
+        """The held objects of ``res`` in ``namespace``, parsed, for a handler that picks
+        which of them to queue."""
+        with self._lock:
+            return [
+                obj.parse()
+                for (plural, ns, _), obj in sorted(self._objects.items())
+                if plural == res.plural and ns == namespace
+            ]
+
     # -- context.K8s --------------------------------------------------------------------
 
     def get(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The objects a run's spec names, looked up before its node Pods are created.
 
 A run names objects that are not its own: the ConfigMap of its code
-(``source.configMap``), a checkpoint claim (``checkpoints.claimName``), a PriorityClass
+(``source.configMap``), a checkpoint claim (``checkpoints.claimName``), the claims of its
+``pvc://`` inputs, a PriorityClass
 (``compute.priorityClassName``) and Kueue's LocalQueue (``scheduling.queueName``). The
 apiserver creates Pods that mount a missing ConfigMap or claim (they never start, and say
 so only in their own Events), a cluster without Kueue ignores the queue's label, and the
@@ -26,6 +27,7 @@ from typing import Any
 
 from torchyard import api, k8s
 from torchyard.controller.context import Context
+from torchyard.planning import inputs as run_inputs
 
 # Kueue's versions of LocalQueue this operator reads, newest first (the CRD says which
 # of them the cluster serves).
@@ -83,6 +85,17 @@ def wanted(run: api.TrainingRun) -> list[Reference]:
                 spec.checkpoints.claim_name,
                 "create it (ReadWriteMany for a run of several nodes), name one that "
                 "exists, or set checkpoints.size instead for a claim the run makes itself",
+            )
+        )
+    for claim in run_inputs.claims(run):
+        refs.append(
+            Reference(
+                "spec.inputs",
+                "PersistentVolumeClaim",
+                k8s.PERSISTENTVOLUMECLAIMS,
+                ns,
+                claim,
+                "create it, or name one that exists in a pvc:// input",
             )
         )
     if spec.compute.priority_class_name is not None:

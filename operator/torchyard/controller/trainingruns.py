@@ -40,6 +40,7 @@ from torchyard.controller import (
     context,
     failure_policy,
     finalize,
+    inputs,
     lost_nodes,
     mpi_keys,
     progress,
@@ -62,6 +63,9 @@ RESTART_RETRY_SECONDS = 0.5
 # The status fields whose change alone is written at most once a second
 # (``context.batched``): the Pod counts, which change on every Pod event of a gang coming up.
 BATCHED_FIELDS = frozenset({"nodes"})
+# How soon a run whose inputs are being fetched is looked at again (the fetch Jobs'
+# events wake it sooner).
+INPUTS_RETRY_SECONDS = 30.0
 # How soon a run whose model could not be registered yet tries again.
 REGISTER_RETRY_SECONDS = 5.0
 
@@ -162,29 +166,40 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         return _restart(ctx, run, seen, verdict.restart, logger, now)
 
     result = Result(requeue_after=verdict.deadline_seconds_left)
-    applied = None
+    applied = prepared = None
     if seen.environment_ready and verdict.failure is None and not verdict.deadline_exceeded:
-        applied = _apply_children(ctx, run, seen, result, logger, now)
+        if not seen.current:  # before a gang's Pods: its inputs must be in the cache
+            prepared = inputs.prepare(ctx, run, seen.previous, logger, now)
+        else:  # the gang has its Pods: its inputs were ready
+            prepared = inputs.carried(seen.previous)
+        if prepared is None or prepared.ready:
+            applied = _apply_children(ctx, run, seen, result, logger, now)
+        elif not prepared.failure:
+            result.requeue_after = _sooner(result.requeue_after, INPUTS_RETRY_SECONDS)
         if applied is not None and applied.refused:
             logger.warning("TrainingRun %s/%s: %s", run.namespace, run.name, applied.refused)
             # Pods the apiserver took before it refused the rest would wait for nothing.
             left = observe(ctx, run, previous).children
             context.delete_pods(ctx, run.namespace, [p for p in left if context.live(p)])
             return _invalid(run.generation, applied.refused, previous, now), Result()
-    inputs = _status_inputs(seen, verdict, applied)
+    observed = replace(_status_inputs(seen, verdict, applied), inputs=prepared)
     if verdict.failure is None and not verdict.deadline_exceeded:
-        inputs = _read_progress(ctx, run, inputs, result, now)
+        observed = _read_progress(ctx, run, observed, result, now)
     if finalize.needs_registering(run, seen.current):
         registration = finalize.register(run, seen.environment, ctx, logger)
-        inputs = replace(
-            inputs,
+        observed = replace(
+            observed,
             finalized=registration.done,
             model=registration.model,
             finalizing_message=registration.waiting,
         )
         if not registration.done:
             result.requeue_after = REGISTER_RETRY_SECONDS
-    return _conclude(ctx, run, seen, inputs, result, logger, now), result
+    return _conclude(ctx, run, seen, observed, result, logger, now), result
+
+
+def _sooner(current: float | None, seconds: float) -> float:
+    return seconds if current is None else min(current, seconds)
 
 
 def _finished(
@@ -345,33 +360,33 @@ def _status_inputs(
 
 
 def _read_progress(
-    ctx: Context, run: api.TrainingRun, inputs: run_status.Observed, result: Result, now: datetime
+    ctx: Context, run: api.TrainingRun, observed: run_status.Observed, result: Result, now: datetime
 ) -> run_status.Observed:
     """The running node Pods' progress, read from their logs when due (``progress.poll``),
     and a look again when the next read is due."""
     uid = str(run.metadata.get("uid") or run.name)
-    polled = progress.poll(ctx, run.namespace, uid, inputs.pods, now)
+    polled = progress.poll(ctx, run.namespace, uid, observed.pods, now)
     if polled is None:
-        return inputs
+        return observed
     again = polled.again_seconds
     result.requeue_after = (
         again if result.requeue_after is None else min(result.requeue_after, again)
     )
-    return replace(inputs, progress=polled.progress) if polled.progress else inputs
+    return replace(observed, progress=polled.progress) if polled.progress else observed
 
 
 def _conclude(
     ctx: Context,
     run: api.TrainingRun,
     seen: Observed,
-    inputs: run_status.Observed,
+    observed: run_status.Observed,
     result: Result,
     logger: Log,
     now: datetime,
 ) -> Outcome:
     """The new status and its Events; a run that just failed stops its surviving ranks,
     and one that finished is looked at again at its TTL."""
-    new = status.trainingrun_status(run, inputs, seen.previous, now)
+    new = status.trainingrun_status(run, observed, seen.previous, now)
     outcome = Outcome(new, now, context.phase_events(seen.previous, new))
     warning = finalize.archive_warning(seen.previous, new)
     if warning is not None:
@@ -379,9 +394,9 @@ def _conclude(
     if new.get("phase") == api.Phase.FAILED.value and seen.phase != new["phase"]:
         # The node it blames is listed even with no attempt left: `torchyard describe`
         # shows it, and whoever runs there next can read it.
-        outcome.events.extend(_exclude(seen, inputs.failure, new, now))
+        outcome.events.extend(_exclude(seen, observed.failure, new, now))
         # No surviving rank burns a GPU.
-        context.delete_pods(ctx, run.namespace, [p for p in inputs.pods if context.live(p)])
+        context.delete_pods(ctx, run.namespace, [p for p in observed.pods if context.live(p)])
         logger.warning(
             "TrainingRun %s/%s failed: %s", run.namespace, run.name, _failed_message(new)
         )

@@ -30,11 +30,13 @@ from torchyard import distributions
 from torchyard.api import Environment, TrainingRun
 from torchyard.launch_contract import COOKIE_VARIABLE
 from torchyard.launch_ranks import end_leftovers
+from torchyard.local import inputs as local_inputs
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
 from torchyard.local.finalize import archive_and_register, record
 from torchyard.local.results import LocalResult, NodeResult, first_failure, node_failure
 from torchyard.planning import checkpoints, pods
+from torchyard.planning import inputs as run_inputs
 from torchyard.registry import Store
 from torchyard.status import failures
 
@@ -92,6 +94,7 @@ class LocalRun:
         self.console = Console(out)
         self.progress = Progress({})
         self.ended = threading.Event()  # every node ended: no more progress to show
+        self.input_paths: dict[str, str] = {}  # each input's folder (local.inputs)
 
     def say(self, text: str) -> None:
         self.console.write(self.out, f"[torchyard] {text}\n".encode())
@@ -155,6 +158,7 @@ class LocalRun:
                 local=True,
             )
         )
+        env.update(run_inputs.env(self.run, self.input_paths))
         env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
         # its summaries for the run's one progress line (not as JSON on the terminal)
         env["TORCHYARD_PROGRESS_FILE"] = str(self.progress_file(node))
@@ -287,6 +291,9 @@ class LocalRun:
         )
         started = time.monotonic()
         started_at = datetime.now(timezone.utc)
+        self.input_paths = local_inputs.fetch_all(
+            self.run, self.workdir, Store(self.store_root), self.say
+        )
         warnings = self._prepare()
         for warning in warnings:
             self.say(f"warning: {warning}")

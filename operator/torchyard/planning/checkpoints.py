@@ -32,18 +32,28 @@ def claim_name(run: TrainingRun) -> str | None:
     return spec.claim_name or names.checkpoints(run.name)
 
 
+def claim_spec(access_mode: str, size: str, storage_class: str) -> dict[str, Any]:
+    """A claim's spec: one access mode, its size, its storage class ("": the default)."""
+    spec: dict[str, Any] = {
+        "accessModes": [access_mode],
+        "resources": {"requests": {"storage": size}},
+    }
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return spec
+
+
 def claim(run: TrainingRun, owner: dict[str, Any]) -> dict[str, Any] | None:
     """The PersistentVolumeClaim the operator creates for the run (``size``), owned by the
     run (``owner``: its owner reference); None for a named claim or no checkpoints."""
     spec = run.spec.checkpoints
     if spec is None or spec.size is None:
         return None
-    pvc_spec: dict[str, Any] = {
-        "accessModes": [spec.access_mode_for(run.spec.distribution.node_count)],
-        "resources": {"requests": {"storage": spec.size}},
-    }
-    if spec.storage_class_name:
-        pvc_spec["storageClassName"] = spec.storage_class_name
+    pvc_spec = claim_spec(
+        spec.access_mode_for(run.spec.distribution.node_count),
+        spec.size,
+        spec.storage_class_name or "",
+    )
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",

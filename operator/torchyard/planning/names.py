@@ -52,3 +52,16 @@ def trial(sweep: str, index: int) -> str:
 def sweep_trials(sweep: str) -> str:
     """The ConfigMap that holds every trial of a Sweep (``planning.sweeps.ledger``)."""
     return f"{sweep}-trials"
+
+
+# The namespace's inputs cache: one claim, one index entry (a ConfigMap) and at most one
+# fetch Job per cache key (the key's first 20 hex digits: 80 bits).
+INPUTS_CLAIM = "torchyard-inputs"
+
+
+def input_fetch(key: str) -> str:
+    return f"torchyard-fetch-{key[:20]}"
+
+
+def input_entry(key: str) -> str:
+    return f"torchyard-input-{key[:20]}"

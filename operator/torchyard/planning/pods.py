@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from typing_extensions import Unpack
@@ -23,6 +23,7 @@ from torchyard import __version__, distributions
 from torchyard.api import TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
 from torchyard.planning import checkpoints, exclusions, names, shipped
+from torchyard.planning import inputs as run_inputs
 from torchyard.planning.rank import node_env
 
 GANG_GATE = wire.GANG_GATE
@@ -97,6 +98,8 @@ class Settings:
     # (``torchyard operator --default-log-limit-bytes``, the chart's
     # operator.defaultLogLimitBytes); None: the launcher's own default.
     log_limit_bytes: int | None = None
+    # The namespaces' inputs caches: their claims, and the size their entries keep under.
+    inputs_cache: run_inputs.CacheSettings = field(default_factory=run_inputs.CacheSettings)
 
     def resolves(self, host: str) -> bool:
         if self.resolve_curated in ("all", "none"):
@@ -393,6 +396,7 @@ def pod(
         default_log_limit=settings.log_limit_bytes,
     )
     env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
+    env.update(run_inputs.env(run))
     env["TORCHYARD_SHIPPED_PATH"] = SHIPPED_ROOT
     if run.spec.resources.gpus_per_node:  # PyTorch's NCCL flight recorder
         env["TORCHYARD_GPUS_PER_NODE"] = str(run.spec.resources.gpus_per_node)
@@ -446,6 +450,7 @@ def pod(
             {"name": "registry-token", "mountPath": REGISTRY_TOKEN_DIR, "readOnly": True}
         )
     container["volumeMounts"].extend(checkpoints.mounts(run))
+    container["volumeMounts"].extend(run_inputs.mounts(run))
     container["volumeMounts"].extend(extra.mounts)
     container["ports"].extend(extra.ports)
     resources = resource_requirements(run)
@@ -488,6 +493,7 @@ def pod(
         "terminationGracePeriodSeconds": run.spec.policy.termination_grace_period_seconds,
     }
     spec["volumes"].extend(checkpoints.volumes(run))
+    spec["volumes"].extend(run_inputs.volumes(run))
     init = _git_clone(run, settings)
     if init:
         spec["initContainers"] = init

@@ -18,6 +18,7 @@ from typing import Any
 
 from torchyard.api import Phase, TrainingRun
 from torchyard.status import checkpoint_risk, deadlines
+from torchyard.status import inputs as run_inputs
 from torchyard.status import steps as run_progress
 from torchyard.status.conditions import condition, merge, progress, timestamp
 from torchyard.status.failures import (
@@ -57,6 +58,9 @@ class Observed:
     # status.progress as the controller last read it from the node Pods' logs
     # (``controller.progress``), None when it did not read this time.
     progress: Mapping[str, Any] | None = None
+    # The run's fetched inputs (``controller.inputs``), None when they were not looked at
+    # (the run has none, or its gang already has its Pods).
+    inputs: run_inputs.InputsObserved | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -210,7 +214,7 @@ def _trainingrun_status(
     conds = [
         condition("Accepted", True, "Valid", "the spec is valid", observed_generation=facts.gen)
     ]
-    for decide in (_environment, _ended, _succeeded, _admission, _running):
+    for decide in (_environment, _inputs, _ended, _succeeded, _admission, _running):
         step = decide(facts)
         conds += step.conditions
         if step.phase is not None:
@@ -235,9 +239,11 @@ def _gather(
     ran = run_progress.final_progress(pods, now) or observed.progress or prev.get("progress")
     if ran:
         status["progress"] = dict(ran)
-    for key in ("startTime", "lastFailure", "suspensions", "excludedNodes"):
+    for key in ("startTime", "lastFailure", "suspensions", "excludedNodes", "inputs"):
         if prev.get(key):
             status[key] = prev[key]
+    if observed.inputs is not None and observed.inputs.entries:
+        status["inputs"] = [dict(e) for e in observed.inputs.entries]
     facts = _Facts(
         run, observed, run.generation, total, pods, status["nodes"], status.get("progress")
     )
@@ -322,6 +328,22 @@ def _environment(f: _Facts) -> _Step:
         return _Step([waiting], Phase.PREPARING)
     message = f"Environment {run.spec.environment} is Ready"
     return _Step([condition("EnvironmentReady", True, "Ready", message, observed_generation=gen)])
+
+
+def _inputs(f: _Facts) -> _Step:
+    """Inputs being fetched: Preparing; a failed fetch: Failed; ready (or none): on."""
+    if f.observed.inputs is None:
+        return _Step()
+    decision = run_inputs.decide(f.observed.inputs, f.gen)
+    if decision.failure is not None:
+        failed: Failure = {
+            "reason": str(decision.failure["reason"]),
+            "message": str(decision.failure["message"]),
+        }
+        return _with(decision.condition, _finished(f, failed))
+    if decision.waiting:
+        return _Step([decision.condition], Phase.PREPARING)
+    return _Step([decision.condition])
 
 
 def _ended(f: _Facts) -> _Step:

@@ -73,3 +73,18 @@ def test_a_build_job_queues_the_environments_the_watch_holds_in_its_namespace() 
         memo.reads.seen(k8s.ENVIRONMENTS, None, obj)
     asyncio.run(handlers.build_job_event(namespace=NS, memo=memo))
     assert queued(memo) == [("Environment", NS, "pytorch")]
+
+
+def test_a_fetch_job_queues_the_runs_with_inputs_the_watch_holds_that_wait_for_them() -> None:
+    memo = operator_memo([], [])
+    waiting = {"metadata": {"name": "waits", "namespace": NS}, "spec": {"inputs": [{}]}}
+    running = {
+        "metadata": {"name": "runs", "namespace": NS},
+        "spec": {"inputs": [{}]},
+        "status": {"phase": "Running"},
+    }
+    plain = {"metadata": {"name": "plain", "namespace": NS}, "spec": {}}
+    for run in (waiting, running, plain):
+        memo.reads.seen(k8s.TRAININGRUNS, "ADDED", run)
+    asyncio.run(handlers.input_fetch_event(namespace=NS, memo=memo))
+    assert queued(memo) == [("TrainingRun", NS, "waits")]

@@ -93,6 +93,7 @@ AZURE_NAMES = sorted(
         "AmlCompute",
         "ComputeTarget",
         "ComputeTargetException",
+        "Dataset",
         "Environment",
         "Experiment",
         "Model",

@@ -1,14 +1,11 @@
-"""The Azure ML SDK (v1) names: the guide and its tuning notebook run with only their
-imports changed. A face over a module per concern: workspaces, compute, environments,
-run_configs, experiments (Experiment, Run), models, hyperdrive (HyperDriveConfig and the
-samplings, policies, expressions: a Sweep), hyperdrive_runs, common (the errors). An
-argument either does what it does in Azure ML or raises ``TorchyardSdkError`` saying what
-to do instead; each module's ``__all__`` is re-exported here.
-"""
+"""The Azure ML SDK (v1) names, a face over a module per concern: an argument does what
+it does in Azure ML or raises ``TorchyardSdkError`` saying what to do instead; each
+module's ``__all__`` is re-exported here."""
 
 from torchyard.sdk.azureml import (
     common,
     compute,
+    datasets,
     environments,
     experiments,
     hyperdrive,
@@ -19,6 +16,7 @@ from torchyard.sdk.azureml import (
 )
 from torchyard.sdk.azureml.common import *  # noqa: F403
 from torchyard.sdk.azureml.compute import *  # noqa: F403
+from torchyard.sdk.azureml.datasets import *  # noqa: F403
 from torchyard.sdk.azureml.environments import *  # noqa: F403
 from torchyard.sdk.azureml.experiments import *  # noqa: F403
 from torchyard.sdk.azureml.hyperdrive import *  # noqa: F403
@@ -30,6 +28,7 @@ from torchyard.sdk.azureml.workspaces import *  # noqa: F403
 __all__ = [
     *common.__all__,
     *compute.__all__,
+    *datasets.__all__,
     *environments.__all__,
     *experiments.__all__,
     *hyperdrive.__all__,

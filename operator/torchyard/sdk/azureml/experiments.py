@@ -8,6 +8,7 @@ Tested in tests/unit/sdk/test_azureml*.py and tests/integration/test_azureml.py.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchyard import api, k8s, progress
 from torchyard.api import wire
+from torchyard.launch_contract import INPUT_VARIABLE_PREFIX
 from torchyard.sdk import runs, snapshots, suspension
 from torchyard.sdk.azureml import models
 from torchyard.sdk.azureml.common import (
@@ -145,6 +147,8 @@ def run_spec(
             spec["resources"] = {"gpusPerNode": min(per_node, target.gpus_per_node)}
     if config.max_run_duration_seconds:
         spec["policy"] = {"activeDeadlineSeconds": config.max_run_duration_seconds}
+    if config.inputs:
+        spec["inputs"] = [{k: v for k, v in i.to_dict().items() if v != []} for i in config.inputs]
     if service_account:
         # The node Pods run as it, so their registry token is its (item: serviceAccount).
         spec["serviceAccountName"] = service_account
@@ -155,6 +159,12 @@ class ScriptRun:
     """The run a training script is part of (``Run.get_context()``): its ``log`` is
     ``torchyard.progress.log``, whose values reach ``status.progress.metrics``,
     logs/metrics.jsonl and the registered ModelVersion's metrics."""
+
+    @property
+    def input_datasets(self) -> dict[str, str]:
+        """~ Azure ML ``run.input_datasets``: each input's folder, by name."""
+        prefix = INPUT_VARIABLE_PREFIX
+        return {k[len(prefix) :].lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
 
     def log(self, name: str, value: Any, *, step: int | None = None) -> None:
         """~ Azure ML ``run.log(name, value)``: one metric value at the last reported

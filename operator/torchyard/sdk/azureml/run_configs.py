@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torchyard.sdk.azureml import datasets
 from torchyard.sdk.azureml.common import TorchyardSdkError, refuse
 from torchyard.sdk.azureml.compute import ComputeTarget
 from torchyard.sdk.azureml.environments import Environment
@@ -115,6 +116,8 @@ class ScriptRunConfig:
         self.source_directory = source_directory
         self.script = script
         self.arguments = [str(a) for a in (arguments or [])]
+        # dataset.as_named_input(...).as_mount() among the arguments: the run's inputs
+        self.inputs = datasets.inputs_of(list(arguments or []))
         self.compute_target = compute_target
         self.environment = environment
         self.distributed_job_config = distributed_job_config

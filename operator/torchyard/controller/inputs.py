@@ -1,0 +1,225 @@
+"""A run's fetched inputs before admission: the cache's index, the fetch Jobs, evictions.
+
+The namespace's cache is a claim (``planning.inputs.cache_claim``) whose entries the
+fetch Jobs write; the operator cannot read the claim, so it keeps an index: one
+ConfigMap per committed entry (key, URI, revision, digest, bytes, when last used), made
+from what the Job that committed it reported in its termination message.
+:func:`prepare` looks each of a run's fetched inputs up there: an entry is ready and
+fetches nothing; else the key's one fetch Job (shared by every run that asks for the key
+meanwhile) is started, after taking the least recently used entries that no unfinished
+run uses out of the index (the Job deletes their folders) until the cache is under its
+limit. A Job that failed fails the runs that waited for it; a run that comes later starts
+a new one. Called by ``trainingruns`` before admission; tested against a real control
+plane in tests/integration/test_inputs.py.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from torchyard import api, k8s
+from torchyard.controller import environments
+from torchyard.controller.context import Context, Log
+from torchyard.inputs import cache, uris
+from torchyard.planning import inputs as planned
+from torchyard.planning import names
+from torchyard.status import inputs as input_status
+from torchyard.status import timestamp
+from torchyard.status.trainingruns import TERMINAL
+
+ENTRY_SELECTOR = f"app.kubernetes.io/component={planned.COMPONENT_ENTRY}"
+
+
+def _index(ctx: Context, namespace: str) -> dict[str, dict[str, Any]]:
+    """The namespace's committed entries by key: their records, fetched bytes and last use."""
+    found = {}
+    for cm in ctx.k8s.list_(k8s.CONFIGMAPS, namespace, label_selector=ENTRY_SELECTOR):
+        data = cm.get("data") or {}
+        try:
+            record = json.loads(data.get("entry") or "")
+            found[str(record["key"])] = {
+                "record": record,
+                "fetchedBytes": int(data.get("fetchedBytes") or 0),
+                "lastUsed": str(data.get("lastUsed") or ""),
+            }
+        except (ValueError, KeyError, TypeError):
+            continue  # not one of ours as written: never taken for an entry
+    return found
+
+
+def prepare(
+    ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any], logger: Log, now: datetime
+) -> input_status.InputsObserved | None:
+    """The run's fetched inputs: ready, being fetched, or failed (None: it has none)."""
+    wanted = planned.fetched(run)
+    if not wanted:
+        return None
+    seen = {str(e.get("name")): e for e in previous.get("inputs") or []}
+    index = _index(ctx, run.namespace)
+    entries: list[dict[str, Any]] = []
+    waiting: dict[str, str] = {}
+    failure = None
+    for inp, source in wanted:
+        before = seen.get(inp.name)
+        key = source.key
+        if key in index:
+            entries.append(_ready(ctx, run, inp, index[key], before, now))
+            continue
+        entries.append({"name": inp.name, "uri": source.uri, "key": key})
+        state, said = _fetch(ctx, run, source, index, before is not None, logger)
+        if state == "Failed":
+            failure = failure or input_status.failure(inp.name, source.uri, said)
+        elif state == "Complete":
+            index[key] = _commit(ctx, run.namespace, said, now)
+            entries[-1] = _ready(ctx, run, inp, index[key], before or {}, now)
+        else:
+            waiting[inp.name] = said
+    return input_status.InputsObserved(entries, waiting, failure)
+
+
+def carried(previous: Mapping[str, Any]) -> input_status.InputsObserved | None:
+    """The inputs of a run whose gang has its Pods: ready, as its status says."""
+    entries = list(previous.get("inputs") or [])
+    return input_status.InputsObserved(entries) if entries else None
+
+
+def _ready(
+    ctx: Context,
+    run: api.TrainingRun,
+    inp: api.Input,
+    found: Mapping[str, Any],
+    before: Mapping[str, Any] | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The status entry of a ready input. Its fetched bytes: what this run saw fetched
+    (it waited for the Job: ``before`` is its waiting entry), else 0 (the cache had it)."""
+    record = found["record"]
+    if before is None or before.get("digest") is None:
+        fetched = int(found["fetchedBytes"]) if before is not None else 0
+        if found["lastUsed"] != timestamp(now):  # first used by this run: the newest use
+            entry = planned.entry_config_map(
+                run.namespace, record, int(found["fetchedBytes"]), timestamp(now)
+            )
+            ctx.k8s.apply(entry)
+    else:
+        fetched = int(before.get("fetchedBytes") or 0)
+    return {
+        "name": inp.name,
+        "uri": str(record["uri"]),
+        "revision": str(record["revision"]),
+        "digest": str(record["digest"]),
+        "bytes": int(record["bytes"]),
+        "fetchedBytes": fetched,
+        "key": str(record["key"]),
+    }
+
+
+def _fetch(
+    ctx: Context,
+    run: api.TrainingRun,
+    source: uris.Source,
+    index: Mapping[str, Any],
+    waited: bool,
+    logger: Log,
+) -> tuple[str, Any]:
+    """The key's fetch Job, started when there is none: (its state, what it said)."""
+    name = names.input_fetch(source.key)
+    job = ctx.k8s.get_or_none(k8s.JOBS, run.namespace, name)
+    state = environments.job_state(job) if job is not None else ""
+    if state == "Failed" and not waited:
+        # A Job that failed before this run asked: this run tries again.
+        ctx.k8s.delete(k8s.JOBS, run.namespace, name, propagation="Background")
+        return "Running", "a fetch that failed before is being retried"
+    if job is None:
+        evicted = _evict(ctx, run.namespace, index)
+        ctx.k8s.apply(planned.cache_claim(run.namespace, ctx.settings.inputs_cache))
+        ctx.k8s.apply(
+            planned.fetch_job(
+                run.namespace,
+                source,
+                image=ctx.settings.init_image,
+                cache=ctx.settings.inputs_cache,
+                evict=evicted,
+                registry_url=ctx.settings.registry_url,
+                registry_ca=ctx.settings.registry_ca,
+            )
+        )
+        logger.info("input %s: fetching it in Job %s/%s", source.uri, run.namespace, name)
+        return "Running", f"fetching {source.uri} (Job {name})"
+    if state == "Running":
+        return "Running", f"fetching {source.uri} (Job {name})"
+    said = _said(ctx, run.namespace, name)
+    if state == "Complete" and isinstance(said.get("entry"), dict):
+        return "Complete", said
+    error = said.get("error") or (
+        "the fetch Job ended without saying what it fetched (see its Pod's log: "
+        f"kubectl logs -n {run.namespace} job/{name})"
+    )
+    return "Failed", str(error)
+
+
+def _said(ctx: Context, namespace: str, job: str) -> dict[str, Any]:
+    """The JSON the fetcher wrote to its termination log (the last Pod's), else {}."""
+    for pod in reversed(ctx.k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")):
+        for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+            message = ((cs.get("state") or {}).get("terminated") or {}).get("message") or ""
+            try:
+                said = json.loads(message)
+            except ValueError:
+                if message:
+                    return {"error": message.strip()[-2000:]}
+                continue
+            if isinstance(said, dict):
+                return said
+    return {}
+
+
+def _commit(ctx: Context, namespace: str, said: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """Index the entry a fetch Job committed."""
+    record = dict(said["entry"])
+    fetched = int(said.get("fetchedBytes") or 0)
+    ctx.k8s.apply(planned.entry_config_map(namespace, record, fetched, timestamp(now)))
+    return {"record": record, "fetchedBytes": fetched, "lastUsed": timestamp(now)}
+
+
+def _seconds(stamp: str) -> float:
+    try:
+        return float(calendar.timegm(datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").timetuple()))
+    except ValueError:
+        return 0.0
+
+
+def _pinned(ctx: Context, namespace: str) -> set[str]:
+    """The keys of the unfinished runs of the namespace (their entries stay)."""
+    keys: set[str] = set()
+    for body in ctx.k8s.list_(k8s.TRAININGRUNS, namespace):
+        if (body.get("status") or {}).get("phase") in TERMINAL or not body["spec"].get("inputs"):
+            continue
+        try:
+            keys.update(planned.keys(api.parse_trainingrun(body)).values())
+        except api.InvalidSpec:
+            continue
+    return keys
+
+
+def _evict(ctx: Context, namespace: str, index: Mapping[str, Any]) -> list[str]:
+    """The least recently used entries that no unfinished run uses, out of the index until
+    the entries fit under the cache's limit; the fetch Job deletes their folders."""
+    entries = [
+        (key, int(e["record"].get("bytes") or 0), _seconds(e["lastUsed"]))
+        for key, e in index.items()
+    ]
+    limit = ctx.settings.inputs_cache.limit_bytes
+    if sum(size for _, size, _ in entries) <= limit:
+        return []
+    try:
+        chosen = cache.evictions(entries, limit, 0, sorted(_pinned(ctx, namespace)))
+    except uris.InputError:
+        return []  # the unfinished runs' entries fill it: nothing can go now
+    for key in chosen:
+        ctx.k8s.delete(k8s.CONFIGMAPS, namespace, names.input_entry(key))
+    return chosen

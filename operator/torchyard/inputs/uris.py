@@ -1,0 +1,169 @@
+"""What an input's URI names, and the key of its cache entry.
+
+One parser for every side that reads an input: the API (a spec's input is refused when
+:func:`parse` refuses it), planning (the fetch Job, the mounts), the fetch Job itself and
+local mode. The schemes: ``https://`` and ``http://`` (a file or an archive, pinned by
+its sha256), ``model://<name>/<version>`` (a ModelVersion of the torchyard registry) and
+``pvc://<claim>[/subpath]`` (a claim mounted read-only, nothing fetched).
+
+The cache key is a sha256 of what decides an entry's content: the URI, the resolved
+revision (an https input's sha256; a model's version, which the registry never changes,
+and the ServiceAccount that reads it), the include and exclude patterns and the layout's
+FORMAT. Standard library only; tested in tests/unit/inputs/test_uris.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from torchyard.launch_contract import INPUT_VARIABLE_PREFIX
+
+# Bump when an entry's layout changes: every key changes with it.
+FORMAT = "1"
+FETCHED_SCHEMES = ("https", "http", "model")
+SCHEMES = (*FETCHED_SCHEMES, "pvc")
+# An input's name: what TORCHYARD_INPUT_<NAME> is made of (upper-cased).
+NAME = r"^[a-z][a-z0-9_]{0,31}$"
+SHA256 = r"^[a-f0-9]{64}$"
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_MODEL = re.compile(r"^model://(" + _DNS1123_LABEL + r")/([1-9][0-9]{0,8})$")
+_CLAIM = re.compile(r"^pvc://(" + _DNS1123_LABEL + r")(/(.*))?$")
+# A path segment that is '.' or '..', written plainly or %-encoded, after either slash.
+_DOT_SEGMENT = re.compile(r"(^|[/\\])(\.|%2[eE]){1,2}([/\\]|$)")
+
+
+class InputError(ValueError):
+    """An input the fetcher cannot take; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input, as the fetcher sees it."""
+
+    uri: str
+    sha256: str = ""
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    # Who reads a model:// input (its ServiceAccount): part of its key, so that a run
+    # sees only what its own ServiceAccount may read.
+    reader: str = ""
+
+    @property
+    def scheme(self) -> str:
+        return scheme_of(self.uri)
+
+    @property
+    def revision(self) -> str:
+        """What pins the content: the sha256 (web) or the model's version."""
+        if self.scheme == "model":
+            return model_of(self.uri)[1]
+        return self.sha256
+
+    @property
+    def key(self) -> str:
+        return cache_key(self)
+
+
+def scheme_of(uri: str) -> str:
+    return uri.split("://", 1)[0] if "://" in uri else ""
+
+
+def env_name(name: str) -> str:
+    """The variable that holds an input's folder: TORCHYARD_INPUT_<NAME>."""
+    return INPUT_VARIABLE_PREFIX + name.upper()
+
+
+def model_of(uri: str) -> tuple[str, str]:
+    """(model, version) of a model:// URI; InputError when it is not one."""
+    match = _MODEL.match(uri)
+    if match is None:
+        raise InputError(
+            f"{uri!r} is not a model input: write model://<model>/<version>, the model's "
+            "name as registered (a DNS-1123 label) and a version number (e.g. model://birds/3)"
+        )
+    return match.group(1), match.group(3)
+
+
+def claim_of(uri: str) -> tuple[str, str]:
+    """(claim, subpath) of a pvc:// URI; InputError when it is not one or the subpath
+    leaves the claim."""
+    match = _CLAIM.match(uri)
+    if match is None:
+        raise InputError(
+            f"{uri!r} is not a claim input: write pvc://<claim>[/subpath], the claim's "
+            "name a DNS-1123 label"
+        )
+    sub = (match.group(4) or "").strip("/")
+    if _DOT_SEGMENT.search(sub) or "\\" in sub or "//" in sub or "\x00" in sub:
+        raise InputError(
+            f"{uri!r}: the subpath must stay inside the claim (no '.', '..', "
+            "backslash or empty segment, plain or %-encoded)"
+        )
+    return match.group(1), sub
+
+
+def _web(uri: str, sha256: str) -> None:
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.hostname:
+        raise InputError(f"{uri!r} names no host: write https://host/path")
+    if parts.username or parts.password:
+        raise InputError(
+            f"{uri!r} holds credentials: a spec is readable by everyone who can read "
+            "the run; serve the file without them"
+        )
+    if not re.match(SHA256, sha256 or ""):
+        raise InputError(
+            f"{uri!r} needs sha256 (64 lower-case hex digits, e.g. the output of "
+            "`sha256sum FILE`): a web input is pinned and checked by its digest"
+        )
+
+
+def parse(uri: str, sha256: str = "") -> str:
+    """The URI's scheme once it is one the fetcher takes; InputError otherwise."""
+    scheme = scheme_of(uri)
+    if "\x00" in uri or any(c.isspace() for c in uri):
+        raise InputError(f"{uri!r}: a URI may not hold a NUL byte or white space")
+    if scheme in ("https", "http"):
+        _web(uri, sha256)
+    elif scheme == "model":
+        model_of(uri)
+    elif scheme == "pvc":
+        claim_of(uri)
+    else:
+        raise InputError(
+            f"{uri!r}: unknown scheme {scheme + '://' if scheme else '(none)'}; an input is "
+            "https:// (with sha256), model://<model>/<version> or pvc://<claim>[/subpath]"
+        )
+    if sha256 and scheme not in ("https", "http"):
+        raise InputError(f"{uri!r}: sha256 is for https:// inputs only")
+    return scheme
+
+
+def cache_key(source: Source) -> str:
+    """The hex sha256 that names the source's cache entry (see the module docstring)."""
+    parts = {
+        "format": FORMAT,
+        "uri": source.uri,
+        "revision": source.revision,
+        "include": sorted(source.include),
+        "exclude": sorted(source.exclude),
+    }
+    if source.scheme == "model":
+        parts["reader"] = source.reader
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def patterns_valid(patterns: Sequence[str]) -> None:
+    """InputError for a pattern that could never name a file inside the input."""
+    for pattern in patterns:
+        if not pattern or pattern.startswith("/") or "\x00" in pattern:
+            raise InputError(
+                f"pattern {pattern!r}: a pattern is relative to the input's folder "
+                "(e.g. 'images/*.jpg'), not empty nor absolute"
+            )

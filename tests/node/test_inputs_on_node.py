@@ -1,0 +1,135 @@
+"""Inputs on the real kubelet node: the birds example trains on images it reads from a
+``model://`` input. The operator's fetch Job runs the torchyard image on the node (CPU
+only, no Kubernetes API token, the run's ServiceAccount's registry token) and fills the
+namespace's cache claim from the registry service (the KWOK nodes are cordoned: a fetch
+Job, as a build Job, has no node selector); the run's Pod mounts the entry
+read-only and finds it through ``$TORCHYARD_INPUT_BIRDS`` in its arguments; a second
+run of the same input fetches nothing."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.builders import TrainingRunBuilder
+from tests.cluster.harness import Cluster
+from tests.cluster.realnode import RealNode
+from tests.conftest import InProcessOperator
+from tests.integration.helpers import host_volume, run_pods
+from tests.integration.test_registry_service import Service, trainer_token
+from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
+    building_operator,
+    only_real_node,
+)
+from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
+    BIRDS,
+    RESOURCES,
+    env,
+    explain,
+    finished,
+    operator_with,
+    real_operator,
+    registry,
+    submit,
+)
+from torchyard import api, k8s
+from torchyard.planning import inputs, names
+from torchyard.registry import Store
+
+pytestmark = pytest.mark.node
+
+
+@pytest.fixture
+def cache_class(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """A volume for the namespace's inputs cache: a host folder the fetcher (user 65532)
+    may write, as a storage class of its own."""
+    name = f"inputs-{namespace}"[:63]
+    folder = Path("/tmp") / name
+    folder.mkdir()
+    folder.chmod(0o777)
+    host_volume(cluster, name, str(folder))
+    yield name
+    cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def birds_run(name: str, namespace: str, node: RealNode, *command: str) -> dict[str, object]:
+    return (
+        TrainingRunBuilder(name, namespace)
+        .environment("pytorch")
+        .command(*command)
+        .nodes(1)
+        .procs(1)
+        .pool(node.pool)
+        .with_("spec.resources", dict(RESOURCES))
+        .with_("spec.runAsUser", 1000)
+        .with_("spec.serviceAccountName", "trainer")
+        .with_("spec.inputs", [{"name": "birds", "uri": "model://birds-images/1"}])
+        .obj()
+    )
+
+
+def test_the_birds_example_trains_on_images_from_a_model_input(
+    cluster: Cluster,
+    env: str,  # noqa: F811
+    real_node: RealNode,
+    operator: InProcessOperator,
+    registry: tuple[Service, str, str],  # noqa: F811
+    cache_class: str,
+    only_real_node: RealNode,  # noqa: F811 (the fetch Job has no node selector)
+    tmp_path: Path,
+) -> None:
+    ns = env
+    svc, url, _ = registry
+    trainer_token(ns)  # ServiceAccount trainer: get and create on modelversions
+    sys.path.insert(0, str(BIRDS))
+    try:
+        birds_data = importlib.import_module("birds_data")
+    finally:
+        sys.path.remove(str(BIRDS))
+    data = tmp_path / "data"
+    data.mkdir()
+    size = os.path.getsize(birds_data.save(str(data), 80))
+    Store(svc.root).publish(ns, "birds-images", data)
+    first = birds_run(
+        "birds", ns, real_node,
+        "python", "pytorch_train.py", "--num_epochs", "1", "--pretrain_epochs", "1",
+        "--data_dir", "$TORCHYARD_INPUT_BIRDS", "--output_dir", "./outputs",
+    )  # fmt: skip
+    again = birds_run(
+        "again", ns, real_node,
+        "python", "-c", "import os, sys; print('listed', sorted(os.listdir(sys.argv[1])))",
+        "${TORCHYARD_INPUT_BIRDS}",
+    )  # fmt: skip
+    with operator_with(
+        operator,
+        TORCHYARD_REGISTRY_URL=url,
+        TORCHYARD_INPUTS_STORAGE_CLASS=cache_class,
+        TORCHYARD_INPUTS_CACHE_SIZE="1Gi",  # the volume's 2Gi hold it
+    ):
+        submit(cluster, tmp_path, first, source=BIRDS)
+        run = finished(ns, "birds", timeout=300)
+        assert run["status"]["phase"] == "Succeeded", explain(cluster, ns, "birds")
+        submit(cluster, tmp_path, again, source=BIRDS)
+        second = finished(ns, "again", timeout=120)
+        assert second["status"]["phase"] == "Succeeded", explain(cluster, ns, "again")
+
+    [got] = run["status"]["inputs"]
+    assert got["uri"] == "model://birds-images/1" and got["revision"] == "1"
+    assert got["bytes"] == size and got["fetchedBytes"] == size
+    assert second["status"]["inputs"][0]["fetchedBytes"] == 0
+    assert second["status"]["inputs"][0]["digest"] == got["digest"]
+    key = inputs.keys(api.parse_trainingrun(first))["birds"]
+    job = k8s.get(k8s.JOBS, ns, names.input_fetch(key))
+    assert job["status"].get("succeeded") == 1, "one fetch Job, which succeeded on the node"
+    assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    log = cluster.kubectl("logs", run_pods(ns, "birds")[0]["metadata"]["name"], "-n", ns)
+    assert "read 80 bird images from /torchyard/inputs/birds" in log, log
+    listed = cluster.kubectl("logs", run_pods(ns, "again")[0]["metadata"]["name"], "-n", ns)
+    assert "listed ['birds.npz']" in listed, listed

@@ -1,0 +1,75 @@
+"""A local HTTP server for the fetcher's tests: files from a dict, Range requests served
+(or not), the bytes it sent counted, and a way to cut a body short (a fetch killed half
+way)."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Files:
+    files: dict[str, bytes] = field(default_factory=dict)
+    status: dict[str, int] = field(default_factory=dict)  # path -> HTTP status to answer
+    ranges: bool = True
+    cut_after: int | None = None  # send at most this many body bytes, then close
+    sent: int = 0
+    requests: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _handler(state: Files) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            wanted = self.headers.get("Range", "")
+            state.requests.append((path, wanted))
+            if path in state.status:
+                self.send_error(state.status[path])
+                return
+            body = state.files.get(path)
+            if body is None:
+                self.send_error(404)
+                return
+            start = 0
+            if wanted.startswith("bytes=") and state.ranges:
+                start = int(wanted[6:].split("-", 1)[0])
+                if start >= len(body):
+                    self.send_error(416)
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            else:
+                self.send_response(200)
+            chunk = body[start:]
+            self.send_header("Content-Length", str(len(chunk)))
+            self.end_headers()
+            if state.cut_after is not None:
+                chunk = chunk[: state.cut_after]
+            self.wfile.write(chunk)
+            with state.lock:
+                state.sent += len(chunk)
+            if state.cut_after is not None:
+                self.close_connection = True
+
+    return Handler
+
+
+@contextmanager
+def serving(state: Files) -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` serving ``state`` until the block ends."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

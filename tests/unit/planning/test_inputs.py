@@ -1,0 +1,155 @@
+"""The manifests of a run's inputs: each process finds each input at its path through
+TORCHYARD_INPUT_<NAME>; cache entries and claims are mounted read-only (a download input
+gets a writable copy); the fetch Job runs CPU only, non-root, without an API token, and
+refuses to retry a fetch that failed for its own reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.builders import TrainingRunBuilder
+from torchyard import api, launch_contract
+from torchyard.planning import inputs, names, pods
+
+SHA = "ab" * 32
+
+
+def run(*specs: dict[str, Any], sa: str = "default") -> api.TrainingRun:
+    body = (
+        TrainingRunBuilder("birds", "team")
+        .with_("spec.inputs", list(specs))
+        .with_("spec.serviceAccountName", sa)
+        .obj()
+    )
+    return api.parse_trainingrun(body)
+
+
+BIRDS = {"name": "birds", "uri": "https://example.org/birds.tgz", "sha256": SHA}
+BASE = {"name": "base", "uri": "model://birds", "revision": "3", "mode": "download"}
+DATA = {"name": "data", "uri": "pvc://datasets/birds/2024", "path": "/data"}
+
+
+def trainer(manifest: dict[str, Any]) -> dict[str, Any]:
+    return manifest["spec"]["containers"][0]  # type: ignore[no-any-return]
+
+
+def test_every_process_gets_each_inputs_folder() -> None:
+    r = run(BIRDS, BASE, DATA)
+    env = {e["name"]: e["value"] for e in trainer(pods.pod(r, 0, image="img"))["env"]}
+    assert env["TORCHYARD_INPUT_BIRDS"] == "/torchyard/inputs/birds"
+    assert env["TORCHYARD_INPUT_BASE"] == "/torchyard/inputs/base"
+    assert env["TORCHYARD_INPUT_DATA"] == "/data"
+    assert json.loads(env["TORCHYARD_INPUTS_COPIES"]) == [
+        ["/torchyard/input-sources/base", "/torchyard/inputs/base"]
+    ]
+
+
+def test_arguments_may_name_an_input() -> None:
+    env = {"TORCHYARD_INPUT_BIRDS": "/torchyard/inputs/birds", "RANK": "3"}
+    args = ["--data", "$TORCHYARD_INPUT_BIRDS", "${TORCHYARD_INPUT_BIRDS}/x", "$RANK", "$HOME"]
+    assert launch_contract.expand_arguments(args, env) == [
+        "--data",
+        "/torchyard/inputs/birds",
+        "/torchyard/inputs/birds/x",
+        "3",
+        "$HOME",
+    ]
+    assert launch_contract.expand_arguments(["$TORCHYARD_INPUT_OTHER"], env) == [
+        "$TORCHYARD_INPUT_OTHER"
+    ]
+
+
+def test_cache_entries_and_claims_are_mounted_read_only() -> None:
+    r = run(BIRDS, BASE, DATA)
+    manifest = pods.pod(r, 0, image="img")
+    keys = inputs.keys(r)
+    mounts = {m["mountPath"]: m for m in trainer(manifest)["volumeMounts"]}
+    assert mounts["/torchyard/inputs/birds"] == {
+        "name": "inputs-cache",
+        "mountPath": "/torchyard/inputs/birds",
+        "subPath": f"entries/{keys['birds']}/data",
+        "readOnly": True,
+    }
+    assert mounts["/torchyard/input-sources/base"]["readOnly"] is True
+    assert mounts["/torchyard/input-sources/base"]["subPath"] == f"entries/{keys['base']}/data"
+    assert "readOnly" not in mounts["/torchyard/inputs/base"], "the download's copy is writable"
+    assert mounts["/data"]["subPath"] == "birds/2024" and mounts["/data"]["readOnly"] is True
+    volumes = {v["name"]: v for v in manifest["spec"]["volumes"]}
+    assert volumes["inputs-cache"]["persistentVolumeClaim"] == {
+        "claimName": names.INPUTS_CLAIM,
+        "readOnly": True,
+    }
+    assert volumes["input-2"]["persistentVolumeClaim"] == {
+        "claimName": "datasets",
+        "readOnly": True,
+    }
+    assert volumes["input-1-copy"] == {"name": "input-1-copy", "emptyDir": {}}
+
+
+def test_a_run_without_inputs_has_none_of_it() -> None:
+    manifest = pods.pod(run(), 0, image="img")
+    assert not [v for v in manifest["spec"]["volumes"] if v["name"].startswith("input")]
+    assert not [e for e in trainer(manifest)["env"] if e["name"].startswith("TORCHYARD_INPUT")]
+
+
+def test_a_model_key_depends_on_who_reads_it() -> None:
+    assert inputs.keys(run(BASE, sa="a"))["base"] != inputs.keys(run(BASE, sa="b"))["base"]
+    assert inputs.keys(run(BIRDS, sa="a")) == inputs.keys(run(BIRDS, sa="b"))
+    assert (
+        inputs.keys(run(BASE))["base"]
+        == inputs.keys(run({**BASE, "uri": "model://birds/3", "revision": None}))["base"]
+    ), "model://birds with revision 3 is model://birds/3"
+
+
+def job(source_spec: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    r = run(source_spec, sa="trainer")
+    [(_, source)] = inputs.fetched(r)
+    return inputs.fetch_job(
+        "team", source, image="ghcr.io/torchyard/torchyard:1", cache=inputs.CacheSettings(), **kw
+    )
+
+
+def test_the_fetch_job_holds_no_gpu_no_api_token_and_runs_restricted() -> None:
+    manifest = job(BIRDS, evict=["k1"])
+    pod = manifest["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "default"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    resources = json.dumps(container["resources"])
+    assert "gpu" not in resources and container["resources"]["requests"]["cpu"] == "100m"
+    assert container["command"] == ["python3", "-m", "torchyard.inputs.fetch"]
+    assert container["args"][-2:] == ["--evict", "k1"]
+    assert container["args"][8:10] == ["--sha256", SHA]
+    assert not [v for v in pod["volumes"] if "projected" in v or "secret" in v]
+    rule = manifest["spec"]["podFailurePolicy"]["rules"][0]
+    assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [1]
+
+
+def test_a_model_fetch_reads_with_the_runs_registry_token_only() -> None:
+    manifest = job(BASE, evict=[], registry_url="https://registry.torchyard:8443")
+    pod = manifest["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "trainer"
+    assert pod["automountServiceAccountToken"] is False
+    [token] = [v for v in pod["volumes"] if "projected" in v]
+    source = token["projected"]["sources"][0]["serviceAccountToken"]
+    assert source["audience"] == "torchyard-registry"
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["TORCHYARD_REGISTRY_URL"] == "https://registry.torchyard:8443"
+    assert env["TORCHYARD_NAMESPACE"] == "team"
+    assert "--reader" in pod["containers"][0]["args"]
+
+
+def test_one_job_per_key() -> None:
+    a, b = job(BIRDS, evict=[]), job({**BIRDS, "name": "other"}, evict=[])
+    assert a["metadata"]["name"] == b["metadata"]["name"]
+    c = job({**BIRDS, "include": ["*.jpg"]}, evict=[])
+    assert c["metadata"]["name"] != a["metadata"]["name"]

@@ -1,0 +1,119 @@
+"""Azure ML's file datasets as inputs: the guide's tip
+(``Dataset.File.from_files(...)``, ``dataset.as_named_input('birds').as_mount()`` among
+the arguments) submits a TrainingRun with ``spec.inputs`` and the argument
+``$TORCHYARD_INPUT_BIRDS``; what has no counterpart raises with what to write instead;
+``Run.get_context().input_datasets`` gives the script each input's folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.sdk.test_azureml_arguments import src, submitted, ws  # noqa: F401
+from torchyard import api
+from torchyard.sdk import Dataset, Experiment, Run, TorchyardSdkError
+
+SHA = "ab" * 32
+
+
+def test_a_named_mount_among_the_arguments_becomes_an_input(
+    submitted: list[dict[str, Any]],  # noqa: F811
+) -> None:
+    birds = Dataset.File.from_files("https://files.example/birds.tgz", sha256=SHA)
+    base = Dataset.File.from_files(["model://birds/3"], include=["*.pt"])
+    config = src(
+        arguments=[
+            "--data-folder",
+            birds.as_named_input("birds").as_mount(),
+            "--init",
+            base.as_named_input("base").as_download("/models/base"),
+        ]
+    )
+    Experiment(ws(), "birds").submit(config)
+    [body] = submitted
+    assert body["spec"]["command"][-4:] == [
+        "--data-folder",
+        "$TORCHYARD_INPUT_BIRDS",
+        "--init",
+        "$TORCHYARD_INPUT_BASE",
+    ]
+    assert body["spec"]["inputs"] == [
+        {"name": "birds", "uri": "https://files.example/birds.tgz", "mode": "mount", "sha256": SHA},
+        {
+            "name": "base",
+            "uri": "model://birds/3",
+            "mode": "download",
+            "path": "/models/base",
+            "include": ["*.pt"],
+        },
+    ]
+    api.parse_trainingrun(body)  # what the apiserver gets is a valid run
+
+
+REFUSED: list[tuple[str, Callable[[], Any], str]] = [
+    (
+        "a datastore",
+        lambda: Dataset.File.from_files((object(), "birds/")),
+        "(datastore, path) has no counterpart",
+    ),
+    ("two paths", lambda: Dataset.File.from_files(["a", "b"]), "one URI"),
+    (
+        "validate=False",
+        lambda: Dataset.File.from_files("model://b/1", validate=False),
+        "validate=False has no meaning",
+    ),
+    (
+        "partition_format",
+        lambda: Dataset.File.from_files("model://b/1", partition_format="{x}"),
+        "partition_format and is_file",
+    ),
+    (
+        "an unnamed mount",
+        lambda: Dataset.File.from_files("model://b/1").as_mount(),
+        "as_named_input('birds')",
+    ),
+    (
+        "an https file without sha256",
+        lambda: Dataset.File.from_files("https://h/x.tgz").as_named_input("x").as_mount(),
+        "needs sha256",
+    ),
+    (
+        "an unknown scheme",
+        lambda: Dataset.File.from_files("s3://b/k").as_named_input("x").as_mount(),
+        "unknown scheme s3://",
+    ),
+    (
+        "a name that is no variable",
+        lambda: Dataset.File.from_files("model://b/1").as_named_input("My-Birds").as_mount(),
+        "input 'My-Birds'",
+    ),
+    (
+        "a system path",
+        lambda: Dataset.File.from_files("model://b/1").as_named_input("b").as_mount("/etc"),
+        "path must be an absolute folder",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "call", "says"), REFUSED, ids=[c[0] for c in REFUSED])
+def test_what_has_no_counterpart_raises_with_advice(
+    case: str, call: Callable[[], Any], says: str
+) -> None:
+    with pytest.raises(TorchyardSdkError) as err:
+        call()
+    assert says in str(err.value)
+
+
+def test_the_script_finds_its_inputs_folders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHYARD_INPUT_BIRDS", "/torchyard/inputs/birds")
+    monkeypatch.setenv("TORCHYARD_INPUTS_COPIES", "[]")
+    assert Run.get_context().input_datasets == {"birds": "/torchyard/inputs/birds"}
+
+
+def test_the_guide_passes_a_path_it_can_open(tmp_path: Path) -> None:
+    arg = Dataset.File.from_files("pvc://datasets/birds").as_named_input("birds").as_mount()
+    assert isinstance(arg, str) and arg == "$TORCHYARD_INPUT_BIRDS"
+    assert arg.input.mount_path == "/torchyard/inputs/birds"

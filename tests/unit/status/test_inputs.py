@@ -1,0 +1,79 @@
+"""A run's inputs decide its phase after the Environment: being fetched, it is Preparing
+(InputsReady False, Fetching); a failed fetch fails it (InputFetchFailed, the input, its
+URI and the fetcher's error); once all are ready it goes on to admission, with
+status.inputs recorded."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from tests.builders import TrainingRunBuilder
+from torchyard import api, status
+from torchyard.status import inputs
+from torchyard.status.trainingruns import Observed
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+READY_ENV = {"status": {"phase": "Ready"}}
+ENTRY = {
+    "name": "birds",
+    "uri": "https://h/birds.tgz",
+    "revision": "ab" * 32,
+    "digest": "sha256:" + "cd" * 32,
+    "bytes": 10,
+    "fetchedBytes": 0,
+    "key": "k",
+}
+
+
+def compute(observed: inputs.InputsObserved | None) -> dict[str, Any]:
+    run = api.parse_trainingrun(TrainingRunBuilder("r").obj())
+    return status.trainingrun_status(run, Observed(environment=READY_ENV, inputs=observed), {}, NOW)
+
+
+def reason(st: dict[str, Any], kind: str) -> tuple[str, str] | None:
+    cond = status.find(st.get("conditions"), kind)
+    return (cond["status"], cond["reason"]) if cond else None
+
+
+CASES = [
+    ("no inputs", None, "Pending", None),
+    (
+        "being fetched",
+        inputs.InputsObserved([{"name": "birds", "uri": "u", "key": "k"}], {"birds": "fetching"}),
+        "Preparing",
+        ("False", "Fetching"),
+    ),
+    (
+        "a failed fetch",
+        inputs.InputsObserved([], {}, inputs.failure("birds", "u", "HTTP 404: check the URL")),
+        "Failed",
+        ("False", "InputFetchFailed"),
+    ),
+    ("all ready", inputs.InputsObserved([ENTRY]), "Pending", ("True", "Ready")),
+]
+
+
+@pytest.mark.parametrize(("case", "observed", "phase", "ready"), CASES, ids=[c[0] for c in CASES])
+def test_inputs_decide_the_phase(
+    case: str, observed: inputs.InputsObserved | None, phase: str, ready: tuple[str, str] | None
+) -> None:
+    st = compute(observed)
+    assert st["phase"] == phase
+    assert reason(st, "InputsReady") == ready
+
+
+def test_a_failed_fetch_names_the_input_its_uri_and_the_error() -> None:
+    st = compute(inputs.InputsObserved([], {}, inputs.failure("birds", "u", "HTTP 404: fix")))
+    assert st["failure"] == {
+        "reason": "InputFetchFailed",
+        "message": "input birds (u): HTTP 404: fix",
+    }
+
+
+def test_ready_inputs_are_recorded_in_the_status() -> None:
+    st = compute(inputs.InputsObserved([ENTRY]))
+    assert st["inputs"] == [ENTRY]
+    assert "1 input(s) ready" in status.find(st["conditions"], "InputsReady")["message"]

@@ -1,0 +1,147 @@
+"""Local mode's inputs: ``torchyard run --local`` fetches each input into this machine's
+cache under the cluster's keys before the launchers start, the script reads it through
+``$TORCHYARD_INPUT_<NAME>`` in its arguments, a second run fetches nothing, a model://
+input comes from the local registry, and a bad input stops the run naming it. The runs
+are real launcher processes over tiny scripts; the web input is served by a local HTTP
+server the test starts."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.builders import TrainingRunBuilder
+from tests.unit.inputs.server import Files, serving
+from torchyard import api, cli
+from torchyard.inputs import cache
+from torchyard.planning import inputs as planned
+
+READS_ITS_INPUTS = textwrap.dedent(
+    """
+    import os, sys
+    os.makedirs("outputs", exist_ok=True)
+    found = []
+    for root in sys.argv[1:]:
+        for folder, _, names in sorted(os.walk(root)):
+            for name in sorted(names):
+                path = os.path.join(folder, name)
+                found.append(os.path.relpath(path, root) + "=" + open(path).read())
+    with open("outputs/seen.txt", "w") as f:
+        f.write("\\n".join(found))
+    """
+)
+
+
+def archive(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def project(root: Path, inputs: list[dict[str, object]], args: list[str]) -> Path:
+    body = (
+        TrainingRunBuilder("birds")
+        .nodes(1)
+        .procs(1)
+        .with_("spec.command", ["python", "train.py", *args])
+        .with_("spec.inputs", inputs)
+        .obj()
+    )
+    (root / "run.yaml").write_text(yaml.safe_dump(body))
+    (root / "train.py").write_text(READS_ITS_INPUTS)
+    return root
+
+
+def local_argv(tmp_path: Path) -> list[str]:
+    """``torchyard run run.yaml --local`` with its runs and registry under ``tmp_path``."""
+    runs, registry = str(tmp_path / "runs"), str(tmp_path / "registry")
+    return ["run", "run.yaml", "--local", "--workdir", runs, "--registry", registry]
+
+
+def seen(workroot: Path) -> list[str]:
+    [run] = sorted(workroot.iterdir())[-1:]
+    return (run / "node-0" / "outputs" / "seen.txt").read_text().splitlines()
+
+
+def test_a_web_input_is_fetched_once_and_named_in_the_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = archive({"birds/a.jpg": "A", "birds/notes.txt": "N"})
+    state = Files({"/birds.tgz": body})
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    with serving(state) as url:
+        spec = {
+            "name": "birds",
+            "uri": f"{url}/birds.tgz",
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "include": ["*.jpg"],
+        }
+        (tmp_path / "src").mkdir()
+        src = project(tmp_path / "src", [spec], ["$TORCHYARD_INPUT_BIRDS"])
+        argv = local_argv(tmp_path)
+        monkeypatch.chdir(src)
+        assert cli.main(argv) == 0
+        assert seen(tmp_path / "runs") == ["birds/a.jpg=A"]
+        sent = state.sent
+        assert sent == len(body)
+        assert cli.main(argv) == 0
+        assert state.sent == sent, "the second run fetched nothing"
+    assert "input birds: 1 bytes ready (0 fetched)" in capsys.readouterr().err
+    run = api.parse_trainingrun(yaml.safe_load((src / "run.yaml").read_text()))
+    key = planned.keys(run)["birds"]
+    assert cache.read(str(tmp_path / "cache"), key) is not None, "the cluster's key"
+
+
+def test_a_model_input_comes_from_the_local_registry_as_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchyard.registry import Store
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.pt").write_text("W")
+    Store(tmp_path / "registry").publish("default", "birds", model)
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "src").mkdir()
+    spec = {"name": "base", "uri": "model://birds/1", "mode": "download"}
+    src = project(tmp_path / "src", [spec], ["${TORCHYARD_INPUT_BASE}"])
+    monkeypatch.chdir(src)
+    argv = local_argv(tmp_path)
+    assert cli.main(argv) == 0
+    assert seen(tmp_path / "runs") == ["weights.pt=W"]
+    [run] = sorted((tmp_path / "runs").iterdir())
+    assert (run / "inputs" / "base" / "weights.pt").read_text() == "W", "a writable copy"
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"name": "base", "uri": "model://nothing/1"}, "input base (model://nothing/1): "),
+        ({"name": "data", "uri": "pvc://datasets"}, "local mode cannot mount"),
+    ],
+)
+def test_an_input_it_cannot_have_stops_the_run_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    spec: dict[str, object],
+    words: str,
+) -> None:
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "src").mkdir()
+    src = project(tmp_path / "src", [spec], [])
+    monkeypatch.chdir(src)
+    argv = local_argv(tmp_path)
+    assert cli.main(argv) == 1
+    assert words in capsys.readouterr().err
