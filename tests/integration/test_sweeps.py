@@ -16,16 +16,23 @@ said in the Sweep's Accepted condition, and the operator neither fails nor loops
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.builders import SweepBuilder, TrainingRunBuilder
+from tests.builders import SweepBuilder, TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import conditions, finish_pod, run_pods, wait_for, wait_status
+from tests.integration.test_archiving import (  # noqa: F401 (a fixture)
+    allow_default_service_account,
+    archiving_operator,
+    run_node,
+)
 from torchyard import api, k8s
 from torchyard.api import wire
 from torchyard.sweeps import sampling, space
@@ -427,3 +434,56 @@ def test_an_operator_restart_makes_no_trial_twice_and_keeps_the_parameters(
     for i in range(3):
         annotation = runs[f"again-t{i}"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]
         assert json.loads(annotation) == sampling.random_trial(searched, SEED, i)
+
+
+# -- registerBest ------------------------------------------------------------------------
+
+WRITE_MODEL = (
+    "import os, pathlib\n"
+    "out = pathlib.Path(os.environ['TORCHYARD_OUTPUTS'])\n"
+    "(out / 'model.pt').write_text('weights of ' + os.environ['TORCHYARD_RUN'])\n"
+)
+
+
+@pytest.mark.usefixtures("archiving_operator")  # the registry, and the operator archiving
+def test_the_best_trial_is_registered_as_a_model_version_once_across_restarts(
+    cluster: Cluster, namespace: str, operator: InProcessOperator, tmp_path: Path
+) -> None:
+    ns = namespace
+    allow_default_service_account(ns)
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch@sha256:" + "b" * 64))
+    trial = TrainingRunBuilder("t").environment("pytorch").command("python", "train.py")
+    sweep = SweepBuilder("tuned", ns).trial(trial.pool("cpu")).trials(3, 3).seed(SEED)
+    k8s.create(sweep.register_best("birds", path="outputs/model.pt").obj())
+    wait_for("three trials", lambda: len(trial_runs(ns, "tuned")) == 3)
+    reported: dict[str, float] = {}
+    for index in range(3):
+        name = f"tuned-t{index}"
+        run = wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 60)
+        parameters = json.loads(run["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
+        reported[name] = accuracy(parameters, 1)
+        assert report(ns, "tuned", name, 1, reported[name])
+        [pod] = run_pods(ns, name)
+        (tmp_path / name).mkdir()
+        done = run_node(pod, tmp_path / name, WRITE_MODEL)
+        assert done.returncode == 0, done.stderr
+        finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+    best = max(reported, key=lambda n: reported[n])
+    swept = wait_status(k8s.SWEEPS, ns, "tuned", lambda s: "model" in s, 60)
+    assert swept["status"]["phase"] == "Succeeded"
+    assert swept["status"]["model"] == {"name": "birds", "version": 1, "trial": best}
+    assert conditions(swept)["ModelRegistered"]["status"] == "True"
+    mv = k8s.get(k8s.MODELVERSIONS, ns, "birds-v1")
+    assert mv["spec"]["run"]["name"] == best
+    assert mv["spec"]["run"]["uid"] == k8s.get(k8s.TRAININGRUNS, ns, best)["metadata"]["uid"]
+    [model_file] = mv["spec"]["files"]
+    weights = f"weights of {best}".encode()
+    assert model_file["sha256"] == hashlib.sha256(weights).hexdigest()
+    cluster.kubectl("wait", "--for=condition=Available", "mv/birds-v1", "-n", ns, "--timeout=5s")
+    # an operator that restarts registers nothing again
+    operator.stop()
+    operator.start()
+    operator.caught_up("Sweep", ns, "tuned")
+    assert k8s.get(k8s.SWEEPS, ns, "tuned")["status"]["model"] == swept["status"]["model"]
+    versions = k8s.list_(k8s.MODELVERSIONS, ns)
+    assert [v["metadata"]["name"] for v in versions] == ["birds-v1"]

@@ -31,7 +31,7 @@ from torchyard.api._base import (
     observed_generation,
     with_rules,
 )
-from torchyard.api.trainingruns import RUN_NAME_MAX, TrainingRunSpec
+from torchyard.api.trainingruns import RUN_NAME_MAX, ModelOutput, TrainingRunSpec
 from torchyard.api.wire import API_VERSION
 
 # A trial is the TrainingRun <sweep>-t<index>: the Sweep's name leaves room for the index.
@@ -300,6 +300,13 @@ class EarlyTermination(Model):
         return self
 
 
+class RegisterBest(ModelOutput):
+    """Register the best trial's outputs as a model version once the sweep succeeded (~
+    ``hyperdrive_run.get_best_run_by_primary_metric().register_model(...)``): the trial
+    with the best metric among those that completed, its archived ``path`` promoted as the
+    model's next version, as a TrainingRun's ``outputs.register`` does."""
+
+
 _SPEC_RULES: list[dict[str, Any]] = [
     {
         "rule": "!has(self.maxConcurrentTrials) || self.maxConcurrentTrials <= self.maxTotalTrials",
@@ -437,6 +444,12 @@ class SweepSpec(Model):
         ),
     )
 
+    register_best: RegisterBest | None = Field(
+        default=None,
+        description="Once the sweep succeeded, register the outputs of its best completed "
+        "trial as the model's next version (status.model names it and the trial).",
+    )
+
     @field_validator("parameters")
     @classmethod
     def _names(cls, value: dict[str, ParameterExpression]) -> dict[str, ParameterExpression]:
@@ -527,6 +540,14 @@ STATUS_RUNNING = 10
 STATUS_FAILED_NAMES = 20
 
 
+class SweepModel(Model):
+    """The model version spec.registerBest registered."""
+
+    name: str = Field(description="The model.")
+    version: int = Field(description="Its version (the ModelVersion <name>-v<version>).")
+    trial: str = Field(description="The trial TrainingRun whose outputs it holds.")
+
+
 class SweepStatus(Model):
     """Observed state of a Sweep, written by the operator."""
 
@@ -536,7 +557,8 @@ class SweepStatus(Model):
     observed_generation: int | None = observed_generation()
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Accepted, MetricReported, Succeeded, Failed, and Ready, Reconciling, Stalled.",
+        description="Accepted, MetricReported, Succeeded, Failed, ModelRegistered "
+        "(spec.registerBest), and Ready, Reconciling, Stalled.",
         json_schema_extra=CONDITIONS_FIELD_EXTRA,
     )
     seed: int | None = Field(default=None, description="The seed random sampling uses.")
@@ -564,6 +586,9 @@ class SweepStatus(Model):
         default=None,
         max_length=STATUS_FAILED_NAMES,
         description="The trials that failed (the first few).",
+    )
+    model: SweepModel | None = Field(
+        default=None, description="The model version spec.registerBest registered."
     )
     start_time: datetime | None = Field(default=None, description="When the sweep started.")
     completion_time: datetime | None = Field(default=None, description="When it finished.")

@@ -19,7 +19,10 @@
    annotations: ``planning.sweeps.decided``), each new trial ``<sweep>-t<index>`` with
    the parameters sampled from (seed, index), so a restart makes neither a second trial
    nor other parameters (server-side apply), and the ledger when it changed;
-6. **write** the status (``status.sweeps``) and its Events once, at the end.
+6. **write** the status (``status.sweeps``) and its Events once, at the end; once the
+   sweep succeeded with ``spec.registerBest``, its best completed trial is registered
+   first (``sweep_register``), and a finished sweep whose registration waits for the
+   registry comes back for that alone.
 
 Trial TrainingRuns' events queue their Sweep (``handlers``). Called by the work queue's
 workers; tested against an in-memory fake of ``torchyard.k8s`` in
@@ -37,7 +40,7 @@ from typing import Any
 
 from torchyard import api, k8s
 from torchyard.api import sweeps as sweep_api
-from torchyard.controller import context, sweep_policy, sweep_trials
+from torchyard.controller import context, sweep_policy, sweep_register, sweep_trials
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.controller.sweep_trials import Entry, Seen
 from torchyard.planning import names
@@ -103,11 +106,14 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         return Result()
     if meta.get("deletionTimestamp"):
         return Result()  # owner references take the trials and the ledger away
-    if previous.get("phase") in sweep_status.TERMINAL and previous.get("completionTime"):
+    finished = previous.get("phase") in sweep_status.TERMINAL and previous.get("completionTime")
+    if finished and not _registers(sweep, previous):
         return Result()
 
     seen = observe(ctx, sweep, compiled)
     book = sweep_trials.book(compiled.goal, seen.entries, seen.seen, _planned_intervals(seen))
+    if finished:  # only its best trial's registration is left to do
+        return _conclude(ctx, body, sweep, book, Outcome(previous, now, []), logger, Result())
     result = Result()
     events: list[Event] = []
 
@@ -163,7 +169,39 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if verdict is not None:
         log = logger.info if verdict.succeeded else logger.warning
         log("Sweep %s/%s %s: %s", sweep.namespace, sweep.name, new["phase"], verdict.message)
-    context.write(ctx, body, Outcome(new, now, events))
+    return _conclude(ctx, body, sweep, book, Outcome(new, now, events), logger, result)
+
+
+def _registers(sweep: api.Sweep, status: Mapping[str, Any]) -> bool:
+    return sweep.spec.register_best is not None and sweep_status.registration_pending(status)
+
+
+def _conclude(
+    ctx: Context,
+    body: Mapping[str, Any],
+    sweep: api.Sweep,
+    book: trials.Book,
+    outcome: Outcome,
+    logger: Log,
+    result: Result,
+) -> Result:
+    """Write the status, with the best trial registered first once the sweep succeeded
+    (``spec.registerBest``, ``sweep_register``)."""
+    if not _registers(sweep, outcome.status):
+        context.write(ctx, body, outcome)
+        return result
+    done = sweep_register.register_best(ctx, sweep, book, logger)
+    new = sweep_status.with_model(
+        outcome.status, done.status, done.reason, done.message, outcome.at, done.model
+    )
+    events = list(outcome.events)
+    if done.model is not None:
+        events.append(Event("Normal", "ModelRegistered", done.message))
+    elif not done.waiting:
+        events.append(Event("Warning", "ModelNotRegistered", done.message))
+    else:
+        result.requeue_after = sweep_register.RETRY_SECONDS
+    context.write(ctx, body, Outcome(new, outcome.at, events))
     return result
 
 

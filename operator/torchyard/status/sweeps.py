@@ -210,3 +210,40 @@ def invalid_sweep_status(
         "conditions": merge(prev.get("conditions"), desired, now),
     }
     return with_kstatus(status, prev, now)
+
+
+MODEL_REGISTERED = "ModelRegistered"
+
+
+def with_model(
+    status: Mapping[str, Any],
+    registered: bool | str,
+    reason: str,
+    message: str,
+    now: datetime,
+    model: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A succeeded sweep's ``status`` with what ``spec.registerBest`` did: the condition
+    ``ModelRegistered`` (True: ``status.model`` names the version and its trial; Unknown:
+    waiting for the registry, tried again; False: nothing to register, said why), placed
+    before ``Succeeded`` so that Ready keeps the sweep's own reason."""
+    gen = status.get("observedGeneration")
+    desired = condition(MODEL_REGISTERED, registered, reason, message, observed_generation=gen)
+    [merged] = merge(status.get("conditions"), [desired], now)
+    others = [c for c in status.get("conditions") or [] if c.get("type") != MODEL_REGISTERED]
+    at = next((i for i, c in enumerate(others) if c.get("type") == "Succeeded"), len(others))
+    out = {**status, "conditions": [*others[:at], merged, *others[at:]]}
+    if model is not None:
+        out["model"] = dict(model)
+    return out
+
+
+def registration_pending(status: Mapping[str, Any]) -> bool:
+    """Whether a sweep's registration is still to be done: it succeeded, and its
+    ``ModelRegistered`` condition is not there yet or says it waits (Unknown)."""
+    if status.get("phase") != "Succeeded" or status.get("model"):
+        return False
+    found = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == MODEL_REGISTERED), None
+    )
+    return found is None or found.get("status") == "Unknown"
