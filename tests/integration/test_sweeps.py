@@ -33,9 +33,12 @@ from tests.integration.test_archiving import (  # noqa: F401 (a fixture)
     archiving_operator,
     run_node,
 )
-from torchyard import api, k8s
+from torchyard import api, bayesian, k8s
 from torchyard.api import wire
+from torchyard.sdk import Experiment, HyperDriveRun, Workspace
+from torchyard.sdk.azureml.common import ActivityFailedException, TorchyardSdkError
 from torchyard.sweeps import sampling, space
+from torchyard.sweeps.stopping import Goal
 
 SEED = 2026
 EPOCHS = 5
@@ -233,9 +236,9 @@ REFUSED: list[tuple[str, SweepBuilder, str]] = [
         "spec.maxConcurrentTrials",
     ),
     (
-        "bayesian sampling",
-        SweepBuilder("bad").with_("spec.sampling", "bayesian"),
-        "bayesian sampling (Optuna's TPE) is not supported yet",
+        "an unknown sampling",
+        SweepBuilder("bad").with_("spec.sampling", "anneal"),
+        "sampling must be random, grid or bayesian",
     ),
     (
         "asha",
@@ -283,6 +286,14 @@ SAID: list[tuple[str, SweepBuilder, str]] = [
         .trials(8, 2),
         "spec.maxTotalTrials: the grid has 9 combinations (3 batch x 3 lr), more than "
         "maxTotalTrials 8",
+    ),
+    (
+        "bayesian sampling of an unbounded expression",
+        SweepBuilder("bayes")
+        .with_("spec.sampling", "bayesian")
+        .parameters(lr=LR, noise={"type": "normal", "mu": 0, "sigma": 1}),
+        "spec.parameters.noise: bayesian sampling takes only choice, randint, uniform, "
+        "quniform, loguniform, qloguniform expressions",
     ),
     (
         "a loguniform bound that overflows",
@@ -487,3 +498,93 @@ def test_the_best_trial_is_registered_as_a_model_version_once_across_restarts(
     assert k8s.get(k8s.SWEEPS, ns, "tuned")["status"]["model"] == swept["status"]["model"]
     versions = k8s.list_(k8s.MODELVERSIONS, ns)
     assert [v["metadata"]["name"] for v in versions] == ["birds-v1"]
+
+
+# -- bayesian sampling -------------------------------------------------------------------
+
+
+def test_a_bayesian_sweep_loses_and_repeats_no_trial_across_an_operator_restart(
+    cluster: Cluster, env: str, operator: InProcessOperator
+) -> None:
+    """Five trials, two at a time, driven one at a time in index order: trial i (i >= 2) is
+    made when trial i-2 completed, with trial i-1 still running, so the test knows the
+    results each trial was sampled from; the operator restarts once a trial learned from a
+    result."""
+    ns = env
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    body = SweepBuilder("tpe", ns).trial(trial).trials(5, 2).seed(SEED)
+    k8s.create(body.with_("spec.sampling", "bayesian").obj())
+    searched = space.parse_space(PARAMETERS)
+    wait_for("two trials", lambda: len(trial_runs(ns, "tpe")) == 2)
+    values: list[float] = []
+    for index in range(5):
+        name = f"tpe-t{index}"
+        run = wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 60)
+        parameters = json.loads(run["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
+        values.append(accuracy(parameters, 1))
+        assert report(ns, "tpe", name, 1, values[-1])
+        finish_pod(cluster, ns, f"{name}-0", 0)
+        wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Succeeded")
+        if index == 0:
+            wait_for("trial 2", lambda: "tpe-t2" in trial_runs(ns, "tpe"))
+            made = trial_runs(ns, "tpe")["tpe-t2"]["metadata"]["uid"]
+            operator.stop()
+            operator.start()
+            operator.caught_up("Sweep", ns, "tpe")
+            assert sorted(trial_runs(ns, "tpe")) == ["tpe-t0", "tpe-t1", "tpe-t2"]
+            assert trial_runs(ns, "tpe")["tpe-t2"]["metadata"]["uid"] == made
+    swept = wait_status(k8s.SWEEPS, ns, "tpe", lambda s: s.get("phase") == "Succeeded", 60)
+    runs = trial_runs(ns, "tpe")
+    assert sorted(runs) == [f"tpe-t{i}" for i in range(5)]
+    book = ledger(ns, "tpe")
+    made_with: list[dict[str, Any]] = []
+    for index in range(5):
+        annotation = runs[f"tpe-t{index}"]["metadata"]["annotations"]
+        parameters = json.loads(annotation[wire.ANNOTATION_PARAMETERS])
+        assert book[f"t{index}"]["parameters"] == parameters
+        # what the sampler knew when it made the trial: those before i-1 ended, i-1 waiting
+        results = [
+            bayesian.Result(made_with[j], values[j], ended=True) for j in range(index - 1)
+        ] + [bayesian.Result(made_with[j]) for j in range(max(0, index - 1), index)]
+        assert parameters == bayesian.suggest(searched, Goal.MAXIMIZE, SEED, index, results)
+        made_with.append(parameters)
+    assert swept["status"]["best"]["metric"] == max(values)
+
+
+# -- the SDK's cancel --------------------------------------------------------------------
+
+
+def test_the_sdks_cancel_cancels_the_running_trials_and_ends_the_sweep_canceled(
+    cluster: Cluster, env: str
+) -> None:
+    ns = env
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    k8s.create(SweepBuilder("stop", ns).trial(trial).trials(6, 2).seed(SEED).obj())
+    run = HyperDriveRun(Experiment(Workspace(namespace=ns), "birds"), "stop")
+    wait_for("two trials", lambda: len(trial_runs(ns, "stop")) == 2)
+    wait_status(k8s.TRAININGRUNS, ns, "stop-t0", lambda s: s.get("phase") == "Running", 60)
+    wait_status(k8s.TRAININGRUNS, ns, "stop-t1", lambda s: s.get("phase") == "Running", 60)
+    assert report(ns, "stop", "stop-t0", 1, 0.5)
+    wait_for("the sweep running", lambda: run.get_status() == "Running")
+
+    run.cancel()
+
+    details = run.wait_for_completion(raise_on_error=False, poll=0.2, timeout=60)
+    assert details["status"] == "Canceled"
+    with pytest.raises(ActivityFailedException, match="anceled"):
+        run.wait_for_completion(poll=0.2, timeout=60)
+    swept = k8s.get(k8s.SWEEPS, ns, "stop")
+    assert conditions(swept)["Failed"]["reason"] == "Canceled"
+    assert swept["status"]["best"]["name"] == "stop-t0"  # the best found so far stays
+    # the trials it ran are canceled, their gangs stopped; none is made after
+    for name in ("stop-t0", "stop-t1"):
+        stopped = wait_status(
+            k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Suspended", 60
+        )
+        assert stopped["metadata"]["annotations"][wire.ANNOTATION_DECISION] == "canceled"
+        wait_for(f"{name}'s Pods gone", lambda n=name: run_pods(ns, n) == [])
+    assert sorted(trial_runs(ns, "stop")) == ["stop-t0", "stop-t1"]
+    best = run.get_best_run_by_primary_metric()
+    assert best is not None and best.id == "stop-t0"
+    with pytest.raises(TorchyardSdkError, match="already finished"):
+        run.cancel()

@@ -58,11 +58,8 @@ ENV_PREFIX = "TORCHYARD_PARAM_"  # sweeps.sampling.ENV_PREFIX
 # A trial's spec.env holds at most this many variables (TrainingRunSpec.env).
 MAX_ENV = 128
 
-SAMPLINGS = ("random", "grid")
-SAMPLING_RULE = (
-    "must be random or grid: bayesian sampling (Optuna's TPE) is not supported yet; use "
-    "random, or grid for a space of choice parameters"
-)
+SAMPLINGS = ("random", "grid", "bayesian")
+SAMPLING_RULE = "must be random, grid or bayesian"
 POLICIES = ("bandit", "median", "truncation")
 POLICY_RULE = (
     "must be bandit, median or truncation: asha is not supported yet (it pauses trials "
@@ -336,6 +333,12 @@ _SPEC_RULES: list[dict[str, Any]] = [
     },
 ]
 
+SEED_DESCRIPTION = (
+    "The sampling's seed (status.seed shows the one used): random sampling gives every "
+    "trial the same parameters with the same seed, bayesian sampling with the same seed "
+    "and the same results before it. Unset: one derived from the Sweep's uid. Immutable."
+)
+
 _IMMUTABLE: dict[str, Any] = {
     "rule": "self == oldSelf",
     "message": "is immutable: create another Sweep",
@@ -376,8 +379,10 @@ class SweepSpec(Model):
         default="random",
         max_length=32,
         description="random: each trial's values drawn from the expressions, from the seed "
-        "and the trial's index; grid: every combination of choice values, in order "
-        "(bayesian is not supported yet); immutable.",
+        "and the trial's index; grid: every combination of choice values, in order; "
+        "bayesian: each trial's values chosen by Optuna's TPE sampler from the results of "
+        "the trials before it (choice, randint and the uniform and loguniform forms only); "
+        "immutable.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {"rule": f"self in {list(SAMPLINGS)}", "message": f"sampling {SAMPLING_RULE}"},
@@ -419,14 +424,8 @@ class SweepSpec(Model):
         default=None,
         ge=0,
         le=2**53,
-        description="The random sampling's seed (status.seed shows the one used): the same "
-        "seed gives every trial the same parameters. Unset: one derived from the Sweep's "
-        "uid. Immutable.",
-        json_schema_extra=_immutable(
-            "The random sampling's seed (status.seed shows the one used): the same seed "
-            "gives every trial the same parameters. Unset: one derived from the Sweep's uid. "
-            "Immutable."
-        ),
+        description=SEED_DESCRIPTION,
+        json_schema_extra=_immutable(SEED_DESCRIPTION),
     )
     cancel: bool = Field(
         default=False,
@@ -561,7 +560,7 @@ class SweepStatus(Model):
         "(spec.registerBest), and Ready, Reconciling, Stalled.",
         json_schema_extra=CONDITIONS_FIELD_EXTRA,
     )
-    seed: int | None = Field(default=None, description="The seed random sampling uses.")
+    seed: int | None = Field(default=None, description="The seed the sampling uses.")
     trials: TrialCounts | None = Field(default=None, description="Trials by state.")
     best: TrialRow | None = Field(
         default=None,

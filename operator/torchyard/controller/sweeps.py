@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from torchyard import api, k8s
+from torchyard import api, bayesian, k8s
 from torchyard.api import sweeps as sweep_api
 from torchyard.controller import context, sweep_policy, sweep_register, sweep_trials
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
@@ -237,7 +237,7 @@ def compile_spec(sweep: api.Sweep, parameters: Any) -> Compiled:
         field, _, message = str(err).partition(": ")
         where = field if field.startswith("spec.") else f"spec.{field}"
         raise Invalid(f"{where}: {message}") from None
-    chosen: sampling.Sampling = "grid" if spec.sampling == "grid" else "random"
+    chosen = next(s for s in sampling.SAMPLINGS if s == spec.sampling)
     hints = tuple(str(h) for h in space.hints(searched, "spec.parameters"))
     return Compiled(searched, chosen, planned, seed_of(sweep), goal, policy, hints)
 
@@ -272,8 +272,25 @@ def _owned(obj: Mapping[str, Any], uid: str) -> bool:
     return any(r.get("uid") == uid for r in refs)
 
 
-def _parameters(compiled: Compiled, index: int) -> dict[str, space.Value]:
-    return sampling.trial_parameters(compiled.sampling, compiled.space, compiled.seed, index)
+def _parameters(
+    compiled: Compiled, index: int, book: trials.Book | None = None
+) -> dict[str, space.Value]:
+    """Trial ``index``'s parameters: random and grid from (seed, index); bayesian from the
+    book's trials before it too (a trial once made keeps the parameters its TrainingRun
+    and the ledger record, so this is asked only when a trial is made)."""
+    if compiled.sampling != "bayesian":
+        return sampling.trial_parameters(compiled.sampling, compiled.space, compiled.seed, index)
+    if book is None:  # a trial whose annotation and ledger entry are both gone: unknown
+        return {}
+    before = [r for r in book.trials if r.index < index]
+    return bayesian.suggest(
+        compiled.space, compiled.goal, compiled.seed, index, [_result(r) for r in before]
+    )
+
+
+def _result(record: trials.TrialRecord) -> bayesian.Result:
+    failed = record.state in (trials.TrialState.FAILED, trials.TrialState.CANCELED)
+    return bayesian.Result(record.params(), record.best, record.state in trials.ENDED, failed)
 
 
 def _planned_intervals(seen: Observed) -> int | None:
@@ -331,7 +348,7 @@ def _create(
     """Make the trials ``indices`` in order (their entries and the book get them); a
     refusal that a retry cannot fix is :class:`Refused`."""
     for index in indices:
-        parameters = _parameters(compiled, index)
+        parameters = _parameters(compiled, index, book)
         manifest = plans.trial(
             sweep,
             index,

@@ -104,9 +104,9 @@ REFUSED: list[tuple[str, SweepBuilder, str]] = [
         "spec.objective.goal",
     ),
     (
-        "bayesian sampling",
-        SweepBuilder("hd").with_("spec.sampling", "bayesian"),
-        "not supported yet",
+        "an unknown sampling",
+        SweepBuilder("hd").with_("spec.sampling", "anneal"),
+        "sampling must be random, grid or bayesian",
     ),
     (
         "more concurrent than total trials",

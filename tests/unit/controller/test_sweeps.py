@@ -15,10 +15,11 @@ from typing import Any
 from tests.builders import SweepBuilder
 from tests.unit.controller.fake_k8s import FakeK8s
 from tests.unit.controller.world import T0
-from torchyard import api, k8s
+from torchyard import api, bayesian, k8s
 from torchyard.api import wire
 from torchyard.controller import context, sweeps
 from torchyard.sweeps import sampling, space
+from torchyard.sweeps.stopping import Goal
 
 NS = "ns"
 UID = "uid-sweep"
@@ -345,3 +346,50 @@ def test_a_loguniform_that_looks_like_values_not_logarithms_is_accepted_with_a_h
     assert "spec.parameters.lr: loguniform draws exp(uniform(0.0001, 0.1))" in accepted["message"]
     assert "write minValue: -9.21034, maxValue: -2.30259" in accepted["message"]
     assert len(trials(fake)) == 4
+
+
+def bayesian_sweep() -> dict[str, Any]:
+    return sweep(SweepBuilder("hd", NS).seed(7).with_("spec.sampling", "bayesian"))
+
+
+def test_bayesian_trials_are_made_from_the_results_before_them_and_never_again() -> None:
+    searched = space.parse_space(SweepBuilder("x").obj()["spec"]["parameters"])
+    fake = FakeK8s(bayesian_sweep())
+    reconcile(fake)
+    made = trials(fake)
+    assert sorted(made) == ["hd-t0", "hd-t1", "hd-t2", "hd-t3"]
+    results: list[bayesian.Result] = []
+    for i in range(4):  # each made while the ones before wait (running, to the sampler)
+        params = bayesian.suggest(searched, Goal.MAXIMIZE, 7, i, results)
+        annotation = made[f"hd-t{i}"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]
+        assert json.loads(annotation) == params
+        assert ledger(fake)[f"t{i}"]["parameters"] == params
+        results.append(bayesian.Result(params))
+    fake.reset_writes()
+    reconcile(fake)  # a restarted operator: a new Context, the same cluster
+    assert fake.applied == [] and fake.statuses == []
+    # trial 4, made once t0 completed with its metric, learns from it
+    running(fake, "hd-t0", 1, 0.8)
+    reconcile(fake)
+    set_trial(fake, "hd-t0", phase="Succeeded", completionTime="2026-01-01T12:10:00Z")
+    reconcile(fake)
+    t4 = json.loads(trials(fake)["hd-t4"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
+    before = [
+        bayesian.Result(results[0].parameters, 0.8, ended=True),
+        *results[1:],
+    ]
+    assert t4 == bayesian.suggest(searched, Goal.MAXIMIZE, 7, 4, before)
+    assert status(fake)["seed"] == 7
+
+
+def test_bayesian_sampling_of_an_unbounded_expression_is_said_in_accepted() -> None:
+    body = bayesian_sweep()
+    body["spec"]["parameters"]["noise"] = {"type": "normal", "mu": 0, "sigma": 1}
+    fake = FakeK8s(body)
+    reconcile(fake)
+    accepted = conditions(fake)["Accepted"]
+    assert (accepted["status"], accepted["reason"]) == ("False", "InvalidSpec")
+    assert accepted["message"].startswith(
+        "spec.parameters.noise: bayesian sampling takes only choice, randint"
+    )
+    assert trials(fake) == {}
