@@ -32,7 +32,7 @@ within 1 % of the exhaustive best. The full run writes benchmarks/results/sweeps
 
 Then the samplers on the same curve family, without early stopping: ``--trials`` trials
 ``--slots`` at a time, each new trial drawn at random or chosen by bayesian sampling
-(``torchyard.bayesian``, Optuna's TPE, from the results of the trials that ended, those
+(``torchyard.tuning.bayesian``, Optuna's TPE, from the results of the trials that ended, those
 still running given as running), over ``--seeds`` seeds. Printed as bayesian's mean
 regret over random's (regret: the best noise-free final accuracy of the space minus a
 trial's): of the best configuration sampled, of all trials (how much of the budget went
@@ -60,8 +60,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
 from benchmarks import record  # noqa: E402
 
-from torchyard import bayesian  # noqa: E402
 from torchyard.sweeps import sampling, space, stopping, trials  # noqa: E402
+from torchyard.tuning import bayesian  # noqa: E402
 
 SPACE = {
     "learning_rate": {"type": "uniform", "minValue": 0.0005, "maxValue": 0.005},

@@ -33,12 +33,13 @@ from tests.integration.test_archiving import (  # noqa: F401 (a fixture)
     archiving_operator,
     run_node,
 )
-from torchyard import api, bayesian, k8s
+from torchyard import api, k8s
 from torchyard.api import wire
 from torchyard.sdk import Experiment, HyperDriveRun, Workspace
 from torchyard.sdk.azureml.common import ActivityFailedException, TorchyardSdkError
 from torchyard.sweeps import sampling, space
 from torchyard.sweeps.stopping import Goal
+from torchyard.tuning import bayesian
 
 SEED = 2026
 EPOCHS = 5

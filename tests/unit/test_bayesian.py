@@ -1,4 +1,4 @@
-"""Bayesian sampling (``torchyard.bayesian``, Optuna's TPE): the next trial is a pure
+"""Bayesian sampling (``torchyard.tuning.bayesian``, Optuna's TPE): the next trial is a pure
 function of (space, goal, seed, index, the results before it), so a restarted operator
 that rebuilds the study from its ledger gets the same trial; the values are the ones the
 expressions allow, as the trial receives them; a trial still running keeps the next ones
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from torchyard import bayesian
-from torchyard.bayesian import Result
 from torchyard.sweeps import sampling, space
 from torchyard.sweeps.sampling import SamplingError
 from torchyard.sweeps.stopping import Goal
+from torchyard.tuning import bayesian
+from torchyard.tuning.bayesian import Result
 
 MIXED = space.parse_space(
     {

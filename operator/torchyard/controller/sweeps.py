@@ -32,21 +32,23 @@ tests/integration/test_sweeps.py.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from torchyard import api, bayesian, k8s
+from torchyard import api, k8s
 from torchyard.api import sweeps as sweep_api
-from torchyard.controller import context, sweep_policy, sweep_register, sweep_trials
+from torchyard.controller import context, sweep_register
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
-from torchyard.controller.sweep_trials import Entry, Seen
 from torchyard.planning import names
 from torchyard.planning import sweeps as plans
 from torchyard.status import sweeps as sweep_status
-from torchyard.sweeps import sampling, space, stopping, trials
+from torchyard.sweeps import sampling, trials
+from torchyard.tuning import plans as tuning
+from torchyard.tuning import sweep_policy, sweep_trials
+from torchyard.tuning.plans import Compiled, Invalid, compile_spec
+from torchyard.tuning.sweep_trials import Entry, Seen
 
 # How soon a sweep whose trial names are still held by a deleted namesake's trials (being
 # garbage collected) looks again.
@@ -57,23 +59,6 @@ LEDGER_BUDGET = 800 * 1024
 # makes them over several, each queued at once after the one before, so that a worker is
 # not held for minutes and the status shows the trials as they come).
 CREATES_PER_RECONCILE = 50
-
-
-class Invalid(ValueError):
-    """A spec the sweeps core cannot run; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """The spec as the sweeps core reads it."""
-
-    space: space.SearchSpace
-    sampling: sampling.Sampling
-    planned: int
-    seed: int
-    goal: stopping.Goal
-    policy: stopping.IntervalPolicy | None
-    hints: tuple[str, ...] = ()  # valid but likely mistaken (space.hints)
 
 
 @dataclass
@@ -205,43 +190,6 @@ def _conclude(
     return result
 
 
-# -- compile ---------------------------------------------------------------------------
-
-
-def seed_of(sweep: api.Sweep) -> int:
-    """``spec.seed``, else one derived from the Sweep's uid (stable for its lifetime)."""
-    if sweep.spec.seed is not None:
-        return sweep.spec.seed
-    return int.from_bytes(hashlib.sha256(sweep.uid.encode()).digest()[:6], "big")
-
-
-def compile_spec(sweep: api.Sweep, parameters: Any) -> Compiled:
-    """The spec as the sweeps core reads it; :class:`Invalid` names what it refuses.
-    ``parameters`` is the body's own ``spec.parameters`` (an integer stays an integer)."""
-    spec = sweep.spec
-    try:
-        searched = space.parse_space(parameters, "spec.parameters")
-        planned = sampling.check(spec.sampling, searched, spec.max_total_trials)
-        goal = stopping.parse_goal(spec.objective.goal, "spec.objective.goal")
-        policy = None
-        if spec.early_termination is not None:
-            parsed = stopping.parse_policy(
-                spec.early_termination.to_dict(), "spec.earlyTermination"
-            )
-            if isinstance(parsed, stopping.Asha):
-                raise Invalid(f"spec.earlyTermination.type {sweep_api.POLICY_RULE}")
-            policy = parsed
-    except space.SpaceError as err:
-        raise Invalid(str(err)) from None
-    except (sampling.SamplingError, stopping.PolicyError) as err:
-        field, _, message = str(err).partition(": ")
-        where = field if field.startswith("spec.") else f"spec.{field}"
-        raise Invalid(f"{where}: {message}") from None
-    chosen = next(s for s in sampling.SAMPLINGS if s == spec.sampling)
-    hints = tuple(str(h) for h in space.hints(searched, "spec.parameters"))
-    return Compiled(searched, chosen, planned, seed_of(sweep), goal, policy, hints)
-
-
 # -- observe ---------------------------------------------------------------------------
 
 
@@ -262,7 +210,7 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
     ledger = dict(found.get("data") or {}) if found and _owned(found, sweep.uid) else None
     entries = sweep_trials.decode(ledger)
     for index, trial in seen.items():
-        entry = entries.get(index) or Entry(trial.parameters or _parameters(compiled, index))
+        entry = entries.get(index) or Entry(trial.parameters or tuning.parameters(compiled, index))
         entries[index] = sweep_trials.observed(entry, trial)
     return Observed(seen, entries, ledger, namesakes)
 
@@ -270,27 +218,6 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
 def _owned(obj: Mapping[str, Any], uid: str) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == uid for r in refs)
-
-
-def _parameters(
-    compiled: Compiled, index: int, book: trials.Book | None = None
-) -> dict[str, space.Value]:
-    """Trial ``index``'s parameters: random and grid from (seed, index); bayesian from the
-    book's trials before it too (a trial once made keeps the parameters its TrainingRun
-    and the ledger record, so this is asked only when a trial is made)."""
-    if compiled.sampling != "bayesian":
-        return sampling.trial_parameters(compiled.sampling, compiled.space, compiled.seed, index)
-    if book is None:  # a trial whose annotation and ledger entry are both gone: unknown
-        return {}
-    before = [r for r in book.trials if r.index < index]
-    return bayesian.suggest(
-        compiled.space, compiled.goal, compiled.seed, index, [_result(r) for r in before]
-    )
-
-
-def _result(record: trials.TrialRecord) -> bayesian.Result:
-    failed = record.state in (trials.TrialState.FAILED, trials.TrialState.CANCELED)
-    return bayesian.Result(record.params(), record.best, record.state in trials.ENDED, failed)
 
 
 def _planned_intervals(seen: Observed) -> int | None:
@@ -348,7 +275,7 @@ def _create(
     """Make the trials ``indices`` in order (their entries and the book get them); a
     refusal that a retry cannot fix is :class:`Refused`."""
     for index in indices:
-        parameters = _parameters(compiled, index, book)
+        parameters = tuning.parameters(compiled, index, book)
         manifest = plans.trial(
             sweep,
             index,

@@ -2,7 +2,7 @@
 
 :func:`sweep_status` turns one reconcile's :class:`Observed` (the counts of trials by
 state, the best trial, the bounded summary rows, the trial-seconds, whether the metric was
-reported, and the verdict once the sweep finished, decided by ``controller.sweep_policy``
+reported, and the verdict once the sweep finished, decided by ``tuning.sweep_policy``
 and carried here, never computed again) into the status the controller writes when it
 changed: phase ``Pending`` (no trial started yet), ``Running``, ``Succeeded`` or
 ``Failed``; conditions ``Accepted``, ``MetricReported``, ``Running``, ``Succeeded`` /

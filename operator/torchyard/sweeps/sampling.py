@@ -7,7 +7,7 @@ the same n-th trial again, and adding a parameter leaves the others' values as t
 ``grid``: every combination of ``choice`` values, the first parameter (by name) varying
 slowest and each choice's values in the order written (``itertools.product``'s order).
 ``bayesian``: checked here (bounded expressions only, :func:`check_bayesian`), sampled by
-``torchyard.bayesian`` (Optuna's TPE, which this standard-library core does not import).
+``torchyard.tuning.bayesian`` (Optuna's TPE, which this standard-library core does not import).
 
 A trial receives its parameters as HyperDrive passes them, as script arguments
 (``--learning_rate 0.0031``, :func:`arguments`) and as variables
@@ -203,7 +203,7 @@ def trial_parameters(
     sampling: Sampling, space: SearchSpace, seed: int, trial: int
 ) -> dict[str, Value]:
     """Trial ``trial``'s parameters under ``sampling`` (random or grid: bayesian sampling
-    learns from the results so far, ``torchyard.bayesian.suggest``)."""
+    learns from the results so far, ``torchyard.tuning.bayesian.suggest``)."""
     if sampling == "grid":
         return grid_trial(space, trial)
     if sampling == "random":

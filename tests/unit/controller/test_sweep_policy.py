@@ -1,5 +1,5 @@
-"""What a Sweep decides (``controller.sweep_policy``) and how it reads its trials
-(``controller.sweep_trials``), as tables: one value per interval from the steps seen, a
+"""What a Sweep decides (``tuning.sweep_policy``) and how it reads its trials
+(``tuning.sweep_trials``), as tables: one value per interval from the steps seen, a
 trial judged once at its latest evaluation interval, the next trials to make, the verdict,
 and the ledger read back as it was written."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from tests.builders import SweepBuilder
 from torchyard import api
-from torchyard.controller import sweep_policy, sweep_trials
-from torchyard.controller.sweep_trials import Entry, Seen
 from torchyard.sweeps import stopping, trials
 from torchyard.sweeps.stopping import Goal
+from torchyard.tuning import sweep_policy, sweep_trials
+from torchyard.tuning.sweep_trials import Entry, Seen
 
 BANDIT = stopping.Bandit(slack_factor=0.15, evaluation_interval=1, delay_evaluation=2)
 

@@ -15,11 +15,12 @@ from typing import Any
 from tests.builders import SweepBuilder
 from tests.unit.controller.fake_k8s import FakeK8s
 from tests.unit.controller.world import T0
-from torchyard import api, bayesian, k8s
+from torchyard import api, k8s
 from torchyard.api import wire
 from torchyard.controller import context, sweeps
 from torchyard.sweeps import sampling, space
 from torchyard.sweeps.stopping import Goal
+from torchyard.tuning import bayesian, plans
 
 NS = "ns"
 UID = "uid-sweep"
@@ -123,7 +124,7 @@ def test_a_seedless_sweep_draws_from_its_uid_and_says_the_seed() -> None:
     fake = FakeK8s(body)
     reconcile(fake)
     seed = status(fake)["seed"]
-    assert seed == sweeps.seed_of(api.parse_sweep(body))
+    assert seed == plans.seed_of(api.parse_sweep(body))
     made = trials(fake)
     params = json.loads(made["hd-t0"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
     assert params == expected(0, seed)

@@ -26,8 +26,8 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import wire
-from torchyard.controller.context import parse_time
 from torchyard.planning import sweeps as plans
+from torchyard.status.conditions import parse_time
 from torchyard.sweeps import trials
 from torchyard.sweeps.space import Value, format_value
 from torchyard.sweeps.stopping import Action, Decision, Goal

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from torchyard.api import SweepSpec
 from torchyard.api.sweeps import CANCELED_REASON
-from torchyard.controller.sweep_trials import Entry, Seen, dense
 from torchyard.status.sweeps import Verdict
 from torchyard.sweeps import trials
 from torchyard.sweeps.stopping import (
@@ -38,6 +37,7 @@ from torchyard.sweeps.stopping import (
     is_evaluation_interval,
 )
 from torchyard.sweeps.trials import TrialState
+from torchyard.tuning.sweep_trials import Entry, Seen, dense
 
 # Failed trials named in a verdict's message.
 NAMED = 5
