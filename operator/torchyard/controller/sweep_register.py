@@ -48,8 +48,7 @@ class Registered:
 def candidate(book: trials.Book) -> trials.TrialRecord | None:
     """The best trial (by the objective) among those that completed; None when none did
     with the metric."""
-    done = [r for r in trials.ranked(book) if r.state is trials.TrialState.COMPLETED]
-    return done[0] if done else None
+    return trials.best_completed(book)
 
 
 def register_best(ctx: Context, sweep: api.Sweep, book: trials.Book, logger: Log) -> Registered:
