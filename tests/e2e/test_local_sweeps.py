@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,26 +59,7 @@ def sweep_file(tmp: Path, spec: dict[str, Any]) -> Path:
 
 
 def submit(local: Local, path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchyard",
-            "sweep",
-            "submit",
-            str(path),
-            "--local",
-            "--registry",
-            str(local.registry),
-            "--workdir",
-            str(local.workdir),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=local.tmp,
-    )
+    return local.command(["sweep", "submit", str(path)], *extra)
 
 
 def seen(local: Local, trial: str) -> dict[str, Any]:
