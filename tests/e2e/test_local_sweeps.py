@@ -9,11 +9,17 @@ that the test waits for the decision instead of racing it)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.conftest import Local
@@ -31,7 +37,7 @@ p.add_argument("--learning_rate", type=float)
 p.add_argument("--momentum", type=float, default=0.95)
 a = p.parse_args()
 out = pathlib.Path(os.environ["TORCHYARD_OUTPUTS"])
-seen = {"argv": sys.argv[1:], "start": time.time(),
+seen = {"argv": sys.argv[1:], "start": time.time(), "pid": os.getpid(),
         "env": {k: v for k, v in os.environ.items() if k.startswith("TORCHYARD_PARAM_")}}
 (out / "seen.json").write_text(json.dumps(seen))
 quality = 1 - 180 * abs(a.learning_rate - 0.0015) - 2 * abs(a.momentum - 0.95)
@@ -175,3 +181,40 @@ def test_bayesian_trials_one_at_a_time_are_what_tpe_gives_for_the_results_before
         expected = bayesian.suggest(searched, Goal.MAXIMIZE, 5, i, results)
         assert seen(local, f"tiny-t{i}")["argv"][2:] == sampling.arguments(expected)
         results.append(bayesian.Result(expected, max(reported(local, f"tiny-t{i}")), ended=True))
+
+
+def test_sigterm_stops_every_trial_and_leaves_no_process(local: Local) -> None:
+    path = sweep_file(
+        local.tmp,
+        {
+            "trial": {
+                "environment": "local",
+                "command": ["python", "train.py", "--epochs", "1", "--wait_below", "2"],
+            },
+            "parameters": {"learning_rate": {"type": "choice", "values": [0.001, 0.002]}},
+            "sampling": "grid",
+            "maxTotalTrials": 2,
+        },
+    )
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "torchyard", "sweep", "submit", str(path), "--local",
+         "--parallel", "2", "--registry", str(local.registry), "--workdir", str(local.workdir)],
+        cwd=local.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    pids: list[int] = []
+    while len(pids) < 2:  # both trials running (each wrote its pid)
+        assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
+        time.sleep(0.1)
+        with contextlib.suppress(ValueError):  # one being written
+            pids = [
+                json.loads(p.read_text())["pid"]
+                for p in local.workdir.glob("*/node-0/outputs/seen.json")
+            ]
+    cli.send_signal(signal.SIGTERM)
+    _, err = cli.communicate(timeout=120)
+    assert cli.returncode != 0
+    assert "SIGTERM received: stopping every trial" in err, err
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

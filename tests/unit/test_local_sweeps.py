@@ -86,10 +86,10 @@ def test_a_stopped_trial_shows_the_decision_and_gives_its_place_back(tmp_path: P
     from torchyard.tuning.sweep_trials import Entry
 
     found, stub, _ = trial(tmp_path)
-    assert found.running and found.seen(Entry({})).phase == "Running"
+    assert found.running and found.seen(Entry({}), found.running).phase == "Running"
     found.stop(plans.Decision("stopped", "below the slack"))
     found.join()
-    shown = found.seen(Entry({}))
+    shown = found.seen(Entry({}), found.running)
     assert stub.stopped and not found.running
     assert (shown.phase, shown.decision) == (
         "Suspended",

@@ -35,7 +35,13 @@ from torchyard import api
 from torchyard.api.trainingruns import ModelOutput
 from torchyard.local.finalize import publish
 from torchyard.local.results import LocalResult
-from torchyard.local.runs import LocalRun, default_registry, default_workroot
+from torchyard.local.runs import (
+    LocalRun,
+    default_registry,
+    default_workroot,
+    interruption,
+    stopped_by_signals,
+)
 from torchyard.planning import sweeps as plans
 from torchyard.registry import Store, Version
 from torchyard.status.sweeps import Verdict
@@ -112,11 +118,13 @@ class Trial:
                 out.append((step, float(value) if number else None))
         return out
 
-    def seen(self, entry: Entry) -> Seen:
-        """What it shows, as the controller reads a trial TrainingRun."""
+    def seen(self, entry: Entry, running: bool) -> Seen:
+        """What it shows, as the controller reads a trial TrainingRun (``running``: whether
+        it ran when its reports were last read, so that an ended trial's last reports are
+        always in ``entry``)."""
         phase = "Running"
         failure = self.error
-        if not self.running:
+        if not running:
             ok = self.result is not None and self.result.exit_code == 0 and not self.error
             phase = "Suspended" if self.decision else "Succeeded" if ok else "Failed"
             if self.result is not None and self.result.failure and not failure:
@@ -189,11 +197,12 @@ class LocalSweep:
 
     def _book(self) -> tuple[trials.Book, dict[int, Seen]]:
         metric = self.sweep.spec.objective.metric
+        running = {i: t.running for i, t in self.trials.items()}  # before their reports
         for index, trial in self.trials.items():
             for step, value in trial.reports(metric):
-                probe = replace(trial.seen(self.entries[index]), step=step, value=value)
+                probe = replace(trial.seen(self.entries[index], True), step=step, value=value)
                 self.entries[index] = sweep_trials.observed(self.entries[index], probe)
-        seen = {i: t.seen(self.entries[i]) for i, t in self.trials.items()}
+        seen = {i: t.seen(self.entries[i], running[i]) for i, t in self.trials.items()}
         book = sweep_trials.book(self.compiled.goal, self.entries, seen)
         return book, seen
 
@@ -256,14 +265,18 @@ class LocalSweep:
             f"time, {spec.sampling} sampling (seed {self.compiled.seed}), "
             f"{spec.objective.goal} {spec.objective.metric}, on this machine"
         )
-        try:
-            verdict = self._step()
-            while verdict is None:
-                time.sleep(POLL_SECONDS)
+        # SIGTERM and SIGHUP stop it as Ctrl-C does: the trials' nodes run in sessions of
+        # their own, and would go on training without the CLI
+        with stopped_by_signals():
+            try:
                 verdict = self._step()
-        except KeyboardInterrupt:
-            self._cancel_running("the sweep was interrupted")
-            raise
+                while verdict is None:
+                    time.sleep(POLL_SECONDS)
+                    verdict = self._step()
+            except KeyboardInterrupt as err:
+                self.say(f"{interruption(err)}: stopping every trial")
+                self._cancel_running("the sweep was interrupted")
+                raise
         self._cancel_running(f"the sweep finished ({verdict.reason}) before this trial ended")
         book, _ = self._book()
         result = SweepResult(self.sweep, verdict, book, self.compiled.seed)
