@@ -242,9 +242,21 @@ REFUSED: list[tuple[str, SweepBuilder, str]] = [
         "sampling must be random, grid or bayesian",
     ),
     (
-        "asha",
+        "asha without maxResource",
         SweepBuilder("bad").with_("spec.earlyTermination", {"type": "asha"}),
-        "spec.earlyTermination.type",
+        "spec.earlyTermination.maxResource",
+    ),
+    (
+        "asha without checkpoints",
+        SweepBuilder("bad").with_("spec.earlyTermination", {"type": "asha", "maxResource": 9}),
+        "spec.trial.checkpoints.size is required",
+    ),
+    (
+        "asha with a delay",
+        SweepBuilder("bad")
+        .with_("spec.trial.checkpoints", {"size": "1Gi"})
+        .with_("spec.earlyTermination", {"type": "asha", "maxResource": 9, "delayEvaluation": 2}),
+        "evaluationInterval and delayEvaluation are not fields of asha",
     ),
     (
         "a trial template a TrainingRun refuses",
@@ -589,3 +601,91 @@ def test_the_sdks_cancel_cancels_the_running_trials_and_ends_the_sweep_canceled(
     assert best is not None and best.id == "stop-t0"
     with pytest.raises(TorchyardSdkError, match="already finished"):
         run.cancel()
+
+
+# -- asha: pause with the checkpoint, promote by resuming ---------------------------------
+
+
+def paused_or_stopped(ns: str, name: str, what: str) -> dict[str, Any]:
+    """Wait until the Sweep's decision ``what`` is on the trial and its gang is gone."""
+    run = wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Suspended", 60)
+    assert run["metadata"]["annotations"][wire.ANNOTATION_DECISION] == what, run["metadata"]
+    wait_for(f"{name}'s Pods gone", lambda: run_pods(ns, name) == [])
+    return run
+
+
+def finish_running(cluster: Cluster, ns: str, name: str) -> None:
+    [pod] = [p for p in run_pods(ns, name) if not p["metadata"].get("deletionTimestamp")]
+    finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+    wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Succeeded", 60)
+
+
+def test_asha_pauses_a_trial_with_its_checkpoint_and_promotes_it_by_resuming(
+    cluster: Cluster, env: str
+) -> None:
+    """Four trials one at a time, asha with rungs at 1, 3 (and 9, the end): t0 sets the
+    bar at rung 1; t1, t2, t3 do worse there and are paused (suspended, their gang gone,
+    their claim kept); once t3 did worse than t1, t1 is promoted: resumed, it reports
+    interval 3 and ends; t2 and t3, whom no later trial makes good enough, are stopped."""
+    ns = env
+    storage = f"asha-{ns}"[:63]
+    for i in range(4):
+        pv = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{storage}-{i}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                "storageClassName": storage,
+                "hostPath": {"path": f"/tmp/{storage}-{i}"},
+            },
+        }
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))
+    trial = (
+        TrainingRunBuilder("t")
+        .environment("pytorch")
+        .gpus(1)
+        .pool("a100")
+        .with_("spec.checkpoints", {"size": "1Gi", "storageClassName": storage})
+    )
+    asha = {"type": "asha", "maxResource": 9, "minResource": 1, "reductionFactor": 3}
+    body = SweepBuilder("sh", ns).trial(trial).trials(4, 1).seed(SEED)
+    k8s.create(body.with_("spec.earlyTermination", asha).obj())
+    running = lambda name: wait_status(  # noqa: E731
+        k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 60
+    )
+    wait_for("trial 0", lambda: "sh-t0" in trial_runs(ns, "sh"))
+    running("sh-t0")
+    assert report(ns, "sh", "sh-t0", 1, 0.9)
+    finish_running(cluster, ns, "sh-t0")
+    for index, value in ((1, 0.5), (2, 0.1), (3, 0.05)):
+        name = f"sh-t{index}"
+        wait_for(name, lambda n=name: n in trial_runs(ns, "sh"))
+        running(name)
+        assert report(ns, "sh", name, 1, value)
+        paused = paused_or_stopped(ns, name, "paused")
+        assert paused["spec"]["suspend"] is True
+        assert (
+            "paused with its checkpoint"
+            in paused["metadata"]["annotations"][wire.ANNOTATION_DECISION_REASON]
+        )
+        assert k8s.get_or_none(k8s.PERSISTENTVOLUMECLAIMS, ns, f"{name}-checkpoints")
+    # t1 is promoted: resumed (a new gang), and goes on from interval 3
+    promoted = wait_status(k8s.TRAININGRUNS, ns, "sh-t1", lambda s: s.get("phase") == "Running", 60)
+    notes = promoted["metadata"]["annotations"]
+    assert (notes[wire.ANNOTATION_DECISION], notes[wire.ANNOTATION_PROMOTIONS]) == (
+        "promoted",
+        "1",
+    )
+    assert not promoted["spec"].get("suspend")
+    assert report(ns, "sh", "sh-t1", 3, 0.8)
+    finish_running(cluster, ns, "sh-t1")
+    swept = wait_status(k8s.SWEEPS, ns, "sh", lambda s: s.get("phase") == "Succeeded", 60)
+    for name in ("sh-t2", "sh-t3"):
+        paused_or_stopped(ns, name, "stopped")
+    counts = swept["status"]["trials"]
+    assert (counts["completed"], counts["stopped"], counts["paused"]) == (2, 2, 0)
+    assert swept["status"]["best"]["name"] == "sh-t0"
+    rungs = {k: [r[1] for r in v.get("rungs", [])] for k, v in ledger(ns, "sh").items()}
+    assert rungs == {"t0": [1.0], "t1": [1.0, 3.0], "t2": [1.0], "t3": [1.0]}

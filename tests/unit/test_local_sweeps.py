@@ -123,7 +123,13 @@ def sweep_yaml(tmp_path: Path, builder: SweepBuilder) -> Path:
             "spec.parameters.lr: grid sampling takes only choice",
         ),
         (SweepBuilder("s").trials(2, 4), [], "maxConcurrentTrials must not exceed"),
-        (SweepBuilder("s").with_("spec.earlyTermination", {"type": "asha"}), [], "asha"),
+        (
+            SweepBuilder("s")
+            .with_("spec.trial.checkpoints", {"size": "1Gi"})
+            .with_("spec.earlyTermination", {"type": "asha", "maxResource": 9}),
+            [],
+            "asha pauses trials and resumes them later, which local mode does not do",
+        ),
     ],
 )
 def test_what_cannot_run_is_refused_before_any_trial_naming_the_field(

@@ -60,12 +60,9 @@ MAX_ENV = 128
 
 SAMPLINGS = ("random", "grid", "bayesian")
 SAMPLING_RULE = "must be random, grid or bayesian"
-POLICIES = ("bandit", "median", "truncation")
-POLICY_RULE = (
-    "must be bandit, median or truncation: asha is not supported yet (it pauses trials "
-    "with their checkpoint and promotes them later, which the Sweep controller does not "
-    "do yet); use bandit, median or truncation"
-)
+POLICIES = ("bandit", "median", "truncation", "asha")
+POLICY_RULE = "must be bandit, median, truncation or asha"
+ASHA_FIELDS = ("minResource", "reductionFactor", "brackets")
 
 # An int stays an int (q: 1 gives integer values), a float a float: one JSON number.
 Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
@@ -221,6 +218,11 @@ def _policy_checks(policy: EarlyTermination) -> tuple[bool, ...]:
         not bandit or slack[0] != slack[1],
         bandit or not any(slack),
         (policy.type == "truncation") == (policy.truncation_percentage is not None),
+        (policy.type == "asha") == (policy.max_resource is not None),
+        policy.type == "asha"
+        or all(v is None for v in (policy.min_resource, policy.reduction_factor, policy.brackets)),
+        policy.type != "asha" or (policy.evaluation_interval, policy.delay_evaluation) == (1, 0),
+        policy.reduction_factor is None or policy.reduction_factor > 1,
     )
 
 
@@ -246,6 +248,30 @@ POLICY_RULES: tuple[dict[str, Any], ...] = (
         "truncation only",
         "fieldPath": ".truncationPercentage",
     },
+    {
+        "rule": "(self.type == 'asha') == has(self.maxResource)",
+        "message": "maxResource is required by asha, and is a field of asha only",
+        "fieldPath": ".maxResource",
+    },
+    {
+        "rule": "self.type == 'asha' || !("
+        + " || ".join(f"has(self.{f})" for f in ASHA_FIELDS)
+        + ")",
+        "message": "minResource, reductionFactor and brackets are fields of asha only",
+        "fieldPath": ".minResource",
+    },
+    {
+        "rule": "self.type != 'asha' || "
+        "(self.evaluationInterval == 1 && self.delayEvaluation == 0)",
+        "message": "asha decides at its rungs (minResource x reductionFactor^k intervals): "
+        "evaluationInterval and delayEvaluation are not fields of asha",
+        "fieldPath": ".evaluationInterval",
+    },
+    {
+        "rule": "!has(self.reductionFactor) || self.reductionFactor > 1.0",
+        "message": "reductionFactor must be greater than 1",
+        "fieldPath": ".reductionFactor",
+    },
 )
 
 
@@ -262,7 +288,9 @@ class EarlyTermination(Model):
         description="bandit: stop a trial whose best metric is not within the slack of "
         "the best trial's at that interval; median: stop one whose best is worse than the "
         "median of all trials' running averages; truncation: stop the lowest "
-        "truncationPercentage % (asha is not supported yet).",
+        "truncationPercentage %; asha: asynchronous successive halving, which pauses a "
+        "trial below the top 1/reductionFactor at a rung with its checkpoint (suspended) "
+        "and promotes it (resumed from the checkpoint) should later trials do worse.",
     )
     slack_factor: float | None = Field(
         default=None,
@@ -288,6 +316,34 @@ class EarlyTermination(Model):
         le=99,
         description="truncation: the percentage of trials cut at each evaluation interval.",
     )
+
+    max_resource: float | None = Field(
+        default=None,
+        ge=1,
+        description="asha: the intervals a trial runs at most (its epochs); rungs at "
+        "minResource x reductionFactor^k below it.",
+    )
+    min_resource: float | None = Field(
+        default=None, ge=1, description="asha: the first rung (default 1 interval)."
+    )
+    reduction_factor: float | None = Field(
+        default=None,
+        ge=1,
+        description="asha: 1/reductionFactor of the trials at a rung go on (default 3; "
+        "greater than 1).",
+    )
+    brackets: int | None = Field(
+        default=None, ge=1, le=10, description="asha: the number of brackets (default 1)."
+    )
+
+    def policy_dict(self) -> dict[str, Any]:
+        """The policy's own fields, as ``sweeps.stopping.parse_policy`` reads them (asha
+        has no evaluation interval or delay)."""
+        out = self.to_dict()
+        if self.type == "asha":
+            out.pop("evaluationInterval", None)
+            out.pop("delayEvaluation", None)
+        return out
 
     @model_validator(mode="after")
     def _checks(self) -> EarlyTermination:
@@ -315,6 +371,14 @@ _SPEC_RULES: list[dict[str, Any]] = [
         "message": "the sweep suspends its trials itself (that is how it stops them): leave "
         "spec.trial.suspend out",
         "fieldPath": ".trial.suspend",
+    },
+    {
+        "rule": "!has(self.earlyTermination) || self.earlyTermination.type != 'asha' || "
+        "(has(self.trial.checkpoints) && has(self.trial.checkpoints.size))",
+        "message": "asha pauses a trial with its checkpoint and resumes it from there: "
+        "spec.trial.checkpoints.size is required (each trial's own claim; one claimName "
+        "shared by the trials would resume a trial from another's checkpoint)",
+        "fieldPath": ".trial.checkpoints",
     },
     {
         "rule": f"(has(self.trial.env) ? size(self.trial.env) : 0) + size(self.parameters) "
@@ -470,6 +534,9 @@ class SweepSpec(Model):
             self.max_concurrent_trials is None
             or self.max_concurrent_trials <= self.max_total_trials,
             not self.trial.suspend,
+            self.early_termination is None
+            or self.early_termination.type != "asha"
+            or (self.trial.checkpoints is not None and self.trial.checkpoints.size is not None),
             len(self.trial.env) + len(self.parameters) <= MAX_ENV,
             not any(e.name.startswith(ENV_PREFIX) for e in self.trial.env),
         )
@@ -491,6 +558,9 @@ class TrialCounts(Model):
     created: int = Field(default=0, description="Trials made so far.")
     pending: int = Field(default=0, description="Made, waiting for capacity.")
     running: int = Field(default=0, description="Running.")
+    paused: int = Field(
+        default=0, description="Paused by asha with their checkpoint (may be promoted)."
+    )
     stopped: int = Field(default=0, description="Stopped early by spec.earlyTermination.")
     completed: int = Field(default=0, description="Ran to their end.")
     failed: int = Field(default=0, description="Failed.")
@@ -503,7 +573,9 @@ class TrialRow(Model):
 
     name: str = Field(description="The trial's TrainingRun.")
     index: int = Field(description="The trial's index (0, 1, ...).")
-    state: str = Field(description="Pending, Running, Stopped, Completed, Failed or Canceled.")
+    state: str = Field(
+        description="Pending, Running, Paused, Stopped, Completed, Failed or Canceled."
+    )
     parameters: dict[str, str] = Field(
         default_factory=dict, description="The parameters as the trial received them."
     )

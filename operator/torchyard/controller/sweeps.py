@@ -44,7 +44,7 @@ from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.planning import names
 from torchyard.planning import sweeps as plans
 from torchyard.status import sweeps as sweep_status
-from torchyard.sweeps import sampling, trials
+from torchyard.sweeps import sampling, stopping, trials
 from torchyard.tuning import plans as tuning
 from torchyard.tuning import sweep_policy, sweep_trials
 from torchyard.tuning.plans import Compiled, Invalid, compile_spec
@@ -102,9 +102,8 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     result = Result()
     events: list[Event] = []
 
-    judged = sweep_policy.judge(compiled.policy, compiled.goal, seen.entries, book)
-    for decision in judged.stops:
-        book = trials.fold(book, trials.decided(book, decision))
+    judged = sweep_policy.judge(compiled.policy, compiled.goal, seen.entries, book, compiled.seed)
+    book = _apply_policy(ctx, sweep, book, [*judged.stops, *judged.pauses], events)
     elapsed = (now - sweep_trials.started_at(previous, now)).total_seconds()
     verdict = sweep_policy.verdict(
         sweep.name, sweep.spec, book, seen.created, compiled.planned, elapsed, seen.seen
@@ -114,11 +113,6 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         book = trials.fold(book, trials.Ended(index, "canceled", _seconds(seen, index)))
 
     # apply: stop first (their room goes to the next gangs), then make the new trials
-    for decision in judged.stops:
-        _decide(ctx, sweep, decision.trial, plans.Decision("stopped", decision.reason))
-        events.append(
-            Event("Normal", "TrialStopped", f"{_trial(sweep, decision.trial)}: {decision.reason}")
-        )
     for index, reason in cancels:
         _decide(ctx, sweep, index, plans.Decision("canceled", reason))
     if cancels:
@@ -126,6 +120,9 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         events.append(Event("Normal", "TrialsCanceled", f"{shown}: {cancels[0][1]}"))
     if verdict is None:
         occupied = sum(1 for s in seen.seen.values() if s.occupies)
+        idle = occupied == 0  # no place held: what is not promoted now never will be
+        book, promoted = _promote(ctx, sweep, compiled, seen, book, occupied, events)
+        occupied += promoted
         wanted = sweep_policy.next_indices(
             seen.created, compiled.planned, occupied, sweep.spec.concurrency
         )
@@ -135,6 +132,10 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         if len(wanted) > CREATES_PER_RECONCILE:
             wanted = wanted[:CREATES_PER_RECONCILE]
             result.requeue_after = 0.0
+        if idle and not promoted and not wanted:  # asha: the paused no promotion resumes
+            unpromoted = sweep_policy.left_paused(book, seen.created, compiled.planned)
+            book = _apply_policy(ctx, sweep, book, unpromoted, events)
+            result.requeue_after = 0.0 if unpromoted else result.requeue_after
         try:
             book = _create(ctx, sweep, compiled, seen, book, wanted, logger)
         except Refused as refused:
@@ -155,6 +156,53 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         log = logger.info if verdict.succeeded else logger.warning
         log("Sweep %s/%s %s: %s", sweep.namespace, sweep.name, new["phase"], verdict.message)
     return _conclude(ctx, body, sweep, book, Outcome(new, now, events), logger, result)
+
+
+_APPLIED: dict[stopping.Action, tuple[plans.What, str]] = {
+    stopping.Action.STOP: ("stopped", "TrialStopped"),
+    stopping.Action.PAUSE: ("paused", "TrialPaused"),
+    stopping.Action.PROMOTE: ("promoted", "TrialPromoted"),
+}
+
+
+def _apply_policy(
+    ctx: Context,
+    sweep: api.Sweep,
+    book: trials.Book,
+    decisions: list[stopping.Decision],
+    events: list[Event],
+) -> trials.Book:
+    """Each of the policy's decisions onto its trial (stopped or paused: suspended;
+    promoted: resumed) and into the book, with its Event."""
+    for decision in decisions:
+        record = book.get(decision.trial)
+        count = (record.promotions if record is not None else 0) + (
+            decision.action is stopping.Action.PROMOTE
+        )
+        what, reason = _APPLIED[decision.action]
+        _decide(ctx, sweep, decision.trial, plans.Decision(what, decision.reason, count))
+        book = trials.fold(book, trials.decided(book, decision))
+        events.append(
+            Event("Normal", reason, f"{_trial(sweep, decision.trial)}: {decision.reason}")
+        )
+    return book
+
+
+def _promote(
+    ctx: Context,
+    sweep: api.Sweep,
+    compiled: Compiled,
+    seen: Observed,
+    book: trials.Book,
+    occupied: int,
+    events: list[Event],
+) -> tuple[trials.Book, int]:
+    """ASHA's promotions into the free places (resumed before any new trial is made)."""
+    free = sweep.spec.concurrency - occupied
+    chosen = sweep_policy.promotions(
+        compiled.policy, compiled.goal, seen.entries, book, compiled.seed, free
+    )
+    return _apply_policy(ctx, sweep, book, chosen, events), len(chosen)
 
 
 def _registers(sweep: api.Sweep, status: Mapping[str, Any]) -> bool:
@@ -247,7 +295,8 @@ def _cancels(
     out = []
     for index, trial in sorted(seen.seen.items()):
         record = book.get(index)
-        if trial.ended or trial.decision is not None:
+        held = trial.decision is not None and trial.decision.what in ("paused", "promoted")
+        if trial.ended or (trial.decision is not None and not held):
             continue
         if record is not None and record.state in trials.ENDED:
             continue  # stopped by the policy in this reconcile
@@ -315,6 +364,8 @@ def _write_ledger(
     entries = dict(seen.entries)
     for index, interval in (judged.evaluated or {}).items():
         entries[index] = replace(entries[index], evaluated=interval)
+    for index, recorded in (judged.rungs or {}).items():
+        entries[index] = replace(entries[index], rungs=recorded)
     for record in book.trials:
         if record.index in entries:
             entries[record.index] = sweep_trials.now_entry(entries[record.index], record)

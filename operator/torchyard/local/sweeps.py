@@ -46,6 +46,7 @@ from torchyard.planning import sweeps as plans
 from torchyard.registry import Store, Version
 from torchyard.status.sweeps import Verdict
 from torchyard.sweeps import sampling, trials
+from torchyard.sweeps.stopping import Asha
 from torchyard.tuning import plans as tuning
 from torchyard.tuning import sweep_policy, sweep_trials
 from torchyard.tuning.sweep_trials import Entry, Seen
@@ -186,6 +187,12 @@ class LocalSweep:
     ) -> None:
         self.sweep = sweep
         self.compiled = tuning.compile_spec(sweep, parameters)
+        if isinstance(self.compiled.policy, Asha):
+            raise tuning.Invalid(
+                "spec.earlyTermination.type: asha pauses trials and resumes them later, "
+                "which local mode does not do: use bandit, median or truncation here, or "
+                "run the Sweep in a cluster"
+            )
         self.make_run = make_run
         self.parallel = parallel
         self.store = store

@@ -29,6 +29,7 @@ TERMINAL = ("Succeeded", "Failed")
 COUNTED = {
     "Pending": "pending",
     "Running": "running",
+    "Paused": "paused",
     "Stopped": "stopped",
     "Completed": "completed",
     "Failed": "failed",
@@ -133,9 +134,10 @@ def _metric_condition(observed: Observed, gen: int | None) -> dict[str, Any]:
 
 
 def _running_message(counts: Mapping[str, int]) -> str:
+    paused = f", {counts['paused']} paused" if counts["paused"] else ""
     return (
-        f"{counts['running']} trial(s) running, {counts['pending']} waiting for capacity, "
-        f"{counts['done']} of {counts['planned']} done"
+        f"{counts['running']} trial(s) running, {counts['pending']} waiting for capacity"
+        f"{paused}, {counts['done']} of {counts['planned']} done"
     )
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard import api
-from torchyard.api import sweeps as sweep_api
 from torchyard.sweeps import sampling, space, stopping, trials
 from torchyard.tuning import bayesian
 
@@ -34,7 +33,7 @@ class Compiled:
     planned: int
     seed: int
     goal: stopping.Goal
-    policy: stopping.IntervalPolicy | None
+    policy: stopping.Policy | None
     hints: tuple[str, ...] = ()  # valid but likely mistaken (space.hints)
 
 
@@ -55,12 +54,9 @@ def compile_spec(sweep: api.Sweep, parameters: Any) -> Compiled:
         goal = stopping.parse_goal(spec.objective.goal, "spec.objective.goal")
         policy = None
         if spec.early_termination is not None:
-            parsed = stopping.parse_policy(
-                spec.early_termination.to_dict(), "spec.earlyTermination"
+            policy = stopping.parse_policy(
+                spec.early_termination.policy_dict(), "spec.earlyTermination"
             )
-            if isinstance(parsed, stopping.Asha):
-                raise Invalid(f"spec.earlyTermination.type {sweep_api.POLICY_RULE}")
-            policy = parsed
     except space.SpaceError as err:
         raise Invalid(str(err)) from None
     except (sampling.SamplingError, stopping.PolicyError) as err:

@@ -115,9 +115,31 @@ REFUSED: list[tuple[str, SweepBuilder, str]] = [
     ),
     ("no trials", SweepBuilder("hd").trials(0), "spec.maxTotalTrials"),
     (
-        "asha",
+        "asha without maxResource",
         SweepBuilder("hd").with_("spec.earlyTermination", {"type": "asha"}),
-        "asha is not supported yet",
+        "maxResource is required by asha",
+    ),
+    (
+        "asha without checkpoints",
+        SweepBuilder("hd").with_("spec.earlyTermination", {"type": "asha", "maxResource": 9}),
+        "spec.trial.checkpoints.size is required",
+    ),
+    (
+        "asha with an evaluation interval",
+        SweepBuilder("hd")
+        .with_("spec.trial.checkpoints", {"size": "1Gi"})
+        .with_(
+            "spec.earlyTermination",
+            {"type": "asha", "maxResource": 9, "delayEvaluation": 3},
+        ),
+        "evaluationInterval and delayEvaluation are not fields of asha",
+    ),
+    (
+        "asha's fields on bandit",
+        SweepBuilder("hd").with_(
+            "spec.earlyTermination", {"type": "bandit", "slackFactor": 0.1, "brackets": 2}
+        ),
+        "minResource, reductionFactor and brackets are fields of asha only",
     ),
     (
         "bandit with both slacks",

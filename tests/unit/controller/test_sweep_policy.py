@@ -141,9 +141,10 @@ def test_the_ledger_reads_back_what_it_wrote_and_skips_what_it_cannot_read() -> 
     entries = {
         0: Entry({"lr": 0.001, "bs": 32, "opt": "sgd"}, ((1, 0.5), (2, None)), 2, "Running"),
         11: Entry({"lr": 0.01}, (), 0, "Stopped", "below the slack", 120.0),
+        12: Entry({"lr": 0.1}, ((1, 0.2),), 1, "Paused", "asha", 5.0, ((3, 1.0, 0.2),)),
     }
     data = sweep_trials.encode(entries)
-    assert sorted(data) == ["t0", "t11"]
+    assert sorted(data) == ["t0", "t11", "t12"]
     assert sweep_trials.decode(data) == entries
     assert sweep_trials.decode({**data, "t2": "{not json", "notes": "hello"}) == entries
 

@@ -303,14 +303,97 @@ def test_what_the_sweeps_core_refuses_is_said_in_accepted_naming_the_field() -> 
         assert trials(fake) == {}
 
 
-def test_asha_is_refused_until_the_controller_pauses_and_promotes() -> None:
-    body = sweep()
-    body["spec"]["earlyTermination"] = {"type": "asha"}
-    fake = FakeK8s(body)
+ASHA = {"type": "asha", "maxResource": 9, "minResource": 1, "reductionFactor": 3}
+
+
+def asha_sweep() -> dict[str, Any]:
+    builder = (
+        SweepBuilder("hd", NS)
+        .seed(7)
+        .trials(5, 1)
+        .with_("spec.earlyTermination", ASHA)
+        .with_("spec.trial.checkpoints", {"size": "1Gi"})
+    )
+    return sweep(builder)
+
+
+def decision(fake: FakeK8s, name: str) -> tuple[str | None, bool, str | None]:
+    run = trials(fake)[name]
+    notes = run["metadata"].get("annotations") or {}
+    return (
+        notes.get(wire.ANNOTATION_DECISION),
+        bool(run["spec"].get("suspend")),
+        notes.get(wire.ANNOTATION_PROMOTIONS),
+    )
+
+
+def report_then(fake: FakeK8s, name: str, value: float, phase: str) -> None:
+    """Trial ``name`` reports ``value`` at interval 1, the sweep judges it, then it is in
+    ``phase`` (Succeeded: it ended; Suspended: its gang is gone after a pause)."""
+    running(fake, name, 1, value)
     reconcile(fake)
-    accepted = conditions(fake)["Accepted"]
-    assert accepted["status"] == "False"
-    assert "asha is not supported yet" in accepted["message"]
+    set_trial(fake, name, phase=phase, completionTime="2026-01-01T12:10:00Z")
+    reconcile(fake)
+
+
+def test_asha_pauses_below_the_cutoff_and_promotes_once_later_trials_did_worse() -> None:
+    fake = FakeK8s(asha_sweep())
+    reconcile(fake)
+    report_then(fake, "hd-t0", 0.9, "Succeeded")  # the first at rung 1 sets the bar
+    running(fake, "hd-t1", 1, 0.5)
+    reconcile(fake)
+    assert decision(fake, "hd-t1") == ("paused", True, None)  # below the top third
+    assert "hd-t2" not in trials(fake)  # its place is held until its gang is gone
+    fake.reset_writes()
+    reconcile(fake)  # a restarted operator: the same rungs from the ledger, nothing new
+    assert fake.applied == [] and fake.statuses == []
+    assert [r[1] for r in ledger(fake)["t1"]["rungs"]] == [1.0]
+    set_trial(fake, "hd-t1", phase="Suspended")
+    reconcile(fake)
+    report_then(fake, "hd-t2", 0.2, "Suspended")
+    assert decision(fake, "hd-t2")[0] == "paused"
+    assert status(fake)["trials"]["paused"] == 2
+    report_then(fake, "hd-t3", 0.1, "Suspended")
+    # now 0.5 is within the top third of the others at rung 1: t1 resumes, before a t4
+    assert decision(fake, "hd-t1") == ("promoted", False, "1")
+    assert "hd-t4" not in trials(fake)
+    assert "TrialPromoted" in [e[1] for e in fake.events]
+    running(fake, "hd-t1", 3, 0.8)  # resumed from its checkpoint: interval 3 next
+    set_trial(fake, "hd-t1", phase="Running")
+    reconcile(fake)
+    assert status(fake)["trials"]["running"] == 1
+    set_trial(fake, "hd-t1", phase="Succeeded", completionTime="2026-01-01T12:10:00Z")
+    reconcile(fake)
+    running(fake, "hd-t4", 1, 0.05)
+    reconcile(fake)
+    assert decision(fake, "hd-t4")[0] == "paused"
+    # its gang still runs (a place held): t2 and t3 stay paused, a promotion may come yet
+    assert [decision(fake, f"hd-t{i}")[0] for i in (2, 3)] == ["paused"] * 2
+    set_trial(fake, "hd-t4", phase="Suspended")
+    reconcile(fake)
+    # nothing left to run and no promotion: the paused trials are stopped, the sweep ends
+    reconcile(fake)
+    reconcile(fake)
+    assert [decision(fake, f"hd-t{i}")[0] for i in (2, 3, 4)] == ["stopped"] * 3
+    st = status(fake)
+    assert st["phase"] == "Succeeded", st
+    assert st["trials"]["completed"] == 2 and st["trials"]["stopped"] == 3
+    assert st["best"]["name"] == "hd-t0"
+
+
+def test_asha_without_checkpoints_or_with_an_interval_is_refused_naming_the_field() -> None:
+    no_checkpoints = sweep(SweepBuilder("hd", NS).with_("spec.earlyTermination", ASHA))
+    interval = asha_sweep()
+    interval["spec"]["earlyTermination"]["evaluationInterval"] = 2
+    for body, words in (
+        (no_checkpoints, "spec.trial.checkpoints.size is required"),
+        (interval, "evaluationInterval and delayEvaluation are not fields of asha"),
+    ):
+        fake = FakeK8s(body)
+        reconcile(fake)
+        accepted = conditions(fake)["Accepted"]
+        assert accepted["status"] == "False" and words in accepted["message"]
+        assert trials(fake) == {}
 
 
 def test_a_trial_the_apiserver_refuses_fails_the_sweep_once_naming_it() -> None:
