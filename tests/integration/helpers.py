@@ -295,3 +295,21 @@ def local_node_env(pod: dict[str, Any], workdir: Path, service_account: str) -> 
         PATH=os.environ["PATH"],
     )
     return env
+
+
+def static_volume(cluster: Cluster, name: str, storage_class: str, size: str = "2Gi") -> None:
+    """A statically provisioned hostPath PersistentVolume ``name`` of ``storage_class``,
+    which a claim of that class and either access mode binds (the cluster has no
+    provisioner); ``kubectl delete pv`` it after."""
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+            "storageClassName": storage_class,
+            "hostPath": {"path": f"/tmp/{name}"},
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))

@@ -4,7 +4,6 @@ checkpoint variables, and the apiserver's CEL rules refuse what does not combine
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +14,7 @@ from tests.integration.helpers import (
     finish_pod,
     launcher_message,
     run_pods,
+    static_volume,
     wait_for,
     wait_status,
 )
@@ -28,18 +28,7 @@ PVCS = k8s.PERSISTENTVOLUMECLAIMS
 def volume(cluster: Cluster, namespace: str) -> Iterator[str]:
     """A statically provisioned volume of a storage class of this test's own."""
     name = f"ckpt-{namespace}"[:63]
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "2Gi"},
-            "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-            "storageClassName": name,
-            "hostPath": {"path": f"/tmp/{name}"},
-        },
-    }
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))
+    static_volume(cluster, name, name)
     yield name
     cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
 

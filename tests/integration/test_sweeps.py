@@ -27,7 +27,14 @@ import pytest
 from tests.builders import SweepBuilder, TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
-from tests.integration.helpers import conditions, finish_pod, run_pods, wait_for, wait_status
+from tests.integration.helpers import (
+    conditions,
+    finish_pod,
+    run_pods,
+    static_volume,
+    wait_for,
+    wait_status,
+)
 from tests.integration.test_archiving import (  # noqa: F401 (a fixture)
     allow_default_service_account,
     archiving_operator,
@@ -629,19 +636,8 @@ def test_asha_pauses_a_trial_with_its_checkpoint_and_promotes_it_by_resuming(
     interval 3 and ends; t2 and t3, whom no later trial makes good enough, are stopped."""
     ns = env
     storage = f"asha-{ns}"[:63]
-    for i in range(4):
-        pv = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{storage}-{i}"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                "storageClassName": storage,
-                "hostPath": {"path": f"/tmp/{storage}-{i}"},
-            },
-        }
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(pv))
+    for i in range(4):  # each trial's claim binds one
+        static_volume(cluster, f"{storage}-{i}", storage, "1Gi")
     trial = (
         TrainingRunBuilder("t")
         .environment("pytorch")
@@ -689,3 +685,5 @@ def test_asha_pauses_a_trial_with_its_checkpoint_and_promotes_it_by_resuming(
     assert swept["status"]["best"]["name"] == "sh-t0"
     rungs = {k: [r[1] for r in v.get("rungs", [])] for k, v in ledger(ns, "sh").items()}
     assert rungs == {"t0": [1.0], "t1": [1.0, 3.0], "t2": [1.0], "t3": [1.0]}
+    for i in range(4):
+        cluster.kubectl("delete", "pv", f"{storage}-{i}", "--wait=false", check=False)
