@@ -30,6 +30,15 @@ figure may be lucky. The target for ASHA: at most 35 % of the baseline's trial-s
 within 1 % of the exhaustive best. The full run writes benchmarks/results/sweeps.json
 (machine, date, figures); the figures are deterministic.
 
+Then the samplers on the same curve family, without early stopping: ``--trials`` trials
+``--slots`` at a time, each new trial drawn at random or chosen by bayesian sampling
+(``torchyard.tuning.bayesian``, Optuna's TPE, from the results of the trials that ended, those
+still running given as running), over ``--seeds`` seeds. Printed as bayesian's mean
+regret over random's (regret: the best noise-free final accuracy of the space minus a
+trial's): of the best configuration sampled, of all trials (how much of the budget went
+to good configurations), and of the trial the sweep calls best (picked on noisy reports,
+so on this family's broad optimum mostly decided by the noise).
+
     .venv/bin/python benchmarks/sweeps.py [--trials 64] [--slots 8] [--epochs 81] [--seed 0]
     .venv/bin/python benchmarks/sweeps.py --smoke
 """
@@ -52,6 +61,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 from benchmarks import record  # noqa: E402
 
 from torchyard.sweeps import sampling, space, stopping, trials  # noqa: E402
+from torchyard.tuning import bayesian  # noqa: E402
 
 SPACE = {
     "learning_rate": {"type": "uniform", "minValue": 0.0005, "maxValue": 0.005},
@@ -298,6 +308,108 @@ def table(rows: list[Row], write: Callable[[str], None] = print) -> None:
         )
 
 
+# -- samplers: bayesian (Optuna's TPE) against random, no early stopping ------------------
+
+
+def optimum(epochs: int) -> float:
+    """The best noise-free final accuracy any configuration of the space reaches: a
+    function of the effective rate only, maximized over a fine grid of it."""
+    best = 0.0
+    for k in range(20001):
+        effective = 0.005 * 100 ** (k / 20000)  # 0.005 .. 0.5, log-spaced
+        best = max(best, true_accuracy(effective * 0.01, 0.99, epochs))
+    return best
+
+
+@dataclass
+class Sampled:
+    """One sampler's sweep, in regret: the best noise-free final accuracy of the space
+    minus a trial's (lower is better)."""
+
+    sampler: str
+    best_trial: int  # the trial the sweep calls best (the best accuracy reported)
+    called: float  # that trial's regret (its pick is made on noisy reports)
+    best_config: float  # the regret of the best configuration sampled
+    mean: float  # the mean regret of all trials (how much of the budget went to good ones)
+
+
+def sample(sampler: str, count: int, slots: int, epochs: int, seed: int) -> Sampled:
+    """``count`` trials ``slots`` at a time, each run to its end: a freed slot's new trial
+    is drawn (random) or chosen by TPE from the results so far, the trials still running
+    given as running (as the Sweep controller gives them)."""
+    search = space.parse_space(SPACE)
+    made: list[dict[str, space.Value]] = []
+    scores: dict[int, float] = {}  # ended trial -> the best accuracy it reported
+    pending: dict[int, float] = {}
+    finals: list[float] = []
+    queue: list[tuple[float, int]] = []
+
+    def start(now: float) -> None:
+        i = len(made)
+        if sampler == "random":
+            p = sampling.random_trial(search, seed, i)
+        else:
+            known = [bayesian.Result(made[j], scores.get(j), j in scores) for j in range(i)]
+            p = bayesian.suggest(search, GOAL, seed, i, known)
+        lr, momentum = float(p["learning_rate"]), float(p["momentum"])
+        rng = random.Random(f"sweeps-benchmark:{seed}:{i}")
+        made.append(p)
+        finals.append(true_accuracy(lr, momentum, epochs))
+        pending[i] = max(curve(lr, momentum, epochs, rng))
+        heapq.heappush(queue, (now + (0.8 + 0.4 * rng.random()) * epochs, i))
+
+    while len(made) < min(slots, count):
+        start(0.0)
+    while queue:
+        now, i = heapq.heappop(queue)
+        scores[i] = pending.pop(i)
+        if len(made) < count:
+            start(now)
+    found = max(scores, key=lambda i: (scores[i], -i))
+    top = optimum(epochs)
+    return Sampled(
+        sampler,
+        found,
+        top - finals[found],
+        top - max(finals),
+        statistics.fmean(top - f for f in finals),
+    )
+
+
+SAMPLER_FIGURES = {
+    "best_config": "regret of the best configuration sampled",
+    "mean": "mean regret of the trials",
+    "called": "regret of the trial the sweep calls best",
+}
+
+
+def compare_samplers(count: int, slots: int, epochs: int, seeds: range) -> dict[str, float]:
+    """Bayesian's mean regrets over ``seeds`` as ratios of random's (below 1: better)."""
+    print(
+        f"samplers, no early stopping, {count} trials, {slots} at a time: regret = the best "
+        "noise-free final accuracy of the space minus a trial's"
+    )
+    print(f"  {'seed':>4}  random: best config / mean / called   bayesian: the same")
+    runs: dict[str, list[Sampled]] = {"random": [], "bayesian": []}
+    for seed in seeds:
+        for sampler, found in runs.items():
+            found.append(sample(sampler, count, slots, epochs, seed))
+        r, b = runs["random"][-1], runs["bayesian"][-1]
+        print(
+            f"  {seed:>4}  {r.best_config:.6f} / {r.mean:.5f} / {r.called:.5f}   "
+            f"{b.best_config:.6f} / {b.mean:.5f} / {b.called:.5f}"
+        )
+    ratios = {}
+    for key, words in SAMPLER_FIGURES.items():
+        mean = {s: statistics.fmean(getattr(x, key) for x in found) for s, found in runs.items()}
+        ratios[key] = mean["bayesian"] / mean["random"]
+        print(
+            f"  bayesian / random, {words} (mean over seeds): {ratios[key]:.3f} "
+            f"({mean['bayesian']:.6f} / {mean['random']:.6f})"
+        )
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trials", type=int, default=64)
@@ -370,6 +482,13 @@ def main() -> None:
             spread=(min(x.gap for x in found) * 100, max(x.gap for x in found) * 100),
             target="<= 1 %",
             met=row.gap <= 0.01,
+        )
+    ratios = compare_samplers(args.trials, args.slots, args.epochs, seeds)
+    for key, words in SAMPLER_FIGURES.items():
+        rec.figure(
+            f"bayesian (TPE) against random: {words}",
+            round(ratios[key], 3),
+            "x random's (mean over seeds)",
         )
     rec.write()
 

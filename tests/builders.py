@@ -140,6 +140,9 @@ class SweepBuilder:
             },
         )
 
+    def register_best(self, model: str, path: str = "outputs") -> SweepBuilder:
+        return self._set("spec.registerBest", {"model": model, "path": path})
+
     def with_(self, path: str, value: Any) -> SweepBuilder:
         return self._set(path, value)
 

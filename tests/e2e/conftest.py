@@ -23,13 +23,17 @@ class Local:
         self.tmp = tmp
 
     def run(self, yaml_file: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return self.command(["run", str(yaml_file)], *extra)
+
+    def command(self, words: list[str], *extra: str) -> subprocess.CompletedProcess[str]:
+        """``torchyard WORDS --local`` (``run FILE``, ``sweep submit FILE``) with this
+        test's registry and runs folders, then ``extra``."""
         return subprocess.run(
             [
                 sys.executable,
                 "-m",
                 "torchyard",
-                "run",
-                str(yaml_file),
+                *words,
                 "--local",
                 "--registry",
                 str(self.registry),

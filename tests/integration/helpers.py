@@ -310,8 +310,12 @@ def refused_by_both(namespace: str, body: dict[str, Any], message: str) -> None:
         api.parse_trainingrun(body)
 
 
-def host_volume(cluster: Cluster, name: str, path: str, size: str = "2Gi") -> None:
-    """A statically provisioned volume (a host folder) of a storage class of its own."""
+def host_volume(
+    cluster: Cluster, name: str, path: str, size: str = "2Gi", storage_class: str = ""
+) -> None:
+    """A statically provisioned PersistentVolume ``name`` (the host folder ``path``) of
+    ``storage_class`` (default: a class of its own, its name), which a claim of that class
+    and either access mode binds (the cluster has no provisioner); delete the PV after."""
     pv = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -319,7 +323,7 @@ def host_volume(cluster: Cluster, name: str, path: str, size: str = "2Gi") -> No
         "spec": {
             "capacity": {"storage": size},
             "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-            "storageClassName": name,
+            "storageClassName": storage_class or name,
             "hostPath": {"path": path},
         },
     }

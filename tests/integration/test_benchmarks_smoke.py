@@ -119,6 +119,10 @@ BENCHMARKS = [
             r"over seeds 0\.\.1 \(min / median / max\):",
             r"target, asha \(eta 3, 1 bracket\): .* ratio \d\.\d{3}, gap \d+\.\d\d % "
             r"\((met|not met); met on \d of 2 seeds\)",
+            # bayesian (TPE) against random on the same curve family, per seed
+            r"\n +1  \d\.\d{6} / \d\.\d{5} / \d\.\d{5}   \d\.\d{6} / \d\.\d{5} / \d\.\d{5}\n",
+            r"bayesian / random, regret of the best configuration sampled \(mean over seeds\): "
+            r"\d+\.\d{3} ",
         ],
     ),
     (

@@ -188,7 +188,7 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
     ),
 ]
 REGISTER_PATH_RULE = (
-    "spec.outputs.register.path: Invalid value: outputs.register.path must be "
+    "spec.outputs.register.path: Invalid value: the path must be "
     "relative to the working directory and stay inside it"
 )
 REJECTED += [

@@ -16,19 +16,37 @@ said in the Sweep's Accepted condition, and the operator neither fails nor loops
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.builders import SweepBuilder, TrainingRunBuilder
+from tests.builders import SweepBuilder, TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
-from tests.integration.helpers import conditions, finish_pod, run_pods, wait_for, wait_status
+from tests.integration.helpers import (
+    conditions,
+    finish_pod,
+    host_volume,
+    run_pods,
+    wait_for,
+    wait_status,
+)
+from tests.integration.test_archiving import (  # noqa: F401 (a fixture)
+    allow_default_service_account,
+    archiving_operator,
+    run_node,
+)
 from torchyard import api, k8s
 from torchyard.api import wire
+from torchyard.sdk import Experiment, HyperDriveRun, Workspace
+from torchyard.sdk.azureml.common import ActivityFailedException, TorchyardSdkError
 from torchyard.sweeps import sampling, space
+from torchyard.sweeps.stopping import Goal
+from torchyard.tuning import bayesian
 
 SEED = 2026
 EPOCHS = 5
@@ -226,14 +244,26 @@ REFUSED: list[tuple[str, SweepBuilder, str]] = [
         "spec.maxConcurrentTrials",
     ),
     (
-        "bayesian sampling",
-        SweepBuilder("bad").with_("spec.sampling", "bayesian"),
-        "bayesian sampling (Optuna's TPE) is not supported yet",
+        "an unknown sampling",
+        SweepBuilder("bad").with_("spec.sampling", "anneal"),
+        "sampling must be random, grid or bayesian",
     ),
     (
-        "asha",
+        "asha without maxResource",
         SweepBuilder("bad").with_("spec.earlyTermination", {"type": "asha"}),
-        "spec.earlyTermination.type",
+        "spec.earlyTermination.maxResource",
+    ),
+    (
+        "asha without checkpoints",
+        SweepBuilder("bad").with_("spec.earlyTermination", {"type": "asha", "maxResource": 9}),
+        "spec.trial.checkpoints.size is required",
+    ),
+    (
+        "asha with a delay",
+        SweepBuilder("bad")
+        .with_("spec.trial.checkpoints", {"size": "1Gi"})
+        .with_("spec.earlyTermination", {"type": "asha", "maxResource": 9, "delayEvaluation": 2}),
+        "evaluationInterval and delayEvaluation are not fields of asha",
     ),
     (
         "a trial template a TrainingRun refuses",
@@ -276,6 +306,14 @@ SAID: list[tuple[str, SweepBuilder, str]] = [
         .trials(8, 2),
         "spec.maxTotalTrials: the grid has 9 combinations (3 batch x 3 lr), more than "
         "maxTotalTrials 8",
+    ),
+    (
+        "bayesian sampling of an unbounded expression",
+        SweepBuilder("bayes")
+        .with_("spec.sampling", "bayesian")
+        .parameters(lr=LR, noise={"type": "normal", "mu": 0, "sigma": 1}),
+        "spec.parameters.noise: bayesian sampling takes only choice, randint, uniform, "
+        "quniform, loguniform, qloguniform expressions",
     ),
     (
         "a loguniform bound that overflows",
@@ -427,3 +465,225 @@ def test_an_operator_restart_makes_no_trial_twice_and_keeps_the_parameters(
     for i in range(3):
         annotation = runs[f"again-t{i}"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]
         assert json.loads(annotation) == sampling.random_trial(searched, SEED, i)
+
+
+# -- registerBest ------------------------------------------------------------------------
+
+WRITE_MODEL = (
+    "import os, pathlib\n"
+    "out = pathlib.Path(os.environ['TORCHYARD_OUTPUTS'])\n"
+    "(out / 'model.pt').write_text('weights of ' + os.environ['TORCHYARD_RUN'])\n"
+)
+
+
+@pytest.mark.usefixtures("archiving_operator")  # the registry, and the operator archiving
+def test_the_best_trial_is_registered_as_a_model_version_once_across_restarts(
+    cluster: Cluster, namespace: str, operator: InProcessOperator, tmp_path: Path
+) -> None:
+    ns = namespace
+    allow_default_service_account(ns)
+    k8s.create(environment("pytorch", ns, image="ghcr.io/acme/pytorch@sha256:" + "b" * 64))
+    trial = TrainingRunBuilder("t").environment("pytorch").command("python", "train.py")
+    sweep = SweepBuilder("tuned", ns).trial(trial.pool("cpu")).trials(3, 3).seed(SEED)
+    k8s.create(sweep.register_best("birds", path="outputs/model.pt").obj())
+    wait_for("three trials", lambda: len(trial_runs(ns, "tuned")) == 3)
+    reported: dict[str, float] = {}
+    for index in range(3):
+        name = f"tuned-t{index}"
+        run = wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 60)
+        parameters = json.loads(run["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
+        reported[name] = accuracy(parameters, 1)
+        assert report(ns, "tuned", name, 1, reported[name])
+        [pod] = run_pods(ns, name)
+        (tmp_path / name).mkdir()
+        done = run_node(pod, tmp_path / name, WRITE_MODEL)
+        assert done.returncode == 0, done.stderr
+        finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+    best = max(reported, key=lambda n: reported[n])
+    swept = wait_status(k8s.SWEEPS, ns, "tuned", lambda s: "model" in s, 60)
+    assert swept["status"]["phase"] == "Succeeded"
+    assert swept["status"]["model"] == {"name": "birds", "version": 1, "trial": best}
+    assert conditions(swept)["ModelRegistered"]["status"] == "True"
+    mv = k8s.get(k8s.MODELVERSIONS, ns, "birds-v1")
+    assert mv["spec"]["run"]["name"] == best
+    assert mv["spec"]["run"]["uid"] == k8s.get(k8s.TRAININGRUNS, ns, best)["metadata"]["uid"]
+    [model_file] = mv["spec"]["files"]
+    weights = f"weights of {best}".encode()
+    assert model_file["sha256"] == hashlib.sha256(weights).hexdigest()
+    cluster.kubectl("wait", "--for=condition=Available", "mv/birds-v1", "-n", ns, "--timeout=5s")
+    # an operator that restarts registers nothing again
+    operator.stop()
+    operator.start()
+    operator.caught_up("Sweep", ns, "tuned")
+    assert k8s.get(k8s.SWEEPS, ns, "tuned")["status"]["model"] == swept["status"]["model"]
+    versions = k8s.list_(k8s.MODELVERSIONS, ns)
+    assert [v["metadata"]["name"] for v in versions] == ["birds-v1"]
+
+
+# -- bayesian sampling -------------------------------------------------------------------
+
+
+def test_a_bayesian_sweep_loses_and_repeats_no_trial_across_an_operator_restart(
+    cluster: Cluster, env: str, operator: InProcessOperator
+) -> None:
+    """Five trials, two at a time, driven one at a time in index order: trial i (i >= 2) is
+    made when trial i-2 completed, with trial i-1 still running, so the test knows the
+    results each trial was sampled from; the operator restarts once a trial learned from a
+    result."""
+    ns = env
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    body = SweepBuilder("tpe", ns).trial(trial).trials(5, 2).seed(SEED)
+    k8s.create(body.with_("spec.sampling", "bayesian").obj())
+    searched = space.parse_space(PARAMETERS)
+    wait_for("two trials", lambda: len(trial_runs(ns, "tpe")) == 2)
+    values: list[float] = []
+    for index in range(5):
+        name = f"tpe-t{index}"
+        run = wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 60)
+        parameters = json.loads(run["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
+        values.append(accuracy(parameters, 1))
+        assert report(ns, "tpe", name, 1, values[-1])
+        finish_pod(cluster, ns, f"{name}-0", 0)
+        wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Succeeded")
+        if index == 0:
+            wait_for("trial 2", lambda: "tpe-t2" in trial_runs(ns, "tpe"))
+            made = trial_runs(ns, "tpe")["tpe-t2"]["metadata"]["uid"]
+            operator.stop()
+            operator.start()
+            operator.caught_up("Sweep", ns, "tpe")
+            assert sorted(trial_runs(ns, "tpe")) == ["tpe-t0", "tpe-t1", "tpe-t2"]
+            assert trial_runs(ns, "tpe")["tpe-t2"]["metadata"]["uid"] == made
+    swept = wait_status(k8s.SWEEPS, ns, "tpe", lambda s: s.get("phase") == "Succeeded", 60)
+    runs = trial_runs(ns, "tpe")
+    assert sorted(runs) == [f"tpe-t{i}" for i in range(5)]
+    book = ledger(ns, "tpe")
+    made_with: list[dict[str, Any]] = []
+    for index in range(5):
+        annotation = runs[f"tpe-t{index}"]["metadata"]["annotations"]
+        parameters = json.loads(annotation[wire.ANNOTATION_PARAMETERS])
+        assert book[f"t{index}"]["parameters"] == parameters
+        # what the sampler knew when it made the trial: those before i-1 ended, i-1 waiting
+        results = [
+            bayesian.Result(made_with[j], values[j], ended=True) for j in range(index - 1)
+        ] + [bayesian.Result(made_with[j]) for j in range(max(0, index - 1), index)]
+        assert parameters == bayesian.suggest(searched, Goal.MAXIMIZE, SEED, index, results)
+        made_with.append(parameters)
+    assert swept["status"]["best"]["metric"] == max(values)
+
+
+# -- the SDK's cancel --------------------------------------------------------------------
+
+
+def test_the_sdks_cancel_cancels_the_running_trials_and_ends_the_sweep_canceled(
+    cluster: Cluster, env: str
+) -> None:
+    ns = env
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    k8s.create(SweepBuilder("stop", ns).trial(trial).trials(6, 2).seed(SEED).obj())
+    run = HyperDriveRun(Experiment(Workspace(namespace=ns), "birds"), "stop")
+    wait_for("two trials", lambda: len(trial_runs(ns, "stop")) == 2)
+    wait_status(k8s.TRAININGRUNS, ns, "stop-t0", lambda s: s.get("phase") == "Running", 60)
+    wait_status(k8s.TRAININGRUNS, ns, "stop-t1", lambda s: s.get("phase") == "Running", 60)
+    assert report(ns, "stop", "stop-t0", 1, 0.5)
+    wait_for("the sweep running", lambda: run.get_status() == "Running")
+
+    run.cancel()
+
+    details = run.wait_for_completion(raise_on_error=False, poll=0.2, timeout=60)
+    assert details["status"] == "Canceled"
+    with pytest.raises(ActivityFailedException, match="anceled"):
+        run.wait_for_completion(poll=0.2, timeout=60)
+    swept = k8s.get(k8s.SWEEPS, ns, "stop")
+    assert conditions(swept)["Failed"]["reason"] == "Canceled"
+    assert swept["status"]["best"]["name"] == "stop-t0"  # the best found so far stays
+    # the trials it ran are canceled, their gangs stopped; none is made after
+    for name in ("stop-t0", "stop-t1"):
+        stopped = wait_status(
+            k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Suspended", 60
+        )
+        assert stopped["metadata"]["annotations"][wire.ANNOTATION_DECISION] == "canceled"
+        wait_for(f"{name}'s Pods gone", lambda n=name: run_pods(ns, n) == [])
+    assert sorted(trial_runs(ns, "stop")) == ["stop-t0", "stop-t1"]
+    best = run.get_best_run_by_primary_metric()
+    assert best is not None and best.id == "stop-t0"
+    with pytest.raises(TorchyardSdkError, match="already finished"):
+        run.cancel()
+
+
+# -- asha: pause with the checkpoint, promote by resuming ---------------------------------
+
+
+def paused_or_stopped(ns: str, name: str, what: str) -> dict[str, Any]:
+    """Wait until the Sweep's decision ``what`` is on the trial and its gang is gone."""
+    run = wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Suspended", 60)
+    assert run["metadata"]["annotations"][wire.ANNOTATION_DECISION] == what, run["metadata"]
+    wait_for(f"{name}'s Pods gone", lambda: run_pods(ns, name) == [])
+    return run
+
+
+def finish_running(cluster: Cluster, ns: str, name: str) -> None:
+    [pod] = [p for p in run_pods(ns, name) if not p["metadata"].get("deletionTimestamp")]
+    finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+    wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Succeeded", 60)
+
+
+def test_asha_pauses_a_trial_with_its_checkpoint_and_promotes_it_by_resuming(
+    cluster: Cluster, env: str
+) -> None:
+    """Four trials one at a time, asha with rungs at 1, 3 (and 9, the end): t0 sets the
+    bar at rung 1; t1, t2, t3 do worse there and are paused (suspended, their gang gone,
+    their claim kept); once t3 did worse than t1, t1 is promoted: resumed, it reports
+    interval 3 and ends; t2 and t3, whom no later trial makes good enough, are stopped."""
+    ns = env
+    storage = f"asha-{ns}"[:63]
+    for i in range(4):  # each trial's claim binds one
+        host_volume(cluster, f"{storage}-{i}", f"/tmp/{storage}-{i}", "1Gi", storage)
+    trial = (
+        TrainingRunBuilder("t")
+        .environment("pytorch")
+        .gpus(1)
+        .pool("a100")
+        .with_("spec.checkpoints", {"size": "1Gi", "storageClassName": storage})
+    )
+    asha = {"type": "asha", "maxResource": 9, "minResource": 1, "reductionFactor": 3}
+    body = SweepBuilder("sh", ns).trial(trial).trials(4, 1).seed(SEED)
+    k8s.create(body.with_("spec.earlyTermination", asha).obj())
+    running = lambda name: wait_status(  # noqa: E731
+        k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 60
+    )
+    wait_for("trial 0", lambda: "sh-t0" in trial_runs(ns, "sh"))
+    running("sh-t0")
+    assert report(ns, "sh", "sh-t0", 1, 0.9)
+    finish_running(cluster, ns, "sh-t0")
+    for index, value in ((1, 0.5), (2, 0.1), (3, 0.05)):
+        name = f"sh-t{index}"
+        wait_for(name, lambda n=name: n in trial_runs(ns, "sh"))
+        running(name)
+        assert report(ns, "sh", name, 1, value)
+        paused = paused_or_stopped(ns, name, "paused")
+        assert paused["spec"]["suspend"] is True
+        assert (
+            "paused with its checkpoint"
+            in paused["metadata"]["annotations"][wire.ANNOTATION_DECISION_REASON]
+        )
+        assert k8s.get_or_none(k8s.PERSISTENTVOLUMECLAIMS, ns, f"{name}-checkpoints")
+    # t1 is promoted: resumed (a new gang), and goes on from interval 3
+    promoted = wait_status(k8s.TRAININGRUNS, ns, "sh-t1", lambda s: s.get("phase") == "Running", 60)
+    notes = promoted["metadata"]["annotations"]
+    assert (notes[wire.ANNOTATION_DECISION], notes[wire.ANNOTATION_PROMOTIONS]) == (
+        "promoted",
+        "1",
+    )
+    assert not promoted["spec"].get("suspend")
+    assert report(ns, "sh", "sh-t1", 3, 0.8)
+    finish_running(cluster, ns, "sh-t1")
+    swept = wait_status(k8s.SWEEPS, ns, "sh", lambda s: s.get("phase") == "Succeeded", 60)
+    for name in ("sh-t2", "sh-t3"):
+        paused_or_stopped(ns, name, "stopped")
+    counts = swept["status"]["trials"]
+    assert (counts["completed"], counts["stopped"], counts["paused"]) == (2, 2, 0)
+    assert swept["status"]["best"]["name"] == "sh-t0"
+    rungs = {k: [r[1] for r in v.get("rungs", [])] for k, v in ledger(ns, "sh").items()}
+    assert rungs == {"t0": [1.0], "t1": [1.0, 3.0], "t2": [1.0], "t3": [1.0]}
+    for i in range(4):
+        cluster.kubectl("delete", "pv", f"{storage}-{i}", "--wait=false", check=False)

@@ -31,7 +31,7 @@ from torchyard.api._base import (
     observed_generation,
     with_rules,
 )
-from torchyard.api.trainingruns import RUN_NAME_MAX, TrainingRunSpec
+from torchyard.api.trainingruns import RUN_NAME_MAX, ModelOutput, TrainingRunSpec
 from torchyard.api.wire import API_VERSION
 
 # A trial is the TrainingRun <sweep>-t<index>: the Sweep's name leaves room for the index.
@@ -58,17 +58,11 @@ ENV_PREFIX = "TORCHYARD_PARAM_"  # sweeps.sampling.ENV_PREFIX
 # A trial's spec.env holds at most this many variables (TrainingRunSpec.env).
 MAX_ENV = 128
 
-SAMPLINGS = ("random", "grid")
-SAMPLING_RULE = (
-    "must be random or grid: bayesian sampling (Optuna's TPE) is not supported yet; use "
-    "random, or grid for a space of choice parameters"
-)
-POLICIES = ("bandit", "median", "truncation")
-POLICY_RULE = (
-    "must be bandit, median or truncation: asha is not supported yet (it pauses trials "
-    "with their checkpoint and promotes them later, which the Sweep controller does not "
-    "do yet); use bandit, median or truncation"
-)
+SAMPLINGS = ("random", "grid", "bayesian")
+SAMPLING_RULE = "must be random, grid or bayesian"
+POLICIES = ("bandit", "median", "truncation", "asha")
+POLICY_RULE = "must be bandit, median, truncation or asha"
+ASHA_FIELDS = ("minResource", "reductionFactor", "brackets")
 
 # An int stays an int (q: 1 gives integer values), a float a float: one JSON number.
 Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
@@ -224,6 +218,11 @@ def _policy_checks(policy: EarlyTermination) -> tuple[bool, ...]:
         not bandit or slack[0] != slack[1],
         bandit or not any(slack),
         (policy.type == "truncation") == (policy.truncation_percentage is not None),
+        (policy.type == "asha") == (policy.max_resource is not None),
+        policy.type == "asha"
+        or all(v is None for v in (policy.min_resource, policy.reduction_factor, policy.brackets)),
+        policy.type != "asha" or (policy.evaluation_interval, policy.delay_evaluation) == (1, 0),
+        policy.reduction_factor is None or policy.reduction_factor > 1,
     )
 
 
@@ -249,6 +248,30 @@ POLICY_RULES: tuple[dict[str, Any], ...] = (
         "truncation only",
         "fieldPath": ".truncationPercentage",
     },
+    {
+        "rule": "(self.type == 'asha') == has(self.maxResource)",
+        "message": "maxResource is required by asha, and is a field of asha only",
+        "fieldPath": ".maxResource",
+    },
+    {
+        "rule": "self.type == 'asha' || !("
+        + " || ".join(f"has(self.{f})" for f in ASHA_FIELDS)
+        + ")",
+        "message": "minResource, reductionFactor and brackets are fields of asha only",
+        "fieldPath": ".minResource",
+    },
+    {
+        "rule": "self.type != 'asha' || "
+        "(self.evaluationInterval == 1 && self.delayEvaluation == 0)",
+        "message": "asha decides at its rungs (minResource x reductionFactor^k intervals): "
+        "evaluationInterval and delayEvaluation are not fields of asha",
+        "fieldPath": ".evaluationInterval",
+    },
+    {
+        "rule": "!has(self.reductionFactor) || self.reductionFactor > 1.0",
+        "message": "reductionFactor must be greater than 1",
+        "fieldPath": ".reductionFactor",
+    },
 )
 
 
@@ -265,7 +288,9 @@ class EarlyTermination(Model):
         description="bandit: stop a trial whose best metric is not within the slack of "
         "the best trial's at that interval; median: stop one whose best is worse than the "
         "median of all trials' running averages; truncation: stop the lowest "
-        "truncationPercentage % (asha is not supported yet).",
+        "truncationPercentage %; asha: asynchronous successive halving, which pauses a "
+        "trial below the top 1/reductionFactor at a rung with its checkpoint (suspended) "
+        "and promotes it (resumed from the checkpoint) should later trials do worse.",
     )
     slack_factor: float | None = Field(
         default=None,
@@ -292,12 +317,47 @@ class EarlyTermination(Model):
         description="truncation: the percentage of trials cut at each evaluation interval.",
     )
 
+    max_resource: float | None = Field(
+        default=None,
+        ge=1,
+        description="asha: the intervals a trial runs at most (its epochs); rungs at "
+        "minResource x reductionFactor^k below it.",
+    )
+    min_resource: float | None = Field(
+        default=None, ge=1, description="asha: the first rung (default 1 interval)."
+    )
+    reduction_factor: float | None = Field(
+        default=None,
+        ge=1,
+        description="asha: 1/reductionFactor of the trials at a rung go on (default 3; "
+        "greater than 1).",
+    )
+    brackets: int | None = Field(
+        default=None, ge=1, le=10, description="asha: the number of brackets (default 1)."
+    )
+
+    def policy_dict(self) -> dict[str, Any]:
+        """The policy's own fields, as ``sweeps.stopping.parse_policy`` reads them (asha
+        has no evaluation interval or delay)."""
+        out = self.to_dict()
+        if self.type == "asha":
+            out.pop("evaluationInterval", None)
+            out.pop("delayEvaluation", None)
+        return out
+
     @model_validator(mode="after")
     def _checks(self) -> EarlyTermination:
         for rule, ok in zip(POLICY_RULES, _policy_checks(self), strict=True):
             if not ok:
                 raise ValueError(rule["message"])
         return self
+
+
+class RegisterBest(ModelOutput):
+    """Register the best trial's outputs as a model version once the sweep succeeded (~
+    ``hyperdrive_run.get_best_run_by_primary_metric().register_model(...)``): the trial
+    with the best metric among those that completed, its archived ``path`` promoted as the
+    model's next version, as a TrainingRun's ``outputs.register`` does."""
 
 
 _SPEC_RULES: list[dict[str, Any]] = [
@@ -311,6 +371,14 @@ _SPEC_RULES: list[dict[str, Any]] = [
         "message": "the sweep suspends its trials itself (that is how it stops them): leave "
         "spec.trial.suspend out",
         "fieldPath": ".trial.suspend",
+    },
+    {
+        "rule": "!has(self.earlyTermination) || self.earlyTermination.type != 'asha' || "
+        "(has(self.trial.checkpoints) && has(self.trial.checkpoints.size))",
+        "message": "asha pauses a trial with its checkpoint and resumes it from there: "
+        "spec.trial.checkpoints.size is required (each trial's own claim; one claimName "
+        "shared by the trials would resume a trial from another's checkpoint)",
+        "fieldPath": ".trial.checkpoints",
     },
     {
         "rule": f"(has(self.trial.env) ? size(self.trial.env) : 0) + size(self.parameters) "
@@ -328,6 +396,12 @@ _SPEC_RULES: list[dict[str, Any]] = [
         "fieldPath": ".trial.env",
     },
 ]
+
+SEED_DESCRIPTION = (
+    "The sampling's seed (status.seed shows the one used): random sampling gives every "
+    "trial the same parameters with the same seed, bayesian sampling with the same seed "
+    "and the same results before it. Unset: one derived from the Sweep's uid. Immutable."
+)
 
 _IMMUTABLE: dict[str, Any] = {
     "rule": "self == oldSelf",
@@ -369,8 +443,10 @@ class SweepSpec(Model):
         default="random",
         max_length=32,
         description="random: each trial's values drawn from the expressions, from the seed "
-        "and the trial's index; grid: every combination of choice values, in order "
-        "(bayesian is not supported yet); immutable.",
+        "and the trial's index; grid: every combination of choice values, in order; "
+        "bayesian: each trial's values chosen by Optuna's TPE sampler from the results of "
+        "the trials before it (choice, randint and the uniform and loguniform forms only); "
+        "immutable.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {"rule": f"self in {list(SAMPLINGS)}", "message": f"sampling {SAMPLING_RULE}"},
@@ -412,14 +488,8 @@ class SweepSpec(Model):
         default=None,
         ge=0,
         le=2**53,
-        description="The random sampling's seed (status.seed shows the one used): the same "
-        "seed gives every trial the same parameters. Unset: one derived from the Sweep's "
-        "uid. Immutable.",
-        json_schema_extra=_immutable(
-            "The random sampling's seed (status.seed shows the one used): the same seed "
-            "gives every trial the same parameters. Unset: one derived from the Sweep's uid. "
-            "Immutable."
-        ),
+        description=SEED_DESCRIPTION,
+        json_schema_extra=_immutable(SEED_DESCRIPTION),
     )
     cancel: bool = Field(
         default=False,
@@ -435,6 +505,12 @@ class SweepSpec(Model):
             "A policy that stops poorly doing trials early; unset: every trial runs to its "
             "end. Immutable."
         ),
+    )
+
+    register_best: RegisterBest | None = Field(
+        default=None,
+        description="Once the sweep succeeded, register the outputs of its best completed "
+        "trial as the model's next version (status.model names it and the trial).",
     )
 
     @field_validator("parameters")
@@ -458,6 +534,9 @@ class SweepSpec(Model):
             self.max_concurrent_trials is None
             or self.max_concurrent_trials <= self.max_total_trials,
             not self.trial.suspend,
+            self.early_termination is None
+            or self.early_termination.type != "asha"
+            or (self.trial.checkpoints is not None and self.trial.checkpoints.size is not None),
             len(self.trial.env) + len(self.parameters) <= MAX_ENV,
             not any(e.name.startswith(ENV_PREFIX) for e in self.trial.env),
         )
@@ -479,6 +558,9 @@ class TrialCounts(Model):
     created: int = Field(default=0, description="Trials made so far.")
     pending: int = Field(default=0, description="Made, waiting for capacity.")
     running: int = Field(default=0, description="Running.")
+    paused: int = Field(
+        default=0, description="Paused by asha with their checkpoint (may be promoted)."
+    )
     stopped: int = Field(default=0, description="Stopped early by spec.earlyTermination.")
     completed: int = Field(default=0, description="Ran to their end.")
     failed: int = Field(default=0, description="Failed.")
@@ -491,7 +573,9 @@ class TrialRow(Model):
 
     name: str = Field(description="The trial's TrainingRun.")
     index: int = Field(description="The trial's index (0, 1, ...).")
-    state: str = Field(description="Pending, Running, Stopped, Completed, Failed or Canceled.")
+    state: str = Field(
+        description="Pending, Running, Paused, Stopped, Completed, Failed or Canceled."
+    )
     parameters: dict[str, str] = Field(
         default_factory=dict, description="The parameters as the trial received them."
     )
@@ -527,6 +611,14 @@ STATUS_RUNNING = 10
 STATUS_FAILED_NAMES = 20
 
 
+class SweepModel(Model):
+    """The model version spec.registerBest registered."""
+
+    name: str = Field(description="The model.")
+    version: int = Field(description="Its version (the ModelVersion <name>-v<version>).")
+    trial: str = Field(description="The trial TrainingRun whose outputs it holds.")
+
+
 class SweepStatus(Model):
     """Observed state of a Sweep, written by the operator."""
 
@@ -536,11 +628,12 @@ class SweepStatus(Model):
     observed_generation: int | None = observed_generation()
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Accepted, MetricReported, Succeeded, Failed, and Ready, Reconciling, "
-        "Stalled; Recorded once the ended sweep's record is in the registry.",
+        description="Accepted, MetricReported, Succeeded, Failed, ModelRegistered "
+        "(spec.registerBest), and Ready, Reconciling, Stalled; Recorded once the ended "
+        "sweep's record is in the registry.",
         json_schema_extra=CONDITIONS_FIELD_EXTRA,
     )
-    seed: int | None = Field(default=None, description="The seed random sampling uses.")
+    seed: int | None = Field(default=None, description="The seed the sampling uses.")
     trials: TrialCounts | None = Field(default=None, description="Trials by state.")
     best: TrialRow | None = Field(
         default=None,
@@ -565,6 +658,9 @@ class SweepStatus(Model):
         default=None,
         max_length=STATUS_FAILED_NAMES,
         description="The trials that failed (the first few).",
+    )
+    model: SweepModel | None = Field(
+        default=None, description="The model version spec.registerBest registered."
     )
     start_time: datetime | None = Field(default=None, description="When the sweep started.")
     completion_time: datetime | None = Field(default=None, description="When it finished.")

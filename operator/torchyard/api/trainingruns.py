@@ -403,13 +403,14 @@ class Compute(Model):
 
 _TRAVERSAL = r"(^|[/\\])(\.|%2[eE])(\.|%2[eE])([/\\]|$)"
 REGISTER_PATH_RULE = (
-    "outputs.register.path must be relative to the working directory and stay inside it: "
+    "the path must be relative to the working directory and stay inside it: "
     "no leading '/', no '..' (e.g. outputs/model.pt)"
 )
 
 
-class Register(Model):
-    """Register the run's outputs as a model version (~ run.register_model)."""
+class ModelOutput(Model):
+    """A model and the file or folder of a run's outputs that makes it up (a TrainingRun's
+    ``outputs.register``, a Sweep's ``registerBest``)."""
 
     model_config = with_rules(
         {
@@ -432,16 +433,21 @@ class Register(Model):
         description="File or folder, relative to the working directory, that makes up "
         "the model (inside ./outputs); no leading '/' and no '..'.",
     )
+
+    @model_validator(mode="after")
+    def _path_stays_inside(self) -> ModelOutput:
+        if self.path.startswith("/") or re.search(_TRAVERSAL, self.path):
+            raise ValueError(f"{REGISTER_PATH_RULE}; got {self.path!r}")
+        return self
+
+
+class Register(ModelOutput):
+    """Register the run's outputs as a model version (~ run.register_model)."""
+
     export_onnx: bool = Field(
         default=False,
         description="Also export the trained model to outputs/model.onnx and check it runs.",
     )
-
-    @model_validator(mode="after")
-    def _path_stays_inside(self) -> Register:
-        if self.path.startswith("/") or re.search(_TRAVERSAL, self.path):
-            raise ValueError(f"{REGISTER_PATH_RULE}; got {self.path!r}")
-        return self
 
 
 class Outputs(Model):

@@ -46,6 +46,8 @@ LABEL_TRIAL = f"{GROUP}/trial"
 ANNOTATION_PARAMETERS = f"{GROUP}/parameters"
 ANNOTATION_DECISION = f"{GROUP}/sweep-decision"
 ANNOTATION_DECISION_REASON = f"{GROUP}/sweep-decision-reason"
+# How many times ASHA promoted the trial (resumed it after a pause).
+ANNOTATION_PROMOTIONS = f"{GROUP}/sweep-promotions"
 
 # The audience of the ServiceAccount tokens the registry service accepts (node Pods'
 # projected tokens, the operator's, the ones the CLI and SDK mint).

@@ -16,6 +16,22 @@ from torchyard.cli.options import load_documents, pick
 from torchyard.sdk import local_runs, runs
 
 
+def inputs(
+    args: argparse.Namespace, docs: list[dict[str, Any]], environment_name: str
+) -> tuple[api.Environment | None, Path, Path, local_runs.Source]:
+    """What a local run (or a local sweep's trials) needs from the command line and the
+    file: the Environment of that name in the file, the registry and runs folders, and
+    the source files (said on standard error)."""
+    env_body = pick(docs, "Environment", environment_name)
+    environment = api.parse_environment(env_body) if env_body else None
+    root = Path(args.source) if args.source else Path(args.file).resolve().parent
+    registry = Path(args.registry).expanduser() if args.registry else local_runs.default_registry()
+    workroot = Path(args.workdir).expanduser() if args.workdir else local_runs.default_workroot()
+    source = local_runs.collect_source(root, registry, workroot)
+    print(f"[torchyard] {source.report()}", file=sys.stderr)
+    return environment, registry, workroot, source
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a TrainingRun; today on this machine (--local)."""
     if not args.local:
@@ -29,13 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if body is None:
         raise CliError(f"no TrainingRun in {args.file}", 2)
     run = api.parse_trainingrun(body)
-    env_body = pick(docs, "Environment", run.spec.environment)
-    environment = api.parse_environment(env_body) if env_body else None
-    root = Path(args.source) if args.source else Path(args.file).resolve().parent
-    registry = Path(args.registry).expanduser() if args.registry else local_runs.default_registry()
-    workroot = Path(args.workdir).expanduser() if args.workdir else local_runs.default_workroot()
-    source = local_runs.collect_source(root, registry, workroot)
-    print(f"[torchyard] {source.report()}", file=sys.stderr)
+    environment, registry, workroot, source = inputs(args, docs, run.spec.environment)
     try:
         result = local_runs.run(
             run, source, registry=registry, workroot=workroot, environment=environment

@@ -15,10 +15,11 @@ from typing import Any
 import yaml
 
 from torchyard import api
+from torchyard.cli import local
 from torchyard.cli.errors import CliError
 from torchyard.cli.inspect import age, table
 from torchyard.cli.options import connect, kube_options, load_documents
-from torchyard.sdk import clusters, sweeps
+from torchyard.sdk import clusters, local_runs, sweeps
 
 TOP = 10  # the trials describe lists
 
@@ -41,6 +42,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise CliError(f"{args.file} holds {len(found)} Sweeps: submit one file per Sweep", 2)
     body = found[0]
     meta = body.setdefault("metadata", {})
+    if args.local:
+        meta["namespace"] = args.namespace or meta.get("namespace") or "default"
+        return _submit_local(args, docs, body)
     meta["namespace"] = (
         args.namespace
         or meta.get("namespace")
@@ -55,6 +59,39 @@ def cmd_submit(args: argparse.Namespace) -> int:
     ns, name = meta["namespace"], meta.get("name")
     print(f"Sweep {ns}/{name} created: torchyard sweep describe {name} -n {ns}")
     return 0
+
+
+def _submit_local(
+    args: argparse.Namespace, docs: list[dict[str, Any]], body: dict[str, Any]
+) -> int:
+    """Run the Sweep's trials on this machine, ``--parallel`` at a time."""
+    if args.parallel < 1:
+        raise CliError(f"--parallel must be at least 1, got {args.parallel}", 2)
+    try:
+        sweep = api.parse_sweep(body)
+    except api.InvalidSpec as err:
+        raise CliError(str(err), 2) from None
+    environment, registry, workroot, source = local.inputs(args, docs, sweep.spec.trial.environment)
+    try:
+        result = local_runs.sweep(
+            body,
+            source,
+            parallel=args.parallel,
+            registry=registry,
+            workroot=workroot,
+            environment=environment,
+        )
+    except (OSError, ValueError) as err:
+        raise CliError(str(err), 1) from None
+    verdict = result.verdict
+    print(
+        f"\nSweep {sweep.name} {'succeeded' if verdict.succeeded else 'failed'} in "
+        f"{result.seconds:.1f}s ({verdict.reason}): {verdict.message}"
+    )
+    print(table(local_runs.sweep_rows(result)))
+    if result.model is not None:
+        print(f"model: {result.model.model} version {result.model.version} at {result.model.path}")
+    return 0 if verdict.succeeded else 1
 
 
 def _rows(items: list[dict[str, Any]]) -> list[list[str]]:
@@ -197,6 +234,35 @@ def add_sweep(sub: Any) -> None:
     s = cmds.add_parser("submit", help="create the Sweep of a YAML file")
     s.add_argument("file", help="a YAML file with one Sweep ('-': standard input)")
     s.add_argument("--dry-run", action="store_true", help="check it and print it, create nothing")
+    s.add_argument(
+        "--local",
+        action="store_true",
+        help="run the trials on this machine (local mode), with the same sampling, early "
+        "termination and best trial",
+    )
+    s.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--local: trials at a time (default 1)",
+    )
+    s.add_argument(
+        "--source",
+        metavar="DIR",
+        help="--local: folder with the training code (default: the YAML file's folder)",
+    )
+    s.add_argument(
+        "--registry",
+        metavar="DIR",
+        help="--local: local registry folder (default: ~/.torchyard/registry or "
+        "$TORCHYARD_REGISTRY)",
+    )
+    s.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="--local: where the trials' node folders go (default: ~/.torchyard/runs)",
+    )
     kube_options(s)
     s.set_defaults(func=cmd_submit, namespace_from_file=True)
     g = cmds.add_parser("get", help="list sweeps, or one: phase, trials, best")

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 from torchyard import k8s, status
 from torchyard.controller import cache as caches
 from torchyard.planning import pods
+from torchyard.status.conditions import parse_time as parse_time  # the controller's name
 
 Clock = Callable[[], datetime]
 Log = logging.Logger | logging.LoggerAdapter[Any]
@@ -250,10 +251,3 @@ def delete_pods(
             if grace_period_seconds == 0 or not p["metadata"].get("deletionTimestamp")
         ],
     )
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """A status timestamp (``2026-01-01T12:00:00Z``) as an aware datetime."""
-    if not value:
-        return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)

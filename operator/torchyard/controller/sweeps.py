@@ -19,7 +19,10 @@
    annotations: ``planning.sweeps.decided``), each new trial ``<sweep>-t<index>`` with
    the parameters sampled from (seed, index), so a restart makes neither a second trial
    nor other parameters (server-side apply), and the ledger when it changed;
-6. **write** the status (``status.sweeps``) and its Events once, at the end.
+6. **write** the status (``status.sweeps``) and its Events once, at the end; once the
+   sweep succeeded with ``spec.registerBest``, its best completed trial is registered
+   first (``sweep_register``), and a finished sweep whose registration waits for the
+   registry comes back for that alone.
 
 Trial TrainingRuns' events queue their Sweep (``handlers``). Called by the work queue's
 workers; tested against an in-memory fake of ``torchyard.k8s`` in
@@ -29,7 +32,6 @@ tests/integration/test_sweeps.py.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -37,13 +39,16 @@ from typing import Any
 
 from torchyard import api, k8s
 from torchyard.api import sweeps as sweep_api
-from torchyard.controller import context, recording, sweep_policy, sweep_trials
+from torchyard.controller import context, recording, sweep_register
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
-from torchyard.controller.sweep_trials import Entry, Seen
 from torchyard.planning import names
 from torchyard.planning import sweeps as plans
 from torchyard.status import sweeps as sweep_status
-from torchyard.sweeps import sampling, space, stopping, trials
+from torchyard.sweeps import sampling, stopping, trials
+from torchyard.tuning import plans as tuning
+from torchyard.tuning import sweep_policy, sweep_trials
+from torchyard.tuning.plans import Compiled, Invalid, compile_spec
+from torchyard.tuning.sweep_trials import Entry, Seen
 
 # How soon a sweep whose trial names are still held by a deleted namesake's trials (being
 # garbage collected) looks again.
@@ -54,23 +59,6 @@ LEDGER_BUDGET = 800 * 1024
 # makes them over several, each queued at once after the one before, so that a worker is
 # not held for minutes and the status shows the trials as they come).
 CREATES_PER_RECONCILE = 50
-
-
-class Invalid(ValueError):
-    """A spec the sweeps core cannot run; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """The spec as the sweeps core reads it."""
-
-    space: space.SearchSpace
-    sampling: sampling.Sampling
-    planned: int
-    seed: int
-    goal: stopping.Goal
-    policy: stopping.IntervalPolicy | None
-    hints: tuple[str, ...] = ()  # valid but likely mistaken (space.hints)
 
 
 @dataclass
@@ -103,17 +91,19 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         return Result()
     if meta.get("deletionTimestamp"):
         return Result()  # owner references take the trials and the ledger away
-    if previous.get("phase") in sweep_status.TERMINAL and previous.get("completionTime"):
+    finished = previous.get("phase") in sweep_status.TERMINAL and previous.get("completionTime")
+    if finished and not _registers(sweep, previous):
         return _finished(ctx, body, logger, now)
 
     seen = observe(ctx, sweep, compiled)
     book = sweep_trials.book(compiled.goal, seen.entries, seen.seen, _planned_intervals(seen))
+    if finished:  # only its best trial's registration is left to do
+        return _conclude(ctx, body, sweep, book, Outcome(previous, now, []), logger, Result())
     result = Result()
     events: list[Event] = []
 
-    judged = sweep_policy.judge(compiled.policy, compiled.goal, seen.entries, book)
-    for decision in judged.stops:
-        book = trials.fold(book, trials.decided(book, decision))
+    judged = sweep_policy.judge(compiled.policy, compiled.goal, seen.entries, book, compiled.seed)
+    book = _apply_policy(ctx, sweep, book, [*judged.stops, *judged.pauses], events)
     elapsed = (now - sweep_trials.started_at(previous, now)).total_seconds()
     verdict = sweep_policy.verdict(
         sweep.name, sweep.spec, book, seen.created, compiled.planned, elapsed, seen.seen
@@ -123,38 +113,19 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
         book = trials.fold(book, trials.Ended(index, "canceled", _seconds(seen, index)))
 
     # apply: stop first (their room goes to the next gangs), then make the new trials
-    for decision in judged.stops:
-        _decide(ctx, sweep, decision.trial, plans.Decision("stopped", decision.reason))
-        events.append(
-            Event("Normal", "TrialStopped", f"{_trial(sweep, decision.trial)}: {decision.reason}")
-        )
     for index, reason in cancels:
         _decide(ctx, sweep, index, plans.Decision("canceled", reason))
     if cancels:
         shown = ", ".join(_trial(sweep, i) for i, _ in cancels)
         events.append(Event("Normal", "TrialsCanceled", f"{shown}: {cancels[0][1]}"))
     if verdict is None:
-        occupied = sum(1 for s in seen.seen.values() if s.occupies)
-        wanted = sweep_policy.next_indices(
-            seen.created, compiled.planned, occupied, sweep.spec.concurrency
-        )
-        if any(names.trial(sweep.name, i) in seen.namesakes for i in wanted):
-            result.requeue_after = NAMESAKE_RETRY_SECONDS
-            wanted = []
-        if len(wanted) > CREATES_PER_RECONCILE:
-            wanted = wanted[:CREATES_PER_RECONCILE]
-            result.requeue_after = 0.0
         try:
-            book = _create(ctx, sweep, compiled, seen, book, wanted, logger)
+            book = _grow(ctx, sweep, compiled, seen, book, result, elapsed, events, logger)
         except Refused as refused:
             logger.warning("Sweep %s/%s: %s", sweep.namespace, sweep.name, refused)
             _write_ledger(ctx, sweep, seen, book, judged)
             context.write(ctx, body, _invalid(sweep.generation, str(refused), previous, now))
             return Result()
-        if sweep.spec.max_duration_seconds is not None:
-            left = max(0.0, sweep.spec.max_duration_seconds - elapsed) + 0.5
-            later = result.requeue_after
-            result.requeue_after = left if later is None else min(later, left)
     _write_ledger(ctx, sweep, seen, book, judged)
 
     observed = _status_inputs(sweep, compiled, seen, book, verdict)
@@ -163,9 +134,128 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if verdict is not None:
         log = logger.info if verdict.succeeded else logger.warning
         log("Sweep %s/%s %s: %s", sweep.namespace, sweep.name, new["phase"], verdict.message)
-    context.write(ctx, body, Outcome(new, now, events))
-    if verdict is not None and ctx.settings.registry_url:
+    result = _conclude(ctx, body, sweep, book, Outcome(new, now, events), logger, result)
+    ended = new.get("phase") in sweep_status.TERMINAL
+    if ended and ctx.settings.registry_url and result.requeue_after is None:
         result.requeue_after = 0.0  # its record is written by the next reconcile
+    return result
+
+
+def _grow(
+    ctx: Context,
+    sweep: api.Sweep,
+    compiled: Compiled,
+    seen: Observed,
+    book: trials.Book,
+    result: Result,
+    elapsed: float,
+    events: list[Event],
+    logger: Log,
+) -> trials.Book:
+    """A sweep still going: ASHA's promotions first, then the new trials its free places
+    take (:class:`Refused` when the apiserver refuses one), and when to look again."""
+    occupied = sum(1 for s in seen.seen.values() if s.occupies)
+    idle = occupied == 0  # no place held: what is not promoted now never will be
+    book, promoted = _promote(ctx, sweep, compiled, seen, book, occupied, events)
+    occupied += promoted
+    wanted = sweep_policy.next_indices(
+        seen.created, compiled.planned, occupied, sweep.spec.concurrency
+    )
+    if any(names.trial(sweep.name, i) in seen.namesakes for i in wanted):
+        result.requeue_after = NAMESAKE_RETRY_SECONDS
+        wanted = []
+    if len(wanted) > CREATES_PER_RECONCILE:
+        wanted = wanted[:CREATES_PER_RECONCILE]
+        result.requeue_after = 0.0
+    if idle and not promoted and not wanted:  # asha: the paused no promotion resumes
+        unpromoted = sweep_policy.left_paused(book, seen.created, compiled.planned)
+        book = _apply_policy(ctx, sweep, book, unpromoted, events)
+        result.requeue_after = 0.0 if unpromoted else result.requeue_after
+    book = _create(ctx, sweep, compiled, seen, book, wanted, logger)
+    if sweep.spec.max_duration_seconds is not None:
+        left = max(0.0, sweep.spec.max_duration_seconds - elapsed) + 0.5
+        later = result.requeue_after
+        result.requeue_after = left if later is None else min(later, left)
+    return book
+
+
+_APPLIED: dict[stopping.Action, tuple[plans.What, str]] = {
+    stopping.Action.STOP: ("stopped", "TrialStopped"),
+    stopping.Action.PAUSE: ("paused", "TrialPaused"),
+    stopping.Action.PROMOTE: ("promoted", "TrialPromoted"),
+}
+
+
+def _apply_policy(
+    ctx: Context,
+    sweep: api.Sweep,
+    book: trials.Book,
+    decisions: list[stopping.Decision],
+    events: list[Event],
+) -> trials.Book:
+    """Each of the policy's decisions onto its trial (stopped or paused: suspended;
+    promoted: resumed) and into the book, with its Event."""
+    for decision in decisions:
+        record = book.get(decision.trial)
+        count = (record.promotions if record is not None else 0) + (
+            decision.action is stopping.Action.PROMOTE
+        )
+        what, reason = _APPLIED[decision.action]
+        _decide(ctx, sweep, decision.trial, plans.Decision(what, decision.reason, count))
+        book = trials.fold(book, trials.decided(book, decision))
+        events.append(
+            Event("Normal", reason, f"{_trial(sweep, decision.trial)}: {decision.reason}")
+        )
+    return book
+
+
+def _promote(
+    ctx: Context,
+    sweep: api.Sweep,
+    compiled: Compiled,
+    seen: Observed,
+    book: trials.Book,
+    occupied: int,
+    events: list[Event],
+) -> tuple[trials.Book, int]:
+    """ASHA's promotions into the free places (resumed before any new trial is made)."""
+    free = sweep.spec.concurrency - occupied
+    chosen = sweep_policy.promotions(
+        compiled.policy, compiled.goal, seen.entries, book, compiled.seed, free
+    )
+    return _apply_policy(ctx, sweep, book, chosen, events), len(chosen)
+
+
+def _registers(sweep: api.Sweep, status: Mapping[str, Any]) -> bool:
+    return sweep.spec.register_best is not None and sweep_status.registration_pending(status)
+
+
+def _conclude(
+    ctx: Context,
+    body: Mapping[str, Any],
+    sweep: api.Sweep,
+    book: trials.Book,
+    outcome: Outcome,
+    logger: Log,
+    result: Result,
+) -> Result:
+    """Write the status, with the best trial registered first once the sweep succeeded
+    (``spec.registerBest``, ``sweep_register``)."""
+    if not _registers(sweep, outcome.status):
+        context.write(ctx, body, outcome)
+        return result
+    done = sweep_register.register_best(ctx, sweep, book, logger)
+    new = sweep_status.with_model(
+        outcome.status, done.status, done.reason, done.message, outcome.at, done.model
+    )
+    events = list(outcome.events)
+    if done.model is not None:
+        events.append(Event("Normal", "ModelRegistered", done.message))
+    elif not done.waiting:
+        events.append(Event("Warning", "ModelNotRegistered", done.message))
+    else:
+        result.requeue_after = sweep_register.RETRY_SECONDS
+    context.write(ctx, body, Outcome(new, outcome.at, events))
     return result
 
 
@@ -175,43 +265,6 @@ def _finished(ctx: Context, body: Mapping[str, Any], logger: Log, now: datetime)
     if recorded.status is not None:
         context.write(ctx, body, Outcome(recorded.status, now, recorded.events))
     return Result(requeue_after=recorded.retry)
-
-
-# -- compile ---------------------------------------------------------------------------
-
-
-def seed_of(sweep: api.Sweep) -> int:
-    """``spec.seed``, else one derived from the Sweep's uid (stable for its lifetime)."""
-    if sweep.spec.seed is not None:
-        return sweep.spec.seed
-    return int.from_bytes(hashlib.sha256(sweep.uid.encode()).digest()[:6], "big")
-
-
-def compile_spec(sweep: api.Sweep, parameters: Any) -> Compiled:
-    """The spec as the sweeps core reads it; :class:`Invalid` names what it refuses.
-    ``parameters`` is the body's own ``spec.parameters`` (an integer stays an integer)."""
-    spec = sweep.spec
-    try:
-        searched = space.parse_space(parameters, "spec.parameters")
-        planned = sampling.check(spec.sampling, searched, spec.max_total_trials)
-        goal = stopping.parse_goal(spec.objective.goal, "spec.objective.goal")
-        policy = None
-        if spec.early_termination is not None:
-            parsed = stopping.parse_policy(
-                spec.early_termination.to_dict(), "spec.earlyTermination"
-            )
-            if isinstance(parsed, stopping.Asha):
-                raise Invalid(f"spec.earlyTermination.type {sweep_api.POLICY_RULE}")
-            policy = parsed
-    except space.SpaceError as err:
-        raise Invalid(str(err)) from None
-    except (sampling.SamplingError, stopping.PolicyError) as err:
-        field, _, message = str(err).partition(": ")
-        where = field if field.startswith("spec.") else f"spec.{field}"
-        raise Invalid(f"{where}: {message}") from None
-    chosen: sampling.Sampling = "grid" if spec.sampling == "grid" else "random"
-    hints = tuple(str(h) for h in space.hints(searched, "spec.parameters"))
-    return Compiled(searched, chosen, planned, seed_of(sweep), goal, policy, hints)
 
 
 # -- observe ---------------------------------------------------------------------------
@@ -234,7 +287,7 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
     ledger = dict(found.get("data") or {}) if found and _owned(found, sweep.uid) else None
     entries = sweep_trials.decode(ledger)
     for index, trial in seen.items():
-        entry = entries.get(index) or Entry(trial.parameters or _parameters(compiled, index))
+        entry = entries.get(index) or Entry(trial.parameters or tuning.parameters(compiled, index))
         entries[index] = sweep_trials.observed(entry, trial)
     return Observed(seen, entries, ledger, namesakes)
 
@@ -242,10 +295,6 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
 def _owned(obj: Mapping[str, Any], uid: str) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == uid for r in refs)
-
-
-def _parameters(compiled: Compiled, index: int) -> dict[str, space.Value]:
-    return sampling.trial_parameters(compiled.sampling, compiled.space, compiled.seed, index)
 
 
 def _planned_intervals(seen: Observed) -> int | None:
@@ -275,7 +324,8 @@ def _cancels(
     out = []
     for index, trial in sorted(seen.seen.items()):
         record = book.get(index)
-        if trial.ended or trial.decision is not None:
+        held = trial.decision is not None and trial.decision.what in ("paused", "promoted")
+        if trial.ended or (trial.decision is not None and not held):
             continue
         if record is not None and record.state in trials.ENDED:
             continue  # stopped by the policy in this reconcile
@@ -303,7 +353,7 @@ def _create(
     """Make the trials ``indices`` in order (their entries and the book get them); a
     refusal that a retry cannot fix is :class:`Refused`."""
     for index in indices:
-        parameters = _parameters(compiled, index)
+        parameters = tuning.parameters(compiled, index, book)
         manifest = plans.trial(
             sweep,
             index,
@@ -343,6 +393,8 @@ def _write_ledger(
     entries = dict(seen.entries)
     for index, interval in (judged.evaluated or {}).items():
         entries[index] = replace(entries[index], evaluated=interval)
+    for index, recorded in (judged.rungs or {}).items():
+        entries[index] = replace(entries[index], rungs=recorded)
     for record in book.trials:
         if record.index in entries:
             entries[record.index] = sweep_trials.now_entry(entries[record.index], record)

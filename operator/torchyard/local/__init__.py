@@ -8,7 +8,8 @@ the end ./outputs of node 0 and every node's ./logs are archived into a local re
 folder with the registry service's layout, and ``outputs.register`` publishes version N+1
 of the model. This file is the package's face; the code lives in ``runs`` (the
 processes), ``results`` (what a run did, which failure is its), ``checks`` (packages, the
-register path, ONNX) and ``finalize`` (archive and register).
+register path, ONNX), ``finalize`` (archive and register) and ``sweeps`` (a Sweep's
+trials, ``torchyard sweep submit FILE --local``).
 
 Tested in ``tests/unit/test_local_mode.py`` and ``tests/e2e/``.
 """
@@ -16,3 +17,4 @@ Tested in ``tests/unit/test_local_mode.py`` and ``tests/e2e/``.
 from torchyard.local.checks import *  # noqa: F403
 from torchyard.local.results import *  # noqa: F403
 from torchyard.local.runs import *  # noqa: F403
+from torchyard.local.sweeps import *  # noqa: F403

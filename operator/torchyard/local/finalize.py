@@ -19,11 +19,12 @@ from typing import Any
 
 from torchyard import records
 from torchyard.api import Environment, TrainingRun, wire
+from torchyard.api.trainingruns import ModelOutput
 from torchyard.local.checks import check_onnx, register_source
 from torchyard.local.results import LocalResult, NodeResult
 from torchyard.planning import models
 from torchyard.records import build
-from torchyard.registry import Store
+from torchyard.registry import Store, Version
 from torchyard.status import failures
 
 
@@ -59,21 +60,36 @@ def archive_and_register(
         if problem:
             raise RuntimeError(f"outputs/model.onnx does not run: {problem}")
         say("outputs/model.onnx runs (onnxruntime)")
+    result.model = publish(run, environment, store, node0, reg, say)
+
+
+def publish(
+    run: TrainingRun,
+    environment: Environment | None,
+    store: Store,
+    node0: Path,
+    reg: ModelOutput,
+    say: Callable[[str], None],
+) -> Version:
+    """Publish ``reg.path`` of ``run``'s node 0 folder as ``reg.model``'s next version,
+    with the metadata every registration has and the metrics of its outputs/metrics.json
+    (a local run's ``outputs.register``, a local sweep's ``registerBest``)."""
     metrics: dict[str, float] = {}
     with contextlib.suppress(OSError, ValueError):
         raw = json.loads((node0 / "outputs" / "metrics.json").read_text())
         metrics = {k: float(v) for k, v in raw.items() if isinstance(v, int | float)}
     image = (environment.spec.image if environment is not None else None) or ""
-    result.model = store.publish(
+    model = store.publish(
         run.namespace,
         reg.model,
         register_source(node0, reg.path),
         metadata=models.promote_metadata(run, image=image, metrics=metrics, local=True),
     )
     say(
-        f"registered model {reg.model} version {result.model.version} "
-        f"({result.model.manifest['size']}) at {result.model.path}"
+        f"registered model {reg.model} version {model.version} "
+        f"({model.manifest['size']}) at {model.path}"
     )
+    return model
 
 
 def record(
@@ -140,4 +156,4 @@ def _tail(logs: Path) -> list[str]:
     return lines[-build.TAIL_LINES :]
 
 
-__all__: list[str] = []  # used by local.runs only
+__all__: list[str] = []  # used by local.runs and local.sweeps only

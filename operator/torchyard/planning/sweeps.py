@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from torchyard.api import Sweep, wire
 from torchyard.planning import names
 
 # A parameter's value as the trial receives it (sweeps.space.Value).
 Value = int | float | str | bool
-DECISIONS = ("stopped", "canceled")
+What: TypeAlias = Literal["stopped", "canceled", "paused", "promoted"]
+DECISIONS: tuple[What, ...] = ("stopped", "canceled", "paused", "promoted")
 # The field manager of a decision (:func:`decided`): not the one that made the trial, so
 # that applying a decision leaves the fields of the trial's making as they are.
 DECISION_FIELD_MANAGER = "torchyard-sweeps"
@@ -36,11 +37,14 @@ REASON_MAX = 1024
 
 @dataclass(frozen=True)
 class Decision:
-    """What the Sweep decided for a trial: ``stopped`` by the early-termination policy, or
-    ``canceled`` because the sweep ended before it; ``reason`` in words."""
+    """What the Sweep decided for a trial: ``stopped`` by the early-termination policy,
+    ``canceled`` because the sweep ended before it, ``paused`` (suspended with its
+    checkpoint) or ``promoted`` (resumed from it) by ASHA; ``reason`` in words;
+    ``promotions``: how many times it was promoted, this one included."""
 
-    what: Literal["stopped", "canceled"]
+    what: What
     reason: str
+    promotions: int = 0
 
 
 def owner_reference(sweep: Sweep) -> dict[str, Any]:
@@ -90,9 +94,10 @@ def trial(
 
 
 def decided(sweep: Sweep, index: int, decision: Decision) -> dict[str, Any]:
-    """What stops trial ``index``, applied with :data:`DECISION_FIELD_MANAGER` (so it
-    owns these fields only, and the trial's spec stays as it was made, whatever
-    ``spec.trial`` says now): ``spec.suspend: true`` and the decision's annotations.
+    """What stops (pauses, resumes) trial ``index``, applied with
+    :data:`DECISION_FIELD_MANAGER` (so it owns these fields only, and the trial's spec stays
+    as it was made, whatever ``spec.trial`` says now): ``spec.suspend`` (true but for a
+    promotion) and the decision's annotations.
 
     Suspending stops the trial's gang and frees its GPUs at once (the Pods are deleted
     with their grace period, in which a trial with ``spec.checkpoints`` saves one), while
@@ -103,7 +108,11 @@ def decided(sweep: Sweep, index: int, decision: Decision) -> dict[str, Any]:
         wire.ANNOTATION_DECISION: decision.what,
         wire.ANNOTATION_DECISION_REASON: decision.reason[:REASON_MAX],
     }
-    return _trial_run(sweep, index, {"annotations": annotations}, {"suspend": True})
+    if decision.promotions:
+        annotations[wire.ANNOTATION_PROMOTIONS] = str(decision.promotions)
+    # a promoted trial resumes (from its newest complete checkpoint)
+    suspend = decision.what != "promoted"
+    return _trial_run(sweep, index, {"annotations": annotations}, {"suspend": suspend})
 
 
 def _trial_run(
@@ -131,10 +140,12 @@ def decision_of(trial_run: Mapping[str, Any]) -> Decision | None:
     """The decision a trial's annotations record (None: none, or one not made by a Sweep)."""
     annotations = (trial_run.get("metadata") or {}).get("annotations") or {}
     what = annotations.get(wire.ANNOTATION_DECISION)
-    if what == "stopped":
-        return Decision("stopped", str(annotations.get(wire.ANNOTATION_DECISION_REASON) or ""))
-    if what == "canceled":
-        return Decision("canceled", str(annotations.get(wire.ANNOTATION_DECISION_REASON) or ""))
+    reason = str(annotations.get(wire.ANNOTATION_DECISION_REASON) or "")
+    count = str(annotations.get(wire.ANNOTATION_PROMOTIONS) or "0")
+    promotions = int(count) if count.isdigit() else 0
+    for known in DECISIONS:
+        if what == known:
+            return Decision(known, reason, promotions)
     return None
 
 

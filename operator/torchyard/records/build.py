@@ -61,7 +61,7 @@ def _base(obj: Mapping[str, Any], kind: Kind, now: datetime, deleted: bool) -> R
         deleted=deleted,
         created=meta.get("creationTimestamp"),
         finished=finished,
-        recorded=timestamp(now),
+        recorded=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),  # orders namesakes of one second
         labels=labels,
         experiment=labels.get(wire.LABEL_EXPERIMENT),
         sweep=labels.get(wire.LABEL_SWEEP),
@@ -232,7 +232,7 @@ def environment_record(
     outcome), its Events and the tail of the build's log (node ``"0"`` of ``logTails``)."""
     record = _base(env, "Environment", now, False)
     record["events"] = events(env_events)
-    record["finished"] = record["finished"] or record["recorded"]
+    record["finished"] = record["finished"] or timestamp(now)
     if build_log:
         record["logTails"] = log_tails({0: build_log}, None)
     return record

@@ -106,23 +106,28 @@ def parse_time(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def _key(s: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (str(s.get("created") or ""), str(s.get("name") or ""), str(s.get("uid") or ""))
+Key = tuple[str, str, str, str]
 
 
-def _token(key: tuple[str, str, str]) -> str:
+def _key(s: Mapping[str, Any]) -> Key:
+    """Newest first: by creation time (whole seconds), then by when the record was written
+    (microseconds: a name created again within the same second), then name and uid."""
+    return tuple(str(s.get(k) or "") for k in ("created", "recorded", "name", "uid"))  # type: ignore[return-value]
+
+
+def _token(key: Key) -> str:
     return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
 
 
-def _untoken(token: str) -> tuple[str, str, str]:
+def _untoken(token: str) -> Key:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         key = json.loads(raw)
     except (binascii.Error, ValueError):
         raise BadQuery("continue: not a token this reader gave") from None
-    if not (isinstance(key, list) and len(key) == 3 and all(isinstance(k, str) for k in key)):
+    if not (isinstance(key, list) and len(key) == 4 and all(isinstance(k, str) for k in key)):
         raise BadQuery("continue: not a token this reader gave")
-    return key[0], key[1], key[2]
+    return key[0], key[1], key[2], key[3]
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,7 @@ class Query:
     selector: tuple[Requirement, ...] = ()
     since: datetime | None = None  # created at or after
     limit: int = DEFAULT_LIMIT
-    after: tuple[str, str, str] | None = None  # the continue token's key
+    after: Key | None = None  # the continue token's key
     label_selector: str = ""  # (as given: what :meth:`params` sends)
     continue_token: str | None = None
 

@@ -5,7 +5,8 @@ cluster's rank contract: the files a node gets, and the run itself.
 the runs folder and the local registry when they lie inside it (else every run would copy
 the ones before); secrets stay, since the copies stay on this machine. :func:`run` hands
 them to ``torchyard.local``, which starts one launcher per node and archives outputs and
-logs into the local registry. Called by ``torchyard.cli.local``; tested in
+logs into the local registry; :func:`sweep` runs a Sweep's trials so (``local.sweeps``).
+Called by ``torchyard.cli.local`` and ``torchyard.cli.sweeps``; tested in
 tests/unit/test_local_mode.py and tests/e2e/.
 """
 
@@ -13,10 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from torchyard import api, local
 from torchyard.local import LocalResult, default_registry, default_workroot, describe_failure
 from torchyard.sdk import snapshots
+from torchyard.sweeps import trials
+from torchyard.tuning.plans import Invalid
+from torchyard.tuning.sweep_trials import shown as shown_parameters
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,48 @@ def run(
     )
 
 
+def sweep(
+    body: dict[str, Any],
+    source: Source,
+    *,
+    parallel: int,
+    registry: Path,
+    workroot: Path,
+    environment: api.Environment | None = None,
+) -> local.SweepResult:
+    """Run the Sweep ``body`` here, ``parallel`` trials at a time, until it finished
+    (``api.InvalidSpec`` or ``ValueError`` naming the field when it cannot run)."""
+    parsed = api.parse_sweep(body)
+    try:
+        return local.run_sweep(
+            parsed,
+            body["spec"]["parameters"],
+            source.root,
+            source.files,
+            parallel=parallel,
+            registry=registry,
+            workroot=workroot,
+            environment=environment,
+        )
+    except Invalid as err:
+        raise ValueError(str(err)) from None
+
+
+def sweep_rows(result: local.SweepResult) -> list[list[str]]:
+    """The trials of a local sweep, best first (those without the metric after), as table
+    rows with a header: trial, state, the metric's best, intervals, parameters."""
+    metric = result.sweep.spec.objective.metric
+    rows = [["TRIAL", "STATE", metric.upper(), "INTERVALS", "PARAMETERS"]]
+    ranked = trials.ranked(result.book)
+    order = ranked + [r for r in result.book.trials if r not in ranked]
+    for r in order:
+        shown = " ".join(f"{k}={v}" for k, v in sorted(shown_parameters(r.params()).items()))
+        best = "-" if r.best is None else f"{r.best:.6g}"
+        name = f"{result.sweep.name}-t{r.index}"
+        rows.append([name, r.state.value, best, str(r.intervals), shown])
+    return rows
+
+
 __all__ = [
     "LocalResult",
     "Source",
@@ -76,4 +123,6 @@ __all__ = [
     "default_workroot",
     "describe_failure",
     "run",
+    "sweep",
+    "sweep_rows",
 ]

@@ -2,7 +2,7 @@
 
 :func:`sweep_status` turns one reconcile's :class:`Observed` (the counts of trials by
 state, the best trial, the bounded summary rows, the trial-seconds, whether the metric was
-reported, and the verdict once the sweep finished, decided by ``controller.sweep_policy``
+reported, and the verdict once the sweep finished, decided by ``tuning.sweep_policy``
 and carried here, never computed again) into the status the controller writes when it
 changed: phase ``Pending`` (no trial started yet), ``Running``, ``Succeeded`` or
 ``Failed``; conditions ``Accepted``, ``MetricReported``, ``Running``, ``Succeeded`` /
@@ -29,6 +29,7 @@ TERMINAL = ("Succeeded", "Failed")
 COUNTED = {
     "Pending": "pending",
     "Running": "running",
+    "Paused": "paused",
     "Stopped": "stopped",
     "Completed": "completed",
     "Failed": "failed",
@@ -133,9 +134,10 @@ def _metric_condition(observed: Observed, gen: int | None) -> dict[str, Any]:
 
 
 def _running_message(counts: Mapping[str, int]) -> str:
+    paused = f", {counts['paused']} paused" if counts["paused"] else ""
     return (
-        f"{counts['running']} trial(s) running, {counts['pending']} waiting for capacity, "
-        f"{counts['done']} of {counts['planned']} done"
+        f"{counts['running']} trial(s) running, {counts['pending']} waiting for capacity"
+        f"{paused}, {counts['done']} of {counts['planned']} done"
     )
 
 
@@ -210,3 +212,40 @@ def invalid_sweep_status(
         "conditions": merge(prev.get("conditions"), desired, now),
     }
     return with_kstatus(status, prev, now)
+
+
+MODEL_REGISTERED = "ModelRegistered"
+
+
+def with_model(
+    status: Mapping[str, Any],
+    registered: bool | str,
+    reason: str,
+    message: str,
+    now: datetime,
+    model: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A succeeded sweep's ``status`` with what ``spec.registerBest`` did: the condition
+    ``ModelRegistered`` (True: ``status.model`` names the version and its trial; Unknown:
+    waiting for the registry, tried again; False: nothing to register, said why), placed
+    before ``Succeeded`` so that Ready keeps the sweep's own reason."""
+    gen = status.get("observedGeneration")
+    desired = condition(MODEL_REGISTERED, registered, reason, message, observed_generation=gen)
+    [merged] = merge(status.get("conditions"), [desired], now)
+    others = [c for c in status.get("conditions") or [] if c.get("type") != MODEL_REGISTERED]
+    at = next((i for i, c in enumerate(others) if c.get("type") == "Succeeded"), len(others))
+    out = {**status, "conditions": [*others[:at], merged, *others[at:]]}
+    if model is not None:
+        out["model"] = dict(model)
+    return out
+
+
+def registration_pending(status: Mapping[str, Any]) -> bool:
+    """Whether a sweep's registration is still to be done: it succeeded, and its
+    ``ModelRegistered`` condition is not there yet or says it waits (Unknown)."""
+    if status.get("phase") != "Succeeded" or status.get("model"):
+        return False
+    found = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == MODEL_REGISTERED), None
+    )
+    return found is None or found.get("status") == "Unknown"

@@ -6,6 +6,8 @@ generator's state, so an operator that restarts after drawing any number of tria
 the same n-th trial again, and adding a parameter leaves the others' values as they were.
 ``grid``: every combination of ``choice`` values, the first parameter (by name) varying
 slowest and each choice's values in the order written (``itertools.product``'s order).
+``bayesian``: checked here (bounded expressions only, :func:`check_bayesian`), sampled by
+``torchyard.tuning.bayesian`` (Optuna's TPE, which this standard-library core does not import).
 
 A trial receives its parameters as HyperDrive passes them, as script arguments
 (``--learning_rate 0.0031``, :func:`arguments`) and as variables
@@ -39,8 +41,11 @@ from torchyard.sweeps.space import (
     format_value,
 )
 
-Sampling: TypeAlias = Literal["random", "grid"]
-SAMPLINGS: tuple[Sampling, ...] = ("random", "grid")
+Sampling: TypeAlias = Literal["random", "grid", "bayesian"]
+SAMPLINGS: tuple[Sampling, ...] = ("random", "grid", "bayesian")
+# The expressions bayesian sampling takes: those with bounds (Optuna's TPE searches a
+# bounded range; Azure ML's Bayesian sampling takes choice, uniform and quniform).
+BAYESIAN_TYPES = ("choice", "randint", "uniform", "quniform", "loguniform", "qloguniform")
 ENV_PREFIX = "TORCHYARD_PARAM_"
 # Bumped only with a deliberate change of every sweep's sequence.
 _DOMAIN = "torchyard.sweeps.random/1"
@@ -67,7 +72,7 @@ def _standard_normal(u1: float, u2: float) -> float:
     return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
 
 
-def _quantize(x: float, q: int | float) -> Value:
+def quantize(x: float, q: int | float) -> Value:
     """round(x / q) * q (round half to even): an int for an int ``q``; for a float ``q``, a
     float rounded to ``q``'s decimals (0.1 * 3 is 0.3, not 0.30000000000000004)."""
     steps = round(x / q)
@@ -98,19 +103,19 @@ def draw(expression: Expression, seed: int, trial: int, name: str) -> Value:
         case Uniform(min_value=low, max_value=high):
             return between(low, high)
         case QUniform(min_value=low, max_value=high, q=q):
-            return _quantize(between(low, high), q)
+            return quantize(between(low, high), q)
         case LogUniform(min_value=low, max_value=high):
             return math.exp(between(low, high))
         case QLogUniform(min_value=low, max_value=high, q=q):
-            return _quantize(math.exp(between(low, high)), q)
+            return quantize(math.exp(between(low, high)), q)
         case Normal(mu=mu, sigma=sigma):
             return normal(mu, sigma)
         case QNormal(mu=mu, sigma=sigma, q=q):
-            return _quantize(normal(mu, sigma), q)
+            return quantize(normal(mu, sigma), q)
         case LogNormal(mu=mu, sigma=sigma):
             return math.exp(normal(mu, sigma))
         case QLogNormal(mu=mu, sigma=sigma, q=q):
-            return _quantize(math.exp(normal(mu, sigma)), q)
+            return quantize(math.exp(normal(mu, sigma)), q)
     raise TypeError(f"not a parameter expression: {expression!r}")
 
 
@@ -164,6 +169,9 @@ def check(sampling: str, space: SearchSpace, max_total_trials: int) -> int:
         raise SamplingError("maxTotalTrials", f"must be at least 1, got {max_total_trials}")
     if sampling == "random":
         return max_total_trials
+    if sampling == "bayesian":
+        check_bayesian(space)
+        return max_total_trials
     size = grid_size(space)
     if size > max_total_trials:
         sizes = " x ".join(
@@ -179,15 +187,30 @@ def check(sampling: str, space: SearchSpace, max_total_trials: int) -> int:
     return size
 
 
+def check_bayesian(space: SearchSpace) -> None:
+    """:class:`SamplingError` naming the first parameter bayesian sampling cannot search."""
+    others = [p for p in space.parameters if p.expression.TYPE not in BAYESIAN_TYPES]
+    if others:
+        names = ", ".join(f"{p.name} is {p.expression.TYPE}" for p in others)
+        raise SamplingError(
+            f"parameters.{others[0].name}",
+            f"bayesian sampling takes only {', '.join(BAYESIAN_TYPES)} expressions (a "
+            f"bounded range) ({names}); use random sampling",
+        )
+
+
 def trial_parameters(
     sampling: Sampling, space: SearchSpace, seed: int, trial: int
 ) -> dict[str, Value]:
-    """Trial ``trial``'s parameters under ``sampling``."""
+    """Trial ``trial``'s parameters under ``sampling`` (random or grid: bayesian sampling
+    learns from the results so far, ``torchyard.tuning.bayesian.suggest``)."""
     if sampling == "grid":
         return grid_trial(space, trial)
     if sampling == "random":
         return random_trial(space, seed, trial)
-    raise SamplingError("sampling", f"must be one of {', '.join(SAMPLINGS)}; got {sampling!r}")
+    raise SamplingError(
+        "sampling", f"{sampling!r}: trial_parameters samples random or grid sweeps only"
+    )
 
 
 def arguments(parameters: Mapping[str, Value]) -> list[str]:

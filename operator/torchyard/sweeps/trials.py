@@ -226,6 +226,14 @@ def best(book: Book) -> TrialRecord | None:
     return order[0] if order else None
 
 
+def best_completed(book: Book) -> TrialRecord | None:
+    """The best trial among those that completed (a stopped or canceled trial's outputs
+    are not whole): what a sweep's ``registerBest`` registers; None when none did with a
+    finite metric."""
+    done = [r for r in ranked(book) if r.state is TrialState.COMPLETED]
+    return done[0] if done else None
+
+
 def ranked(book: Book) -> list[TrialRecord]:
     """The trials that reported a finite metric, best first (lower index on a tie)."""
     sign = -1.0 if book.goal is Goal.MAXIMIZE else 1.0

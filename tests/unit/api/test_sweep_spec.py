@@ -104,9 +104,9 @@ REFUSED: list[tuple[str, SweepBuilder, str]] = [
         "spec.objective.goal",
     ),
     (
-        "bayesian sampling",
-        SweepBuilder("hd").with_("spec.sampling", "bayesian"),
-        "not supported yet",
+        "an unknown sampling",
+        SweepBuilder("hd").with_("spec.sampling", "anneal"),
+        "sampling must be random, grid or bayesian",
     ),
     (
         "more concurrent than total trials",
@@ -115,9 +115,31 @@ REFUSED: list[tuple[str, SweepBuilder, str]] = [
     ),
     ("no trials", SweepBuilder("hd").trials(0), "spec.maxTotalTrials"),
     (
-        "asha",
+        "asha without maxResource",
         SweepBuilder("hd").with_("spec.earlyTermination", {"type": "asha"}),
-        "asha is not supported yet",
+        "maxResource is required by asha",
+    ),
+    (
+        "asha without checkpoints",
+        SweepBuilder("hd").with_("spec.earlyTermination", {"type": "asha", "maxResource": 9}),
+        "spec.trial.checkpoints.size is required",
+    ),
+    (
+        "asha with an evaluation interval",
+        SweepBuilder("hd")
+        .with_("spec.trial.checkpoints", {"size": "1Gi"})
+        .with_(
+            "spec.earlyTermination",
+            {"type": "asha", "maxResource": 9, "delayEvaluation": 3},
+        ),
+        "evaluationInterval and delayEvaluation are not fields of asha",
+    ),
+    (
+        "asha's fields on bandit",
+        SweepBuilder("hd").with_(
+            "spec.earlyTermination", {"type": "bandit", "slackFactor": 0.1, "brackets": 2}
+        ),
+        "minResource, reductionFactor and brackets are fields of asha only",
     ),
     (
         "bandit with both slacks",

@@ -135,7 +135,7 @@ REFUSED += [
     (
         f"register path {path!r}",
         TrainingRunBuilder("r").register("m", path=path).obj(),
-        "outputs.register.path must be relative to the working directory and stay inside it",
+        "the path must be relative to the working directory and stay inside it",
     )
     for path in HOSTILE_REGISTER_PATHS
 ]

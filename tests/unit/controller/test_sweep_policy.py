@@ -1,5 +1,5 @@
-"""What a Sweep decides (``controller.sweep_policy``) and how it reads its trials
-(``controller.sweep_trials``), as tables: one value per interval from the steps seen, a
+"""What a Sweep decides (``tuning.sweep_policy``) and how it reads its trials
+(``tuning.sweep_trials``), as tables: one value per interval from the steps seen, a
 trial judged once at its latest evaluation interval, the next trials to make, the verdict,
 and the ledger read back as it was written."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from tests.builders import SweepBuilder
 from torchyard import api
-from torchyard.controller import sweep_policy, sweep_trials
-from torchyard.controller.sweep_trials import Entry, Seen
 from torchyard.sweeps import stopping, trials
 from torchyard.sweeps.stopping import Goal
+from torchyard.tuning import sweep_policy, sweep_trials
+from torchyard.tuning.sweep_trials import Entry, Seen
 
 BANDIT = stopping.Bandit(slack_factor=0.15, evaluation_interval=1, delay_evaluation=2)
 
@@ -141,9 +141,10 @@ def test_the_ledger_reads_back_what_it_wrote_and_skips_what_it_cannot_read() -> 
     entries = {
         0: Entry({"lr": 0.001, "bs": 32, "opt": "sgd"}, ((1, 0.5), (2, None)), 2, "Running"),
         11: Entry({"lr": 0.01}, (), 0, "Stopped", "below the slack", 120.0),
+        12: Entry({"lr": 0.1}, ((1, 0.2),), 1, "Paused", "asha", 5.0, ((3, 1.0, 0.2),)),
     }
     data = sweep_trials.encode(entries)
-    assert sorted(data) == ["t0", "t11"]
+    assert sorted(data) == ["t0", "t11", "t12"]
     assert sweep_trials.decode(data) == entries
     assert sweep_trials.decode({**data, "t2": "{not json", "notes": "hello"}) == entries
 

@@ -19,6 +19,8 @@ from torchyard import api, k8s
 from torchyard.api import wire
 from torchyard.controller import context, sweeps
 from torchyard.sweeps import sampling, space
+from torchyard.sweeps.stopping import Goal
+from torchyard.tuning import bayesian, plans
 
 NS = "ns"
 UID = "uid-sweep"
@@ -122,7 +124,7 @@ def test_a_seedless_sweep_draws_from_its_uid_and_says_the_seed() -> None:
     fake = FakeK8s(body)
     reconcile(fake)
     seed = status(fake)["seed"]
-    assert seed == sweeps.seed_of(api.parse_sweep(body))
+    assert seed == plans.seed_of(api.parse_sweep(body))
     made = trials(fake)
     params = json.loads(made["hd-t0"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
     assert params == expected(0, seed)
@@ -301,14 +303,97 @@ def test_what_the_sweeps_core_refuses_is_said_in_accepted_naming_the_field() -> 
         assert trials(fake) == {}
 
 
-def test_asha_is_refused_until_the_controller_pauses_and_promotes() -> None:
-    body = sweep()
-    body["spec"]["earlyTermination"] = {"type": "asha"}
-    fake = FakeK8s(body)
+ASHA = {"type": "asha", "maxResource": 9, "minResource": 1, "reductionFactor": 3}
+
+
+def asha_sweep() -> dict[str, Any]:
+    builder = (
+        SweepBuilder("hd", NS)
+        .seed(7)
+        .trials(5, 1)
+        .with_("spec.earlyTermination", ASHA)
+        .with_("spec.trial.checkpoints", {"size": "1Gi"})
+    )
+    return sweep(builder)
+
+
+def decision(fake: FakeK8s, name: str) -> tuple[str | None, bool, str | None]:
+    run = trials(fake)[name]
+    notes = run["metadata"].get("annotations") or {}
+    return (
+        notes.get(wire.ANNOTATION_DECISION),
+        bool(run["spec"].get("suspend")),
+        notes.get(wire.ANNOTATION_PROMOTIONS),
+    )
+
+
+def report_then(fake: FakeK8s, name: str, value: float, phase: str) -> None:
+    """Trial ``name`` reports ``value`` at interval 1, the sweep judges it, then it is in
+    ``phase`` (Succeeded: it ended; Suspended: its gang is gone after a pause)."""
+    running(fake, name, 1, value)
     reconcile(fake)
-    accepted = conditions(fake)["Accepted"]
-    assert accepted["status"] == "False"
-    assert "asha is not supported yet" in accepted["message"]
+    set_trial(fake, name, phase=phase, completionTime="2026-01-01T12:10:00Z")
+    reconcile(fake)
+
+
+def test_asha_pauses_below_the_cutoff_and_promotes_once_later_trials_did_worse() -> None:
+    fake = FakeK8s(asha_sweep())
+    reconcile(fake)
+    report_then(fake, "hd-t0", 0.9, "Succeeded")  # the first at rung 1 sets the bar
+    running(fake, "hd-t1", 1, 0.5)
+    reconcile(fake)
+    assert decision(fake, "hd-t1") == ("paused", True, None)  # below the top third
+    assert "hd-t2" not in trials(fake)  # its place is held until its gang is gone
+    fake.reset_writes()
+    reconcile(fake)  # a restarted operator: the same rungs from the ledger, nothing new
+    assert fake.applied == [] and fake.statuses == []
+    assert [r[1] for r in ledger(fake)["t1"]["rungs"]] == [1.0]
+    set_trial(fake, "hd-t1", phase="Suspended")
+    reconcile(fake)
+    report_then(fake, "hd-t2", 0.2, "Suspended")
+    assert decision(fake, "hd-t2")[0] == "paused"
+    assert status(fake)["trials"]["paused"] == 2
+    report_then(fake, "hd-t3", 0.1, "Suspended")
+    # now 0.5 is within the top third of the others at rung 1: t1 resumes, before a t4
+    assert decision(fake, "hd-t1") == ("promoted", False, "1")
+    assert "hd-t4" not in trials(fake)
+    assert "TrialPromoted" in [e[1] for e in fake.events]
+    running(fake, "hd-t1", 3, 0.8)  # resumed from its checkpoint: interval 3 next
+    set_trial(fake, "hd-t1", phase="Running")
+    reconcile(fake)
+    assert status(fake)["trials"]["running"] == 1
+    set_trial(fake, "hd-t1", phase="Succeeded", completionTime="2026-01-01T12:10:00Z")
+    reconcile(fake)
+    running(fake, "hd-t4", 1, 0.05)
+    reconcile(fake)
+    assert decision(fake, "hd-t4")[0] == "paused"
+    # its gang still runs (a place held): t2 and t3 stay paused, a promotion may come yet
+    assert [decision(fake, f"hd-t{i}")[0] for i in (2, 3)] == ["paused"] * 2
+    set_trial(fake, "hd-t4", phase="Suspended")
+    reconcile(fake)
+    # nothing left to run and no promotion: the paused trials are stopped, the sweep ends
+    reconcile(fake)
+    reconcile(fake)
+    assert [decision(fake, f"hd-t{i}")[0] for i in (2, 3, 4)] == ["stopped"] * 3
+    st = status(fake)
+    assert st["phase"] == "Succeeded", st
+    assert st["trials"]["completed"] == 2 and st["trials"]["stopped"] == 3
+    assert st["best"]["name"] == "hd-t0"
+
+
+def test_asha_without_checkpoints_or_with_an_interval_is_refused_naming_the_field() -> None:
+    no_checkpoints = sweep(SweepBuilder("hd", NS).with_("spec.earlyTermination", ASHA))
+    interval = asha_sweep()
+    interval["spec"]["earlyTermination"]["evaluationInterval"] = 2
+    for body, words in (
+        (no_checkpoints, "spec.trial.checkpoints.size is required"),
+        (interval, "evaluationInterval and delayEvaluation are not fields of asha"),
+    ):
+        fake = FakeK8s(body)
+        reconcile(fake)
+        accepted = conditions(fake)["Accepted"]
+        assert accepted["status"] == "False" and words in accepted["message"]
+        assert trials(fake) == {}
 
 
 def test_a_trial_the_apiserver_refuses_fails_the_sweep_once_naming_it() -> None:
@@ -345,3 +430,50 @@ def test_a_loguniform_that_looks_like_values_not_logarithms_is_accepted_with_a_h
     assert "spec.parameters.lr: loguniform draws exp(uniform(0.0001, 0.1))" in accepted["message"]
     assert "write minValue: -9.21034, maxValue: -2.30259" in accepted["message"]
     assert len(trials(fake)) == 4
+
+
+def bayesian_sweep() -> dict[str, Any]:
+    return sweep(SweepBuilder("hd", NS).seed(7).with_("spec.sampling", "bayesian"))
+
+
+def test_bayesian_trials_are_made_from_the_results_before_them_and_never_again() -> None:
+    searched = space.parse_space(SweepBuilder("x").obj()["spec"]["parameters"])
+    fake = FakeK8s(bayesian_sweep())
+    reconcile(fake)
+    made = trials(fake)
+    assert sorted(made) == ["hd-t0", "hd-t1", "hd-t2", "hd-t3"]
+    results: list[bayesian.Result] = []
+    for i in range(4):  # each made while the ones before wait (running, to the sampler)
+        params = bayesian.suggest(searched, Goal.MAXIMIZE, 7, i, results)
+        annotation = made[f"hd-t{i}"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]
+        assert json.loads(annotation) == params
+        assert ledger(fake)[f"t{i}"]["parameters"] == params
+        results.append(bayesian.Result(params))
+    fake.reset_writes()
+    reconcile(fake)  # a restarted operator: a new Context, the same cluster
+    assert fake.applied == [] and fake.statuses == []
+    # trial 4, made once t0 completed with its metric, learns from it
+    running(fake, "hd-t0", 1, 0.8)
+    reconcile(fake)
+    set_trial(fake, "hd-t0", phase="Succeeded", completionTime="2026-01-01T12:10:00Z")
+    reconcile(fake)
+    t4 = json.loads(trials(fake)["hd-t4"]["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS])
+    before = [
+        bayesian.Result(results[0].parameters, 0.8, ended=True),
+        *results[1:],
+    ]
+    assert t4 == bayesian.suggest(searched, Goal.MAXIMIZE, 7, 4, before)
+    assert status(fake)["seed"] == 7
+
+
+def test_bayesian_sampling_of_an_unbounded_expression_is_said_in_accepted() -> None:
+    body = bayesian_sweep()
+    body["spec"]["parameters"]["noise"] = {"type": "normal", "mu": 0, "sigma": 1}
+    fake = FakeK8s(body)
+    reconcile(fake)
+    accepted = conditions(fake)["Accepted"]
+    assert (accepted["status"], accepted["reason"]) == ("False", "InvalidSpec")
+    assert accepted["message"].startswith(
+        "spec.parameters.noise: bayesian sampling takes only choice, randint"
+    )
+    assert trials(fake) == {}

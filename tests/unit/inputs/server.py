@@ -53,9 +53,11 @@ def _handler(state: Files) -> type[http.server.BaseHTTPRequestHandler]:
             self.end_headers()
             if state.cut_after is not None:
                 chunk = chunk[: state.cut_after]
-            self.wfile.write(chunk)
+            # counted before it is written: a client that has read the whole body may
+            # look at the count before this thread runs again
             with state.lock:
                 state.sent += len(chunk)
+            self.wfile.write(chunk)
             if state.cut_after is not None:
                 self.close_connection = True
 

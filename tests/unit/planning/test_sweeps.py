@@ -128,11 +128,30 @@ def test_a_decision_suspends_the_trial_and_says_why(
     )
 
 
+def test_a_promotion_resumes_the_trial_and_counts() -> None:
+    made = sweeps.decided(parsed(), 2, sweeps.Decision("promoted", "top third", 1))
+    assert made["spec"] == {"suspend": False}
+    assert made["metadata"]["annotations"][wire.ANNOTATION_PROMOTIONS] == "1"
+    assert sweeps.decision_of(made) == sweeps.Decision("promoted", "top third", 1)
+
+
 @pytest.mark.parametrize(
     ("labels", "annotations", "index", "decision"),
     [
         ({wire.LABEL_TRIAL: "12"}, {}, 12, None),
-        ({wire.LABEL_TRIAL: "x"}, {wire.ANNOTATION_DECISION: "paused"}, None, None),
+        ({wire.LABEL_TRIAL: "x"}, {wire.ANNOTATION_DECISION: "shelved"}, None, None),
+        (
+            {},
+            {wire.ANNOTATION_DECISION: "promoted", wire.ANNOTATION_PROMOTIONS: "2"},
+            None,
+            sweeps.Decision("promoted", "", 2),
+        ),
+        (
+            {},
+            {wire.ANNOTATION_DECISION: "paused", wire.ANNOTATION_PROMOTIONS: "-1"},
+            None,
+            sweeps.Decision("paused", "", 0),
+        ),
         ({}, {wire.ANNOTATION_DECISION: "canceled"}, None, sweeps.Decision("canceled", "")),
     ],
 )

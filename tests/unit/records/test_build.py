@@ -49,7 +49,7 @@ def test_a_run_keeps_its_spec_status_labels_and_model() -> None:
     assert (record["experiment"], record["sweep"]) == ("exp", "sw")
     assert (
         record["finished"] == "2026-03-01T11:00:00Z"
-        and record["recorded"] == "2026-03-01T12:00:00Z"
+        and record["recorded"] == "2026-03-01T12:00:00.000000Z"
     )
     assert record["model"] == {"name": "m", "version": 3} and record["failure"] is None
     assert record["annotations"] == {}  # kubectl's copy of the spec is left out

@@ -198,3 +198,21 @@ def test_an_index_that_is_a_link_is_not_read(tmp_path: Path) -> None:
     assert FolderRecords(tmp_path).list_records("team-a").items == []
     with pytest.raises(OSError):
         index.append(mine, {"uid": uid(2)})  # nor written through
+
+
+def test_a_name_created_again_within_the_same_second_lists_the_later_record_first(
+    tmp_path: Path,
+) -> None:
+    """Creation times have whole seconds (local runs a second apart share one): the time
+    each record was written, to the microsecond, orders them, whatever their uids."""
+    folder = FolderRecords(tmp_path)
+    first, again = (
+        record("birds", 9, "2026-03-01T00:00:00Z"),
+        record("birds", 1, "2026-03-01T00:00:00Z"),
+    )
+    again["recorded"] = first["recorded"].replace(".000000Z", ".000001Z")
+    for made in (first, again):
+        folder.write(made)
+    assert [s["uid"] for s in folder.list_records("team-a").items] == [uid(1), uid(9)]
+    newest = folder.get_record("team-a", "birds")
+    assert newest is not None and newest["uid"] == uid(1)

@@ -38,6 +38,7 @@ from torchyard.sdk import (
     Workspace,
     choice,
     loguniform,
+    normal,
     uniform,
 )
 from torchyard.sdk.azureml import experiments, hyperdrive
@@ -184,8 +185,8 @@ def config_with(**changes: Any) -> HyperDriveConfig:
     ("make", "message"),
     [
         (
-            lambda: BayesianParameterSampling({"lr": uniform(0.1, 0.2)}),
-            "BayesianParameterSampling is not supported yet",
+            lambda: BayesianParameterSampling({"lr": uniform(0.1, 0.2), "z": normal(0, 1)}),
+            "BayesianParameterSampling: parameters.z: bayesian sampling takes only choice",
         ),
         (lambda: config_with(primary_metric_goal="best"), "must be maximize or minimize"),
         (
@@ -227,9 +228,15 @@ def test_what_cannot_run_is_an_error_at_the_line_that_wrote_it(make: Any, messag
         make()
 
 
-def test_bayesian_sampling_is_also_a_not_implemented_error() -> None:
-    with pytest.raises(NotImplementedError):
-        BayesianParameterSampling({"lr": uniform(0.1, 0.2)})
+def test_bayesian_sampling_writes_its_field() -> None:
+    config = config_with(
+        hyperparameter_sampling=BayesianParameterSampling(
+            {"lr": uniform(0.1, 0.2), "bs": choice(16, 32)}
+        )
+    )
+    spec = config.sweep_spec({})
+    assert spec["sampling"] == "bayesian"
+    assert spec["parameters"]["bs"] == {"type": "choice", "values": [16, 32]}
 
 
 # -- HyperDriveRun over the fake apiserver, the Sweep controller writing its status ------

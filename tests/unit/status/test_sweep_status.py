@@ -124,6 +124,7 @@ def test_counts_best_summary_and_seconds() -> None:
         "created": 8,
         "pending": 0,
         "running": 2,
+        "paused": 0,
         "stopped": 3,
         "completed": 2,
         "failed": 1,

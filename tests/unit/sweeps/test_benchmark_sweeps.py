@@ -33,3 +33,13 @@ def test_the_table_has_a_line_per_policy() -> None:
     sweeps.table(sweeps.run_all(8, 2, 9, seed=0), lines.append)
     assert len(lines) == 1 + len(sweeps.policies(9))
     assert lines[1].startswith("none (baseline)") and " 1.000 " in lines[1]
+
+
+def test_both_samplers_run_every_trial_to_its_end_and_bayesian_is_deterministic() -> None:
+    for sampler in ("random", "bayesian"):
+        found = sweeps.sample(sampler, count=14, slots=3, epochs=9, seed=1)
+        assert 0 <= found.best_trial < 14
+        assert 0 <= found.best_config <= found.called and found.best_config <= found.mean
+    assert sweeps.sample("bayesian", 14, 3, 9, seed=1) == sweeps.sample("bayesian", 14, 3, 9, 1)
+    # the first trials are TPE's random start-up: no result to learn from yet
+    assert sweeps.sample("bayesian", 14, 3, 9, 1) != sweeps.sample("random", 14, 3, 9, 1)

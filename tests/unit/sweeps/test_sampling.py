@@ -169,7 +169,8 @@ def test_a_grid_takes_only_choices_naming_the_parameter() -> None:
         ("grid", 100, 12, None, None),  # a smaller grid is run whole
         ("grid", 11, None, "maxTotalTrials", "12 combinations (3 batch_size x 2 lr x 2 optimizer)"),
         ("random", 8, 8, None, None),
-        ("bayesian", 8, None, "sampling", "must be one of random, grid"),
+        ("bayesian", 8, 8, None, None),
+        ("anneal", 8, None, "sampling", "must be one of random, grid, bayesian"),
         ("random", 0, None, "maxTotalTrials", "at least 1"),
         ("random", True, None, "maxTotalTrials", "integer"),
         ("random", "8", None, "maxTotalTrials", "integer"),

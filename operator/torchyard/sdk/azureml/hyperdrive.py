@@ -1,7 +1,7 @@
 """HyperDrive (``azureml.train.hyperdrive``) as a ``Sweep``: the parameter expressions
 (``uniform(0.0005, 0.005)``, ``choice(16, 32)`` ...: ``torchyard.sweeps.space``'s, which
-write the Sweep's ``spec.parameters``), the samplings (random, grid; Bayesian is refused:
-not supported yet), the early-termination policies (bandit, median, truncation, none),
+write the Sweep's ``spec.parameters``), the samplings (random, grid, Bayesian), the
+early-termination policies (bandit, median, truncation, none),
 ``PrimaryMetricGoal`` and ``HyperDriveConfig``, whose :func:`sweep_manifest` is the Sweep
 ``Experiment.submit`` creates (no I/O here). Every argument is checked when it is given,
 with the sweeps core's rules, so a mistake is an error at the line that made it; what has
@@ -22,10 +22,6 @@ from torchyard.sweeps import sampling, space, stopping
 
 # Azure ML's default max_duration_minutes (7 days).
 DEFAULT_MAX_DURATION_MINUTES = 10080
-
-
-class NotSupportedYet(TorchyardSdkError, NotImplementedError):
-    """An Azure ML feature torchyard does not have yet (says what to use instead)."""
 
 
 def _expression(name: str, make: Any, *args: Any) -> space.Expression:
@@ -146,16 +142,18 @@ class GridParameterSampling(_Sampling):
 
 
 class BayesianParameterSampling(_Sampling):
-    """Not supported yet: refused, never run as another sampling."""
+    """Each trial's values chosen by Optuna's TPE sampler from the results of the trials
+    before it; bounded expressions only (choice, randint, the uniform and loguniform
+    forms)."""
 
     KIND = "bayesian"
 
     def __init__(self, parameter_space: dict[str, Any], properties: dict[str, Any] | None = None):
-        raise NotSupportedYet(
-            "BayesianParameterSampling is not supported yet (a Sweep samples random or "
-            "grid): use RandomParameterSampling, or GridParameterSampling for choice "
-            "parameters"
-        )
+        super().__init__(parameter_space, properties)
+        try:
+            sampling.check_bayesian(self.space)
+        except sampling.SamplingError as err:
+            raise TorchyardSdkError(f"BayesianParameterSampling: {err}") from None
 
 
 # The early-termination policies.
@@ -295,8 +293,9 @@ class HyperDriveConfig:
             )
         if not isinstance(hyperparameter_sampling, _Sampling):
             raise TorchyardSdkError(
-                "hyperparameter_sampling must be RandomParameterSampling or "
-                f"GridParameterSampling, not {hyperparameter_sampling!r}"
+                "hyperparameter_sampling must be RandomParameterSampling, "
+                f"GridParameterSampling or BayesianParameterSampling, not "
+                f"{hyperparameter_sampling!r}"
             )
         if policy is not None and not isinstance(policy, _Policy):
             raise TorchyardSdkError(

@@ -26,8 +26,8 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import wire
-from torchyard.controller.context import parse_time
 from torchyard.planning import sweeps as plans
+from torchyard.status.conditions import parse_time
 from torchyard.sweeps import trials
 from torchyard.sweeps.space import Value, format_value
 from torchyard.sweeps.stopping import Action, Decision, Goal
@@ -50,6 +50,9 @@ class Entry:
     state: str = "Pending"
     reason: str = ""
     seconds: float = 0.0
+    # ASHA: the rungs it was recorded at, (sequence, milestone, score), the sequence
+    # numbering every recording of the sweep in the order it was made (read back)
+    rungs: tuple[tuple[int, float, float], ...] = ()
 
     def last_step(self) -> int:
         return self.history[-1][0] if self.history else 0
@@ -76,6 +79,10 @@ def decode(data: Mapping[str, str] | None) -> dict[int, Entry]:
                 parameters=dict(raw.get("parameters") or {}),
                 history=history,
                 evaluated=int(raw.get("evaluated") or 0),
+                rungs=tuple(
+                    (int(seq), float(milestone), float(score))
+                    for seq, milestone, score in raw.get("rungs") or []
+                ),
                 state=str(raw.get("state") or "Pending"),
                 reason=str(raw.get("reason") or ""),
                 seconds=float(raw.get("seconds") or 0.0),
@@ -95,6 +102,8 @@ def _record(entry: Entry, history: tuple[tuple[int, float | None], ...]) -> str:
     }
     if entry.reason:
         record["reason"] = entry.reason
+    if entry.rungs:
+        record["rungs"] = [list(r) for r in entry.rungs]
     return json.dumps(record, separators=(",", ":"))
 
 
@@ -137,11 +146,14 @@ class Seen:
 
     @property
     def occupies(self) -> bool:
-        """Whether it holds one of maxConcurrentTrials: until it ended, or, stopped or
-        canceled by the sweep, until its gang is gone (Suspended)."""
+        """Whether it holds one of maxConcurrentTrials: until it ended, or, stopped,
+        canceled or paused by the sweep, until its gang is gone (Suspended); promoted, at
+        once (it waits to be resumed)."""
         if self.ended:
             return False
-        return self.decision is None or self.phase != "Suspended"
+        if self.decision is None or self.decision.what == "promoted":
+            return True
+        return self.phase != "Suspended"
 
 
 def _seconds(st: Mapping[str, Any], units: int) -> float:
@@ -273,15 +285,32 @@ def book(
             events.append(trials.Started(index))
         for step, value in entry.history if entry is not None else ():
             events.append(trials.Reported(index, step, value, seconds))
+        events += _promotions(index, run)
         if run.decision is not None and run.decision.what == "stopped":
             events.append(trials.Decided(Decision(index, Action.STOP, run.decision.reason)))
-        elif run.decision is not None:
+        elif run.decision is not None and run.decision.what == "paused":
+            events.append(trials.Decided(Decision(index, Action.PAUSE, run.decision.reason)))
+        elif run.decision is not None and run.decision.what == "canceled":
             events.append(trials.Ended(index, "canceled", seconds, run.decision.reason))
         elif run.phase == "Succeeded":
             events.append(trials.Ended(index, "completed", seconds))
         elif run.phase == "Failed":
             events.append(trials.Ended(index, "failed", seconds, run.failure))
     return trials.fold_all(trials.Book(goal, planned_intervals), events)
+
+
+def _promotions(index: int, run: Seen) -> list[trials.Event]:
+    """ASHA's pauses and promotions of a trial before its current decision, and, promoted
+    last, its start again once its gang runs."""
+    count = run.decision.promotions if run.decision is not None else 0
+    events: list[trials.Event] = []
+    for _ in range(count):
+        events.append(trials.Decided(Decision(index, Action.PAUSE, "paused by asha")))
+        events.append(trials.Decided(Decision(index, Action.PROMOTE, "promoted by asha")))
+    resumed = run.phase in ("Running", "Finalizing", *ENDED_PHASES)
+    if count and run.decision is not None and run.decision.what == "promoted" and resumed:
+        events.append(trials.Started(index))
+    return events
 
 
 def shown(parameters: Mapping[str, Value]) -> dict[str, str]:

@@ -21,23 +21,29 @@ tests/unit/controller/test_sweep_policy.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from torchyard.api import SweepSpec
 from torchyard.api.sweeps import CANCELED_REASON
-from torchyard.controller.sweep_trials import Entry, Seen, dense
 from torchyard.status.sweeps import Verdict
 from torchyard.sweeps import trials
 from torchyard.sweeps.stopping import (
     Action,
+    Asha,
+    AshaState,
     Decision,
     Goal,
-    IntervalPolicy,
+    Policy,
+    asha_bracket,
+    asha_promotions,
+    asha_report,
+    asha_start,
     evaluate,
     is_evaluation_interval,
 )
 from torchyard.sweeps.trials import TrialState
+from torchyard.tuning.sweep_trials import Entry, Seen, dense
 
 # Failed trials named in a verdict's message.
 NAMED = 5
@@ -45,31 +51,44 @@ NAMED = 5
 
 @dataclass(frozen=True)
 class Judged:
-    """The policy's stops, and the interval each judged trial was looked at up to."""
+    """The policy's stops and (ASHA) pauses, the interval each judged trial was looked at
+    up to, and (ASHA) the rungs each trial is recorded at now."""
 
     stops: tuple[Decision, ...] = ()
     evaluated: Mapping[int, int] | None = None
+    pauses: tuple[Decision, ...] = ()
+    rungs: Mapping[int, tuple[tuple[int, float, float], ...]] | None = None
 
 
-def judge(
-    policy: IntervalPolicy | None,
-    goal: Goal,
-    entries: Mapping[int, Entry],
-    book: trials.Book,
-) -> Judged:
-    """The running trials the policy stops now (see the module docstring)."""
-    if policy is None:
-        return Judged()
-    histories = {i: dense(e.history, e.last_step()) for i, e in entries.items() if e.history}
-    stops: list[Decision] = []
-    evaluated: dict[int, int] = {}
+def _reached(
+    entries: Mapping[int, Entry], book: trials.Book
+) -> Iterator[tuple[trials.TrialRecord, Entry, int]]:
+    """The running trials that reported a step since they were last judged, with their
+    ledger entry and latest step."""
     for record in book.trials:
         entry = entries.get(record.index)
         if record.state is not TrialState.RUNNING or entry is None or not entry.history:
             continue
-        latest = entry.last_step()
-        if latest <= entry.evaluated:
-            continue
+        if entry.last_step() > entry.evaluated:
+            yield record, entry, entry.last_step()
+
+
+def judge(
+    policy: Policy | None,
+    goal: Goal,
+    entries: Mapping[int, Entry],
+    book: trials.Book,
+    seed: int = 0,
+) -> Judged:
+    """The running trials the policy stops (or pauses) now (see the module docstring)."""
+    if policy is None:
+        return Judged()
+    if isinstance(policy, Asha):
+        return judge_asha(policy, goal, entries, book, seed)
+    histories = {i: dense(e.history, e.last_step()) for i, e in entries.items() if e.history}
+    stops: list[Decision] = []
+    evaluated: dict[int, int] = {}
+    for record, entry, latest in _reached(entries, book):
         evaluated[record.index] = latest
         # the latest evaluation interval the trial reached since it was last judged
         at = latest - latest % policy.evaluation_interval
@@ -80,6 +99,88 @@ def judge(
         if decision.action is Action.STOP:
             stops.append(decision)
     return Judged(tuple(stops), evaluated)
+
+
+def asha_state(policy: Asha, seed: int, entries: Mapping[int, Entry]) -> AshaState:
+    """ASHA's rungs from the ledger: every recording, in the order it was made."""
+    state = asha_start(policy)
+    made = sorted((seq, i, m, score) for i, e in entries.items() for seq, m, score in e.rungs)
+    brackets = [list(b) for b in state.brackets]
+    for _, index, milestone, score in made:
+        rungs = brackets[asha_bracket(policy, seed, index)]
+        for k, rung in enumerate(rungs):
+            if rung.milestone == milestone and not rung.has(index):
+                rungs[k] = replace(rung, recorded=(*rung.recorded, (index, score)))
+    return AshaState(tuple(tuple(b) for b in brackets))
+
+
+def judge_asha(
+    policy: Asha, goal: Goal, entries: Mapping[int, Entry], book: trials.Book, seed: int
+) -> Judged:
+    """Each running trial's new intervals reported to ASHA in order (``asha_report``), up
+    to the first pause: the trials it pauses (a trial at ``maxResource`` ends by itself)
+    and the rungs recorded, numbered after the ledger's."""
+    state = asha_state(policy, seed, entries)
+    seq = max((r[0] for e in entries.values() for r in e.rungs), default=-1) + 1
+    pauses: list[Decision] = []
+    stops: list[Decision] = []
+    evaluated: dict[int, int] = {}
+    rungs: dict[int, tuple[tuple[int, float, float], ...]] = {}
+    for record, entry, latest in _reached(entries, book):
+        evaluated[record.index] = latest
+        bracket = asha_bracket(policy, seed, record.index)
+        values = dense(entry.history, latest)
+        recorded = list(entry.rungs)
+        for interval in range(entry.evaluated + 1, latest + 1):
+            if interval >= policy.max_resource:
+                break  # it runs to its end by itself
+            before = {r.milestone for r in state.brackets[bracket] if r.has(record.index)}
+            state, decision = asha_report(
+                policy, goal, state, record.index, interval, values[interval - 1], bracket
+            )
+            for rung in state.brackets[bracket]:
+                if rung.has(record.index) and rung.milestone not in before:
+                    score = dict(rung.recorded)[record.index]
+                    recorded.append((seq, rung.milestone, score))
+                    seq += 1
+            if decision.action is Action.PAUSE:
+                pauses.append(decision)
+                break
+            if decision.action is Action.STOP:
+                stops.append(decision)
+                break
+        rungs[record.index] = tuple(recorded)
+    return Judged(tuple(stops), evaluated, tuple(pauses), rungs)
+
+
+def promotions(
+    policy: Policy | None,
+    goal: Goal,
+    entries: Mapping[int, Entry],
+    book: trials.Book,
+    seed: int,
+    free: int,
+) -> list[Decision]:
+    """The paused trials ASHA promotes into ``free`` places now, best first."""
+    if not isinstance(policy, Asha) or free <= 0:
+        return []
+    paused = {r.index for r in book.trials if r.state is TrialState.PAUSED}
+    if not paused:
+        return []
+    return asha_promotions(policy, goal, asha_state(policy, seed, entries), paused)[:free]
+
+
+def left_paused(book: trials.Book, created: int, planned: int) -> list[Decision]:
+    """Once no trial runs or waits and none is left to make, the paused trials no
+    promotion will resume: stopped, so that the sweep can finish."""
+    states = {r.state for r in book.trials}
+    if created < planned or states & {TrialState.RUNNING, TrialState.PENDING}:
+        return []
+    return [
+        Decision(r.index, Action.STOP, "paused by asha, and no later trial did worse: stopped")
+        for r in book.trials
+        if r.state is TrialState.PAUSED
+    ]
 
 
 def next_indices(created: int, planned: int, occupied: int, concurrency: int) -> list[int]:
