@@ -6,6 +6,7 @@ their session. The cost in steps per second: benchmarks/chatty_rank.py."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -135,6 +136,68 @@ def test_a_reader_that_does_not_read_makes_no_rank_wait_and_loses_no_launcher_me
     assert notes, err.getvalue()
     assert len(shown) + sum(map(int, notes)) == len(lines)
     assert "[torchyard] progress {}" in err.getvalue()
+
+
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_rank_shows_its_share_of_lines_and_the_rest_is_counted() -> None:
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    echo = launch_logs.Echo(err, rate=1000, burst=3000, clock=clock)
+    lines = [b"line %04d of a chatty rank\n" % i for i in range(1000)]
+    size = len(lines[0])  # 27 bytes, the prefix not counted
+    shown_then = []
+    for second in range(3):
+        for at in range(0, 300, 30):  # 300 lines a second, 30 a read: 7500 bytes a second
+            echo.put(out, b"".join(lines[second * 300 + at :][:30]), "rank 0", b"[rank 0] ")
+        echo.put(err, b"[torchyard] progress {}\n")  # the launcher's own: never dropped
+        clock.now += 1.0
+        echo.drain()
+        shown_then.append(len(out.getvalue().splitlines()))
+    shown = out.getvalue().splitlines()
+    # the burst at first, then a second's rate each second, in whole lines
+    assert shown_then == [(3000 + 1000 * second) // size for second in range(3)]
+    assert all(line.startswith("[rank 0] line ") for line in shown)
+    assert shown == sorted(shown)  # in order
+    notes = re.findall(r"rank 0: (\d+) lines \(\d+ bytes\) not shown here", err.getvalue())
+    assert len(shown) + sum(map(int, notes)) == 900
+    assert err.getvalue().count("[torchyard] progress {}") == 3
+
+
+def test_a_rank_whose_lines_are_dropped_does_not_hide_another_ranks() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    echo = launch_logs.Echo(err, rate=1000, burst=1000, clock=Clock())
+    echo.put(out, b"x" * 99 + b"\n" * 100, "rank 0", b"[rank 0] ")  # its whole share
+    echo.put(out, b"a line of rank 1\n", "rank 1", b"[rank 1] ")
+    echo.drain()
+    assert "[rank 1] a line of rank 1" in out.getvalue().splitlines()
+
+
+def test_the_evidence_is_looked_for_in_what_the_log_keeps(tmp_path: Path) -> None:
+    """The head as written, the tail when the log is closed; not the dropped middle."""
+    scanner = launch_logs.LogScanner()
+    log = launch_logs.CappedLog(
+        str(tmp_path / "rank-0.txt"), 8192, functools.partial(scanner.scan_read, 0)
+    )
+    filler = b"".join(b"filler line %d\n" % i for i in range(100))  # about 1.5 KB
+    log.write(b"NVRM: Xid 79 in the head\n" + filler * 3)  # more than the head's 4 KiB
+    log.write(b"NVRM: Xid 48 in the middle\n" + filler * 8)
+    log.write(b"NVRM: Xid 13 in the tail\n" + filler)
+    assert [e["line"] for e in scanner.evidence] == ["NVRM: Xid 79 in the head"]
+    log.close()
+    kept = (tmp_path / "rank-0.txt").read_text()
+    assert [e["line"] for e in scanner.evidence] == [
+        "NVRM: Xid 79 in the head",
+        "NVRM: Xid 13 in the tail",
+    ]
+    assert "Xid 48" not in kept and "Xid 13 in the tail" in kept
 
 
 EVIDENCE_LINES = [
