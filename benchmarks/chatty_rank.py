@@ -37,6 +37,8 @@ from pathlib import Path
 
 import record
 
+from torchyard.launch_ranks import alive
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(os.environ.get("CHATTY_LAUNCHER", ROOT / "operator" / "torchyard" / "launcher.py"))
 
@@ -160,15 +162,6 @@ def one(seconds: float, step_ms: float, mbps: float, terminal: float, limit: int
         }
 
 
-def ended(pid: int) -> bool:
-    """Gone, or a zombie (ended, not yet waited for by whoever adopted it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except OSError:
-        return True
-
-
 def helper(terminal: float, limit: int) -> dict:
     """When the rank, the node and the helper the rank started ended (time.time())."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,9 +173,9 @@ def helper(terminal: float, limit: int) -> dict:
 
         def watch() -> None:
             deadline = time.time() + 120
-            while not ended(pid) and time.time() < deadline:
+            while alive(pid) and time.time() < deadline:
                 time.sleep(0.01)
-            if ended(pid):
+            if not alive(pid):
                 gone[0] = time.time()
 
         watcher = threading.Thread(target=watch)
@@ -191,7 +184,7 @@ def helper(terminal: float, limit: int) -> dict:
         node = time.time()
         for t in (*readers, watcher):
             t.join()
-        if not ended(pid):
+        if alive(pid):
             os.kill(pid, 9)
         assert code == 0, f"the launcher exited with {code}"
         rank = json.loads(Path(tmp, "rank.json").read_text())["ended"]

@@ -51,7 +51,7 @@ ECHO_BUFFER_BYTES = 4 << 20
 # chatty rank costs neither a terminal nor the node's log collector (the container runtime,
 # whose CPU its neighbours share) more than this, and never hides the other ranks' lines.
 ECHO_RATE_BYTES = 1 << 20
-ECHO_BURST_BYTES = 4 << 20
+ECHO_BURST_BYTES = 1 << 20
 ECHO_NOTE_SECONDS = 1.0  # at most one "not shown" line a rank this often
 ECHO_DRAIN_SECONDS = 10.0  # at the end, how long the rest may take to be written
 

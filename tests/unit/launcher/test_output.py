@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.launcher.test_launcher import launch, termination
+from tests.unit.test_local_console import Clock
 from torchyard import launch_contract, launch_logs, launch_ranks
 
 NOTE = re.compile(
@@ -136,16 +137,6 @@ def test_a_reader_that_does_not_read_makes_no_rank_wait_and_loses_no_launcher_me
     assert notes, err.getvalue()
     assert len(shown) + sum(map(int, notes)) == len(lines)
     assert "[torchyard] progress {}" in err.getvalue()
-
-
-class Clock:
-    """A clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_rank_shows_its_share_of_lines_and_the_rest_is_counted() -> None:
