@@ -1,8 +1,9 @@
 """What a rank's output may cost its node: its log file keeps its head and tail within
-TORCHYARD_LOG_LIMIT_BYTES and says what it dropped; the node's own output never makes a
-rank wait (a slow reader loses rank lines, with a line saying how many, never the
-launcher's own); and what the ranks started is ended with the node, however it left
-their session. The cost in steps per second: benchmarks/chatty_rank.py."""
+TORCHYARD_LOG_LIMIT_BYTES and says what it dropped, and the evidence is looked for in
+what it keeps; the node's own output never makes a rank wait (each rank shows its share,
+a slow reader loses rank lines, with a line saying how many, never the launcher's own);
+and what the ranks started is ended with the node (and with a local run), however it
+left their session. The cost in steps per second: benchmarks/chatty_rank.py."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import pytest
 
 from tests.unit.launcher.test_launcher import launch, termination
 from tests.unit.test_local_console import Clock
-from torchyard import launch_contract, launch_logs, launch_ranks
+from tests.unit.test_local_mode import project
+from torchyard import cli, launch_contract, launch_logs, launch_ranks
 
 NOTE = re.compile(
     rb"\[torchyard\] (\d+) bytes \((\d+) lines\) of this rank's output dropped here: .*\n"
@@ -292,6 +294,35 @@ def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
         assert done.returncode == code, done.stderr
         assert "ended 2 process(es) the ranks left running" in done.stderr
         # within 5 s of the node's end, every one of them is gone
+        while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
+            time.sleep(0.05)
+        assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
+    finally:
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("how", list(LEAVING), ids=list(LEAVING))
+def test_in_local_mode_what_a_rank_started_ends_with_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """``torchyard run --local`` (2 nodes of 1 rank): each rank leaves a helper behind."""
+    folder = tmp_path / "helpers"
+    folder.mkdir()
+    script = (
+        "import os, subprocess, sys\n"
+        f"HELPER = {HELPER!r}\n"
+        f"helper = {LEAVING[how]}\n"
+        f"with open(os.path.join({str(folder)!r}, os.environ['RANK']), 'w') as f:\n"
+        "    f.write(str(helper.pid))\n"
+    )
+    monkeypatch.chdir(project(tmp_path / "src", {"train.py": script}))
+    code = cli.main(["run", "run.yaml", "--local", "--source", ".", "--workdir", "./runs"])
+    ended = time.monotonic()
+    pids = [int(path.read_text()) for path in folder.iterdir()]
+    try:
+        assert code == 0 and len(pids) == 2
         while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
             time.sleep(0.05)
         assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
