@@ -84,7 +84,7 @@ class CappedLog:
     what the log keeps, whole lines at a time: its head as it is written, its tail when
     it is closed. The lines dropped between them cost the node a count, not a search:
     looking for a dozen words in every line would cost a rank writing 50 MB/s a fifth of
-    a core, and a line the log does not keep could not be shown beside its evidence."""
+    a core; and each line the termination message quotes is in the archived log."""
 
     def __init__(self, path: str, limit: int, scan: Callable[[bytes], None] | None = None) -> None:
         self.path = path
