@@ -7,6 +7,7 @@ left their session. The cost in steps per second: benchmarks/chatty_rank.py."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -271,6 +273,21 @@ def gone(pid: int) -> bool:
         return True
 
 
+@contextlib.contextmanager
+def ended_within_5s(pids: list[int], ended: float) -> Iterator[None]:
+    """After the block's own checks: within 5 s of ``ended`` (the node's or the run's
+    end), every process of ``pids`` is gone; any that is not is killed, pass or fail."""
+    try:
+        yield
+        while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
+            time.sleep(0.05)
+        assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
+    finally:
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, 9)
+
+
 @pytest.mark.parametrize("how", list(LEAVING), ids=list(LEAVING))
 @pytest.mark.parametrize("code", [0, 3], ids=["ranks-succeed", "a-rank-fails"])
 def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
@@ -290,17 +307,9 @@ def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
     done = launch(tmp_path, script, nproc=2)
     ended = time.monotonic()
     pids = [int((tmp_path / f"helper-{r}.pid").read_text()) for r in (0, 1)]
-    try:
+    with ended_within_5s(pids, ended):
         assert done.returncode == code, done.stderr
         assert "ended 2 process(es) the ranks left running" in done.stderr
-        # within 5 s of the node's end, every one of them is gone
-        while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
-            time.sleep(0.05)
-        assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
-    finally:
-        for pid in pids:
-            if not gone(pid):
-                os.kill(pid, 9)
 
 
 @pytest.mark.parametrize("how", list(LEAVING), ids=list(LEAVING))
@@ -321,15 +330,8 @@ def test_in_local_mode_what_a_rank_started_ends_with_the_run(
     code = cli.main(["run", "run.yaml", "--local", "--source", ".", "--workdir", "./runs"])
     ended = time.monotonic()
     pids = [int(path.read_text()) for path in folder.iterdir()]
-    try:
+    with ended_within_5s(pids, ended):
         assert code == 0 and len(pids) == 2
-        while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
-            time.sleep(0.05)
-        assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
-    finally:
-        for pid in pids:
-            if not gone(pid):
-                os.kill(pid, 9)
 
 
 def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -> None:
