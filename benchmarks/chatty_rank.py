@@ -10,7 +10,12 @@ per second / the quiet run's): load that changes between rounds cancels within a
 and the order's own bias (quiet first in even rounds) cancels over the rounds. The
 figure is the median of the paired ratios; the target is at least 0.8. It also says how
 big the rank's log is against its limit (TORCHYARD_LOG_LIMIT_BYTES, ``--limit-mib``) and
-how much of its output reached the "terminal".
+how much of its output reached the "terminal", and the launcher's CPU time per MB the
+rank wrote (beyond the quiet run's; CPU time, which load changes less than a rate). Last,
+one run whose rank starts a helper process in a session of its own that holds the rank's
+stdout, writes for two seconds and exits: how long after the node's end (the launcher's
+exit) the helper is gone (target: at most 5 s; before the end is negative), and how long
+the node took to end after its rank.
 
     .venv/bin/python benchmarks/chatty_rank.py [--seconds 10] [--mbps 50] [--rounds 3]
     .venv/bin/python benchmarks/chatty_rank.py --smoke
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,11 +37,13 @@ from pathlib import Path
 
 import record
 
+from torchyard.launch_ranks import alive
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(os.environ.get("CHATTY_LAUNCHER", ROOT / "operator" / "torchyard" / "launcher.py"))
 
 SCRIPT = """
-import json, sys, time
+import json, os, sys, time
 seconds, step_s, rate = float(sys.argv[1]), float(sys.argv[2]) / 1000, float(sys.argv[3]) * 1e6
 line = b"2024-01-01 12:00:00,000 INFO trainer: step %08d loss=0.123456 lr=0.000100 " \\
     b"grad_norm=1.234567 samples/s=1234.5 ..........\\n"
@@ -59,7 +67,8 @@ while time.perf_counter() - started < seconds:
     steps += 1
 elapsed = time.perf_counter() - started
 with open("result.json", "w") as f:
-    json.dump({"steps": steps, "seconds": elapsed, "written": written}, f)
+    cpu = sum(os.times()[:2])
+    json.dump({"steps": steps, "seconds": elapsed, "written": written, "cpu": cpu}, f)
 print("done", flush=True)
 """
 
@@ -78,34 +87,63 @@ def slow_reader(pipe: object, mbps: float, counted: list[int]) -> None:
             time.sleep(ahead)
 
 
+HELPER = """
+import json, subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                          start_new_session=True)  # its own session, holding our stdout
+with open("helper.tmp", "w") as f:
+    f.write(str(helper.pid))
+__import__("os").rename("helper.tmp", "helper.pid")
+block = b"a chatty rank's line, as a logger writes it ..........................\\n" * 1000
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    sys.stdout.buffer.write(block)
+sys.stdout.flush()
+with open("rank.json", "w") as f:
+    json.dump({"ended": time.time()}, f)
+"""
+
+
+def start(tmp: str, script: str, arguments: list[str], terminal: float, limit: int) -> tuple:
+    """The launcher over ``script`` in ``tmp``, its output read as a terminal would."""
+    Path(tmp, "bench.py").write_text(script)
+    env = {
+        "PATH": os.environ["PATH"],
+        "TORCHYARD_NPROC_PER_NODE": "1",
+        "NODE_RANK": "0",
+        "WORLD_SIZE": "1",
+        "TORCHYARD_TERMINATION_LOG": str(Path(tmp, "termination.json")),
+        "TORCHYARD_LOG_LIMIT_BYTES": str(limit),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(LAUNCHER), "--", sys.executable, "bench.py", *arguments],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    shown, said = [0], [0]
+    readers = [
+        threading.Thread(target=slow_reader, args=(proc.stdout, terminal, shown)),
+        threading.Thread(target=slow_reader, args=(proc.stderr, terminal, said)),
+    ]
+    for t in readers:
+        t.start()
+    return proc, readers, shown, said
+
+
+def cpu_seconds(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
+
+
 def one(seconds: float, step_ms: float, mbps: float, terminal: float, limit: int) -> dict:
     """Steps per second of the rank, its log's size and what the terminal got."""
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "bench.py").write_text(SCRIPT)
-        env = {
-            "PATH": os.environ["PATH"],
-            "TORCHYARD_NPROC_PER_NODE": "1",
-            "NODE_RANK": "0",
-            "WORLD_SIZE": "1",
-            "TORCHYARD_TERMINATION_LOG": str(Path(tmp, "termination.json")),
-            "TORCHYARD_LOG_LIMIT_BYTES": str(limit),
-        }
         arguments = [str(seconds), str(step_ms), str(mbps)]
-        proc = subprocess.Popen(
-            [sys.executable, str(LAUNCHER), "--", sys.executable, "bench.py", *arguments],
-            cwd=tmp,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        shown, said = [0], [0]
-        readers = [
-            threading.Thread(target=slow_reader, args=(proc.stdout, terminal, shown)),
-            threading.Thread(target=slow_reader, args=(proc.stderr, terminal, said)),
-        ]
-        for t in readers:
-            t.start()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc, readers, shown, said = start(tmp, SCRIPT, arguments, terminal, limit)
         code = proc.wait(timeout=seconds * 10 + 60)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the launcher and its rank
         for t in readers:
             t.join()
         assert code == 0, f"the launcher exited with {code}"
@@ -120,7 +158,37 @@ def one(seconds: float, step_ms: float, mbps: float, terminal: float, limit: int
             "log": log.stat().st_size,
             "note": note,
             "shown": shown[0] + said[0],
+            "launcher_cpu": cpu_seconds(after) - cpu_seconds(before) - result["cpu"],
         }
+
+
+def helper(terminal: float, limit: int) -> dict:
+    """When the rank, the node and the helper the rank started ended (time.time())."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, readers, _, _ = start(tmp, HELPER, ["2"], terminal, limit)
+        pid_file, gone = Path(tmp, "helper.pid"), [float("inf")]
+        while not pid_file.exists() and proc.poll() is None:
+            time.sleep(0.01)
+        pid = int(pid_file.read_text())
+
+        def watch() -> None:
+            deadline = time.time() + 120
+            while alive(pid) and time.time() < deadline:
+                time.sleep(0.01)
+            if not alive(pid):
+                gone[0] = time.time()
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        code = proc.wait(timeout=120)
+        node = time.time()
+        for t in (*readers, watcher):
+            t.join()
+        if alive(pid):
+            os.kill(pid, 9)
+        assert code == 0, f"the launcher exited with {code}"
+        rank = json.loads(Path(tmp, "rank.json").read_text())["ended"]
+        return {"rank": rank, "node": node, "helper": gone[0]}
 
 
 def main() -> None:
@@ -138,7 +206,7 @@ def main() -> None:
         args.seconds, args.rounds, args.limit_mib = 2.0, 1, 16
     rec = record.Record("chatty_rank", args)
     limit = args.limit_mib << 20
-    ratios, quiet, chatty = [], [], []
+    ratios, quiet, chatty, cpu = [], [], [], []
     last: dict = {}
     for i in range(args.rounds):
         order = (0.0, args.mbps) if i % 2 == 0 else (args.mbps, 0.0)
@@ -147,6 +215,8 @@ def main() -> None:
         chatty.append(got[args.mbps]["rate"])
         ratios.append(chatty[-1] / quiet[-1])
         last = got[args.mbps]
+        extra = last["launcher_cpu"] - got[0.0]["launcher_cpu"]
+        cpu.append(extra / (last["written"] / 1e6) * 1e3)  # ms per MB
         first = "quiet first" if i % 2 == 0 else "chatty first"
         print(
             f"round {i + 1} ({first}): quiet {quiet[-1]:.2f} steps/s, writing "
@@ -161,6 +231,7 @@ def main() -> None:
             chatty_steps_per_s=chatty[-1],
             chatty_written_mb_per_s=last["written"] / args.seconds / 1e6,
             ratio=ratios[-1],
+            launcher_ms_per_mb=cpu[-1],
             load=os.getloadavg()[0],
         )
     ratio = statistics.median(ratios)
@@ -170,6 +241,11 @@ def main() -> None:
         f"{statistics.median(chatty):.2f} steps/s (medians); median paired ratio "
         f"{ratio:.3f} ({min(ratios):.3f}-{max(ratios):.3f}) (target >= 0.8: "
         f"{'met' if ratio >= 0.8 else 'not met'})"
+    )
+    print(
+        f"the launcher's CPU time for the chatty rank's output: {statistics.median(cpu):.2f} "
+        f"ms per MB (median), {statistics.median(cpu) * args.mbps / 10:.1f}% of a core at "
+        f"{args.mbps:g} MB/s"
     )
     within = last["log"] <= limit
     print(
@@ -192,6 +268,12 @@ def main() -> None:
         met=ratio >= 0.8,
     )
     rec.figure(
+        "the launcher's CPU time per MB the chatty rank wrote (beyond the quiet run's)",
+        statistics.median(cpu),
+        "ms/MB",
+        spread=(min(cpu), max(cpu)),
+    )
+    rec.figure(
         "the chatty rank's archived log (last run)",
         last["log"] / 2**20,
         "MiB",
@@ -200,6 +282,21 @@ def main() -> None:
     )
     rec.figure("bytes the rank wrote (last run)", last["written"] / 1e6, "MB")
     rec.figure("bytes the slow terminal got (last run)", last["shown"] / 1e6, "MB")
+    times = helper(args.terminal_mbps, limit)
+    after = times["helper"] - times["node"]
+    print(
+        f"a helper in a session of its own, holding the rank's stdout: gone {after:+.2f}s "
+        f"after the node's end (target <= 5 s: {'met' if after <= 5 else 'not met'}); the "
+        f"node ended {times['node'] - times['rank']:.2f}s after its rank"
+    )
+    rec.figure(
+        "a helper the rank started in a session of its own: gone, after the node's end",
+        after,
+        "s",
+        target="<= 5 s",
+        met=after <= 5,
+    )
+    rec.figure("the node's end, after its rank's", times["node"] - times["rank"], "s")
     rec.write()
     print(f"load average: {os.getloadavg()[0]:.2f} (other work on this machine adds noise)")
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import json
 import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from torchyard.launch_contract import (
@@ -35,14 +36,23 @@ from torchyard.launch_contract import (
 # that writes more keeps its first and its last half; a line between them says how much was
 # dropped. 0: no limit.
 LOG_NOTE_BYTES = 256  # room kept for that note, so that the file stays within the limit
-# One read of a rank's pipe, and the longest line shown as one: a longer one comes in
-# pieces (as the launcher showed them before). Lines are handled a read at a time, not one
-# by one, so that a rank writing tens of MB/s costs its node a fraction of a core.
-READ_BYTES = 1 << 16
+HEAD_SLACK_BYTES = 1 << 16  # how far short of its half the head may end, to end a line
+# One read of a rank's pipe (its whole kernel buffer, ``launch_ranks.PIPE_BYTES``), and
+# the longest line shown as one: a longer one comes in pieces. Lines are handled a read at
+# a time, not one by one, so that a rank writing tens of MB/s costs its node a few per cent
+# of a core: big reads, whole-read operations, nothing copied that is not kept.
+READ_BYTES = 1 << 20
 # The node's own output (the ranks' lines with their ``[rank r]`` prefix, the launcher's
 # messages): what may wait for a slow reader (a terminal, a log collector) before rank
 # lines are dropped from it. The ranks never wait for it; their log files keep everything.
 ECHO_BUFFER_BYTES = 4 << 20
+# What each rank may show there, on average (bytes a second) and at once: a rank that
+# writes more has the rest of its lines counted, not shown (its log file has them), so a
+# chatty rank costs neither a terminal nor the node's log collector (the container runtime,
+# whose CPU its neighbours share) more than this, and never hides the other ranks' lines.
+ECHO_RATE_BYTES = 1 << 20
+ECHO_BURST_BYTES = 1 << 20
+ECHO_NOTE_SECONDS = 1.0  # at most one "not shown" line a rank this often
 ECHO_DRAIN_SECONDS = 10.0  # at the end, how long the rest may take to be written
 
 
@@ -66,16 +76,25 @@ class CappedLog:
     log (``<name>.tail0``, ``.tail1``) of a quarter of the limit each: the older one is
     dropped when the newer one is full. :meth:`close` appends what is left of them to the
     log. So neither the disk nor the launcher's memory holds more than ``limit`` per rank,
-    however much it writes. Thread-safe: both output threads of a rank write to it."""
+    however much it writes. A write is one system call on an unbuffered file; what one
+    holds beyond a segment is counted, never written. Thread-safe: both output threads of
+    a rank write to it.
 
-    def __init__(self, path: str, limit: int) -> None:
+    ``scan`` (the evidence and log-rule scanner, :meth:`LogScanner.scan_read`) is given
+    what the log keeps, whole lines at a time: its head as it is written, its tail when
+    it is closed. The lines dropped between them cost the node a count, not a search:
+    looking for a dozen words in every line would cost a rank writing 50 MB/s a fifth of
+    a core; and each line the termination message quotes is in the archived log."""
+
+    def __init__(self, path: str, limit: int, scan: Callable[[bytes], None] | None = None) -> None:
         self.path = path
-        self.file: IO[bytes] = open(path, "ab")  # noqa: SIM115 - closed by close()
+        self.scan = scan
+        self.file: io.FileIO = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
         self.limit = limit
         written = self.file.tell()  # a launcher started again in the same folder
         self.head_left = max(0, limit // 2 - written)
         self.segment_limit = max(1, (limit - limit // 2 - LOG_NOTE_BYTES) // 2)
-        self.segments: list[tuple[str, IO[bytes]]] = []
+        self.segments: list[tuple[str, io.FileIO]] = []
         self.counts: list[list[int]] = []  # per segment: bytes, newlines, ends a line (1/0)
         self.segment_size = 0
         self.made = 0  # segments made so far (their names' numbers)
@@ -85,63 +104,87 @@ class CappedLog:
         self.head_ends_line = True
         self._lock = threading.Lock()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, lines: int | None = None) -> None:
+        """``data`` as the rank wrote it; ``lines``: its newlines, when the caller
+        counted them already."""
         with self._lock:
             if self.file.closed:
                 return
             if not self.limit:
-                self.file.write(data)
-                self.file.flush()
+                self._head(data)
                 return
             if self.head_left > 0:
                 if len(data) <= self.head_left:
                     self._head(data)
                     return
-                # the head ends at the end of a line when one ends in what fits
-                cut = data.rfind(b"\n", 0, self.head_left) + 1
-                if cut:
-                    self._head(data[:cut])
-                    data = data[cut:]
+                # the head ends at the end of a line when one ends in the last
+                # HEAD_SLACK_BYTES of what fits, else within the line
+                start = max(0, self.head_left - HEAD_SLACK_BYTES)
+                cut = data.rfind(b"\n", start, self.head_left) + 1
+                cut = cut or self.head_left
+                self._head(data[:cut])
+                data, lines = data[cut:], None
                 self.head_left = 0
-            self._tail(data)
+            self._tail(data, data.count(b"\n") if lines is None else lines)
 
     def _head(self, data: bytes) -> None:
-        self.file.write(data)
-        self.file.flush()
+        _write_all(self.file, data)
+        if self.scan is not None:
+            self.scan(data)
         self.head_left -= len(data)
         self.head_ends_line = data.endswith(b"\n")
 
-    def _tail(self, data: bytes) -> None:
-        if len(data) > self.segment_limit:  # one read bigger than a segment: its end only
-            self._drop(data[: len(data) - self.segment_limit])
-            data = data[len(data) - self.segment_limit :]
+    def _tail(self, data: bytes, lines: int) -> None:
+        if len(data) > self.segment_limit:  # more than a segment: in segment-sized pieces
+            cut = max(0, len(data) - 2 * self.segment_limit)
+            if cut:  # what is kept of it fills both segments: all before it is dropped
+                while self.segments:
+                    self._drop_segment()
+                kept = data.count(b"\n", cut)
+                self._drop(cut, lines - kept, data[cut - 1] == 10)  # 10: b"\n"
+            for at in range(cut, len(data), self.segment_limit):
+                piece = data[at : at + self.segment_limit]
+                self._tail(piece, piece.count(b"\n"))
+            return
         if not self.segments or self.segment_size + len(data) > self.segment_limit:
             if len(self.segments) == 2:
-                name, old = self.segments.pop(0)
-                old.close()
-                os.unlink(name)
-                size, lines, ends_line = self.counts.pop(0)
-                self.dropped_bytes += size
-                self.dropped_lines += lines
-                self.dropped_ends_line = bool(ends_line)
+                self._drop_segment()
             name = f"{self.path}.tail{self.made}"
             self.made += 1
-            self.segments.append((name, open(name, "wb")))  # noqa: SIM115 - closed by close()
+            self.segments.append((name, open(name, "wb", buffering=0)))  # noqa: SIM115
             self.counts.append([0, 0, 1])
             self.segment_size = 0
-        self.segments[-1][1].write(data)
-        self.segments[-1][1].flush()
+        _write_all(self.segments[-1][1], data)
         self.segment_size += len(data)
         # counted as written, so that dropping a segment needs no reading it back
         counts = self.counts[-1]
         counts[0] += len(data)
-        counts[1] += data.count(b"\n")
+        counts[1] += lines
         counts[2] = data.endswith(b"\n")
 
-    def _drop(self, data: bytes) -> None:
-        self.dropped_bytes += len(data)
-        self.dropped_lines += data.count(b"\n")
-        self.dropped_ends_line = data.endswith(b"\n")
+    def _scan_lines(self, data: bytes) -> bytes:
+        """:attr:`scan` the whole lines of ``data`` (a line longer than READ_BYTES in
+        pieces, as the rank's output threads hand it on); returns the rest."""
+        assert self.scan is not None
+        end = data.rfind(b"\n") + 1
+        if not end and len(data) < READ_BYTES:
+            return data
+        end = end or len(data)
+        self.scan(data[:end])
+        return data[end:]
+
+    def _drop_segment(self) -> None:
+        """Drop the older segment, counting what it held."""
+        name, old = self.segments.pop(0)
+        old.close()
+        os.unlink(name)
+        size, lines, ends_line = self.counts.pop(0)
+        self._drop(size, lines, bool(ends_line))
+
+    def _drop(self, size: int, lines: int, ends_line: bool) -> None:
+        self.dropped_bytes += size
+        self.dropped_lines += lines
+        self.dropped_ends_line = ends_line
 
     def close(self) -> None:
         """Append the note on what was dropped, then the kept end from its first whole
@@ -166,16 +209,28 @@ class CappedLog:
                     f"{self.limit // 2} bytes (TORCHYARD_LOG_LIMIT_BYTES {self.limit}: "
                     "spec.policy.logLimitBytes)\n"
                 )
-                self.file.write((b"" if self.head_ends_line else b"\n") + note.encode())
+                _write_all(self.file, (b"" if self.head_ends_line else b"\n") + note.encode())
+            rest = b""
             for chunk in _chunks(names):
                 if skip >= len(chunk):
                     skip -= len(chunk)
                     continue
-                self.file.write(chunk[skip:])
-                skip = 0
+                chunk, skip = chunk[skip:], 0
+                _write_all(self.file, chunk)
+                if self.scan is not None:
+                    rest = self._scan_lines(rest + chunk)
+            if rest and self.scan is not None:  # a last line without its newline
+                self.scan(rest)
             for name in names:
                 os.unlink(name)
             self.file.close()
+
+
+def _write_all(file: io.FileIO, data: bytes) -> None:
+    """All of ``data`` to the unbuffered ``file`` (a write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) or 0 :]
 
 
 def _chunks(names: Sequence[str]) -> Iterator[bytes]:
@@ -202,63 +257,116 @@ class Echo:
     to the launcher's stdout/stderr by one thread, in the order they came.
 
     A rank's output thread only queues its lines (:meth:`put`), so a reader slower than
-    the ranks write (a terminal, a container runtime's log) never makes a rank wait:
-    once ``limit`` bytes wait, rank lines are dropped from this output (their log files
-    keep them), and a line says how many, when the reader caught up. The launcher's own
-    messages (``label`` None: its progress lines, which the operator reads) are never
-    dropped."""
+    the ranks write (a terminal, a container runtime's log) never makes a rank wait. Each
+    rank shows at most ``rate`` bytes a second (``burst`` at once), and nothing more is
+    queued once ``limit`` bytes wait: the rest of its lines is dropped from this output
+    (its log file keeps them), and a line says how many, at most once in
+    ECHO_NOTE_SECONDS. The launcher's own messages (``label`` None: its progress lines,
+    which the operator reads) are never dropped."""
 
-    def __init__(self, notes: IO[str], limit: int = ECHO_BUFFER_BYTES) -> None:
+    def __init__(
+        self,
+        notes: IO[str],
+        limit: int = ECHO_BUFFER_BYTES,
+        *,
+        rate: float = ECHO_RATE_BYTES,
+        burst: int = ECHO_BURST_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.notes = notes
         self.limit = limit
+        self.rate, self.burst, self.clock = rate, burst, clock
         # reentrant: a signal handler in the main thread may say something while that
         # thread is queueing
         self._cond = threading.Condition(threading.RLock())
         self._queue: collections.deque[tuple[IO[str], bytes]] = collections.deque()
         self._size = 0  # bytes queued or being written
+        self._shares: dict[str, list[float]] = {}  # label -> [bytes it may show, when]
         self._dropped: dict[str, list[int]] = {}  # label -> [lines, bytes] not shown
+        self._note_at = 0.0  # when the next "not shown" line may be written
+        self._draining = False
         self._thread: threading.Thread | None = None
 
-    def put(self, sink: IO[str], data: bytes, label: str | None = None) -> None:
+    def put(
+        self,
+        sink: IO[str],
+        data: bytes,
+        label: str | None = None,
+        prefix: bytes = b"",
+        lines: int | None = None,
+    ) -> None:
+        """Queue ``data`` (whole lines) for ``sink``, each line after ``prefix``; of a
+        rank's (``label``), the whole lines its share and the buffer have room for, the
+        rest counted (``lines``: the newlines in ``data``, when counted already)."""
         with self._cond:
-            if label is not None and self._size + len(data) > self.limit:
-                dropped = self._dropped.setdefault(label, [0, 0])
-                dropped[0] += data.count(b"\n")
-                dropped[1] += len(data)
-                return
-            self._queue.append((sink, data))
-            self._size += len(data)
+            if label is not None:
+                share = self._share(label)
+                room = min(share[0], self.limit - self._size)
+                if len(data) > room:
+                    cut = data.rfind(b"\n", 0, max(0, int(room))) + 1
+                    dropped = self._dropped.setdefault(label, [0, 0])
+                    count = data.count(b"\n") if lines is None else lines
+                    dropped[0] += count - data.count(b"\n", 0, cut)
+                    dropped[1] += len(data) - cut
+                    data = data[:cut]
+                share[0] -= len(data)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._write_all, daemon=True)
                 self._thread.start()
+            if not data:
+                return
+            if prefix:
+                data = prefix + data[:-1].replace(b"\n", b"\n" + prefix) + data[-1:]
+            self._queue.append((sink, data))
+            self._size += len(data)
             self._cond.notify_all()
 
+    def _share(self, label: str) -> list[float]:
+        """What ``label`` may still show now (its bucket, refilled at ``rate``)."""
+        now = self.clock()
+        share = self._shares.setdefault(label, [float(self.burst), now])
+        share[0] = min(float(self.burst), share[0] + (now - share[1]) * self.rate)
+        share[1] = now
+        return share
+
     def drain(self, timeout: float = ECHO_DRAIN_SECONDS) -> None:
-        """Wait until everything queued was written (at most ``timeout`` seconds: a
-        reader that stopped reading cannot hold the launcher's exit)."""
+        """Wait until everything queued was written, with the last "not shown" lines (at
+        most ``timeout`` seconds: a reader that stopped reading cannot hold the
+        launcher's exit)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while (self._size or self._dropped) and self._thread is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self._cond.wait(min(left, 0.1))
+            self._draining = True
+            self._cond.notify_all()
+            try:
+                while (self._size or self._dropped) and self._thread is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._cond.wait(min(left, 0.1))
+            finally:
+                self._draining = False
+
+    def _notes_due(self) -> bool:
+        return bool(self._dropped) and (self._draining or self.clock() >= self._note_at)
 
     def _write_all(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._dropped:
-                    self._cond.wait()
+                while not self._queue and not self._notes_due():
+                    # a "not shown" line waits for its time (or for drain)
+                    self._cond.wait(ECHO_NOTE_SECONDS if self._dropped else None)
                 batch, self._queue = self._queue, collections.deque()
-                if self._dropped:
+                if self._notes_due():
                     for label, (lines, size) in self._dropped.items():
                         note = (
                             f"[torchyard] {label}: {lines} lines ({size} bytes) not shown "
-                            "here: written faster than this output is read; its log file "
-                            "in logs/ has them\n"
+                            f"here: written faster than this output shows ({self.rate:.0f} "
+                            "bytes a second a rank) or is read; its log file in logs/ has "
+                            "them\n"
                         )
                         batch.append((self.notes, note.encode()))
                     self._dropped.clear()
+                    self._note_at = self.clock() + ECHO_NOTE_SECONDS
             size = 0
             # consecutive pieces for one sink in one write
             while batch:

@@ -1,11 +1,14 @@
 """What a rank's output may cost its node: its log file keeps its head and tail within
-TORCHYARD_LOG_LIMIT_BYTES and says what it dropped; the node's own output never makes a
-rank wait (a slow reader loses rank lines, with a line saying how many, never the
-launcher's own); and what the ranks started is ended with the node, however it left
-their session. The cost in steps per second: benchmarks/chatty_rank.py."""
+TORCHYARD_LOG_LIMIT_BYTES and says what it dropped, and the evidence is looked for in
+what it keeps; the node's own output never makes a rank wait (each rank shows its share,
+a slow reader loses rank lines, with a line saying how many, never the launcher's own);
+and what the ranks started is ended with the node (and with a local run), however it
+left their session. The cost in steps per second: benchmarks/chatty_rank.py."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import json
 import os
@@ -15,12 +18,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import launch_contract, launch_logs, launch_ranks
+from tests.unit.test_local_console import Clock
+from tests.unit.test_local_mode import project
+from torchyard import cli, launch_contract, launch_logs, launch_ranks
 
 NOTE = re.compile(
     rb"\[torchyard\] (\d+) bytes \((\d+) lines\) of this rank's output dropped here: .*\n"
@@ -137,6 +143,58 @@ def test_a_reader_that_does_not_read_makes_no_rank_wait_and_loses_no_launcher_me
     assert "[torchyard] progress {}" in err.getvalue()
 
 
+def test_a_rank_shows_its_share_of_lines_and_the_rest_is_counted() -> None:
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    echo = launch_logs.Echo(err, rate=1000, burst=3000, clock=clock)
+    lines = [b"line %04d of a chatty rank\n" % i for i in range(1000)]
+    size = len(lines[0])  # 27 bytes, the prefix not counted
+    shown_then = []
+    for second in range(3):
+        for at in range(0, 300, 30):  # 300 lines a second, 30 a read: 7500 bytes a second
+            echo.put(out, b"".join(lines[second * 300 + at :][:30]), "rank 0", b"[rank 0] ")
+        echo.put(err, b"[torchyard] progress {}\n")  # the launcher's own: never dropped
+        clock.now += 1.0
+        echo.drain()
+        shown_then.append(len(out.getvalue().splitlines()))
+    shown = out.getvalue().splitlines()
+    # the burst at first, then a second's rate each second, in whole lines
+    assert shown_then == [(3000 + 1000 * second) // size for second in range(3)]
+    assert all(line.startswith("[rank 0] line ") for line in shown)
+    assert shown == sorted(shown)  # in order
+    notes = re.findall(r"rank 0: (\d+) lines \(\d+ bytes\) not shown here", err.getvalue())
+    assert len(shown) + sum(map(int, notes)) == 900
+    assert err.getvalue().count("[torchyard] progress {}") == 3
+
+
+def test_a_rank_whose_lines_are_dropped_does_not_hide_another_ranks() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    echo = launch_logs.Echo(err, rate=1000, burst=1000, clock=Clock())
+    echo.put(out, b"x" * 99 + b"\n" * 100, "rank 0", b"[rank 0] ")  # its whole share
+    echo.put(out, b"a line of rank 1\n", "rank 1", b"[rank 1] ")
+    echo.drain()
+    assert "[rank 1] a line of rank 1" in out.getvalue().splitlines()
+
+
+def test_the_evidence_is_looked_for_in_what_the_log_keeps(tmp_path: Path) -> None:
+    """The head as written, the tail when the log is closed; not the dropped middle."""
+    scanner = launch_logs.LogScanner()
+    log = launch_logs.CappedLog(
+        str(tmp_path / "rank-0.txt"), 8192, functools.partial(scanner.scan_read, 0)
+    )
+    filler = b"".join(b"filler line %d\n" % i for i in range(100))  # about 1.5 KB
+    log.write(b"NVRM: Xid 79 in the head\n" + filler * 3)  # more than the head's 4 KiB
+    log.write(b"NVRM: Xid 48 in the middle\n" + filler * 8)
+    log.write(b"NVRM: Xid 13 in the tail\n" + filler)
+    assert [e["line"] for e in scanner.evidence] == ["NVRM: Xid 79 in the head"]
+    log.close()
+    kept = (tmp_path / "rank-0.txt").read_text()
+    assert [e["line"] for e in scanner.evidence] == [
+        "NVRM: Xid 79 in the head",
+        "NVRM: Xid 13 in the tail",
+    ]
+    assert "Xid 48" not in kept and "Xid 13 in the tail" in kept
+
+
 EVIDENCE_LINES = [
     "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
@@ -215,6 +273,21 @@ def gone(pid: int) -> bool:
         return True
 
 
+@contextlib.contextmanager
+def ended_within_5s(pids: list[int], ended: float) -> Iterator[None]:
+    """After the block's own checks: within 5 s of ``ended`` (the node's or the run's
+    end), every process of ``pids`` is gone; any that is not is killed, pass or fail."""
+    try:
+        yield
+        while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
+            time.sleep(0.05)
+        assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
+    finally:
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, 9)
+
+
 @pytest.mark.parametrize("how", list(LEAVING), ids=list(LEAVING))
 @pytest.mark.parametrize("code", [0, 3], ids=["ranks-succeed", "a-rank-fails"])
 def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
@@ -234,17 +307,31 @@ def test_what_a_rank_started_ends_with_the_node_and_does_not_hold_it(
     done = launch(tmp_path, script, nproc=2)
     ended = time.monotonic()
     pids = [int((tmp_path / f"helper-{r}.pid").read_text()) for r in (0, 1)]
-    try:
+    with ended_within_5s(pids, ended):
         assert done.returncode == code, done.stderr
         assert "ended 2 process(es) the ranks left running" in done.stderr
-        # within 5 s of the node's end, every one of them is gone
-        while not all(gone(pid) for pid in pids) and time.monotonic() < ended + 5:
-            time.sleep(0.05)
-        assert all(gone(pid) for pid in pids), [p for p in pids if not gone(p)]
-    finally:
-        for pid in pids:
-            if not gone(pid):
-                os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("how", list(LEAVING), ids=list(LEAVING))
+def test_in_local_mode_what_a_rank_started_ends_with_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """``torchyard run --local`` (2 nodes of 1 rank): each rank leaves a helper behind."""
+    folder = tmp_path / "helpers"
+    folder.mkdir()
+    script = (
+        "import os, subprocess, sys\n"
+        f"HELPER = {HELPER!r}\n"
+        f"helper = {LEAVING[how]}\n"
+        f"with open(os.path.join({str(folder)!r}, os.environ['RANK']), 'w') as f:\n"
+        "    f.write(str(helper.pid))\n"
+    )
+    monkeypatch.chdir(project(tmp_path / "src", {"train.py": script}))
+    code = cli.main(["run", "run.yaml", "--local", "--source", ".", "--workdir", "./runs"])
+    ended = time.monotonic()
+    pids = [int(path.read_text()) for path in folder.iterdir()]
+    with ended_within_5s(pids, ended):
+        assert code == 0 and len(pids) == 2
 
 
 def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -> None:
