@@ -155,11 +155,10 @@ def record_page(ns: str, record: Record, archive: source.Archive) -> str:
     run = recorded.record_object(record)
     name, uid = str(record.get("name")), str(record.get("uid"))
     st = run["status"]
-    gone = "deleted: " if record.get("deleted") else ""
     parts = [
         f'<div class="head" data-run="{e(name)}">{badge(_phase(run))}'
         f' <span class="badge gone" data-deleted="1">record</span></div>',
-        f'<p class="note" role="note">{e(gone)}shown from the record kept when it ended '
+        f'<p class="note" role="note">Shown from the record kept when it ended '
         f"(uid {e(uid)}, recorded {e(record.get('recorded') or '-')})</p>",
         _summary(run),
         section("Phase timeline", _timeline(run), ident="timeline"),

@@ -210,6 +210,10 @@ async def run_page(request: web.Request) -> web.Response:
         read(request, src.archive, ns, name),
     )
     phase = (run.get("status") or {}).get("phase")
+    if phase in runs.TERMINAL and not pods:  # (its Pods collected by its TTL)
+        kept = await _record_of(request, run)
+        if kept is not None:
+            return await show_record(request, "runs", kept)
     actions = ""
     if phase not in runs.TERMINAL:
         act = "resume" if (run.get("spec") or {}).get("suspend") else "suspend"
@@ -235,11 +239,31 @@ async def the_record(request: web.Request, section: str) -> Any:
     return record
 
 
+async def _record_of(request: web.Request, run: Obj) -> Any:
+    """The record of this very run (its uid), None when there is none or it is out of reach."""
+    meta = run["metadata"]
+    try:
+        return await read(
+            request,
+            _source(request).record,
+            meta["namespace"],
+            meta["name"],
+            meta.get("uid"),
+            "TrainingRun",
+        )
+    except Unavailable:
+        return None
+
+
 async def record_page(request: web.Request) -> web.Response:
-    """What a run's record holds: the run is gone (or the path names one record)."""
+    """What a record holds: the object is gone (or the path names one record)."""
     queries.only(request.query, ())
-    ns, section = ns_of(request), _section(request)
-    record = await the_record(request, section)
+    section = _section(request)
+    return await show_record(request, section, await the_record(request, section))
+
+
+async def show_record(request: web.Request, section: str, record: Any) -> web.Response:
+    ns = ns_of(request)
     if section == "sweeps":
         sweep = recorded.record_object(record)
         body = pages.sweep_page(ns, sweep, sweep_sdk.trials_of(sweep, None), "")

@@ -149,6 +149,17 @@ def test_a_gone_runs_page_shows_what_its_record_kept(tmp_path: Path, url: str) -
     call(source_with_records(tmp_path), body)
 
 
+def test_a_finished_run_whose_pods_are_gone_shows_its_record(tmp_path: Path) -> None:
+    async def body(client: TestClient[Any, Any]) -> None:
+        page = await _text(client, "/ns/team-a/runs/alive")
+        assert "Shown from the record kept when it ended" in page
+        assert "0b0b0b0b-0000-4000-8000-000000000002" in page
+        live = await _text(client, "/ns/team-a/runs/running")  # a live run's own page
+        assert "Shown from the record" not in live
+
+    call(source_with_records(tmp_path), body)
+
+
 def test_gone_sweeps_and_environments_show_from_their_records(tmp_path: Path) -> None:
     async def body(client: TestClient[Any, Any]) -> None:
         sweeps = await _text(client, "/ns/team-a/sweeps")
