@@ -137,20 +137,18 @@ class AuthorizedSource:
         their namespace."""
         return self.reviews.may(self.user, "get", namespace, "modelversions", wire.GROUP, "")
 
-    def _records(self, namespace: str) -> None:
-        if not self._may_read_registry(namespace):
-            raise Unavailable("records: not allowed (get modelversions in " + namespace + ")")
-
     def record_page(self, namespace: str, query: Query) -> Page:
-        self._records(namespace)
+        """(Beside a list the caller may read: without the right, a note, not a refusal.)"""
+        if not self._may_read_registry(namespace):
+            raise Unavailable(f"not allowed (get modelversions in {namespace})")
         return self.inner.record_page(namespace, query)
 
     def record(self, namespace: str, name: str, uid: str | None, kind: str) -> Record | None:
-        self._records(namespace)
+        self.need("get", namespace, "modelversions")
         return self.inner.record(namespace, name, uid, kind)
 
     def record_metrics(self, namespace: str, name: str, uid: str) -> list[str]:
-        self._records(namespace)
+        self.need("get", namespace, "modelversions")
         return self.inner.record_metrics(namespace, name, uid)
 
     def sweeps(self, namespace: str) -> list[Obj]:

@@ -251,7 +251,7 @@ async def _record_of(request: web.Request, run: Obj) -> Any:
             meta.get("uid"),
             "TrainingRun",
         )
-    except Unavailable:
+    except (Unavailable, Refusal):
         return None
 
 
