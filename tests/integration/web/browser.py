@@ -8,6 +8,7 @@ import asyncio
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -58,6 +59,42 @@ class Served:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+# A rank that prints ``tick N at UNIX-TIME`` every TICK_SECONDS (its own clock: the real
+# node's Pods run on this machine, so the browser reads the same clock).
+TICK_SECONDS = 0.3
+TICKER = (
+    "import time\n"
+    "for i in range(100000):\n"
+    f"    time.sleep({TICK_SECONDS})\n"
+    "    print(f'tick {i} at {time.time():.3f}', flush=True)\n"
+)
+# In the page: when each tick line first shows in the log tail (ticks already there when
+# it starts are not counted: they were written before the page looked).
+WATCH_TICKS = """() => {
+  const log = document.getElementById('log');
+  const ticks = () => [...log.textContent.matchAll(/tick (\\d+) at (\\d+\\.\\d+)/g)];
+  window.tyFirst = Math.max(-1, ...ticks().map(m => +m[1]));
+  window.tySeen = {};
+  new MutationObserver(() => {
+    const now = Date.now() / 1000;
+    for (const m of ticks())
+      if (+m[1] > window.tyFirst && !(m[1] in window.tySeen)) window.tySeen[m[1]] = now - +m[2];
+  }).observe(log, {childList: true, characterData: true, subtree: true});
+}"""
+
+
+def tick_delays(page: Any, count: int, timeout_ms: float = 60_000) -> list[float]:
+    """Seconds from a rank's write of each of ``count`` new tick lines to the line on the
+    run page (its log tail following), in the order written; waits for them to show."""
+    page.locator("#log", has_text="tick ").wait_for(timeout=timeout_ms)
+    page.evaluate(WATCH_TICKS)
+    page.wait_for_function(
+        f"Object.keys(window.tySeen).length >= {count}", timeout=timeout_ms, polling=100
+    )
+    seen = page.evaluate("window.tySeen")
+    return [float(seen[k]) for k in sorted(seen, key=int)][:count]
 
 
 def held_node_pod(namespace: str, run: str, node: int) -> dict[str, object]:
@@ -116,8 +153,10 @@ __all__ = [
     "FLAGS",
     "READS",
     "SHOTS",
+    "TICKER",
     "Served",
     "account",
     "held_node_pod",
     "playwright",
+    "tick_delays",
 ]
