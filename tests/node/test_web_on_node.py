@@ -18,6 +18,7 @@ from tests.integration.web.browser import (
     Served,
     playwright,
     tick_delays,
+    watched_page,
 )
 from tests.node import test_trainingruns as runs
 from tests.node.test_failures import node_run
@@ -40,9 +41,7 @@ def test_a_ranks_new_log_line_appears_on_the_run_page(
     try:
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page, errors = watched_page(browser)
             page.goto(served.url + f"/ns/{ns}/runs/{name}")
             delays = tick_delays(page, 5, timeout_ms=120_000)
             assert len(delays) == 5  # five lines written after the page opened, shown

@@ -133,19 +133,32 @@ def run_page(
         )
     if archive.stacks:
         parts.append(section("Stacks (hang)", _stacks(archive.stacks), ident="stacks"))
-    parts.append(section("Metrics", _charts(ns, name, archive), ident="metrics"))
-    parts.append(section("Logs", _logs(ns, name, run, pods), ident="logs"))
-    parts.append(section("Events", _events(events), ident="events"))
-    parts.append(section("Outputs and model", _outputs(ns, run, archive), ident="outputs"))
+    charts, logs = _charts(ns, name, archive), _logs(ns, name, run, pods)
+    return "\n".join(parts + _the_rest(ns, run, archive, charts, logs, events, ""))
+
+
+def _the_rest(
+    ns: str,
+    run: Obj,
+    archive: source.Archive,
+    charts: Markup,
+    logs: Markup,
+    events: list[Obj],
+    spec_open: str,
+) -> list[str]:
+    """The sections a run's page and a record's page share, after the failure."""
     spec = yaml.safe_dump(run.get("spec") or {}, sort_keys=True)
-    parts.append(
+    return [
+        section("Metrics", charts, ident="metrics"),
+        section("Logs", logs, ident="logs"),
+        section("Events", _events(events), ident="events"),
+        section("Outputs and model", _outputs(ns, run, archive), ident="outputs"),
         section(
             "Spec",
-            Markup(f"<details><summary>spec (YAML)</summary>{pre(spec)}</details>"),
+            Markup(f"<details{spec_open}><summary>spec (YAML)</summary>{pre(spec)}</details>"),
             ident="spec",
-        )
-    )
-    return "\n".join(parts)
+        ),
+    ]
 
 
 def record_page(ns: str, record: Record, archive: source.Archive) -> str:
@@ -168,19 +181,10 @@ def record_page(ns: str, record: Record, archive: source.Archive) -> str:
     if failure:
         parts.append(section("Failure", _failure(failure), ident="failure"))
     url = path("api", "ns", ns, "runs", name, "records", uid, "metrics")
-    parts.append(section("Metrics", _charts(ns, name, archive, url), ident="metrics"))
-    parts.append(section("Logs", _log_tails(record.get("logTails") or {}), ident="logs"))
-    parts.append(section("Events", _events(recorded.events(record)), ident="events"))
-    parts.append(section("Outputs and model", _outputs(ns, run, archive), ident="outputs"))
-    spec = yaml.safe_dump(run.get("spec") or {}, sort_keys=True)
-    parts.append(
-        section(
-            "Spec",
-            Markup(f"<details open><summary>spec (YAML)</summary>{pre(spec)}</details>"),
-            ident="spec",
-        )
-    )
-    return "\n".join(parts)
+    charts = _charts(ns, name, archive, url)
+    logs = _log_tails(record.get("logTails") or {})
+    events = recorded.events(record)
+    return "\n".join(parts + _the_rest(ns, run, archive, charts, logs, events, " open"))
 
 
 def _recorded_nodes(nodes: Sequence[Mapping[str, Any]]) -> Markup:

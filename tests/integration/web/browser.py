@@ -97,6 +97,17 @@ def tick_delays(page: Any, count: int, timeout_ms: float = 60_000) -> list[float
     return [float(seen[k]) for k in sorted(seen, key=int)][:count]
 
 
+def watched_page(browser: Any, **options: Any) -> tuple[Any, list[str]]:
+    """A new page of ``browser`` and the list its console errors, uncaught exceptions and
+    dialogs go to (a page under test shows none)."""
+    page = browser.new_page(**options)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.on("dialog", lambda d: errors.append(f"a dialog opened: {d.message}"))
+    return page, errors
+
+
 def held_node_pod(namespace: str, run: str, node: int) -> dict[str, object]:
     """A node Pod of ``run`` as the operator labels them, held back from scheduling (KWOK
     leaves it alone), so that its state is what the test writes."""
@@ -159,4 +170,5 @@ __all__ = [
     "held_node_pod",
     "playwright",
     "tick_delays",
+    "watched_page",
 ]

@@ -14,11 +14,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.harness import Cluster
 from tests.integration.helpers import run_pods, wait_for
 from tests.integration.test_registry_service import Service
 from tests.integration.test_run_records import failed_run, recording
-from tests.integration.web.browser import CHROMIUM, FLAGS, SHOTS, Served, playwright
+from tests.integration.web.browser import (
+    CHROMIUM,
+    FLAGS,
+    SHOTS,
+    Served,
+    playwright,
+    watched_page,
+)
 from tests.integration.web.test_in_cluster import Browser, reader
 from torchyard import k8s
 from torchyard.sdk.registry import RegistryClient
@@ -34,24 +43,27 @@ SHOWN = (
 )
 
 
-def gone_runs(cluster: Cluster, ns: str, tmp_path: Path) -> dict[str, str]:
-    """Failed runs: ``broken`` deleted through the API, ``brief`` (ttl 0) with its Pods
-    collected; their uids."""
+@pytest.fixture
+def gone(
+    cluster: Cluster, namespace: str, recording: tuple[Service, str], tmp_path: Path
+) -> tuple[Service, str, dict[str, str]]:
+    """Failed runs, recorded: ``broken`` deleted through the API, ``brief`` (ttl 0) with
+    its Pods collected; the registry service, its token, and the runs' uids."""
+    ns = namespace
     uids = {}
     for name, ttl in (("broken", None), ("brief", 0)):
         uids[name] = failed_run(cluster, ns, name, tmp_path, ttl=ttl)["metadata"]["uid"]
     assert k8s.delete(k8s.TRAININGRUNS, ns, "broken")
     wait_for("broken gone", lambda: k8s.get_or_none(k8s.TRAININGRUNS, ns, "broken") is None)
     wait_for("brief's Pods collected", lambda: not run_pods(ns, "brief"), timeout=60)
-    return uids
+    return (*recording, uids)
 
 
 def test_deleted_and_ttl_collected_runs_show_their_records_in_a_browser(
-    cluster: Cluster, namespace: str, recording: tuple[Service, str], tmp_path: Path
+    cluster: Cluster, namespace: str, gone: tuple[Service, str, dict[str, str]]
 ) -> None:
-    svc, token = recording
+    svc, token, uids = gone
     ns = namespace
-    uids = gone_runs(cluster, ns, tmp_path)
     served = Served(
         app.make_app(source.LiveSource(lambda n: RegistryClient(svc.url, token)), namespace=ns)
     )
@@ -59,10 +71,7 @@ def test_deleted_and_ttl_collected_runs_show_their_records_in_a_browser(
     try:
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda err: errors.append(str(err)))
+            page, errors = watched_page(browser, viewport={"width": 1280, "height": 900})
             page.goto(served.url + f"/ns/{ns}/runs?phase=Failed&experiment=birds")
             page.get_by_text("2 of 2 run(s)").wait_for()
             row = page.locator("#runs tr", has_text="broken")
@@ -98,11 +107,10 @@ def test_deleted_and_ttl_collected_runs_show_their_records_in_a_browser(
 
 
 def test_a_token_of_another_namespace_reads_none_of_its_records(
-    cluster: Cluster, namespace: str, recording: tuple[Service, str], tmp_path: Path
+    cluster: Cluster, namespace: str, gone: tuple[Service, str, dict[str, str]]
 ) -> None:
-    svc, token = recording
+    svc, token, uids = gone
     ns = namespace
-    uids = gone_runs(cluster, ns, tmp_path)
     other = cluster.create_namespace(f"t-web-rec-{os.urandom(2).hex()}")
     served = Served(
         app.make_app(

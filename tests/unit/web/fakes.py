@@ -14,6 +14,14 @@ from torchyard.web import source
 
 Obj = dict[str, Any]
 SCRIPT = '<script>alert("x")</script>'
+FAILURE = {  # a failed run's status.failure, its traceback with markup in it
+    "rank": 3,
+    "node": 1,
+    "exitCode": 1,
+    "class": "UserError",
+    "advice": "fix the script",
+    "message": f"Traceback ...\nValueError: {SCRIPT}",
+}
 
 
 def run(name: str, ns: str = "team-a", phase: str = "Running", **extra: Any) -> Obj:

@@ -16,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
-from tests.unit.web.fakes import SCRIPT, FakeSource, pod, run
+from tests.unit.web.fakes import FAILURE, SCRIPT, FakeSource, pod, run
 from torchyard.records import (
     FolderRecords,
     environment_record,
@@ -38,14 +38,7 @@ def _with_uid(obj: dict[str, Any], uid: str) -> dict[str, Any]:
 
 def _write_records(root: Path) -> FolderRecords:
     store = FolderRecords(root)
-    failure = {
-        "rank": 3,
-        "node": 1,
-        "exitCode": 1,
-        "class": "UserError",
-        "advice": "fix the script",
-        "message": f"Traceback ...\nValueError: {SCRIPT}",
-    }
+    failure = dict(FAILURE)
     gone = _with_uid(
         run(
             "gone",
