@@ -71,8 +71,10 @@ TICKER = (
     "    print(f'tick {i} at {time.time():.3f}', flush=True)\n"
 )
 # In the page: when each tick line first shows in the log tail (ticks already there when
-# it starts are not counted: they were written before the page looked).
-WATCH_TICKS = """() => {
+# it starts are not counted: they were written before the page looked); the page is marked
+# ``data-ticks-seen`` once ``count`` were seen (a locator waits for that: the page's
+# Content-Security-Policy allows no evaluated predicate).
+WATCH_TICKS = """(count) => {
   const log = document.getElementById('log');
   const ticks = () => [...log.textContent.matchAll(/tick (\\d+) at (\\d+\\.\\d+)/g)];
   window.tyFirst = Math.max(-1, ...ticks().map(m => +m[1]));
@@ -81,6 +83,7 @@ WATCH_TICKS = """() => {
     const now = Date.now() / 1000;
     for (const m of ticks())
       if (+m[1] > window.tyFirst && !(m[1] in window.tySeen)) window.tySeen[m[1]] = now - +m[2];
+    if (Object.keys(window.tySeen).length >= count) document.body.dataset.ticksSeen = "1";
   }).observe(log, {childList: true, characterData: true, subtree: true});
 }"""
 
@@ -89,11 +92,9 @@ def tick_delays(page: Any, count: int, timeout_ms: float = 60_000) -> list[float
     """Seconds from a rank's write of each of ``count`` new tick lines to the line on the
     run page (its log tail following), in the order written; waits for them to show."""
     page.locator("#log", has_text="tick ").wait_for(timeout=timeout_ms)
-    page.evaluate(WATCH_TICKS)
-    page.wait_for_function(
-        f"Object.keys(window.tySeen).length >= {count}", timeout=timeout_ms, polling=100
-    )
-    seen = page.evaluate("window.tySeen")
+    page.evaluate(WATCH_TICKS, count)
+    page.locator("body[data-ticks-seen]").wait_for(state="attached", timeout=timeout_ms)
+    seen = page.evaluate("() => window.tySeen")
     return [float(seen[k]) for k in sorted(seen, key=int)][:count]
 
 
