@@ -115,6 +115,8 @@ def test_a_gone_run_is_listed_marked_and_filtered_as_the_live_ones(tmp_path: Pat
         by_experiment = await _text(client, "/ns/team-a/runs?experiment=e1")
         assert "1 of 1 run(s)" in by_experiment
         assert "no runs match" in await _text(client, "/ns/team-a/runs?experiment=other")
+        # an experiment the registry's query cannot ask (not a DNS label): filtered here
+        assert "no runs match" in await _text(client, "/ns/team-a/runs?experiment=E_1")
         listed = await (await client.get("/api/ns/team-a/runs?phase=Failed")).json()
         assert [(r["name"], r["deleted"], r["uid"]) for r in listed["items"]] == [
             ("gone", True, GONE_UID)
