@@ -1,7 +1,7 @@
 """``torchyard ui``: the web view of runs, sweeps, models, Environments and the queue,
 served on 127.0.0.1 with the caller's kubeconfig (the caller's own RBAC: the view can read
-and change only what the caller can) and, for metrics history and hang stacks, the
-registry service as the other commands reach it.
+and change only what the caller can) and, for metrics history, hang stacks and the records
+of what is gone, the registry service as the other commands reach it.
 
 Called by ``torchyard.cli.app``; the application is ``torchyard.web`` (imported when
 the command runs, so ``torchyard --help`` stays fast). Tested in tests/unit/cli/test_ui.py
@@ -75,8 +75,9 @@ def add_ui(sub: Any) -> None:
         description="Serve the web view on 127.0.0.1 with your kubeconfig: it reads (and, "
         "with its buttons, suspends, resumes or cancels) only what your own RBAC allows. "
         "It prints the URL to open. Metrics history and hang stacks come from the runs' "
-        "archives in the registry service (the --registry-* options, as for "
-        "'torchyard logs'); without one the pages say so.",
+        "archives in the registry service, and runs, sweeps and Environments that are gone "
+        "from their records there (the --registry-* options, as for 'torchyard logs'); "
+        "without one the pages say so.",
     )
     p.add_argument(
         "--port", type=_port, default=0, help="the port to listen on (default: a free one)"

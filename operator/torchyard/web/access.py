@@ -22,10 +22,11 @@ from typing import Any
 
 from torchyard import k8s
 from torchyard.api import wire
+from torchyard.records import Page, Query, Record
 from torchyard.registry.auth import ExpiringCache
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.web.queries import Refusal
-from torchyard.web.source import Archive, Obj, Queue, RunSource
+from torchyard.web.source import Archive, Obj, Queue, RunSource, Unavailable
 
 COOKIE = "torchyard-ui-token"
 TTL = 30.0
@@ -127,10 +128,28 @@ class AuthorizedSource:
         return self.inner.log_tail(namespace, pod, lines)
 
     def archive(self, namespace: str, name: str) -> Archive:
-        # the registry's rule for a run's archive: get on modelversions in its namespace
-        if not self.reviews.may(self.user, "get", namespace, "modelversions", wire.GROUP, ""):
+        if not self._may_read_registry(namespace):
             return Archive(note="the run's archive: not allowed (get modelversions)")
         return self.inner.archive(namespace, name)
+
+    def _may_read_registry(self, namespace: str) -> bool:
+        """The registry's rule for a run's archive and records: get on modelversions in
+        their namespace."""
+        return self.reviews.may(self.user, "get", namespace, "modelversions", wire.GROUP, "")
+
+    def record_page(self, namespace: str, query: Query) -> Page:
+        """(Beside a list the caller may read: without the right, a note, not a refusal.)"""
+        if not self._may_read_registry(namespace):
+            raise Unavailable(f"not allowed (get modelversions in {namespace})")
+        return self.inner.record_page(namespace, query)
+
+    def record(self, namespace: str, name: str, uid: str | None, kind: str) -> Record | None:
+        self.need("get", namespace, "modelversions")
+        return self.inner.record(namespace, name, uid, kind)
+
+    def record_metrics(self, namespace: str, name: str, uid: str) -> list[str]:
+        self.need("get", namespace, "modelversions")
+        return self.inner.record_metrics(namespace, name, uid)
 
     def sweeps(self, namespace: str) -> list[Obj]:
         self.need("list", namespace, "sweeps")

@@ -10,26 +10,33 @@ browser in tests/integration/web/.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS
 from torchyard.api.wire import LABEL_EXPERIMENT
+from torchyard.records import Record
 from torchyard.sdk import runs
 from torchyard.sdk import sweeps as sweep_sdk
-from torchyard.web import queries, source
+from torchyard.web import queries, recorded, source
 from torchyard.web.html import Markup, badge, e, link, path, pre, section, table, with_query
 
 Obj = dict[str, Any]
 EVENTS_SHOWN = 50
 
 
-def runs_list(ns: str, items: list[Obj], total: int, filt: queries.RunFilter) -> str:
+def runs_list(
+    ns: str, items: list[Obj], total: int, filt: queries.RunFilter, note: str = ""
+) -> str:
     rows = [
         [
-            link(path("ns", ns, "runs", r["metadata"]["name"]), r["metadata"]["name"]),
-            Markup(f'<span data-phase="{e(r["metadata"]["name"])}">{badge(_phase(r))}</span>'),
+            _name_link(ns, "runs", r),
+            Markup(
+                f'<span data-phase="{e(r["metadata"]["name"])}">{badge(_phase(r))}</span>'
+                + _record_mark(r)
+            ),
             (r.get("metadata", {}).get("labels") or {}).get(LABEL_EXPERIMENT, "-"),
             ((r.get("status") or {}).get("nodes") or {}).get("ready", "0/0"),
             runs.progress_text((r.get("status") or {}).get("progress")) or "-",
@@ -43,6 +50,7 @@ def runs_list(ns: str, items: list[Obj], total: int, filt: queries.RunFilter) ->
     shown = f"{len(items)} of {total} run(s)" if total else "no runs match"
     return (
         _filters(ns, filt)
+        + _note(note)
         + f'<p class="count" aria-live="polite">{e(shown)}</p>'
         + str(table(head, rows, caption="TrainingRuns", id="runs", data_refresh="runs"))
         + _pager(ns, filt, total)
@@ -80,6 +88,29 @@ def _pager(ns: str, filt: queries.RunFilter, total: int) -> str:
     return '<nav class="pager" aria-label="Pages">' + " ".join(map(str, parts)) + "</nav>"
 
 
+def _name_link(ns: str, section: str, obj: Obj) -> Markup:
+    """The object's page: its record's (by uid) when only the record is left."""
+    name, mark = obj["metadata"]["name"], recorded.mark(obj)
+    if mark and mark.get("deleted") and mark.get("uid"):
+        return link(path("ns", ns, section, name, "records", str(mark["uid"])), name)
+    return link(path("ns", ns, section, name), name)
+
+
+def _record_mark(obj: Obj) -> str:
+    """ "deleted" for what only a record is left of, "recorded" for a live one recorded."""
+    mark = recorded.mark(obj)
+    if not mark:
+        return ""
+    if mark.get("deleted"):
+        tip = "deleted: shown from its record"
+        return f' <span class="badge gone" title="{tip}" data-deleted="1">deleted</span>'
+    return ' <span class="badge gone" title="its record is kept">recorded</span>'
+
+
+def _note(note: str) -> str:
+    return f'<p class="note" role="note">{e(note)}</p>' if note else ""
+
+
 def _phase(obj: Obj) -> str:
     return str((obj.get("status") or {}).get("phase") or "Pending")
 
@@ -102,19 +133,93 @@ def run_page(
         )
     if archive.stacks:
         parts.append(section("Stacks (hang)", _stacks(archive.stacks), ident="stacks"))
-    parts.append(section("Metrics", _charts(ns, name, archive), ident="metrics"))
-    parts.append(section("Logs", _logs(ns, name, run, pods), ident="logs"))
-    parts.append(section("Events", _events(events), ident="events"))
-    parts.append(section("Outputs and model", _outputs(ns, run, archive), ident="outputs"))
+    charts, logs = _charts(ns, name, archive), _logs(ns, name, run, pods)
+    return "\n".join(parts + _the_rest(ns, run, archive, charts, logs, events, ""))
+
+
+def _the_rest(
+    ns: str,
+    run: Obj,
+    archive: source.Archive,
+    charts: Markup,
+    logs: Markup,
+    events: list[Obj],
+    spec_open: str,
+) -> list[str]:
+    """The sections a run's page and a record's page share, after the failure."""
     spec = yaml.safe_dump(run.get("spec") or {}, sort_keys=True)
-    parts.append(
+    return [
+        section("Metrics", charts, ident="metrics"),
+        section("Logs", logs, ident="logs"),
+        section("Events", _events(events), ident="events"),
+        section("Outputs and model", _outputs(ns, run, archive), ident="outputs"),
         section(
             "Spec",
-            Markup(f"<details><summary>spec (YAML)</summary>{pre(spec)}</details>"),
+            Markup(f"<details{spec_open}><summary>spec (YAML)</summary>{pre(spec)}</details>"),
             ident="spec",
+        ),
+    ]
+
+
+def record_page(ns: str, record: Record, archive: source.Archive) -> str:
+    """A TrainingRun's record (the run is gone, or the page names this one record): what
+    the run page shows of a live run, from the record; its metrics from the record's
+    ``metrics.jsonl``, its logs the tails kept when it ended."""
+    run = recorded.record_object(record)
+    name, uid = str(record.get("name")), str(record.get("uid"))
+    st = run["status"]
+    parts = [
+        f'<div class="head" data-run="{e(name)}">{badge(_phase(run))}'
+        f' <span class="badge gone" data-deleted="1">record</span></div>',
+        f'<p class="note" role="note">Shown from the record kept when it ended '
+        f"(uid {e(uid)}, recorded {e(record.get('recorded') or '-')})</p>",
+        _summary(run),
+        section("Phase timeline", _timeline(run), ident="timeline"),
+        section("Nodes", _recorded_nodes(record.get("nodes") or []), ident="nodes"),
+    ]
+    failure = record.get("failure") or st.get("failure") or st.get("lastFailure")
+    if failure:
+        parts.append(section("Failure", _failure(failure), ident="failure"))
+    url = path("api", "ns", ns, "runs", name, "records", uid, "metrics")
+    charts = _charts(ns, name, archive, url)
+    logs = _log_tails(record.get("logTails") or {})
+    events = recorded.events(record)
+    return "\n".join(parts + _the_rest(ns, run, archive, charts, logs, events, " open"))
+
+
+def _recorded_nodes(nodes: Sequence[Mapping[str, Any]]) -> Markup:
+    rows = [
+        [
+            n.get("node"),
+            n.get("pod") or "-",
+            n.get("reason") or n.get("phase") or "-",
+            n.get("restarts") or 0,
+            n.get("nodeName") or "-",
+            "-" if n.get("exitCode") is None else n.get("exitCode"),
+        ]
+        for n in nodes
+    ]
+    head = ["Node rank", "Pod", "State", "Restarts", "Node", "Exit"]
+    return table(head, rows, caption="Node Pods (as they ended)")
+
+
+def _log_tails(tails: dict[str, list[str]]) -> Markup:
+    if not tails:
+        return Markup('<p class="none">no log tails were kept</p>')
+    return Markup(
+        "".join(
+            f"<details open><summary>node {e(node)}: the last {len(lines)} line(s)</summary>"
+            + str(
+                pre(
+                    "\n".join(lines), class_="log", tabindex="0", aria_label=f"node {node} log tail"
+                )
+            )
+            + "</details>"
+            for node, lines in sorted(
+                tails.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0
+            )
         )
     )
-    return "\n".join(parts)
 
 
 def _summary(run: Obj) -> str:
@@ -193,7 +298,7 @@ def _nodes(pods: list[Obj]) -> Markup:
     )
 
 
-def _failure(failure: Obj) -> Markup:
+def _failure(failure: Mapping[str, Any]) -> Markup:
     rows = [
         ("Class", failure.get("class")),
         ("Rank", failure.get("rank")),
@@ -227,14 +332,14 @@ def _stacks(stacks: dict[str, str]) -> Markup:
     )
 
 
-def _charts(ns: str, name: str, archive: source.Archive) -> Markup:
+def _charts(ns: str, name: str, archive: source.Archive, url: str = "") -> Markup:
     if not archive.metrics:
         return Markup(
             '<p class="none">no metrics history'
             + (f": {e(archive.note)}" if archive.note else "")
             + "</p>"
         )
-    url = path("api", "ns", ns, "runs", name, "metrics")
+    url = url or path("api", "ns", ns, "runs", name, "metrics")
     charts = "".join(
         f'<figure class="chart" data-metric-url="{e(with_query(url, {"name": m}))}">'
         f"<figcaption>{e(m)}</figcaption></figure>"
@@ -293,16 +398,16 @@ def _outputs(ns: str, run: Obj, archive: source.Archive) -> Markup:
     return Markup(shown or '<p class="none">none</p>')
 
 
-def sweeps_list(ns: str, items: list[Obj]) -> str:
+def sweeps_list(ns: str, items: list[Obj], note: str = "") -> str:
     rows = [
         [
-            link(path("ns", ns, "sweeps", s["metadata"]["name"]), s["metadata"]["name"]),
-            badge(_phase(s)),
+            _name_link(ns, "sweeps", s),
+            Markup(f"{badge(_phase(s))}{_record_mark(s)}"),
             sweep_sdk.summary_line(s),
         ]
         for s in items
     ]
-    return str(table(["Name", "Phase", "Trials"], rows, caption="Sweeps"))
+    return _note(note) + str(table(["Name", "Phase", "Trials"], rows, caption="Sweeps"))
 
 
 def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str) -> str:
@@ -365,7 +470,7 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
     )
 
 
-def models_list(ns: str, items: list[Obj]) -> str:
+def models_list(ns: str, items: list[Obj], note: str = "") -> str:
     rows: list[list[object]] = []
     seen: set[str] = set()
     for m in sorted(
@@ -393,7 +498,7 @@ def models_list(ns: str, items: list[Obj]) -> str:
                 m["metadata"].get("creationTimestamp", ""),
             ]
         )
-    return str(
+    return _note(note) + str(
         table(
             ["Model", "Version", "From run", "Size", "Files", "Created"],
             rows,
@@ -410,16 +515,17 @@ def _anchor(model: object, seen: set[str]) -> Markup:
     return Markup(f'<span id="model-{e(model)}">{e(model)}</span>')
 
 
-def environments_list(ns: str, items: list[Obj]) -> str:
+def environments_list(ns: str, items: list[Obj], note: str = "") -> str:
     rows = [
         [
-            link(path("ns", ns, "environments", x["metadata"]["name"]), x["metadata"]["name"]),
-            badge(_phase(x)),
+            _name_link(ns, "environments", x),
+            Markup(f"{badge(_phase(x))}{_record_mark(x)}"),
             (x.get("status") or {}).get("image") or "-",
         ]
         for x in items
     ]
-    return str(table(["Name", "Phase", "Image (digest)"], rows, caption="Environments"))
+    head = ["Name", "Phase", "Image (digest)"]
+    return _note(note) + str(table(head, rows, caption="Environments"))
 
 
 def environment_page(env: Obj, log: list[str], note: str) -> str:

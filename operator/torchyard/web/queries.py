@@ -26,6 +26,7 @@ LABEL_KEY = re.compile(
     r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 METRIC_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")
 SINCE = re.compile(r"([1-9][0-9]{0,4})([mhd])")
 PHASES = tuple(p.value for p in Phase)
@@ -57,6 +58,13 @@ def namespace(value: str) -> str:
 def name(value: str, what: str = "name") -> str:
     if not DNS_SUBDOMAIN.fullmatch(value) or ".." in value:
         raise Refusal(f"not a {what}: {value[:80]!r} (DNS-1123 subdomain)")
+    return value
+
+
+def uid(value: str) -> str:
+    """A Kubernetes object's uid (the key of its record), lowercase as the API has it."""
+    if not UID.fullmatch(value):
+        raise Refusal(f"not a uid: {value[:80]!r} (8-4-4-4-12 lowercase hex digits)")
     return value
 
 

@@ -4,9 +4,10 @@ own RBAC; the run's archive in the registry service for metrics history and hang
 A namespace's TrainingRuns come from an informer (``web.informers``: one list, then a
 watch), so the runs list pages from memory.
 
-Every page goes through a ``RunSource`` and nothing else, so run records that outlive
-their TrainingRun plug in here as a second source (its ``run`` answering for a run the
-apiserver no longer has) without a change to the pages. Reads are synchronous (the
+Every page goes through a ``RunSource`` and nothing else; the run records that outlive
+their TrainingRun, Sweep or Environment (``torchyard.records``) come through it too
+(``record_page``, ``record``, ``record_metrics``): the registry service's records, read
+with the same client (and so the same identity) as the run archives. Reads are synchronous (the
 ``torchyard.k8s`` client); the app runs them in its thread pool. Called by
 ``torchyard.web.views``; tested through the app in tests/unit/web/ (a source of test
 data) and on the real control plane in tests/integration/web/.
@@ -19,17 +20,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from torchyard import k8s
 from torchyard.planning import admission
 from torchyard.planning.pods import POOL_LABEL
+from torchyard.records import BadQuery, Page, Query, Record
 from torchyard.sdk import runs, suspension
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk.registry import RegistryClient, RegistryError
 from torchyard.web import informers
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 # The archived files of a run the view reads: logs/node-N/metrics.jsonl and
 # logs/node-N/stacks/rank-R.pid-P.txt (``launch_progress``, ``launch_stalls``).
 METRICS_FILE = "metrics.jsonl"
@@ -40,6 +43,9 @@ ARCHIVE_TTL = 30.0  # seconds a run's archive, read and parsed, is reused (chart
 
 class Unavailable(Exception):
     """What the source could not read, and why (shown on the page, never a crash)."""
+
+
+NO_REGISTRY = "no registry service configured"
 
 
 @dataclass
@@ -78,6 +84,10 @@ class RunSource(Protocol):
     def build_log(self, namespace: str, job: str, lines: int) -> list[str]: ...
     def queue(self, namespace: str) -> Queue: ...
     def act(self, namespace: str, kind: str, name: str, action: str) -> None: ...
+    # the records of what ended (Unavailable: no registry, or it refused, and why)
+    def record_page(self, namespace: str, query: Query) -> Page: ...
+    def record(self, namespace: str, name: str, uid: str | None, kind: str) -> Record | None: ...
+    def record_metrics(self, namespace: str, name: str, uid: str) -> list[str]: ...
 
 
 class LiveSource:
@@ -123,7 +133,7 @@ class LiveSource:
         try:
             client = self.registry(namespace) if self.registry else None
             if client is None:
-                return Archive(note="no registry service configured")
+                return Archive(note=NO_REGISTRY)
             files = client.run_files(namespace, name)
             found = Archive(outputs=[f for f in files if f.startswith("outputs/")])
             for path in files:
@@ -138,6 +148,29 @@ class LiveSource:
         except (k8s.ApiError, k8s.Unreachable) as err:
             return Archive(note=f"the run's archive: {_why(err)}")
         return found
+
+    def record_page(self, namespace: str, query: Query) -> Page:
+        """A page of the namespace's records (``query``: its kind, filters and size)."""
+        return self._records(namespace, lambda c: c.page(namespace, query))
+
+    def record(self, namespace: str, name: str, uid: str | None, kind: str) -> Record | None:
+        """The record of ``name`` (its newest, or the one of ``uid``), None when none."""
+        return self._records(namespace, lambda c: c.get_record(namespace, name, uid, kind=kind))
+
+    def record_metrics(self, namespace: str, name: str, uid: str) -> list[str]:
+        return self._records(namespace, lambda c: c.metrics_lines(namespace, name, uid))
+
+    def _records(self, namespace: str, fn: Callable[[RegistryClient], T]) -> T:
+        """``fn`` of the namespace's registry client; what goes wrong is Unavailable."""
+        try:
+            client = self.registry(namespace) if self.registry else None
+            if client is None:
+                raise Unavailable(NO_REGISTRY)
+            return fn(client)
+        except (RegistryError, BadQuery) as err:
+            raise Unavailable(str(err)[:300]) from None
+        except (k8s.ApiError, k8s.Unreachable) as err:
+            raise Unavailable(_why(err)[:300]) from None
 
     def sweeps(self, namespace: str) -> list[Obj]:
         return sweep_sdk.list_(namespace)

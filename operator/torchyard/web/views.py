@@ -21,17 +21,20 @@ from aiohttp import web
 
 from torchyard import k8s
 from torchyard.sdk import runs
-from torchyard.web import access, html, lttb, pages, queries
+from torchyard.sdk import sweeps as sweep_sdk
+from torchyard.web import access, html, lttb, pages, queries, recorded
 from torchyard.web.queries import Refusal
-from torchyard.web.source import RunSource
+from torchyard.web.source import Archive, RunSource, Unavailable, add_metrics
 
 T = TypeVar("T")
+Obj = dict[str, Any]
 SOURCE = web.AppKey("source", RunSource)
 TOKEN = web.AppKey("token", str)
 NAMESPACE = web.AppKey("namespace", str)
 REVIEWS = web.AppKey("reviews", access.Reviews)
 CALLER = web.RequestKey("caller", RunSource)  # the request's AuthorizedSource (in the cluster)
 HOME = web.RequestKey("home", str)  # the caller's own namespace
+CHARTS = ("uplot.iife.min.js", "charts.js")
 RUN_ACTIONS = ("suspend", "resume")
 SWEEP_ACTIONS = ("cancel",)
 READ_ERRORS = (k8s.ApiError, k8s.Unreachable)
@@ -145,24 +148,47 @@ async def open_namespace(request: web.Request) -> web.Response:
     raise web.HTTPFound(html.path("ns", ns, "runs"))
 
 
+async def with_records(
+    request: web.Request, section: str, live: list[Obj], filt: queries.RunFilter | None = None
+) -> tuple[list[Obj], str]:
+    """The live objects of a list and the records of those that are gone (and, when the
+    records cannot be read, why)."""
+    ns = ns_of(request)
+    query = recorded.query(recorded.KIND_OF[section], filt)
+    try:
+        page = await read(request, _source(request).record_page, ns, query)
+    except Unavailable as err:
+        return live, f"records of what ended: {err}"
+    return recorded.with_records(live, page), ""
+
+
 async def runs_list(request: web.Request) -> web.Response:
     ns = ns_of(request)
     filt = queries.run_filter(request.query, request.query.getall)
-    items, total = queries.select_runs(await read(request, _source(request).runs, ns), filt)
-    return respond(request, f"Runs in {ns}", pages.runs_list(ns, items, total, filt), "runs")
+    live = await read(request, _source(request).runs, ns)
+    every, note = await with_records(request, "runs", live, filt)
+    items, total = queries.select_runs(every, filt)
+    body = pages.runs_list(ns, items, total, filt, note)
+    return respond(request, f"Runs in {ns}", body, "runs")
 
 
 async def runs_json(request: web.Request) -> web.Response:
     ns = ns_of(request)
     filt = queries.run_filter(request.query, request.query.getall)
-    items, total = queries.select_runs(await read(request, _source(request).runs, ns), filt)
-    return web.json_response({"total": total, "items": [brief(r) for r in items]})
+    live = await read(request, _source(request).runs, ns)
+    every, note = await with_records(request, "runs", live, filt)
+    items, total = queries.select_runs(every, filt)
+    return web.json_response({"total": total, "items": [brief(r) for r in items], "note": note})
 
 
-def brief(run: dict[str, Any]) -> dict[str, Any]:
+def brief(run: Obj) -> dict[str, Any]:
     st = run.get("status") or {}
+    mark = recorded.mark(run) or {}
     return {
         "name": run["metadata"]["name"],
+        "uid": run["metadata"].get("uid"),
+        "deleted": bool(mark.get("deleted")),
+        "recorded": bool(mark),
         "phase": st.get("phase") or "Pending",
         "phaseClass": html.PHASE_CLASSES.get(st.get("phase") or "Pending", ""),
         "progress": runs.progress_text(st.get("progress")),
@@ -175,13 +201,19 @@ async def run_page(request: web.Request) -> web.Response:
     ns, name = ns_of(request), name_of(request, "TrainingRun name")
     queries.only(request.query, ())
     src = _source(request)
-    run = await found(request, src.run, "TrainingRun")
+    run = await read(request, src.run, ns, name)
+    if run is None:
+        return await record_page(request)
     pods, events, archive = await asyncio.gather(
         read(request, src.pods, ns, name),
         read(request, src.events, run),
         read(request, src.archive, ns, name),
     )
     phase = (run.get("status") or {}).get("phase")
+    if phase in runs.TERMINAL and not pods:  # (its Pods collected by its TTL)
+        kept = await _record_of(request, run)
+        if kept is not None:
+            return await show_record(request, "runs", kept)
     actions = ""
     if phase not in runs.TERMINAL:
         act = "resume" if (run.get("spec") or {}).get("suspend") else "suspend"
@@ -189,7 +221,76 @@ async def run_page(request: web.Request) -> web.Response:
             html.path("ns", ns, "runs", name, act), act.capitalize(), request.app[TOKEN]
         )
     body = pages.run_page(ns, run, pods, events, archive, actions)
-    return respond(request, f"Run {name}", body, "runs", scripts=("uplot.iife.min.js", "charts.js"))
+    return respond(request, f"Run {name}", body, "runs", scripts=CHARTS)
+
+
+async def the_record(request: web.Request, section: str) -> Any:
+    """The record the request's path names (``.../NAME[/records/UID]``), or 404 saying
+    why there is none."""
+    ns, name = ns_of(request), name_of(request, f"{recorded.KIND_OF[section]} name")
+    uid = queries.uid(request.match_info["uid"]) if "uid" in request.match_info else None
+    kind = recorded.KIND_OF[section]
+    try:
+        record = await read(request, _source(request).record, ns, name, uid, kind)
+    except Unavailable as err:
+        raise Refusal(f"{kind} {ns}/{name} not found; its record: {err}", 404) from None
+    if record is None:
+        raise Refusal(f"{kind} {ns}/{name} not found, and no record of it", 404)
+    return record
+
+
+async def _record_of(request: web.Request, run: Obj) -> Any:
+    """The record of this very run (its uid), None when there is none or it is out of reach."""
+    meta = run["metadata"]
+    try:
+        return await read(
+            request,
+            _source(request).record,
+            meta["namespace"],
+            meta["name"],
+            meta.get("uid"),
+            "TrainingRun",
+        )
+    except (Unavailable, Refusal):
+        return None
+
+
+async def record_page(request: web.Request) -> web.Response:
+    """What a record holds: the object is gone (or the path names one record)."""
+    queries.only(request.query, ())
+    section = _section(request)
+    return await show_record(request, section, await the_record(request, section))
+
+
+async def show_record(request: web.Request, section: str, record: Any) -> web.Response:
+    ns = ns_of(request)
+    if section == "sweeps":
+        sweep = recorded.record_object(record)
+        body = pages.sweep_page(ns, sweep, sweep_sdk.trials_of(sweep, None), "")
+        return respond(request, f"Sweep {record['name']} (record)", body, "sweeps", scripts=CHARTS)
+    if section == "environments":
+        env = recorded.record_object(record)
+        log = (record.get("logTails") or {}).get("0") or []
+        body = pages.environment_page(env, log, "")
+        return respond(request, f"Environment {record['name']} (record)", body, section)
+    body = pages.record_page(ns, record, await _record_metrics(request, record))
+    return respond(request, f"Run {record['name']} (record)", body, "runs", scripts=CHARTS)
+
+
+def _section(request: web.Request) -> str:
+    return request.match_info.get("kind") or request.path.split("/")[3]
+
+
+async def _record_metrics(request: web.Request, record: Any) -> Archive:
+    """The record's ``metrics.jsonl``, parsed as an archive's (rank 0's, by metric)."""
+    ns, name, uid = ns_of(request), str(record["name"]), str(record["uid"])
+    found = Archive()
+    try:
+        lines = await read(request, _source(request).record_metrics, ns, name, uid)
+    except Unavailable as err:
+        return Archive(note=f"the record's metrics: {err}")
+    add_metrics(found.metrics, "\n".join(lines))
+    return found
 
 
 async def run_json(request: web.Request) -> web.Response:
@@ -232,8 +333,11 @@ async def metric(request: web.Request) -> web.Response:
     wanted = queries.metric_name(q.get("name", ""))
     points = queries.integer(q, "points", queries.DEFAULT_POINTS, queries.POINTS)
     src = _source(request)
-    await found(request, src.run, "TrainingRun")
-    archive = await read(request, src.archive, ns, name)
+    if "uid" in request.match_info:
+        archive = await _record_metrics(request, await the_record(request, "runs"))
+    else:
+        await found(request, src.run, "TrainingRun")
+        archive = await read(request, src.archive, ns, name)
     if wanted not in archive.metrics:
         raise Refusal(f"run {name} has no metric {wanted!r}", 404)
     series = archive.metrics[wanted]
@@ -261,23 +365,26 @@ async def act(request: web.Request) -> web.Response:
 async def sweep_page(request: web.Request) -> web.Response:
     ns, name = ns_of(request), name_of(request, "Sweep name")
     queries.only(request.query, ())
-    sweep, trials = await found(request, _source(request).sweep, "Sweep")
+    got = await read(request, _source(request).sweep, ns, name)
+    if got is None:
+        return await record_page(request)
+    sweep, trials = got
     actions = ""
     if (sweep.get("status") or {}).get("phase") not in runs.TERMINAL:
         actions = html.action_form(
             html.path("ns", ns, "sweeps", name, "cancel"), "Cancel", request.app[TOKEN], danger=True
         )
     body = pages.sweep_page(ns, sweep, trials, actions)
-    return respond(
-        request, f"Sweep {name}", body, "sweeps", scripts=("uplot.iife.min.js", "charts.js")
-    )
+    return respond(request, f"Sweep {name}", body, "sweeps", scripts=CHARTS)
 
 
 async def environment_page(request: web.Request) -> web.Response:
     ns = ns_of(request)
     queries.only(request.query, ())
     src = _source(request)
-    env = await found(request, src.environment, "Environment")
+    env = await read(request, src.environment, ns, name_of(request, "Environment name"))
+    if env is None:
+        return await record_page(request)
     job, log, note = (env.get("status") or {}).get("buildJob"), [], ""
     if job:
         try:
@@ -307,7 +414,10 @@ def listing(section: str, title: str) -> Callable[[web.Request], Awaitable[web.R
         ns = ns_of(request)
         queries.only(request.query, ())
         items = await read(request, getattr(_source(request), section), ns)
-        body = getattr(pages, f"{section}_list")(ns, items)
+        note = ""
+        if section in recorded.KIND_OF:
+            items, note = await with_records(request, section, items)
+        body = getattr(pages, f"{section}_list")(ns, items, note)
         return respond(request, f"{title} in {ns}", body, section)
 
     return view
@@ -334,4 +444,6 @@ def routes() -> list[web.RouteDef]:
         web.get("/api/ns/{ns}/runs/{name}", run_json),
         web.get("/api/ns/{ns}/runs/{name}/log", log_tail),
         web.get("/api/ns/{ns}/runs/{name}/metrics", metric),
+        web.get("/ns/{ns}/{kind:runs|sweeps|environments}/{name}/records/{uid}", record_page),
+        web.get("/api/ns/{ns}/runs/{name}/records/{uid}/metrics", metric),
     ]

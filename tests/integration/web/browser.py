@@ -8,6 +8,7 @@ import asyncio
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -58,6 +59,54 @@ class Served:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+# A rank that prints ``tick N at UNIX-TIME`` every TICK_SECONDS (its own clock: the real
+# node's Pods run on this machine, so the browser reads the same clock).
+TICK_SECONDS = 0.3
+TICKER = (
+    "import time\n"
+    "for i in range(100000):\n"
+    f"    time.sleep({TICK_SECONDS})\n"
+    "    print(f'tick {i} at {time.time():.3f}', flush=True)\n"
+)
+# In the page: when each tick line first shows in the log tail (ticks already there when
+# it starts are not counted: they were written before the page looked); the page is marked
+# ``data-ticks-seen`` once ``count`` were seen (a locator waits for that: the page's
+# Content-Security-Policy allows no evaluated predicate).
+WATCH_TICKS = """(count) => {
+  const log = document.getElementById('log');
+  const ticks = () => [...log.textContent.matchAll(/tick (\\d+) at (\\d+\\.\\d+)/g)];
+  window.tyFirst = Math.max(-1, ...ticks().map(m => +m[1]));
+  window.tySeen = {};
+  new MutationObserver(() => {
+    const now = Date.now() / 1000;
+    for (const m of ticks())
+      if (+m[1] > window.tyFirst && !(m[1] in window.tySeen)) window.tySeen[m[1]] = now - +m[2];
+    if (Object.keys(window.tySeen).length >= count) document.body.dataset.ticksSeen = "1";
+  }).observe(log, {childList: true, characterData: true, subtree: true});
+}"""
+
+
+def tick_delays(page: Any, count: int, timeout_ms: float = 60_000) -> list[float]:
+    """Seconds from a rank's write of each of ``count`` new tick lines to the line on the
+    run page (its log tail following), in the order written; waits for them to show."""
+    page.locator("#log", has_text="tick ").wait_for(timeout=timeout_ms)
+    page.evaluate(WATCH_TICKS, count)
+    page.locator("body[data-ticks-seen]").wait_for(state="attached", timeout=timeout_ms)
+    seen = page.evaluate("() => window.tySeen")
+    return [float(seen[k]) for k in sorted(seen, key=int)][:count]
+
+
+def watched_page(browser: Any, **options: Any) -> tuple[Any, list[str]]:
+    """A new page of ``browser`` and the list its console errors, uncaught exceptions and
+    dialogs go to (a page under test shows none)."""
+    page = browser.new_page(**options)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.on("dialog", lambda d: errors.append(f"a dialog opened: {d.message}"))
+    return page, errors
 
 
 def held_node_pod(namespace: str, run: str, node: int) -> dict[str, object]:
@@ -116,8 +165,11 @@ __all__ = [
     "FLAGS",
     "READS",
     "SHOTS",
+    "TICKER",
     "Served",
     "account",
     "held_node_pod",
     "playwright",
+    "tick_delays",
+    "watched_page",
 ]

@@ -27,6 +27,7 @@ from tests.integration.web.browser import (
     Served,
     held_node_pod,
     playwright,
+    watched_page,
 )
 from torchyard import api, k8s
 from torchyard.registry.store import Store
@@ -279,11 +280,7 @@ def test_every_page_in_a_real_browser(served: str, namespace: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda err: errors.append(str(err)))
-        page.on("dialog", lambda d: errors.append(f"a dialog opened: {d.message}"))
+        page, errors = watched_page(browser, viewport={"width": 1280, "height": 900})
         for shot, where, shows in pages(namespace):
             page.goto(served + where)
             # "load", not "networkidle": a run page polls its log tail every 500 ms, so the

@@ -8,11 +8,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchyard import k8s
+from torchyard.records import FolderRecords, Page, Query, Record
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.web import source
 
 Obj = dict[str, Any]
 SCRIPT = '<script>alert("x")</script>'
+FAILURE = {  # a failed run's status.failure, its traceback with markup in it
+    "rank": 3,
+    "node": 1,
+    "exitCode": 1,
+    "class": "UserError",
+    "advice": "fix the script",
+    "message": f"Traceback ...\nValueError: {SCRIPT}",
+}
 
 
 def run(name: str, ns: str = "team-a", phase: str = "Running", **extra: Any) -> Obj:
@@ -56,6 +65,7 @@ class FakeSource:
     archives: dict[str, source.Archive] = field(default_factory=dict)
     forbidden: set[str] = field(default_factory=set)
     acted: list[tuple[str, str, str, str]] = field(default_factory=list)
+    records: FolderRecords | None = None  # (the real folder reader; None: no registry)
 
     def _check(self, ns: str) -> None:
         if ns in self.forbidden:
@@ -89,7 +99,7 @@ class FakeSource:
 
     def archive(self, namespace: str, name: str) -> source.Archive:
         self._check(namespace)
-        return self.archives.get(name, source.Archive(note="no registry service configured"))
+        return self.archives.get(name, source.Archive(note=source.NO_REGISTRY))
 
     def sweeps(self, namespace: str) -> list[Obj]:
         self._check(namespace)
@@ -121,3 +131,18 @@ class FakeSource:
     def act(self, namespace: str, kind: str, name: str, action: str) -> None:
         self._check(namespace)
         self.acted.append((namespace, kind, name, action))
+
+    def _records(self, namespace: str) -> FolderRecords:
+        self._check(namespace)
+        if self.records is None:
+            raise source.Unavailable(source.NO_REGISTRY)
+        return self.records
+
+    def record_page(self, namespace: str, query: Query) -> Page:
+        return self._records(namespace).page(namespace, query)
+
+    def record(self, namespace: str, name: str, uid: str | None, kind: str) -> Record | None:
+        return self._records(namespace).get_record(namespace, name, uid, kind=kind)
+
+    def record_metrics(self, namespace: str, name: str, uid: str) -> list[str]:
+        return self._records(namespace).metrics_lines(namespace, name, uid)

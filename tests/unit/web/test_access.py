@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from tests.unit.web.fakes import FakeSource, run
+from torchyard.records import Query
 from torchyard.web import access
 from torchyard.web.queries import Refusal
+from torchyard.web.source import Unavailable
 
 ALICE = {"username": "system:serviceaccount:team-a:alice", "uid": "u1"}
 CALLS: list[tuple[str, tuple[Any, ...]]] = [
@@ -32,7 +34,7 @@ CALLS: list[tuple[str, tuple[Any, ...]]] = [
 
 class Counting(FakeSource):
     def __getattribute__(self, name: str) -> Any:
-        if name in dict(CALLS) or name == "archive":
+        if name in dict(CALLS) or name in ("archive", "record_page", "record", "record_metrics"):
             object.__getattribute__(self, "read").append(name)
         return object.__getattribute__(self, name)
 
@@ -88,3 +90,22 @@ def test_reviews_are_cached_by_the_tokens_hash() -> None:
     keys = list(reviews._users._items)
     assert len(keys) == 2 and all(len(k) == 64 and "good" not in k for k in keys)
     assert reviews.user("") is None and reviews.user("x" * (access.MAX_TOKEN + 1)) is None
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "refused"),
+    [
+        ("record_page", ("team-b", Query.of()), Unavailable),  # (a note beside a list)
+        ("record", ("team-b", "x", None, "TrainingRun"), Refusal),
+        ("record_metrics", ("team-b", "x", "0b0b0b0b-0000-4000-8000-000000000001"), Refusal),
+    ],
+)
+def test_records_the_caller_may_not_read_are_not_read(
+    method: str, args: tuple[Any, ...], refused: type[Exception]
+) -> None:
+    asked: list[tuple[str, ...]] = []
+    authorized, inner = source(asked)
+    with pytest.raises(refused, match="not"):
+        getattr(authorized, method)(*args)
+    assert inner.read == []  # type: ignore[attr-defined]
+    assert asked == [("get", "team-b", "modelversions", "")]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.unit.web.fakes import SCRIPT, FakeSource, pod, run
+from tests.unit.web.fakes import FAILURE, SCRIPT, FakeSource, pod, run
 from torchyard.web import app, source
 
 SECRET = "secret-run-of-team-b"
@@ -23,16 +23,7 @@ def fixture_source() -> FakeSource:
         "broken",
         phase="Failed",
         labels={"torchyard.dev/experiment": "e1", "note": "x"},
-        status={
-            "failure": {
-                "rank": 3,
-                "node": 1,
-                "exitCode": 1,
-                "class": "UserError",
-                "advice": "fix the script",
-                "message": f"Traceback ...\nValueError: {SCRIPT}",
-            }
-        },
+        status={"failure": dict(FAILURE)},
     )
     queued = run(
         "waits",

@@ -4,6 +4,9 @@
 (function () {
   const palette = ["#1f5fbf", "#b6410f", "#17702f", "#8a5a00", "#7b2fbf", "#0f7c8a", "#b3261e", "#5b6170"];
 
+  // whole-number ticks: steps and intervals are counts
+  const WHOLE = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7, 1e8, 1e9];
+
   function size(el) { return { width: Math.max(300, el.clientWidth - 16), height: 220 }; }
 
   async function runChart(fig) {
@@ -15,7 +18,7 @@
     const opts = Object.assign(size(fig), {
       scales: { x: { time: false } },
       series: [{ label: "step" }, { label: data.name, stroke: palette[0], width: 1.5 }],
-      axes: [{ label: "step" }, {}],
+      axes: [{ label: "step", incrs: WHOLE }, {}],
     });
     new uPlot(opts, [xs, ys], fig);
     const note = document.createElement("p");
@@ -51,7 +54,7 @@
         points: { show: true, size: stopped ? 7 : 4 },
       });
     });
-    new uPlot(Object.assign(size(fig), { scales: { x: { time: false } }, series: series, axes: [{ label: "interval", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, { label: data.metric }] }), columns, fig);
+    new uPlot(Object.assign(size(fig), { scales: { x: { time: false } }, series: series, axes: [{ label: "interval", incrs: WHOLE }, { label: data.metric }] }), columns, fig);
   }
 
   document.querySelectorAll("figure[data-metric-url]").forEach(runChart);
