@@ -41,25 +41,27 @@ def bound_pod(namespace: str, run: str, node: str) -> dict[str, Any]:
     }
 
 
-def test_the_resync_lists_only_the_watched_namespaces(two_namespaces: tuple[str, str]) -> None:
+def test_the_resync_lists_only_the_watched_namespaces(
+    two_namespaces: tuple[str, str], operator_client: k8s.Client
+) -> None:
     watched, other = two_namespaces
     for ns in two_namespaces:
         k8s.create(TrainingRunBuilder("run", ns).obj())
-    mine = workqueue.resync_keys([watched])
+    mine = workqueue.resync_keys(operator_client, [watched])
     assert ("TrainingRun", watched, "run") in mine
     assert {key[1] for key in mine} == {watched}
-    everywhere = workqueue.resync_keys()
+    everywhere = workqueue.resync_keys(operator_client)
     assert {("TrainingRun", watched, "run"), ("TrainingRun", other, "run")} <= set(everywhere)
 
 
 def test_a_lost_nodes_pods_are_released_only_in_watched_namespaces(
-    two_namespaces: tuple[str, str],
+    two_namespaces: tuple[str, str], operator_client: k8s.Client
 ) -> None:
     watched, other = two_namespaces
     node = "cpu-1"  # a KWOK node; the function is called as if it had been deleted
     for ns in two_namespaces:
         k8s.create(bound_pod(ns, "lost", node))
-    released = lost_nodes.release(node, [watched])
+    released = lost_nodes.release(operator_client, node, [watched])
     assert released == [(watched, "lost")]
 
     def gone_or_going(ns: str) -> bool:
@@ -70,5 +72,5 @@ def test_a_lost_nodes_pods_are_released_only_in_watched_namespaces(
     untouched = k8s.get(k8s.PODS, other, "lost-0")
     assert "deletionTimestamp" not in untouched["metadata"]
     # Cluster-wide (no --namespace), the other namespace's Pod goes too.
-    assert (other, "lost") in lost_nodes.release(node)
+    assert (other, "lost") in lost_nodes.release(operator_client, node)
     wait_for("the other namespace's Pod to go", lambda: gone_or_going(other))

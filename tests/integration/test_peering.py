@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.builders import TrainingRunBuilder
+from tests.cluster.chart import CHART
 from tests.cluster.harness import Cluster
 from tests.integration.helpers import OperatorProcess, wait_for, wait_status
-from tests.integration.test_chart import CHART
 from torchyard import k8s
 
 PEERING = "torchyard-test"

@@ -21,7 +21,7 @@ from torchyard.planning import names
 from torchyard.status import timestamp
 
 
-def release(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
+def release(client: k8s.Client, node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
     """Delete torchyard's Pods bound to a deleted node at once (PodGC would take a while),
     only in the watched namespaces: returns the (namespace, run) of each. A Warning
     ``NodeLost`` Event on each Pod's TrainingRun names the node (the run's status names
@@ -29,7 +29,7 @@ def release(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
     lost = [
         pod
         for namespace in workqueue.watched(namespaces)
-        for pod in k8s.list_(
+        for pod in client.list_(
             k8s.PODS,
             namespace,
             label_selector=names.LABEL_RUN,
@@ -39,13 +39,13 @@ def release(node: str, namespaces: Sequence[str] = ()) -> list[tuple[str, str]]:
     runs = []
     for pod in lost:
         meta = pod["metadata"]
-        k8s.delete(k8s.PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
+        client.delete(k8s.PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
         runs.append((meta["namespace"], meta["labels"][names.LABEL_RUN]))
-        _record_node_lost(pod, node)
+        _record_node_lost(client, pod, node)
     return runs
 
 
-def _record_node_lost(pod: Mapping[str, Any], node: str) -> None:
+def _record_node_lost(client: k8s.Client, pod: Mapping[str, Any], node: str) -> None:
     """The Event on the Pod's TrainingRun (its controller owner) that names the node."""
     meta = pod["metadata"]
     owner = next(
@@ -65,4 +65,4 @@ def _record_node_lost(pod: Mapping[str, Any], node: str) -> None:
     }
     rank = meta.get("labels", {}).get(names.LABEL_NODE_RANK, "?")
     message = f"node {node} was deleted: node Pod {meta['name']} (node rank {rank}) is lost with it"
-    k8s.record_event(run, "Warning", "NodeLost", message, now=timestamp(context.utcnow()))
+    client.record_event(run, "Warning", "NodeLost", message, now=timestamp(context.utcnow()))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import kopf
 
+from torchyard import k8s
 from torchyard.controller import handlers as handlers  # registers the handlers
 from torchyard.controller import telemetry
 
@@ -30,9 +31,10 @@ def peering_name(name: str | None = None) -> str | None:
     return name or os.environ.get("TORCHYARD_PEERING_NAME") or None
 
 
-def _memo(memo: kopf.Memo | None, namespaces: Sequence[str]) -> kopf.Memo:
+def _memo(memo: kopf.Memo | None, namespaces: Sequence[str], client: k8s.Client) -> kopf.Memo:
     memo = memo if memo is not None else kopf.Memo()
     memo.namespaces = tuple(namespaces)
+    memo.k8s = client  # every request of the operator, Kopf's own included (handlers.login)
     return memo
 
 
@@ -46,13 +48,18 @@ def run(
     peering: str | None = None,
     metrics: int | None = None,
     memo: kopf.Memo | None = None,
+    client: k8s.Client | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (blocking; own event loop).
 
     ``peering`` names the (Cluster)KopfPeering object that makes peering mandatory;
     ``metrics`` is the port of ``/metrics`` (see :func:`metrics_port`); ``memo`` is the
-    operator's memo (an in-process caller reads its work queue, ``memo.queue``).
+    operator's memo (an in-process caller reads its work queue, ``memo.queue``);
+    ``client`` holds the credentials the operator uses for everything, default a client of
+    its own from the Pod's ServiceAccount or the kubeconfig (never the shared
+    ``k8s.load()`` one, which an in-process caller such as a test keeps for itself).
     """
+    client = client if client is not None else k8s.Client.configured()
     telemetry.serve(metrics_port(metrics))
     name = peering_name(peering)
     asyncio.run(
@@ -64,7 +71,7 @@ def run(
             stop_flag=stop_flag,
             ready_flag=ready_flag,
             liveness_endpoint=liveness_endpoint,
-            memo=_memo(memo, namespaces),
+            memo=_memo(memo, namespaces, client),
         )
     )
 
