@@ -97,6 +97,13 @@ def apply_operator_rbac(cluster: Cluster, helm: Helm, *values: str) -> list[dict
     return docs
 
 
+def read_push_secrets(cluster: Cluster, namespace: str, home: Path) -> None:
+    """The chart's ``rbac.pushSecretNamespaces`` naming ``namespace``, as an install whose
+    Environments push with a ``registry.pushSecret`` there must: the session's operator
+    may then get that namespace's Secrets (a Role; the namespace's deletion takes it)."""
+    apply_operator_rbac(cluster, Helm(home), "--set", f"rbac.pushSecretNamespaces={{{namespace}}}")
+
+
 def service_account_kubeconfig(
     cluster: Cluster, namespace: str, name: str, path: Path, seconds: int = 3600
 ) -> Path:
@@ -164,6 +171,7 @@ def operator_client(cluster: Cluster, workdir: Path) -> k8s.Client:
     """The chart's operator ServiceAccount, with its RBAC applied to ``cluster``: a client
     of its own that authenticates as it (a token valid for a day: the whole session)."""
     binaries.build(binaries.TOOLS["helm"], log=False)
+    workdir.mkdir(parents=True, exist_ok=True)
     helm = Helm(workdir / "helm")
     cluster.create_namespace(NAMESPACE)
     apply_operator_rbac(cluster, helm)

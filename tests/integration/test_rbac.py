@@ -233,11 +233,11 @@ def test_creating_pods_is_reading_the_secrets_of_those_namespaces(
 )
 def test_the_in_process_operator_has_the_charts_rbac_and_no_more(
     cluster: Cluster,
-    helm: Helm,
     oci_registry: OciRegistry,
     operator: InProcessOperator,
     namespace: str,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     """The session's operator (``tests/cluster/chart.py``) is the chart's ServiceAccount,
     not the tests' admin: an Environment's registry.pushSecret is refused to it until the
@@ -269,7 +269,7 @@ def test_the_in_process_operator_has_the_charts_rbac_and_no_more(
     [first, *_] = wait_for("the operator's get of the Secret refused", refused)
     assert f'"system:serviceaccount:{chart.NAMESPACE}:{chart.SERVICE_ACCOUNT}"' in first
     assert k8s.get(k8s.ENVIRONMENTS, ns, "pushed").get("status", {}).get("phase") != "Ready"
-    chart.apply_operator_rbac(cluster, helm, "--set", f"rbac.pushSecretNamespaces={{{ns}}}")
+    chart.read_push_secrets(cluster, ns, tmp_path)
     k8s.apply(  # an event, so that the operator reconciles it at once (not after backoff)
         {
             "apiVersion": f"{api.GROUP}/{api.VERSION}",

@@ -90,48 +90,18 @@ class Client:
     ) -> dict[str, Any]:
         return rest.apply_status(manifest, field_manager=field_manager, api=self.api)
 
-    def delete(
-        self,
-        res: Resource,
-        namespace: str | None,
-        name: str,
-        *,
-        propagation: str = "Background",
-        grace_period_seconds: int | None = None,
-    ) -> bool:
-        return rest.delete(
-            res,
-            namespace,
-            name,
-            propagation=propagation,
-            grace_period_seconds=grace_period_seconds,
-            api=self.api,
-        )
+    def delete(self, res: Resource, namespace: str | None, name: str, **options: Any) -> bool:
+        """``rest.delete`` (its ``propagation``, ``grace_period_seconds``)."""
+        return rest.delete(res, namespace, name, **options, api=self.api)
 
     def record_event(
         self, obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
     ) -> dict[str, Any] | None:
         return events.record_event(obj, type_, reason, message, now=now, api=self.api)
 
-    def pod_log_lines(
-        self,
-        namespace: str,
-        pod: str,
-        *,
-        container: str | None = None,
-        tail_lines: int | None = None,
-        limit_bytes: int | None = None,
-        timeout: float = 60,
-    ) -> Iterator[str]:
-        return logs.pod_log_lines(
-            namespace,
-            pod,
-            container=container,
-            tail_lines=tail_lines,
-            limit_bytes=limit_bytes,
-            timeout=timeout,
-            api=self.api,
-        )
+    def pod_log_lines(self, namespace: str, pod: str, **options: Any) -> Iterator[str]:
+        """``logs.pod_log_lines`` (its ``container``, ``tail_lines``, ``limit_bytes`` ...)."""
+        return logs.pod_log_lines(namespace, pod, **options, api=self.api)
 
 
 __all__ = ["Client"]

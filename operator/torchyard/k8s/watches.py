@@ -36,9 +36,9 @@ def list_versioned(
     res: Resource,
     namespace: str | None = None,
     *,
+    api: ApiClient | None = None,
     label_selector: str | None = None,
     field_selector: str | None = None,
-    api: ApiClient | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """The items and the list's ``resourceVersion`` (where a watch starts from)."""
     query: list[tuple[str, Any]] = []
