@@ -47,6 +47,11 @@ ANNOTATION_PARAMETERS = f"{GROUP}/parameters"
 ANNOTATION_DECISION = f"{GROUP}/sweep-decision"
 ANNOTATION_DECISION_REASON = f"{GROUP}/sweep-decision-reason"
 
+# Taints the node lifecycle controller puts on a node that stopped answering: such a node
+# is down for admission (planning.admission) and for a gang on it (status.exclusions),
+# though every Pod tolerates them for a while (DefaultTolerationSeconds).
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
 # The audience of the ServiceAccount tokens the registry service accepts (node Pods'
 # projected tokens, the operator's, the ones the CLI and SDK mint).
 REGISTRY_AUDIENCE = "torchyard-registry"
