@@ -18,11 +18,13 @@ tests/integration/test_chart.py, test_rbac.py and the node tier use.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +154,53 @@ class RefusalsLogged(ApiClient):
         return response
 
 
+def forbidden_lines(log: str) -> list[str]:
+    """Lines of an operator process's log that say the apiserver refused it something. A
+    namespace another test deleted refuses new Events for a while ("being terminated"):
+    not RBAC. A 403 inside a longer number (a random port such as 54403) is no refusal."""
+    return [
+        line
+        for line in log.splitlines()
+        if (re.search(r"(?<!\d)403(?!\d)", line) or "forbidden" in line.lower())
+        and "being terminated" not in line
+    ]
+
+
+@contextlib.contextmanager
+def namespaced_operator(
+    cluster: Cluster, namespace: str, workdir: Path, *values: str
+) -> Iterator[Path]:
+    """A kubeconfig of the chart's operator ServiceAccount of a release in ``namespace``
+    that watches only it (``watchNamespaces``; ``values`` add to them), its RBAC applied,
+    for ``python -m torchyard.controller --namespace NAMESPACE`` (a process of its own);
+    the release's cluster-wide objects are deleted on the way out."""
+    release = f"p{namespace[-4:]}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    helm = Helm(workdir / "helm")
+    watched = ("--set", f"watchNamespaces={{{namespace}}}")
+    docs = operator_rbac(helm, release, namespace, *watched, *values)
+    rendered = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=rendered)
+    account = f"{release}-torchyard-operator"
+    path = service_account_kubeconfig(cluster, namespace, account, workdir / "kubeconfig")
+    _wait_bound(cluster, path, "create", "pods", "-n", namespace)
+    try:
+        yield path
+    finally:
+        for kind in ("clusterrolebinding", "clusterrole"):
+            cluster.kubectl("delete", kind, account, "--ignore-not-found")
+
+
+def _wait_bound(cluster: Cluster, kubeconfig: Path, *can_i: str) -> None:
+    """Until the apiserver's authorizer (fed by a watch) has the new binding."""
+
+    def bound() -> bool:
+        out = cluster.kubectl("--kubeconfig", str(kubeconfig), "auth", "can-i", *can_i, check=False)
+        return out.split()[:1] == ["yes"]
+
+    cluster.wait_for(f"the operator's RBAC ({' '.join(can_i)})", bound, 30)
+
+
 def _refused(method: str, url: str, body: str) -> None:
     try:
         message = json.loads(body).get("message", body)
@@ -178,13 +227,6 @@ def operator_client(cluster: Cluster, workdir: Path) -> k8s.Client:
     path = service_account_kubeconfig(
         cluster, NAMESPACE, SERVICE_ACCOUNT, workdir / "kubeconfig", seconds=86400
     )
-
-    def bound() -> bool:  # the binding is in the apiserver's authorizer (it is a watch)
-        can_i = ("auth", "can-i", "list", "pods", "-A")
-        return cluster.kubectl("--kubeconfig", str(path), *can_i, check=False).split()[:1] == [
-            "yes"
-        ]
-
-    cluster.wait_for("the operator's ClusterRoleBinding", bound, 30)
+    _wait_bound(cluster, path, "list", "pods", "-A")
     own = k8s.configure(str(path))
     return k8s.Client(RefusalsLogged(configuration=own.configuration))

@@ -15,7 +15,6 @@ the process. That the session's operator has the chart's RBAC and no more is pro
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -47,18 +46,6 @@ from torchyard.planning import shipped as shipped_names
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     binaries.build(binaries.TOOLS["helm"])
     return Helm(tmp_path_factory.mktemp("helm"))
-
-
-def forbidden_lines(log: str) -> list[str]:
-    """Lines that say the apiserver refused the operator something. A namespace another
-    test deleted refuses new Events for a while ("being terminated"): not RBAC. A 403
-    inside a longer number (a random port such as 54403) is not a refusal."""
-    return [
-        line
-        for line in log.splitlines()
-        if (re.search(r"(?<!\d)403(?!\d)", line) or "forbidden" in line.lower())
-        and "being terminated" not in line
-    ]
 
 
 def happy_path(cluster: Cluster, ns: str, metrics_port: int) -> dict[str, Any]:
@@ -137,7 +124,7 @@ def test_the_happy_path_runs_with_only_the_charts_service_account(
         for kind in ("clusterrolebinding", "clusterrole"):
             cluster.kubectl("delete", kind, sa, "--ignore-not-found")
     log = proc.text()
-    assert forbidden_lines(log) == [], "\n".join(forbidden_lines(log))
+    assert chart.forbidden_lines(log) == [], "\n".join(chart.forbidden_lines(log))
     [manager] = [m for m in run["metadata"]["managedFields"] if m["manager"] == k8s.FIELD_MANAGER]
     assert manager["subresource"] == "status"
     # the launcher's ConfigMap, applied by that ServiceAccount before the node Pods
