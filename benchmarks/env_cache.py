@@ -29,6 +29,7 @@ sys.path[:0] = [
 ]
 
 from benchmarks import record  # noqa: E402
+from tests.cluster import chart  # noqa: E402
 from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.cluster.harness import Cluster  # noqa: E402
 from tests.cluster.registry import OciRegistry  # noqa: E402
@@ -83,7 +84,7 @@ def main() -> int:
         os.environ["TORCHYARD_RESOLVE_CURATED"] = "127.0.0.1"
         k8s.reset()
         cluster.create_namespace(NS)
-        op = InProcessOperator()
+        op = InProcessOperator(chart.operator_client(cluster, cluster.workdir / "operator-rbac"))
         op.start()
         try:
             registry = {"repository": f"{reg.host}/envs", "insecure": True}

@@ -3,7 +3,9 @@
 - ``tests/unit/``: marked ``unit``; pure layers.
 - ``tests/integration/``: marked ``integration``; the session-wide ``cluster`` fixture
   starts a real control plane (``tests/cluster/harness.py``), ``operator`` runs the
-  torchyard operator in-process against it, ``namespace`` gives each test its own.
+  torchyard operator in-process against it with the chart's RBAC (``operator_client``:
+  ``tests/cluster/chart.py``) while the tests stay admin, ``namespace`` gives each test
+  its own.
 - ``tests/e2e/``: marked ``e2e``; real PyTorch training.
 - ``tests/node/``: marked ``node`` in the folder itself; a real kubelet node joins the
   session's cluster (``tests/node/conftest.py``).
@@ -19,9 +21,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from torchyard import k8s
 
 TIERS = ("unit", "integration", "e2e")
 
@@ -69,6 +74,10 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         from tests.cluster import horovod_image
 
         horovod_image.ensure_horovod_image()
+    if "operator_client" in uses:  # the chart's RBAC is rendered by helm
+        from tests.cluster import binaries
+
+        binaries.build(binaries.TOOLS["helm"])
     if "kueue" in uses:  # Kueue from its Go module
         from tests.cluster import kueue
 
@@ -95,11 +104,14 @@ def cluster() -> Iterator[object]:
 
 
 class InProcessOperator:
-    """The torchyard operator in this process (its own thread and event loop): watching
-    ``namespaces`` (none: every namespace), with ``options`` as ``operators.run`` takes
-    them from its command line (``log_limit_bytes=...``)."""
+    """The torchyard operator in this process (its own thread and event loop), with
+    ``client``'s credentials for all it does (the chart's ServiceAccount: never the
+    tests' shared admin client), watching ``namespaces`` (none: every namespace), with
+    ``options`` as ``operators.run`` takes them from its command line
+    (``log_limit_bytes=...``)."""
 
-    def __init__(self, namespaces: Sequence[str] = (), **options: Any) -> None:
+    def __init__(self, client: k8s.Client, namespaces: Sequence[str] = (), **options: Any) -> None:
+        self.client = client
         self.namespaces = tuple(namespaces)
         self.options = options
         self.thread: threading.Thread | None = None
@@ -122,6 +134,7 @@ class InProcessOperator:
                 "ready_flag": ready,
                 "memo": self.memo,
                 **self.options,
+                "client": self.client,
             },
             name="torchyard-operator",
             daemon=True,
@@ -163,8 +176,20 @@ class InProcessOperator:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: object) -> Iterator[InProcessOperator]:
-    op = InProcessOperator()
+def operator_client(cluster: object, tmp_path_factory: pytest.TempPathFactory) -> k8s.Client:
+    """The operator's own ``k8s.Client``: a token of the chart's operator ServiceAccount,
+    with the chart's RBAC (cluster-wide) applied; every 403 it gets is logged at ERROR,
+    which fails the test (``tests/cluster/chart.py``)."""
+    from tests.cluster import chart
+    from tests.cluster.harness import Cluster
+
+    assert isinstance(cluster, Cluster)
+    return chart.operator_client(cluster, tmp_path_factory.mktemp("operator-rbac"))
+
+
+@pytest.fixture(scope="session")
+def operator(operator_client: k8s.Client) -> Iterator[InProcessOperator]:
+    op = InProcessOperator(operator_client)
     op.start()
     yield op
     op.stop()

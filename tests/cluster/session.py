@@ -1,5 +1,6 @@
-"""A control plane, the real kubelet node and an in-process operator, for the benchmarks
-that run real Pods (benchmarks/real_launch.py, survive.py, why.py).
+"""A control plane, the real kubelet node and an in-process operator (as the chart's
+ServiceAccount, ``chart.operator_client``), for the benchmarks that run real Pods
+(benchmarks/real_launch.py, survive.py, why.py).
 
 :func:`operator_on_real_node` starts them in that order, yields the cluster and the node
 once a namespace exists, and stops everything in reverse order on the way out, also when
@@ -14,6 +15,7 @@ import os
 import signal
 from collections.abc import Iterator
 
+from tests.cluster import chart
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
@@ -41,7 +43,7 @@ def operator_on_real_node(namespace: str) -> Iterator[tuple[Cluster, RealNode]]:
         k8s.reset()
         node = RealNode(cluster).start()
         cluster.create_namespace(namespace)
-        op = InProcessOperator()
+        op = InProcessOperator(chart.operator_client(cluster, cluster.workdir / "operator-rbac"))
         op.start()
         yield cluster, node
     finally:

@@ -204,7 +204,7 @@ def operator_instead(
     """The session's operator stopped; another, watching ``namespaces`` with ``options``
     (``InProcessOperator``), runs instead, and the session's again after."""
     operator.stop()
-    other = InProcessOperator(namespaces, **options)
+    other = InProcessOperator(operator.client, namespaces, **options)
     other.start()
     try:
         yield other

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.cluster.harness import Cluster
 from torchyard import api, k8s
@@ -211,35 +210,6 @@ def sample(
 ) -> float:
     """One series' value (0 when absent: a counter not yet incremented)."""
     return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def service_account_kubeconfig(cluster: Cluster, namespace: str, name: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as the ServiceAccount itself (a TokenRequest token),
-    not as an admin impersonating it."""
-    token = k8s.request_token(namespace, name, [], seconds=3600)
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": admin["clusters"],
-                "users": [{"name": name, "user": {"token": token}}],
-                "contexts": [
-                    {
-                        "name": name,
-                        "context": {
-                            "cluster": admin["clusters"][0]["name"],
-                            "user": name,
-                            "namespace": namespace,
-                        },
-                    }
-                ],
-                "current-context": name,
-            }
-        )
-    )
-    return path
 
 
 class OperatorProcess:

@@ -6,7 +6,11 @@ ERROR and retried (``controller.workqueue``, ``controller.handlers``,
 ``controller.pod_watch``), and Kopf logs a failed handler of ours at ERROR, so a bug that
 succeeds on the second try would pass green. :class:`Guard` is a logging handler on the
 ``torchyard`` and ``kopf`` loggers that keeps those records, each with the test that was
-running when it was logged (the operator logs from its own threads, at any time):
+running when it was logged (the operator logs from its own threads, at any time). The
+operator runs with the chart's RBAC (``tests/cluster/chart.py``): every 403 its own
+client gets is logged at ERROR on ``torchyard.rbac``, and Kopf's word that the apiserver
+refused one of its requests (``APIForbiddenError``, "Not enough permissions", a WARNING
+when it falls back) counts too.
 
 - a test's window opens when pytest starts it and closes when the next test starts, so
   what its aftermath logs (its namespace being deleted) is still its own;
@@ -32,15 +36,22 @@ LOGGERS = ("torchyard", "kopf")
 # 'trainingrun_event' failed with an exception and will ignore it: ...". Its other ERROR
 # records (a watch stream that broke while the control plane stopped) are not ours.
 KOPF_HANDLER = re.compile(r"^(Handler|Activity) '.*' failed|Event processing has failed")
+# Kopf's word that the apiserver refused it: a request (ERROR, then retried) or a list or
+# watch it then goes without (WARNING).
+KOPF_REFUSED = re.compile(r"APIForbiddenError|^Not enough permissions")
 
 
 def counts(record: logging.LogRecord) -> bool:
-    """An ERROR of torchyard's, or Kopf's word that one of the handlers failed."""
+    """An ERROR of torchyard's, Kopf's word that one of the handlers failed, or Kopf's
+    word that the apiserver refused it (the operator's RBAC lacks something)."""
+    kopf = record.name.startswith("kopf")
+    if kopf and record.levelno >= logging.WARNING and KOPF_REFUSED.search(record.getMessage()):
+        return True
     if record.levelno < logging.ERROR:
         return False
     if record.name == "torchyard" or record.name.startswith("torchyard."):
         return True
-    return record.name.startswith("kopf") and bool(KOPF_HANDLER.search(record.getMessage()))
+    return kopf and bool(KOPF_HANDLER.search(record.getMessage()))
 
 
 def shown(record: logging.LogRecord) -> str:
@@ -65,7 +76,7 @@ class Guard(logging.Handler):
     """Keeps the operator's error records per test window (see the module docstring)."""
 
     def __init__(self) -> None:
-        super().__init__(level=logging.ERROR)
+        super().__init__(level=logging.WARNING)  # (Kopf's refusals: see counts)
         self._records_lock = threading.Lock()
         self.window: Window | None = None
         self.late: list[tuple[Window, logging.LogRecord]] = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,15 +24,13 @@ import yaml
 
 from tests.builders import TrainingRunBuilder, environment, model_version
 from tests.cluster import binaries
+from tests.cluster.chart import CHART, REPO, Helm
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import finish_pod, launcher_message, run_pods, wait_for, wait_status
 from tests.unit.test_chart import health
 from torchyard import k8s, launch_contract
 from torchyard.controller import options
-
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "torchyard"
 
 # What torchyard's code and Kopf call, per (API group, resource): the operator's
 # ClusterRole in cluster-wide mode must grant exactly this, nothing more.
@@ -94,31 +91,6 @@ FORBIDDEN_VERBS = {"*", "escalate", "bind", "impersonate"}
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
     binaries.build(binaries.TOOLS["helm"])
     yield Helm(tmp_path_factory.mktemp("helm"))
-
-
-class Helm:
-    """The helm binary with its own config/cache folders (nothing written to $HOME)."""
-
-    def __init__(self, home: Path) -> None:
-        self.binary = str(binaries.TOOLS["helm"].path("helm"))
-        self.env = dict(
-            os.environ,
-            HELM_CACHE_HOME=str(home / "cache"),
-            HELM_CONFIG_HOME=str(home / "config"),
-            HELM_DATA_HOME=str(home / "data"),
-        )
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [self.binary, *args], capture_output=True, text=True, env=self.env, timeout=120
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
-        return result
-
-    def template(self, *args: str, namespace: str = "torchyard-system") -> list[dict[str, Any]]:
-        out = self("template", "t", str(CHART), "--namespace", namespace, *args).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
 
 
 def _rbac_rules(docs: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:

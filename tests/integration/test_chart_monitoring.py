@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.cluster import binaries
+from tests.cluster.chart import CHART, Helm
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
-from tests.integration.test_chart import CHART, Helm
 from tests.integration.test_registry_service import Service
 
 DASHBOARD = CHART / "dashboards" / "torchyard.json"

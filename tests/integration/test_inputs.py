@@ -31,13 +31,18 @@ BIRDS = {"name": "birds", "uri": "https://files.example/birds.tgz", "sha256": SH
 
 
 @pytest.fixture
-def prepared(cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def prepared(
+    cluster: Cluster,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    operator_client: k8s.Client,
+) -> Iterator[str]:
     """``namespace`` with a volume for its inputs cache (a storage class of its own), an
     operator that claims it, and a Ready Environment ``pytorch``."""
     name = f"inputs-{namespace}"[:63]
     host_volume(cluster, name, f"/tmp/{name}", "50Gi")
     monkeypatch.setenv("TORCHYARD_INPUTS_STORAGE_CLASS", name)
-    op = InProcessOperator()
+    op = InProcessOperator(operator_client)
     op.start()
     k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
     wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")

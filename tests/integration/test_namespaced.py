@@ -47,14 +47,16 @@ def bound_pod(namespace: str, run: str, node: str) -> dict[str, Any]:
     }
 
 
-def test_the_resync_lists_only_the_watched_namespaces(two_namespaces: tuple[str, str]) -> None:
+def test_the_resync_lists_only_the_watched_namespaces(
+    two_namespaces: tuple[str, str], operator_client: k8s.Client
+) -> None:
     watched, other = two_namespaces
     for ns in two_namespaces:
         k8s.create(TrainingRunBuilder("run", ns).obj())
-    mine = workqueue.resync_keys([watched])
+    mine = workqueue.resync_keys(operator_client, [watched])
     assert ("TrainingRun", watched, "run") in mine
     assert {key[1] for key in mine} == {watched}
-    everywhere = workqueue.resync_keys()
+    everywhere = workqueue.resync_keys(operator_client)
     assert {("TrainingRun", watched, "run"), ("TrainingRun", other, "run")} <= set(everywhere)
 
 

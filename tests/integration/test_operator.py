@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.builders import TrainingRunBuilder, environment
+from tests.cluster import chart
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import OperatorProcess, conditions, wait_for, wait_status
@@ -113,12 +117,25 @@ def run_pod_names(namespace: str, run: str) -> list[str]:
     ]
 
 
+@pytest.fixture
+def namespaced_operator(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """The kubeconfig of the chart's operator ServiceAccount of a release that watches
+    ``namespace`` (``tests/cluster/chart.py``)."""
+    with chart.namespaced_operator(cluster, namespace, tmp_path / "rbac") as kubeconfig:
+        yield kubeconfig
+
+
 def test_operator_sigkilled_mid_fanout_ends_with_exactly_n_pods_and_no_early_service(
-    cluster: Cluster, namespace: str, stopped_operator: None, tmp_path: Path
+    cluster: Cluster,
+    namespace: str,
+    stopped_operator: None,
+    namespaced_operator: Path,
+    tmp_path: Path,
 ) -> None:
     """SIGKILL (no graceful Kopf stop) at a random Pod count between the first and the
     last, at least 10 times; each restart must finish the gang: N Pods, N distinct node
-    ranks, nothing twice, and no Service for the waiting gang (it comes with admission)."""
+    ranks, nothing twice, and no Service for the waiting gang (it comes with admission).
+    The process is the chart's ServiceAccount, with the chart's RBAC and no more."""
     ns = namespace
     seed = int(os.environ.get("TORCHYARD_KILL_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
@@ -128,7 +145,7 @@ def test_operator_sigkilled_mid_fanout_ends_with_exactly_n_pods_and_no_early_ser
 
     def start(round_: int) -> OperatorProcess:
         began = time.monotonic()
-        proc = OperatorProcess(cluster.kubeconfig, tmp_path / f"operator-{round_}.log", *args)
+        proc = OperatorProcess(namespaced_operator, tmp_path / f"operator-{round_}.log", *args)
         starts.append(began)
         return proc
 
@@ -199,6 +216,8 @@ def test_operator_sigkilled_mid_fanout_ends_with_exactly_n_pods_and_no_early_ser
         raise AssertionError(f"{err}\n--- operator log:\n{proc.text()[-3000:]}") from None
     finally:
         proc.stop()
+    logs = "\n".join(p.read_text(errors="replace") for p in tmp_path.glob("operator-*.log"))
+    assert chart.forbidden_lines(logs) == [], "\n".join(chart.forbidden_lines(logs))
     print(
         f"\n[kill test] seed {seed}: {mid} of {rounds} SIGKILLs mid-fan-out "
         f"(target, Pods at kill): {report}; operator process to first status "

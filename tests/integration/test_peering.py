@@ -1,4 +1,5 @@
-"""Kopf peering with ``--peering-name``: the operator (a process of its own, the session's
+"""Kopf peering with ``--peering-name``: the operator (a process of its own as the chart's
+ServiceAccount with the chart's RBAC for peering in one namespace, the session's
 in-process operator stopped) registers in the KopfPeering of that name, acts while it is
 the only peer, pauses when a peer with a higher priority appears (what a second replica
 of the chart's Deployment does to it) and resumes when that peer leaves, and takes its
@@ -12,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.builders import TrainingRunBuilder
+from tests.cluster import chart
+from tests.cluster.chart import CHART
 from tests.cluster.harness import Cluster
 from tests.integration.helpers import OperatorProcess, wait_for, wait_status
-from tests.integration.test_chart import CHART
 from torchyard import k8s
 
 PEERING = "torchyard-test"
@@ -50,7 +52,11 @@ def test_the_operator_peers_through_its_named_kopfpeering(
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(peering))
     args = ["--namespace", ns, "--peering-name", PEERING]
     log = tmp_path / "operator.log"
-    with OperatorProcess(cluster.kubeconfig, log, *args, POD_ID="peer-a") as proc:
+    peering_rbac = ("--set", "operator.peering=true", "--set", f"operator.peeringName={PEERING}")
+    with (
+        chart.namespaced_operator(cluster, ns, tmp_path / "rbac", *peering_rbac) as kubeconfig,
+        OperatorProcess(kubeconfig, log, *args, POD_ID="peer-a") as proc,
+    ):
         try:
             # It registers in the peering object named by --peering-name, and acts.
             me = wait_for(
@@ -74,5 +80,6 @@ def test_the_operator_peers_through_its_named_kopfpeering(
         except AssertionError as err:
             raise AssertionError(f"{err}\n--- operator log:\n{proc.text()[-4000:]}") from None
     assert proc.process.returncode == 0, proc.text()[-3000:]
+    assert chart.forbidden_lines(proc.text()) == [], proc.text()[-3000:]
     # A stopped operator takes its record out, so that the others need not wait for it.
     assert "peer-a" not in peering_status(cluster, ns)

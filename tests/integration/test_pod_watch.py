@@ -78,9 +78,11 @@ def test_a_watch_from_the_lists_version_sees_a_change_and_ends_when_closed(
     assert time.monotonic() - closed < 10
 
 
-def test_the_pod_watch_hands_on_torchyards_pods_and_gpu_pods_only(namespace: str) -> None:
+def test_the_pod_watch_hands_on_torchyards_pods_and_gpu_pods_only(
+    namespace: str, operator_client: k8s.Client
+) -> None:
     got = Collected()
-    watch = pod_watch.PodWatch([namespace], got)
+    watch = pod_watch.PodWatch(operator_client, [namespace], got)
     k8s.create(pod(namespace, "before", {names.LABEL_RUN: "r1"}))
     watch.start()
     try:
@@ -99,9 +101,11 @@ def test_the_pod_watch_hands_on_torchyards_pods_and_gpu_pods_only(namespace: str
     assert all(not t.is_alive() for t in watch._threads)
 
 
-def test_a_list_again_hands_on_what_changed_and_what_went_meanwhile(namespace: str) -> None:
+def test_a_list_again_hands_on_what_changed_and_what_went_meanwhile(
+    namespace: str, operator_client: k8s.Client
+) -> None:
     got = Collected()
-    watch = pod_watch.PodWatch([namespace], got)
+    watch = pod_watch.PodWatch(operator_client, [namespace], got)
     k8s.create(pod(namespace, "kept", {names.LABEL_RUN: "r1"}))
     items, _ = k8s.list_versioned(k8s.PODS, namespace)
     kept = items[0]["metadata"]["resourceVersion"]

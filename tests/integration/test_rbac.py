@@ -6,68 +6,46 @@ and nothing else, cluster-wide and namespaced.
 The chart's ServiceAccount and operator (Cluster)Roles are rendered by Helm and applied;
 the operator runs as ``python -m torchyard.controller`` in a process of its own, with a
 kubeconfig that holds a TokenRequest token of that ServiceAccount (it IS the
-ServiceAccount, not an admin impersonating it). The session's in-process operator (an
-admin) is stopped meanwhile, so the run can only have been driven by the restricted one.
+ServiceAccount, not an admin impersonating it), with ``--namespace`` in the namespaced
+mode. The session's in-process operator (the chart's ServiceAccount too, cluster-wide:
+``tests/cluster/chart.py``) is stopped meanwhile, so the run can only have been driven by
+the process. That the session's operator has the chart's RBAC and no more is proved last.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.builders import SweepBuilder, TrainingRunBuilder, environment
-from tests.cluster import binaries
+from tests.cluster import binaries, chart
+from tests.cluster.chart import Helm, operator_rbac, service_account_kubeconfig
 from tests.cluster.harness import Cluster, free_port
+from tests.cluster.registry import OciRegistry
+from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
     OperatorProcess,
     finish_pod,
     run_pods,
     sample,
     scrape,
-    service_account_kubeconfig,
     wait_event,
+    wait_for,
     wait_status,
 )
-from tests.integration.test_chart import CHART, Helm
-from torchyard import k8s
+from tests.integration.test_envbuild import push_base_image
+from torchyard import api, k8s
+from torchyard.planning import environments
 from torchyard.planning import shipped as shipped_names
-
-RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
 @pytest.fixture(scope="module")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     binaries.build(binaries.TOOLS["helm"])
     return Helm(tmp_path_factory.mktemp("helm"))
-
-
-def operator_rbac(helm: Helm, release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
-    """The chart's operator ServiceAccount and (Cluster)Roles and bindings, as rendered."""
-    out = helm("template", release, str(CHART), "--namespace", namespace, *values).stdout
-    return [
-        d
-        for d in yaml.safe_load_all(out)
-        if d
-        and d["kind"] in RBAC_KINDS
-        and d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
-    ]
-
-
-def forbidden_lines(log: str) -> list[str]:
-    """Lines that say the apiserver refused the operator something. A namespace another
-    test deleted refuses new Events for a while ("being terminated"): not RBAC. A 403
-    inside a longer number (a random port such as 54403) is not a refusal."""
-    return [
-        line
-        for line in log.splitlines()
-        if (re.search(r"(?<!\d)403(?!\d)", line) or "forbidden" in line.lower())
-        and "being terminated" not in line
-    ]
 
 
 def happy_path(cluster: Cluster, ns: str, metrics_port: int) -> dict[str, Any]:
@@ -146,7 +124,7 @@ def test_the_happy_path_runs_with_only_the_charts_service_account(
         for kind in ("clusterrolebinding", "clusterrole"):
             cluster.kubectl("delete", kind, sa, "--ignore-not-found")
     log = proc.text()
-    assert forbidden_lines(log) == [], "\n".join(forbidden_lines(log))
+    assert chart.forbidden_lines(log) == [], "\n".join(chart.forbidden_lines(log))
     [manager] = [m for m in run["metadata"]["managedFields"] if m["manager"] == k8s.FIELD_MANAGER]
     assert manager["subresource"] == "status"
     # the launcher's ConfigMap, applied by that ServiceAccount before the node Pods
@@ -233,3 +211,59 @@ def test_creating_pods_is_reading_the_secrets_of_those_namespaces(
         for kind in ("clusterrolebinding", "clusterrole"):
             cluster.kubectl("delete", kind, sa, "--ignore-not-found")
         cluster.delete_namespace(other)
+
+
+@pytest.mark.expected_operator_errors(
+    r'cannot get resource "secrets"',
+    reason="the chart grants no get on Secrets outside rbac.pushSecretNamespaces until the "
+    "test adds this namespace",
+)
+def test_the_in_process_operator_has_the_charts_rbac_and_no_more(
+    cluster: Cluster,
+    oci_registry: OciRegistry,
+    operator: InProcessOperator,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """The session's operator (``tests/cluster/chart.py``) is the chart's ServiceAccount,
+    not the tests' admin: an Environment's registry.pushSecret is refused to it until the
+    chart's values name the namespace in rbac.pushSecretNamespaces, as they must in a
+    real install; then the same Environment gets Ready."""
+    ns = namespace
+    k8s.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/dockerconfigjson",
+            "metadata": {"name": "push", "namespace": ns},
+            "stringData": {".dockerconfigjson": json.dumps({"auths": {}})},
+        }
+    )
+    registry = {"repository": f"{oci_registry.host}/envs", "insecure": True, "pushSecret": "push"}
+    body = environment("pushed", ns, baseImage="python:3.11-slim", pip=["six"], registry=registry)
+    hash_ = environments.content_hash(api.parse_environment(body))
+    push_base_image(oci_registry, "envs", environments.image_tag(hash_))
+    k8s.create(body)
+
+    def refused() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == chart.REFUSALS.name and f'namespace "{ns}"' in r.getMessage()
+        ]
+
+    [first, *_] = wait_for("the operator's get of the Secret refused", refused)
+    assert f'"system:serviceaccount:{chart.NAMESPACE}:{chart.SERVICE_ACCOUNT}"' in first
+    assert k8s.get(k8s.ENVIRONMENTS, ns, "pushed").get("status", {}).get("phase") != "Ready"
+    chart.read_push_secrets(cluster, ns, tmp_path)
+    k8s.apply(  # an event, so that the operator reconciles it at once (not after backoff)
+        {
+            "apiVersion": f"{api.GROUP}/{api.VERSION}",
+            "kind": "Environment",
+            "metadata": {"name": "pushed", "namespace": ns, "labels": {"granted": "yes"}},
+        },
+        field_manager="test",
+    )
+    env = wait_status(k8s.ENVIRONMENTS, ns, "pushed", lambda s: s.get("phase") == "Ready")
+    assert env["status"]["image"].startswith(f"{oci_registry.host}/envs@sha256:")

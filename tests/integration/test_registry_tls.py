@@ -133,7 +133,11 @@ def _snapshot(folder: Path) -> tuple[Path, str]:
 
 
 def test_every_client_verifies_the_registrys_certificate(
-    cluster: Cluster, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cluster: Cluster,
+    namespace: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    operator_client: k8s.Client,
 ) -> None:
     ns = namespace
     token = trainer_token(ns)
@@ -203,7 +207,8 @@ def test_every_client_verifies_the_registrys_certificate(
             settings = pods.Settings(
                 registry_url=reg.url, registry_token_file=str(token_file), registry_ca=ca
             )
-            return finalize.register(run, None, context.Context(settings=settings), log)
+            ctx = context.Context(settings=settings, k8s=operator_client)
+            return finalize.register(run, None, ctx, log)
 
         refused = promote("")
         assert refused.model is None and "CERTIFICATE_VERIFY_FAILED" in refused.waiting

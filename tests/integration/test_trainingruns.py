@@ -566,6 +566,20 @@ def test_a_node_that_becomes_not_ready_takes_its_capacity_out_of_admission(
     node = f"{pool}-1"
     # KWOK lets go of the node, which then says NotReady (as a kubelet that lost its GPUs).
     cluster.node_not_ready(node)
+    # ... and the node lifecycle controller taints it (NoExecute on its next pass): once the
+    # node is Ready again, only the taint's removal may follow (a taint put on late, on a
+    # loaded machine, failed the gang admitted meanwhile).
+    not_ready = ("node.kubernetes.io/not-ready", "NoExecute")
+    wait_for(
+        "the not-ready NoExecute taint",
+        lambda: (
+            not_ready
+            in [
+                (t["key"], t["effect"])
+                for t in k8s.get(k8s.NODES, None, node)["spec"].get("taints", [])
+            ]
+        ),
+    )
     k8s.create(
         TrainingRunBuilder("pair", ns)
         .environment("pytorch")

@@ -39,11 +39,12 @@ import yaml
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster import binaries
+from tests.cluster.chart import CHART, Helm
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import run_pods, wait_status
-from tests.integration.test_chart import CHART, Helm, ServiceAccountReviews
+from tests.integration.test_chart import ServiceAccountReviews
 from torchyard import k8s
 
 pytestmark = pytest.mark.node

@@ -44,6 +44,7 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder, environment, wheel
+from tests.cluster import chart
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.cluster.registry import OciRegistry, push_archive
@@ -139,10 +140,19 @@ def only_real_node(cluster: Cluster, building_operator: RealNode) -> Iterator[Re
             cluster.kubectl("uncordon", name, check=False)
 
 
+@pytest.fixture
+def push_secrets(cluster: Cluster, namespace: str, tmp_path: Path) -> str:
+    """``namespace``, in the chart's rbac.pushSecretNamespaces: the operator (the chart's
+    ServiceAccount, ``tests/cluster/chart.py``) may read the push Secret there."""
+    chart.read_push_secrets(cluster, namespace, tmp_path / "helm")
+    return namespace
+
+
 def recipe(
     namespace: str, name: str, oci: tuple[OciRegistry, str], index: str, *pip: str
 ) -> dict[str, Any]:
-    """A baseImage + pip Environment pushing to the registry with a push Secret."""
+    """A baseImage + pip Environment pushing to the registry with a push Secret (in a
+    namespace of ``push_secrets``)."""
     reg, base = oci
     k8s.create(
         {
@@ -213,13 +223,13 @@ def explain_env(cluster: Cluster, namespace: str, name: str) -> str:
 
 def test_a_pip_environment_is_built_on_the_node_and_a_run_uses_it(
     cluster: Cluster,
-    namespace: str,
+    push_secrets: str,
     only_real_node: RealNode,
     oci: tuple[OciRegistry, str],
     pip_index: str,
 ) -> None:
     node, (reg, base) = only_real_node, oci
-    ns = namespace
+    ns = push_secrets
     started = time.monotonic()
     recipe(ns, "built", oci, pip_index, f"{PACKAGE}=={VERSION}")
     env = settled(ns, "built")
@@ -301,13 +311,13 @@ def test_a_pip_environment_is_built_on_the_node_and_a_run_uses_it(
 
 def test_a_package_missing_from_the_index_fails_the_build_with_pips_error(
     cluster: Cluster,
-    namespace: str,
+    push_secrets: str,
     only_real_node: RealNode,
     oci: tuple[OciRegistry, str],
     pip_index: str,
 ) -> None:
     node, (reg, _) = only_real_node, oci
-    ns, missing = namespace, "no-such-birdsong"
+    ns, missing = push_secrets, "no-such-birdsong"
     recipe(ns, "missing", oci, pip_index, f"{missing}==1.0")
     env = settled(ns, "missing")
     st = env["status"]

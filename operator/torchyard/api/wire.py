@@ -49,6 +49,11 @@ ANNOTATION_DECISION_REASON = f"{GROUP}/sweep-decision-reason"
 # How many times ASHA promoted the trial (resumed it after a pause).
 ANNOTATION_PROMOTIONS = f"{GROUP}/sweep-promotions"
 
+# Taints the node lifecycle controller puts on a node that stopped answering: such a node
+# is down for admission (planning.admission) and for a gang on it (status.exclusions),
+# though every Pod tolerates them for a while (DefaultTolerationSeconds).
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
 # The audience of the ServiceAccount tokens the registry service accepts (node Pods'
 # projected tokens, the operator's, the ones the CLI and SDK mint).
 REGISTRY_AUDIENCE = "torchyard-registry"

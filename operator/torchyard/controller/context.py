@@ -4,8 +4,9 @@ place where it writes status and Events.
 A reconcile decides what to write into an :class:`Outcome` (the new status and the
 Events that go with it) and hands it to :func:`write` once, at its end: the status is
 applied only when it changed, then the Events are recorded. ``Context.k8s`` is the
-facade of ``torchyard.k8s`` the reconcilers call (the module itself; the unit tests pass
-an in-memory fake, tests/unit/controller/fake_k8s.py). Used by ``environments``,
+facade of ``torchyard.k8s`` the reconcilers call: the operator's own ``k8s.Client``
+behind ``reads.WatchedReads``, never the shared default client (the unit tests pass an
+in-memory fake, tests/unit/controller/fake_k8s.py). Used by ``environments``,
 ``trainingruns`` and the policy modules beside them; ``handlers`` builds the Context.
 """
 
@@ -34,7 +35,7 @@ _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="torchyard-apply")
 
 
 class K8s(Protocol):
-    """The calls of ``torchyard.k8s`` that reconciling makes (the module fits as it is)."""
+    """The calls of ``torchyard.k8s`` that reconciling makes (``k8s.Client`` has them)."""
 
     def get(self, res: k8s.Resource, namespace: str | None, name: str) -> dict[str, Any]: ...
 
@@ -99,9 +100,10 @@ class Context:
     """Operator-wide inputs of every reconcile: builder settings, the clock, the API, and
     the watch-fed cache gang admission decides over (``admission``)."""
 
+    # whose credentials: the operator's own client, named by whoever builds the Context
+    k8s: K8s = field(kw_only=True)
     settings: pods.Settings = field(default_factory=pods.Settings)
     clock: Clock = utcnow
-    k8s: K8s = k8s
     cache: caches.Cache = field(default_factory=caches.Cache)
     # (kind, namespace, name) -> the resourceVersion of this operator's last status write:
     # the watch event that brings it back needs no reconcile (``handlers``, ``workqueue``).

@@ -102,13 +102,15 @@ def _registry_ca(path: str) -> str:
 
 
 @kopf.on.login()
-def login(**_: Any) -> kopf.ConnectionInfo:
-    """Kopf uses the same credentials as torchyard.k8s (kubeconfig or in-cluster). The
-    bearer token comes through ``k8s.connection``, which knows where the client keeps it
-    and refreshes an expiring one (in a Pod: the projected ServiceAccount token); Kopf
-    calls this again when the apiserver answers 401."""
-    cfg = k8s.load().configuration
-    token = k8s.connection().bearer_token
+def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
+    """Kopf uses the operator's own credentials (``memo.k8s``, a ``k8s.Client``: in a Pod
+    its ServiceAccount's, else the kubeconfig's). The bearer token comes through
+    ``Client.connection``, which knows where the client keeps it and refreshes an expiring
+    one (in a Pod: the projected ServiceAccount token); Kopf calls this again when the
+    apiserver answers 401."""
+    client: k8s.Client = memo.k8s
+    cfg = client.api.configuration
+    token = client.connection().bearer_token
     return kopf.ConnectionInfo(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,
@@ -147,7 +149,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     queue = workqueue.WorkQueue(memo.get("namespaces", ()))
     telemetry.reset_run_phases()
     # Runs, Environments and a run's Pods are read from what the watches delivered.
-    held = reads.WatchedReads(k8s, tuple(sorted(queue.namespaces)))
+    client: k8s.Client = memo.k8s  # the operator's own credentials (controller.operators)
+    held = reads.WatchedReads(client, tuple(sorted(queue.namespaces)))
     memo.reads = held
     ctx = context.Context(settings=_settings(memo), k8s=held)
     # The watches start after the start-up handlers: what they deliver is newer than this.
@@ -174,11 +177,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         memo.tasks.append(
             asyncio.create_task(outside_refresh(ctx, sorted(queue.namespaces), memo.admission_wake))
         )
-    memo.tasks.append(asyncio.create_task(workqueue.resync(queue)))
-    memo.pod_watch = _start_pod_watch(queue, ctx, memo.reads, memo.admission_wake)
+    memo.tasks.append(asyncio.create_task(workqueue.resync(queue, client)))
+    memo.pod_watch = _start_pod_watch(client, queue, ctx, memo.reads, memo.admission_wake)
 
 
 def _start_pod_watch(
+    client: k8s.Client,
     queue: workqueue.WorkQueue,
     ctx: context.Context,
     held: reads.WatchedReads,
@@ -194,7 +198,7 @@ def _start_pod_watch(
         with contextlib.suppress(RuntimeError):  # a closed loop: the operator is stopping
             loop.call_soon_threadsafe(pod_watch.deliver, ctx, queue, wake, events)
 
-    watch = pod_watch.PodWatch(sorted(queue.namespaces), hand_over)
+    watch = pod_watch.PodWatch(client, sorted(queue.namespaces), hand_over)
     held.pods_listed = watch.listed  # a run's Pods are read from it once it listed them
     watch.start()
     return watch

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import kopf
 
+from torchyard import k8s
 from torchyard.controller import handlers as handlers  # registers the handlers
 from torchyard.controller import telemetry
 
@@ -31,11 +32,15 @@ def peering_name(name: str | None = None) -> str | None:
 
 
 def _memo(
-    memo: kopf.Memo | None, namespaces: Sequence[str], log_limit_bytes: int | None
+    memo: kopf.Memo | None,
+    namespaces: Sequence[str],
+    log_limit_bytes: int | None,
+    client: k8s.Client,
 ) -> kopf.Memo:
     memo = memo if memo is not None else kopf.Memo()
     memo.namespaces = tuple(namespaces)
     memo.log_limit_bytes = log_limit_bytes  # read by handlers.configure into the Settings
+    memo.k8s = client  # every request of the operator, Kopf's own included (handlers.login)
     return memo
 
 
@@ -50,6 +55,7 @@ def run(
     metrics: int | None = None,
     memo: kopf.Memo | None = None,
     log_limit_bytes: int | None = None,
+    client: k8s.Client | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (blocking; own event loop).
 
@@ -57,8 +63,12 @@ def run(
     ``metrics`` is the port of ``/metrics`` (see :func:`metrics_port`); ``memo`` is the
     operator's memo (an in-process caller reads its work queue, ``memo.queue``);
     ``log_limit_bytes`` the limit of each rank's log for a run that sets none
-    (``--default-log-limit-bytes``; None: the launcher's default).
+    (``--default-log-limit-bytes``; None: the launcher's default);
+    ``client`` holds the credentials the operator uses for everything, default a client of
+    its own from the Pod's ServiceAccount or the kubeconfig (never the shared
+    ``k8s.load()`` one, which an in-process caller such as a test keeps for itself).
     """
+    client = client if client is not None else k8s.Client.configured()
     telemetry.serve(metrics_port(metrics))
     name = peering_name(peering)
     asyncio.run(
@@ -70,7 +80,7 @@ def run(
             stop_flag=stop_flag,
             ready_flag=ready_flag,
             liveness_endpoint=liveness_endpoint,
-            memo=_memo(memo, namespaces, log_limit_bytes),
+            memo=_memo(memo, namespaces, log_limit_bytes, client),
         )
     )
 

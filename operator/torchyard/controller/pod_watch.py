@@ -68,11 +68,13 @@ class PodWatch:
 
     def __init__(
         self,
+        client: k8s.Client,
         namespaces: Sequence[str],
         hand_over: Callable[[list[Event]], None],
         *,
         server_timeout: int = SERVER_TIMEOUT_SECONDS,
     ) -> None:
+        self.client = client  # the operator's own credentials
         self.namespaces = list(workqueue.watched(namespaces))
         self.hand_over = hand_over  # called on the watch's thread with each chunk
         self.server_timeout = server_timeout
@@ -125,7 +127,7 @@ class PodWatch:
                 self.stopping.wait(RETRY_SECONDS)
 
     def _relist(self, namespace: str | None, seen: dict[tuple[str, str], str]) -> str:
-        items, version = k8s.list_versioned(k8s.PODS, namespace)
+        items, version = self.client.list_versioned(k8s.PODS, namespace)
         events: list[Event] = []
         listed: set[tuple[str, str]] = set()
         for pod in items:
@@ -149,7 +151,9 @@ class PodWatch:
         return version
 
     def _watch(self, namespace: str | None, version: str, seen: dict[tuple[str, str], str]) -> str:
-        stream = k8s.WatchStream(k8s.PODS, namespace, version, timeout_seconds=self.server_timeout)
+        stream = self.client.watch(
+            k8s.PODS, namespace, version, timeout_seconds=self.server_timeout
+        )
         with self._lock:
             if self.stopping.is_set():
                 return version

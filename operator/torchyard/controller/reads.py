@@ -73,7 +73,7 @@ def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
 class WatchedReads:
     """``context.K8s`` over ``inner``, with the reads above answered from held copies."""
 
-    def __init__(self, inner: context.K8s = k8s, namespaces: tuple[str, ...] = ()) -> None:
+    def __init__(self, inner: context.K8s, namespaces: tuple[str, ...] = ()) -> None:
         self.inner = inner
         self.namespaces = frozenset(namespaces)  # empty: every namespace is watched
         self.pods_listed = threading.Event()  # set by ``handlers`` once pod_watch listed

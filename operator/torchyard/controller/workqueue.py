@@ -291,14 +291,14 @@ def watched(namespaces: Sequence[str]) -> Sequence[str | None]:
     return list(namespaces) or [None]
 
 
-def resync_versions(namespaces: Sequence[str] = ()) -> dict[Key, str]:
+def resync_versions(client: k8s.Client, namespaces: Sequence[str] = ()) -> dict[Key, str]:
     """Every TrainingRun, Environment and Sweep with its resourceVersion, listed per watched
-    namespace (a namespaced operator may not list cluster-wide)."""
+    namespace (a namespaced operator may not list cluster-wide) from the apiserver."""
     found: dict[Key, str] = {}
     for kind, (res, _) in _RECONCILERS.items():
         for namespace in watched(namespaces):
             try:
-                items = k8s.list_(res, namespace)
+                items = client.list_(res, namespace)
             except k8s.ApiError as err:
                 logger.warning("resync of %s in %s failed: %s", res.plural, namespace, err)
                 continue
@@ -308,9 +308,9 @@ def resync_versions(namespaces: Sequence[str] = ()) -> dict[Key, str]:
     return found
 
 
-def resync_keys(namespaces: Sequence[str] = ()) -> list[Key]:
+def resync_keys(client: k8s.Client, namespaces: Sequence[str] = ()) -> list[Key]:
     """Every TrainingRun and Environment (see :func:`resync_versions`)."""
-    return list(resync_versions(namespaces))
+    return list(resync_versions(client, namespaces))
 
 
 def offset(key: Key, period: float) -> float:
@@ -334,12 +334,13 @@ def schedule_resync(queue: WorkQueue, versions: Mapping[Key, str], period: float
     return keys
 
 
-async def resync(queue: WorkQueue, period: float | None = None) -> None:
+async def resync(queue: WorkQueue, client: k8s.Client, period: float | None = None) -> None:
     period = resync_seconds() if period is None else period
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(period)
-        versions = await loop.run_in_executor(None, resync_versions, sorted(queue.namespaces))
+        namespaces = sorted(queue.namespaces)
+        versions = await loop.run_in_executor(None, resync_versions, client, namespaces)
         keys = schedule_resync(queue, versions, period)
         if keys:
             logger.info("resync: %d of %d objects changed unseen; queued", len(keys), len(versions))

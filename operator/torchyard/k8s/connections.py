@@ -2,9 +2,11 @@
 a :class:`Connection` for code that streams through the service proxy without the client
 library.
 
-:func:`load` configures the official client once (in-cluster in a Pod, else the
-kubeconfig) and :func:`reset` forgets it (tests point it at another cluster); a
-kubeconfig that is not there surfaces as :class:`~torchyard.k8s.errors.Unreachable`. Used by the
+:func:`configure` makes a client of the official library (in-cluster in a Pod, else the
+kubeconfig); :func:`load` keeps one as the shared default and :func:`reset` forgets it
+(tests point it at another cluster); a kubeconfig that is not there surfaces as
+:class:`~torchyard.k8s.errors.Unreachable`. The operator never uses the shared default:
+it holds a client of its own (``clients.Client``). Used by the
 other modules of ``torchyard.k8s``; the SDK and CLI call :func:`connection`,
 :func:`proxy_url` and :func:`default_namespace` through the package.
 """
@@ -26,37 +28,43 @@ _lock = threading.Lock()
 _client: client.ApiClient | None = None
 
 
+def configure(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """A client of its own, shared with nothing: in-cluster when running in a Pod, else the
+    kubeconfig (:class:`~torchyard.k8s.errors.Unreachable` when it is not there or has no
+    such context). The operator runs on one (``k8s.Client``), never on :func:`load`'s."""
+    cfg = client.Configuration()
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException as err:
+            raise errors.unreachable(err, errors.IN_CLUSTER_ADVICE) from None
+    else:
+        try:
+            config.load_kube_config(
+                config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+                context=context,
+                client_configuration=cfg,
+            )
+        except config.ConfigException as err:
+            raise errors.unreachable(err) from None
+        except (TypeError, AttributeError, ValueError, yaml.YAMLError) as err:
+            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            why = " ".join(str(err).split())  # (the YAML parser's message spans lines)
+            not_one = ValueError(f"{where} is not a kubeconfig: {why}")
+            raise errors.unreachable(not_one) from None
+    # Fan-out of many Pods in parallel needs more than the default 4 connections.
+    cfg.connection_pool_maxsize = 32
+    return client.ApiClient(configuration=cfg)
+
+
 def load(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """Configure the client once: in-cluster when running in a Pod, else the kubeconfig
-    (:class:`~torchyard.k8s.errors.Unreachable` when it is not there or has no such
-    context)."""
+    """The shared default client of the CLI, the SDK and the registry service, configured
+    once (see :func:`configure`); a ``kubeconfig`` or ``context`` replaces it."""
     global _client
     with _lock:
         if _client is not None and kubeconfig is None and context is None:
             return _client
-        cfg = client.Configuration()
-        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            try:
-                config.load_incluster_config(client_configuration=cfg)
-            except config.ConfigException as err:
-                raise errors.unreachable(err, errors.IN_CLUSTER_ADVICE) from None
-        else:
-            try:
-                config.load_kube_config(
-                    config_file=kubeconfig or os.environ.get("KUBECONFIG"),
-                    context=context,
-                    client_configuration=cfg,
-                )
-            except config.ConfigException as err:
-                raise errors.unreachable(err) from None
-            except (TypeError, AttributeError, ValueError, yaml.YAMLError) as err:
-                where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-                why = " ".join(str(err).split())  # (the YAML parser's message spans lines)
-                not_one = ValueError(f"{where} is not a kubeconfig: {why}")
-                raise errors.unreachable(not_one) from None
-        # Fan-out of many Pods in parallel needs more than the default 4 connections.
-        cfg.connection_pool_maxsize = 32
-        _client = client.ApiClient(configuration=cfg)
+        _client = configure(kubeconfig, context)
         return _client
 
 
@@ -105,10 +113,11 @@ class Connection:
         return token.strip() or None
 
 
-def connection() -> Connection:
-    """The configured client's apiserver, TLS and credentials (:class:`Unreachable` when the
-    kubeconfig's certificates cannot be read or its credential plugin fails)."""
-    cfg = load().configuration
+def connection(api: client.ApiClient | None = None) -> Connection:
+    """The apiserver, TLS and credentials of ``api`` (default: :func:`load`'s client);
+    :class:`Unreachable` when the kubeconfig's certificates cannot be read or its
+    credential plugin fails."""
+    cfg = (api or load()).configuration
     context = None
     try:
         if cfg.host.startswith("https"):
@@ -139,4 +148,12 @@ def proxy_url(namespace: str, service: str, port: int, scheme: str = "") -> str:
     return f"{SERVICES.path(namespace, ref)}/proxy"
 
 
-__all__ = ["Connection", "connection", "default_namespace", "load", "proxy_url", "reset"]
+__all__ = [
+    "Connection",
+    "configure",
+    "connection",
+    "default_namespace",
+    "load",
+    "proxy_url",
+    "reset",
+]

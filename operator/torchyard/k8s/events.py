@@ -8,12 +8,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from kubernetes.client import ApiClient
+
 from torchyard.k8s import errors, rest
 from torchyard.k8s.resources import EVENTS
 
 
 def record_event(
-    obj: dict[str, Any], type_: str, reason: str, message: str, *, now: str
+    obj: dict[str, Any],
+    type_: str,
+    reason: str,
+    message: str,
+    *,
+    now: str,
+    api: ApiClient | None = None,
 ) -> dict[str, Any] | None:
     """A core/v1 Event about ``obj`` (best effort: an Event that fails is not an error)."""
     meta = obj["metadata"]
@@ -39,7 +47,7 @@ def record_event(
         "count": 1,
     }
     try:
-        return rest.create(event)
+        return rest.create(event, api=api)
     except errors.ApiError:
         return None
 

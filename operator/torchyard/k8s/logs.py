@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import urllib3.exceptions
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from torchyard.k8s import connections, errors, rest
@@ -24,13 +25,15 @@ def pod_log_lines(
     tail_lines: int | None = None,
     limit_bytes: int | None = None,
     timeout: float = 60,
+    api: ApiClient | None = None,
 ) -> Iterator[str]:
     """A Pod's log, line by line (``follow``: until the container ends; ``tail_lines``:
     its last lines only; ``limit_bytes``: at most that much of them). The apiserver
     gets it from the node's kubelet; errors surface as :class:`ApiError`, or
     :class:`Unreachable` when the apiserver does not answer (within ``timeout`` seconds,
-    unless following) or the stream breaks off."""
-    api = connections.load()
+    unless following) or the stream breaks off. ``api``: whose credentials (default: the
+    shared client)."""
+    api = api or connections.load()
     query: list[tuple[str, Any]] = []
     if container:
         query.append(("container", container))

@@ -1,7 +1,9 @@
 """Reading and writing objects: get, list, create, server-side apply (one field manager,
 forced, so the operator owns what it sets and nothing else), status apply, delete.
 
-Every request goes through :func:`call` over the official client's REST transport and is
+Every request goes through :func:`call` over the official client's REST transport (the
+shared default client, or the ``api`` a caller passes: the operator's own, through
+``clients.Client``) and is
 counted in :data:`REQUESTS` by HTTP method (for benchmarks and metrics). Errors surface
 as :class:`~torchyard.k8s.errors.ApiError` (the apiserver said no) or
 :class:`~torchyard.k8s.errors.Unreachable` (no answer). Called through the package (``k8s.apply``)
@@ -15,6 +17,7 @@ import json
 from typing import Any
 
 import urllib3.exceptions
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from torchyard.k8s import connections, errors
@@ -33,9 +36,11 @@ def call(
     body: Any = None,
     content_type: str = "application/json",
     timeout: float = 30,
+    api: ApiClient | None = None,
 ) -> Any:
-    """One request; the decoded JSON answer (``{}`` when empty)."""
-    api = connections.load()
+    """One request with ``api``'s credentials (default: the shared ``connections.load()``);
+    the decoded JSON answer (``{}`` when empty)."""
+    api = api or connections.load()
     REQUESTS[method] += 1
     try:
         method, url, headers, _, _ = api.param_serialize(
@@ -58,14 +63,18 @@ def call(
     return json.loads(raw) if raw else {}
 
 
-def get(res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = call("GET", res.path(namespace, name))
+def get(
+    res: Resource, namespace: str | None, name: str, *, api: ApiClient | None = None
+) -> dict[str, Any]:
+    result: dict[str, Any] = call("GET", res.path(namespace, name), api=api)
     return result
 
 
-def get_or_none(res: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+def get_or_none(
+    res: Resource, namespace: str | None, name: str, *, api: ApiClient | None = None
+) -> dict[str, Any] | None:
     try:
-        return get(res, namespace, name)
+        return get(res, namespace, name, api=api)
     except errors.ApiError as err:
         if err.not_found:
             return None
@@ -78,18 +87,21 @@ def list_(
     *,
     label_selector: str | None = None,
     field_selector: str | None = None,
+    api: ApiClient | None = None,
 ) -> list[dict[str, Any]]:
     query: list[tuple[str, Any]] = []
     if label_selector:
         query.append(("labelSelector", label_selector))
     if field_selector:
         query.append(("fieldSelector", field_selector))
-    data = call("GET", res.path(namespace), query=query)
+    data = call("GET", res.path(namespace), query=query, api=api)
     items: list[dict[str, Any]] = data.get("items", [])
     return items
 
 
-def create(manifest: dict[str, Any], *, field_manager: str | None = None) -> dict[str, Any]:
+def create(
+    manifest: dict[str, Any], *, field_manager: str | None = None, api: ApiClient | None = None
+) -> dict[str, Any]:
     """Create ``manifest`` (409 when it exists), its fields owned by ``field_manager``
     when given (as an update's, not an apply's: a later apply of the same manager does
     not remove them by leaving them out)."""
@@ -98,12 +110,16 @@ def create(manifest: dict[str, Any], *, field_manager: str | None = None) -> dic
     query = [("fieldValidation", "Strict")]
     if field_manager:
         query.append(("fieldManager", field_manager))
-    result: dict[str, Any] = call("POST", res.path(namespace), body=manifest, query=query)
+    result: dict[str, Any] = call("POST", res.path(namespace), body=manifest, query=query, api=api)
     return result
 
 
 def apply(
-    manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, subresource: str = ""
+    manifest: dict[str, Any],
+    *,
+    field_manager: str = FIELD_MANAGER,
+    subresource: str = "",
+    api: ApiClient | None = None,
 ) -> dict[str, Any]:
     """Server-side apply ``manifest``, forcing ownership of the fields it sets."""
     res = resource_of(manifest)
@@ -114,13 +130,16 @@ def apply(
         query=[("fieldManager", field_manager), ("force", "true"), ("fieldValidation", "Strict")],
         body=manifest,
         content_type="application/apply-patch+yaml",
+        api=api,
     )
     return result
 
 
-def apply_status(manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+def apply_status(
+    manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, api: ApiClient | None = None
+) -> dict[str, Any]:
     """Server-side apply of the ``status`` subresource (``manifest`` holds only status)."""
-    return apply(manifest, field_manager=field_manager, subresource="status")
+    return apply(manifest, field_manager=field_manager, subresource="status", api=api)
 
 
 def delete(
@@ -130,13 +149,14 @@ def delete(
     *,
     propagation: str = "Background",
     grace_period_seconds: int | None = None,
+    api: ApiClient | None = None,
 ) -> bool:
     """Delete an object; False when it was already gone."""
     body: dict[str, Any] = {"propagationPolicy": propagation}
     if grace_period_seconds is not None:
         body["gracePeriodSeconds"] = grace_period_seconds
     try:
-        call("DELETE", res.path(namespace, name), body=body)
+        call("DELETE", res.path(namespace, name), body=body, api=api)
     except errors.ApiError as err:
         if err.not_found:
             return False

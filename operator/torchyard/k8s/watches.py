@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import urllib3.exceptions
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from torchyard.k8s import connections, errors, rest
@@ -35,6 +36,7 @@ def list_versioned(
     res: Resource,
     namespace: str | None = None,
     *,
+    api: ApiClient | None = None,
     label_selector: str | None = None,
     field_selector: str | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
@@ -44,7 +46,7 @@ def list_versioned(
         query.append(("labelSelector", label_selector))
     if field_selector:
         query.append(("fieldSelector", field_selector))
-    data = rest.call("GET", res.path(namespace), query=query)
+    data = rest.call("GET", res.path(namespace), query=query, api=api)
     items: list[dict[str, Any]] = data.get("items", [])
     return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -62,10 +64,12 @@ class WatchStream:
         *,
         timeout_seconds: int = 300,
         label_selector: str | None = None,
+        api: ApiClient | None = None,
     ) -> None:
         self.res, self.namespace, self.version = res, namespace, version
         self.timeout_seconds = timeout_seconds
         self.label_selector = label_selector
+        self.api = api  # whose credentials (None: the shared client)
         self._response: Any = None
         self._closed = threading.Event()
 
@@ -78,7 +82,7 @@ class WatchStream:
         ]
         if self.label_selector:
             query.append(("labelSelector", self.label_selector))
-        api = connections.load()
+        api = self.api or connections.load()
         rest.REQUESTS["WATCH"] += 1
         try:
             method, url, headers, _, _ = api.param_serialize(

@@ -27,6 +27,7 @@ from typing import Any
 
 from torchyard.api.quantities import quantity as quantity  # re-exported: one parser
 from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS
+from torchyard.api.wire import NOT_READY_TAINTS
 from torchyard.planning.exclusions import excluded_of
 from torchyard.planning.names import LABEL_RUN
 from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE, POOL_LABEL, QUEUED_AT_ANNOTATION
@@ -76,7 +77,14 @@ class Node:
 
 
 def _ready(node: Mapping[str, Any]) -> bool:
-    if node.get("spec", {}).get("unschedulable"):
+    """Schedulable, Ready, and not tainted not-ready or unreachable: the node lifecycle
+    controller takes that taint off a while after the node is Ready again, and a gang
+    admitted there meanwhile (its Pods tolerate the taint for 300 s) would be failed at
+    once as on a node that is down (``status.exclusions.unhealthy``)."""
+    spec = node.get("spec", {})
+    if spec.get("unschedulable"):
+        return False
+    if any(t.get("key") in NOT_READY_TAINTS for t in spec.get("taints") or []):
         return False
     conds = node.get("status", {}).get("conditions", [])
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)

@@ -43,8 +43,7 @@ REPEATED = "RepeatedFailure"
 # Failures that say nothing of the node they happened on: the scheduler took the Pod
 # back, or it never started.
 NOT_THE_NODE = frozenset({"Preempting", "Preempted"}) | failures.NOT_RESTARTED
-# Taints the node lifecycle controller puts on a node that stopped answering.
-NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+NOT_READY_TAINTS = wire.NOT_READY_TAINTS
 # Conditions that say a node is unhealthy when True (node-problem-detector's among them).
 BAD_CONDITIONS = frozenset(
     {"NetworkUnavailable", "KernelDeadlock", "ReadonlyFilesystem", "GPUUnhealthy", "XidError"}

@@ -51,6 +51,13 @@ def test_what_the_operator_logs_at_error_during_a_test_is_that_tests(
         "kopf.objects", logging.ERROR, "Handler 'trainingrun_event' failed with an exception"
     )
     from_the_operators_thread("torchyard.controller", logging.WARNING, "a conflict; retrying")
+    refused = "Request attempt 1 failed; will retry: GET /api/v1/pods -> APIForbiddenError()"
+    from_the_operators_thread("kopf._cogs.clients.api", logging.ERROR, refused)
+    no_watch = "Not enough permissions to watch for namespaces: changes will not be noticed"
+    from_the_operators_thread("kopf._core.reactor.observation", logging.WARNING, no_watch)
+    from_the_operators_thread("kopf._core.reactor.observation", logging.INFO, no_watch)
+    forbidden = "the apiserver refused the operator (the chart's RBAC): GET /api/v1/secrets"
+    from_the_operators_thread("torchyard.rbac", logging.ERROR, forbidden)
     from_the_operators_thread("kopf._cogs.clients.watching", logging.ERROR, "stream closed")
     from_the_operators_thread("torchyardish", logging.ERROR, "another library")
     found = guard.check([])
@@ -58,6 +65,9 @@ def test_what_the_operator_logs_at_error_during_a_test_is_that_tests(
         "TrainingRun ns/r: reconcile failed",
         "the admission pass failed",
         "Handler 'trainingrun_event' failed with an exception",
+        refused,
+        no_watch,
+        forbidden,
     ]
     text = operator_errors.failure("test_a", found)
     assert "KeyError: 'spec'" in text and "expected_operator_errors" in text

@@ -55,10 +55,10 @@ def test_the_operator_command_hands_the_default_log_limit_to_the_builders(
     monkeypatch.setattr(operators.kopf, "configure", lambda **_: None)
     monkeypatch.setattr(operators, "run", lambda namespaces, **kw: seen.update(kw))
     operators.main_from_args(parse("--default-log-limit-bytes", "1048576", "--metrics-port", "0"))
-    memo = operators._memo(None, (), seen["log_limit_bytes"])
+    memo = operators._memo(None, (), seen["log_limit_bytes"], client=None)
     assert handlers._settings(memo).log_limit_bytes == 1 << 20
     operators.main_from_args(parse("--metrics-port", "0"))
-    assert handlers._settings(operators._memo(None, (), None)).log_limit_bytes is None
+    assert handlers._settings(operators._memo(None, (), None, client=None)).log_limit_bytes is None
 
 
 def test_metrics_port_and_peering_name_come_from_the_environment(

@@ -271,10 +271,11 @@ def test_the_status_workers_write_a_status_while_every_other_worker_is_busy() ->
 
 
 def test_a_pod_watch_event_queues_its_run_on_the_status_lane_but_not_an_echo() -> None:
+    from tests.unit.controller.fake_k8s import FakeK8s
     from torchyard.controller import context, pod_watch
 
     async def main() -> tuple[list[workqueue.Key], bool]:
-        ctx = context.Context()
+        ctx = context.Context(k8s=FakeK8s())
         queue = WorkQueue()
         wake = asyncio.Event()
         mine = {

@@ -15,7 +15,9 @@ FACE = {
     "ROLES", "SECRETS", "SERVICEACCOUNTS", "SERVICES", "SUBJECTACCESSREVIEWS", "TOKENREVIEWS",
     "TRAININGRUNS", "SWEEPS", "PRIORITYCLASSES", "KUEUE_GROUP", "LOCALQUEUES_CRD", "local_queues",
     # connections
-    "Connection", "connection", "default_namespace", "load", "proxy_url", "reset",
+    "Connection", "configure", "connection", "default_namespace", "load", "proxy_url", "reset",
+    # clients
+    "Client",
     # rest, errors
     "FIELD_MANAGER", "REQUESTS", "apply", "apply_status", "create", "delete", "get",
     "get_or_none", "list_", "ApiError", "Unreachable",
@@ -24,7 +26,10 @@ FACE = {
     # watches
     "WatchStream", "list_versioned",
 }  # fmt: skip
-MODULES = {"connections", "errors", "events", "logs", "resources", "rest", "reviews", "watches"}
+MODULES = {
+    "clients", "connections", "errors", "events", "logs", "resources", "rest", "reviews",
+    "watches",
+}  # fmt: skip
 
 
 def test_the_face_holds_every_public_name_and_its_modules() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 
 import pytest
@@ -100,6 +101,24 @@ def test_unknown_pool_and_impossible_gangs_do_not_block_others() -> None:
     assert "no Ready node matches" in d[("ns", "nowhere")].message
     assert "cannot hold it even when idle" in d[("ns", "huge")].message
     assert d[("ns", "ok")].admit
+
+
+@pytest.mark.parametrize("key", ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"])
+def test_a_ready_node_still_tainted_down_is_not_offered_even_to_pods_that_tolerate_it(
+    key: str,
+) -> None:
+    """The node lifecycle controller lifts the taint a while after the node is Ready;
+    every Pod tolerates it for 300 s (DefaultTolerationSeconds), yet a gang put there
+    would be failed at once as on a node that is down."""
+    a100 = [n for n in NODES if n["metadata"]["labels"]["torchyard.dev/pool"] == "a100"]
+    tainted = {**a100[0], "spec": {"taints": [{"key": key, "effect": "NoExecute"}]}}
+    default = {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    tolerant = dataclasses.replace(gang("all", len(a100), 8), tolerations=[*GPU_TOL, default])
+    d = admission.decide([tolerant], [tainted, *a100[1:]], [])
+    assert not d[("ns", "all")].admit
+    assert "cannot hold it even when idle" in d[("ns", "all")].message
+    d = admission.decide([tolerant], a100, [])
+    assert d[("ns", "all")].admit
 
 
 def test_gpu_pool_is_tainted_for_pods_without_toleration() -> None:
