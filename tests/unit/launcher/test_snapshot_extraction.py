@@ -76,6 +76,8 @@ def archive(path: Path, members: list[Member]) -> Path:
     """A .tar.gz of ``members``, written as a stream (PAX, so any name survives)."""
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=9) as tar:
         for info, data in members:
+            if isinstance(data, io.BytesIO):
+                data.seek(0)  # the tables' members are made once and may be archived again
             tar.addfile(info, data)
     return path
 
