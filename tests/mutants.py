@@ -25,6 +25,7 @@ in ``build/mutants/<module>/`` prints one), and exits 1 when a module is below
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import shutil
 import subprocess
@@ -42,6 +43,14 @@ class Module:
     tests: tuple[str, ...]  # under tests/unit/
     # tests of the module's source text (which mutmut rewrites), not of what it does
     deselect: tuple[str, ...] = ()
+    # only these functions (``name`` or ``ǁClassǁmethod``, globs) when not all of the
+    # module is a guard
+    functions: tuple[str, ...] = ()
+
+    def patterns(self) -> list[str]:
+        """mutmut's names of the mutants to test (globs): ``torchyard.<module>.x<fn>__mutmut_N``."""
+        module = "torchyard." + self.source.removesuffix(".py").replace("/", ".")
+        return [f"{module}.x{function}__mutmut_*" for function in self.functions]
 
 
 SOURCE_CHECK = (
@@ -74,9 +83,11 @@ MODULES: dict[str, Module] = {
     "status.classes": Module(
         "status/classes.py", ("status/test_classes.py", "launcher/test_log_scanner.py")
     ),
+    # its guard: unpacking a source snapshot (the uploads around it are tested end to end)
     "launch_transfer": Module(
         "launch_transfer.py",
-        ("launcher/test_snapshot_extraction.py", "launcher/test_archive_retries.py"),
+        ("launcher/test_snapshot_extraction.py",),
+        functions=("_member_kind", "_snapshot_target", "ǁ_Unpackerǁ*", "extract_snapshot"),
     ),
 }
 
@@ -129,15 +140,22 @@ def verdicts(where: Path, module: Module) -> dict[str, str]:
     """Each mutant of the module and what became of it, from mutmut's ``.meta`` file."""
     meta = where / "mutants" / "src" / "torchyard" / f"{module.source}.meta"
     codes = json.loads(meta.read_text())["exit_code_by_key"]
-    return {key: STATUS.get(code, "suspicious") for key, code in sorted(codes.items())}
+    patterns = module.patterns() or ["*"]
+    return {
+        key: STATUS.get(code, "suspicious")
+        for key, code in sorted(codes.items())
+        if any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+    }
 
 
-def run(name: str, module: Module, workers: int) -> dict[str, str]:
+def run(name: str, module: Module, workers: int, again: bool) -> dict[str, str]:
+    if not again:  # the verdicts of the last run, as they are
+        return verdicts(WORK / name, module)
     where = workspace(name, module)
     mutmut = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
     print(f"[mutants] {name}: mutating operator/torchyard/{module.source}", flush=True)
     done = subprocess.run(
-        [*mutmut, "run", "--max-children", str(workers)],
+        [*mutmut, "run", "--max-children", str(workers), *module.patterns()],
         cwd=where,
         capture_output=True,
         text=True,
@@ -154,13 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="mutants tested at once")
     parser.add_argument("--min-score", type=float, default=0.90)
     parser.add_argument("--results", type=Path, help="write the scores as JSON to this file")
+    parser.add_argument(
+        "--report", action="store_true", help="score the last run again without running it"
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.modules) - set(MODULES))
     if unknown:
         parser.error(f"no such module: {', '.join(unknown)} (one of {', '.join(MODULES)})")
     scores = {}
     for name in args.modules or MODULES:
-        results = run(name, MODULES[name], args.workers)
+        results = run(name, MODULES[name], args.workers, again=not args.report)
         counted = [status for status in results.values() if status != "skipped"]
         killed = sum(status in KILLED for status in counted)
         survivors = sorted(key for key, status in results.items() if status not in KILLED)
