@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from torchyard.registry import Store, sha256_file
-from torchyard.registry.store import OutsideNamespace
+from torchyard.registry.store import (
+    METADATA_KEYS,
+    RUN_KEYS,
+    OutsideNamespace,
+    check_metadata,
+    human_size,
+)
 
 
 def model_folder(tmp_path: Path, content: bytes = b"weights") -> Path:
@@ -158,3 +164,71 @@ def test_paths_and_links_out_of_a_namespace_are_refused(tmp_path: Path) -> None:
     assert store.versions("a", "m") == []
     # Local mode (no ``within``) follows links as before.
     assert store.publish("a", "m", outputs).manifest["totalBytes"] == 6
+
+
+def test_a_link_that_stays_in_the_namespace_is_published_and_one_out_is_named(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "reg")
+    outputs = tmp_path / "reg" / "a" / "runs" / "r" / "outputs"
+    outputs.mkdir(parents=True)
+    (outputs / "model.pt").write_bytes(b"a's")
+    (outputs / "latest.pt").symlink_to(outputs / "model.pt")
+    within = tmp_path / "reg" / "a"
+    assert store.publish("a", "m", outputs, within=within).manifest["totalBytes"] == 6
+    with pytest.raises(OutsideNamespace) as refused:
+        store.inside("a", outputs / "../../../../elsewhere")
+    assert str(refused.value) == f"{outputs / '../../../../elsewhere'} leads out of namespace a"
+
+
+@pytest.mark.parametrize(
+    ("n", "said"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (1536, "1.5 KiB"),
+        (5 << 20, "5.0 MiB"),
+        (3 << 30, "3.0 GiB"),
+        (2048 << 40, "2048.0 TiB"),
+    ],
+)
+def test_sizes_are_said_in_binary_units(n: int, said: str) -> None:
+    assert human_size(n) == said
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        (
+            {"model": "x"},
+            "metadata key 'model' is the registry's own key; allowed: "
+            + ", ".join(sorted(METADATA_KEYS)),
+        ),
+        (
+            {"color": "x"},
+            "metadata key 'color' is not an allowed key; allowed: "
+            + ", ".join(sorted(METADATA_KEYS)),
+        ),
+        ({"run": "r"}, 'metadata "run" must be an object {"name", "uid"}'),
+        (
+            {"run": {"name": 1}},
+            "metadata run.name is not allowed: run holds the strings "
+            + ", ".join(sorted(RUN_KEYS)),
+        ),
+    ],
+)
+def test_caller_metadata_that_is_not_allowed_is_refused_saying_what_is(
+    metadata: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        check_metadata(metadata)
+    assert str(refused.value) == message
+
+
+def test_the_layout_is_namespace_then_runs_snapshots_and_models(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    root = tmp_path / "reg"
+    assert store.run_dir("a", "r") == root / "a" / "runs" / "r"
+    assert store.snapshot_path("a", "f00d") == root / "a" / "snapshots" / "f00d.tar.gz"
+    assert store.model_dir("a", "m") == root / "a" / "models" / "m"
