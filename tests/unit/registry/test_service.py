@@ -22,18 +22,20 @@ from aiohttp import web
 
 from tests.unit.registry import hostile
 from torchyard.registry import Store, service
+from torchyard.registry.client import TOKEN_HEADER
 from torchyard.registry.service import CachingAuthorizer, Limits, RunIdentity
 
 A, B = "team-a", "team-b"
 WRITER = f"system:serviceaccount:{A}:trainer"  # the node Pods of a's runs
 NEIGHBOUR = f"system:serviceaccount:{A}:other"  # another Pod of namespace a
 USER = "alice"  # a person with create on modelversions in a
+READER = "bob"  # a person with get, and only get, on modelversions in a
 
 
 @dataclass
 class StandIn:
-    """Tokens are the usernames; everyone may get and create in namespace a only; the
-    TrainingRuns of a run as ServiceAccount trainer."""
+    """Tokens are the usernames; everyone but the reader may get and create in namespace a
+    only, the reader only get; the TrainingRuns of a run as ServiceAccount trainer."""
 
     runs: dict[str, RunIdentity] = field(
         default_factory=lambda: {
@@ -44,11 +46,11 @@ class StandIn:
 
     def user(self, token: str) -> dict[str, Any] | None:
         self.calls.append(("user", token))
-        return {"username": token} if token in (WRITER, NEIGHBOUR, USER) else None
+        return {"username": token} if token in (WRITER, NEIGHBOUR, USER, READER) else None
 
     def allowed(self, user: dict[str, Any], verb: str, namespace: str) -> bool:
         self.calls.append(("allowed", user["username"], verb, namespace))
-        return namespace == A
+        return namespace == A and (verb == "get" or user["username"] != READER)
 
     def training_run(self, namespace: str, name: str) -> RunIdentity | None:
         self.calls.append(("training_run", namespace, name))
@@ -214,6 +216,49 @@ def test_a_route_whose_variable_has_no_rule_is_refused_at_start(
 )
 def test_file_path_rule(value: str, ok: bool) -> None:
     assert (service.path_problem(value) is None) is ok
+
+
+# -- who may call at all, and read or write -----------------------------------------------
+
+
+def test_a_caller_without_a_valid_token_gets_401_asking_for_a_bearer_token(
+    served: Served,
+) -> None:
+    path = f"/v1/namespaces/{A}/models"
+    for headers, says in [
+        ({}, "a Kubernetes bearer token is required"),
+        ({"Authorization": "Basic dXNlcg=="}, "a Kubernetes bearer token is required"),
+        ({"Authorization": "Bearer nobody"}, "the token is not valid for the registry"),
+    ]:
+        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            assert (resp.status, resp.read().decode()) == (401, says)
+            assert resp.getheader("WWW-Authenticate") == "Bearer"
+        finally:
+            conn.close()
+
+
+def test_the_token_header_of_the_apiserver_proxy_is_read_when_there_is_no_bearer(
+    served: Served,
+) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+    try:
+        conn.request("GET", f"/v1/namespaces/{A}/models", headers={TOKEN_HEADER: f" {USER} "})
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+def test_a_reader_reads_but_may_not_write_or_promote(served: Served, stand_in: StandIn) -> None:
+    assert put(served, "r", "model.pt", b"w")[0] == 201
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/r/outputs/model.pt", READER) == (200, b"w")
+    assert ("allowed", READER, "get", A) in stand_in.calls
+    said = f"{READER} may not create modelversions in {A}".encode()
+    assert put(served, "r", "model.pt", b"x", token=READER) == (403, said)
+    assert served.promote({"run": "r"}, token=READER) == (403, said.decode())
+    assert (served.root / A / "runs/r/outputs/model.pt").read_bytes() == b"w"
 
 
 # -- a run's archive is written by that run's ServiceAccount only ------------------------
