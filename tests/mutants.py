@@ -80,7 +80,12 @@ MODULES: dict[str, Module] = {
     "checkpoint": Module("checkpoint.py", ("test_checkpoint.py",), (SOURCE_CHECK,)),
     "checkpoint_store": Module("checkpoint_store.py", ("test_checkpoint.py",), (SOURCE_CHECK,)),
     "planning.admission": Module(
-        "planning/admission.py", ("planning/test_admission.py", "planning/test_admission_scan.py")
+        "planning/admission.py",
+        (
+            "planning/test_admission.py",
+            "planning/test_admission_scan.py",
+            "planning/test_admission_fit.py",
+        ),
     ),
     "planning.rank": Module("planning/rank.py", ("planning/test_rank_env.py",)),
     "status.classes": Module(
