@@ -176,6 +176,40 @@ def test_a_link_already_in_the_working_folder_is_not_written_through(
     assert (outside / "victim.py").read_text() == "original"
 
 
+def test_a_file_already_there_is_replaced_whole(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("a longer file that was there before")
+    tar = archive(tmp_path / "s.tar.gz", [file("train.py", b"new")])
+    assert launch_transfer.extract_snapshot(str(tar), str(work)) == 1
+    assert (work / "train.py").read_bytes() == b"new"
+
+
+def test_a_refused_snapshot_takes_back_only_what_it_made(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("there before")
+    members = [file("train.py", b"new"), file("made.py"), file("../escaped.py")]
+    with pytest.raises(launch_contract.LaunchError, match="outside the folder"):
+        launch_transfer.extract_snapshot(str(archive(tmp_path / "s.tar.gz", members)), str(work))
+    assert files_under(work) == ["train.py"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "unpacked"),
+    [(0o755, 0o755), (0o700, 0o755), (0o100, 0o755), (0o600, 0o644), (0o666, 0o644)],
+)
+def test_a_file_is_executable_when_any_of_its_execute_bits_was_set(
+    tmp_path: Path, mode: int, unpacked: int
+) -> None:
+    info, data = file("run.sh")
+    info.mode = mode
+    launch_transfer.extract_snapshot(
+        str(archive(tmp_path / "s.tar.gz", [(info, data)])), str(tmp_path / "w")
+    )
+    assert (tmp_path / "w" / "run.sh").stat().st_mode & 0o777 == unpacked
+
+
 def test_a_gzip_bomb_at_the_default_limit_stops_before_inflating(tmp_path: Path) -> None:
     """1 GiB + 1 byte of zeros: about 1 MiB compressed, refused from its header alone."""
     size = (1 << 30) + 1  # the default limit, as the registry service's
@@ -202,7 +236,11 @@ def test_many_small_files_add_up_to_the_limit(tmp_path: Path) -> None:
 def test_the_number_of_entries_is_limited_too(tmp_path: Path) -> None:
     members: list[Member] = [folder("d")] + [file(f"d/{i}.py", b"") for i in range(20)]
     tar = archive(tmp_path / "s.tar.gz", members)
-    with pytest.raises(launch_contract.LaunchError, match=r"more than 10 entries \(at 'd/9.py'\)"):
+    said = (
+        r"more than 10 entries \(at 'd/9.py'\); leave files out of the snapshot "
+        r"\(.torchyardignore\) or raise TORCHYARD_SNAPSHOT_MAX_FILES"
+    )
+    with pytest.raises(launch_contract.LaunchError, match=said):
         launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_files=10)
     assert files_under(tmp_path / "w") == []
 
