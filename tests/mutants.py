@@ -48,9 +48,13 @@ class Module:
     functions: tuple[str, ...] = ()
 
     def patterns(self) -> list[str]:
-        """mutmut's names of the mutants to test (globs): ``torchyard.<module>.x<fn>__mutmut_N``."""
+        """mutmut's names of the mutants to test (globs): ``torchyard.<module>.x_<function>``
+        or ``.xǁ<Class>ǁ<method>``, then ``__mutmut_<N>``."""
         module = "torchyard." + self.source.removesuffix(".py").replace("/", ".")
-        return [f"{module}.x{function}__mutmut_*" for function in self.functions]
+        return [
+            f"{module}.x{'' if function.startswith('ǁ') else '_'}{function}__mutmut_*"
+            for function in self.functions
+        ]
 
 
 SOURCE_CHECK = (

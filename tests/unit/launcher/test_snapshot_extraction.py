@@ -226,7 +226,9 @@ def test_a_gzip_bomb_at_the_default_limit_stops_before_inflating(tmp_path: Path)
 def test_many_small_files_add_up_to_the_limit(tmp_path: Path) -> None:
     tar = archive(tmp_path / "s.tar.gz", [zeros(f"part-{i}.bin", 400) for i in range(5)])
     with pytest.raises(
-        launch_contract.LaunchError, match=r"more than 1000 bytes \(at 'part-2.bin'"
+        launch_contract.LaunchError,
+        match=r"more than 1000 bytes \(at 'part-2.bin', 400 bytes\); leave large files out of "
+        r"the snapshot \(.torchyardignore\) or raise TORCHYARD_SNAPSHOT_MAX_BYTES",
     ):
         launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_bytes=1000)
     assert files_under(tmp_path / "w") == []
@@ -291,6 +293,14 @@ def test_a_damaged_archive_is_a_clear_error(
     with pytest.raises(launch_contract.LaunchError, match="cannot unpack the snapshot"):
         launch_transfer.extract_snapshot(str(bad), str(tmp_path / "w"))
     assert files_under(tmp_path / "w") == []
+
+
+def test_what_is_not_a_gzip_at_all_is_refused_before_any_entry(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"not a gzip stream")
+    with pytest.raises(launch_contract.LaunchError) as refused:
+        launch_transfer.extract_snapshot(str(bad), str(tmp_path / "w"))
+    assert str(refused.value).startswith(f"cannot unpack the snapshot {bad}: ")
 
 
 def test_the_launcher_reports_a_refused_snapshot_and_fails_before_any_rank(
