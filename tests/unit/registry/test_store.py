@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -232,3 +234,53 @@ def test_the_layout_is_namespace_then_runs_snapshots_and_models(tmp_path: Path) 
     assert store.run_dir("a", "r") == root / "a" / "runs" / "r"
     assert store.snapshot_path("a", "f00d") == root / "a" / "snapshots" / "f00d.tar.gz"
     assert store.model_dir("a", "m") == root / "a" / "models" / "m"
+
+
+def test_a_versions_metrics_come_from_its_metrics_json_unless_the_caller_gives_them(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "reg")
+    src = tmp_path / "out"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    (src / "metrics.json").write_text('{"acc": 0.9, "epoch": 3, "note": "best"}')
+    first = store.publish("a", "m", src)
+    assert first.model == "m" and first.version == 1
+    assert first.manifest["metrics"] == {"acc": 0.9, "epoch": 3.0}  # numbers only
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", first.manifest["created"])
+    given = store.publish("a", "m", src, metadata={"metrics": {"loss": 0.1}})
+    assert given.manifest["metrics"] == {"loss": 0.1}
+    (src / "metrics.json").write_text("[not an object")
+    assert "metrics" not in store.publish("a", "m", src).manifest
+    # each version by its number, the newest without one; the manifest as written
+    assert store.get("a", "m", 1).manifest == first.manifest
+    assert store.get("a", "m", 2).manifest["metrics"] == {"loss": 0.1}
+    assert store.get("a", "m").version == 3 and store.get("a", "m").model == "m"
+    text = (store.model_dir("a", "m") / "1" / "manifest.json").read_text()
+    assert text == json.dumps(first.manifest, indent=2, sort_keys=True)
+
+
+def test_a_missing_model_or_version_is_a_key_error_saying_which(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    with pytest.raises(KeyError, match="model a/m has no versions"):
+        store.get("a", "m")
+    src = tmp_path / "out"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    store.publish("a", "m", src)
+    with pytest.raises(KeyError, match="model a/m has no version 7"):
+        store.get("a", "m", 7)
+    with pytest.raises(FileNotFoundError, match=f"nothing to register: {tmp_path / 'none'}"):
+        store.publish("a", "m", tmp_path / "none")
+
+
+def test_a_run_archive_has_outputs_and_logs_and_replaces_the_one_before(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    dest = store.archive_run("a", "r", outputs=None, logs={})
+    assert sorted(p.name for p in dest.iterdir()) == ["logs", "outputs"]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.pt").write_bytes(b"w")
+    store.archive_run("a", "r", outputs=out, logs={})
+    assert (dest / "outputs" / "model.pt").read_bytes() == b"w"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["r"]  # no old one left beside
