@@ -152,3 +152,31 @@ def test_a_node_is_eligible_when_it_has_every_label_tolerates_and_is_not_exclude
     assert not admission.eligible(node, {"pool": "a"}, [])
     assert not admission.eligible(node, {"pool": "a"}, tolerate, frozenset({"n"}))
     assert admission.eligible(node, {"pool": "a"}, tolerate, frozenset({"m"}))
+
+
+def test_objects_that_leave_out_what_they_do_not_need_are_read_as_empty() -> None:
+    assert admission.pod_requests({}) == {"pods": Decimal(1)}
+    assert admission.pod_requests({"spec": {"containers": [{}]}}) == {"pods": Decimal(1)}
+    bare_node = {
+        "metadata": {"name": "bare"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    no_status = {"metadata": {"name": "no-status"}, "spec": {}}
+    pods = [{"spec": {"nodeName": "bare"}}, {}]  # no status: not ended; no spec: not bound
+    [node] = admission.free_nodes([no_status, bare_node], pods)
+    assert (node.name, node.labels, list(node.taints)) == ("bare", {}, [])
+    assert node.free == {"pods": Decimal(-1)}
+
+
+@pytest.mark.parametrize(
+    ("pod", "gated"),
+    [
+        ({"spec": {"schedulingGates": [{"name": admission.GANG_GATE}]}}, True),
+        ({"spec": {"schedulingGates": [{"name": "other"}, {"name": admission.GANG_GATE}]}}, True),
+        ({"spec": {"schedulingGates": [{"name": "other"}]}}, False),
+        ({"spec": {}}, False),
+        ({}, False),
+    ],
+)
+def test_a_pod_waits_for_admission_while_it_has_the_gang_gate(pod: Any, gated: bool) -> None:
+    assert admission.is_gated(pod) is gated
