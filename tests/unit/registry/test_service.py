@@ -24,6 +24,7 @@ from tests.unit.registry import hostile
 from torchyard.registry import Store, service
 from torchyard.registry.client import TOKEN_HEADER
 from torchyard.registry.service import CachingAuthorizer, Limits, RunIdentity
+from torchyard.registry.store import TMP_PREFIX
 
 A, B = "team-a", "team-b"
 WRITER = f"system:serviceaccount:{A}:trainer"  # the node Pods of a's runs
@@ -259,6 +260,81 @@ def test_a_reader_reads_but_may_not_write_or_promote(served: Served, stand_in: S
     assert put(served, "r", "model.pt", b"x", token=READER) == (403, said)
     assert served.promote({"run": "r"}, token=READER) == (403, said.decode())
     assert (served.root / A / "runs/r/outputs/model.pt").read_bytes() == b"w"
+
+
+def test_a_reader_lists_and_downloads_a_run_and_its_snapshots_but_stores_none(
+    served: Served,
+) -> None:
+    assert put(served, "r", "model.pt", b"w")[0] == 201
+    data = b"a snapshot"
+    sha = hashlib.sha256(data).hexdigest()
+    snapshot = f"/v1/namespaces/{A}/snapshots/{sha}"
+    assert served.call("PUT", snapshot, READER, data) == (
+        403,
+        f"{READER} may not create modelversions in {A}".encode(),
+    )
+    assert not (served.root / A / "snapshots").exists()
+    assert served.call("PUT", snapshot, USER, data) == (
+        201,
+        json.dumps({"sha256": sha, "size": len(data)}).encode(),
+    )
+    # stored once: the same again is answered from what is there
+    assert served.call("PUT", snapshot, USER, data) == (
+        200,
+        json.dumps({"sha256": sha, "size": len(data)}).encode(),
+    )
+    assert served.call("GET", snapshot, READER) == (200, data)
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/r", READER) == (
+        200,
+        json.dumps({"files": ["outputs/model.pt"]}).encode(),
+    )
+
+
+def test_a_runs_listing_names_its_files_but_no_link_temporary_or_folder(served: Served) -> None:
+    assert put(served, "r", "model.pt", b"w")[0] == 201
+    assert put(served, "r", "sub/deep.pt", b"d")[0] == 201
+    outputs = served.root / A / "runs" / "r" / "outputs"
+    (outputs / "linked.pt").symlink_to(outputs / "model.pt")
+    (outputs / f"{TMP_PREFIX}upload-abc").write_bytes(b"half")
+    (outputs / "empty").mkdir()
+    code, body = served.call("GET", f"/v1/namespaces/{A}/runs/r")
+    assert (code, json.loads(body)) == (200, {"files": ["outputs/model.pt", "outputs/sub/deep.pt"]})
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/none") == (
+        404,
+        b"no such run in the registry",
+    )
+
+
+def test_an_upload_answers_what_it_stored_and_a_path_that_is_a_folder_conflicts(
+    served: Served,
+) -> None:
+    sha = hashlib.sha256(b"w").hexdigest()
+    assert put(served, "r", "a/model.pt", b"w") == (
+        201,
+        json.dumps({"path": "a/model.pt", "size": 1, "sha256": sha}).encode(),
+    )
+    assert put(served, "r", "a", b"x") == (409, b"a is a folder in the archive")
+    assert put(served, "r", "a/model.pt/x", b"x") == (
+        409,
+        b"a folder of a/model.pt/x is a file in the archive",
+    )
+    path = f"/v1/namespaces/{A}/runs/r/outputs/late.pt"
+    code, body = served.call("PUT", path + "?commit=later", WRITER, b"late")
+    assert code == 202
+    upload = json.loads(body)["upload"]
+    late = hashlib.sha256(b"late").hexdigest()
+    assert served.call(
+        "POST", f"{path}?upload={upload}", WRITER, b"", {"X-Content-SHA256": late}
+    ) == (
+        201,
+        json.dumps({"path": "late.pt", "size": 4, "sha256": late}).encode(),
+    )
+    assert served.call(
+        "POST", f"{path}?upload={upload}", WRITER, b"", {"X-Content-SHA256": late}
+    ) == (
+        404,
+        b"no such pending upload (expired or restarted): upload again",
+    )
 
 
 # -- a run's archive is written by that run's ServiceAccount only ------------------------
