@@ -90,7 +90,6 @@ MODULES: dict[str, Module] = {
             "planning/test_admission_scan.py",
             "planning/test_admission_fit.py",
             "planning/test_exclusions.py",
-            "controller/test_admission_pass.py",
         ),
     ),
     "planning.rank": Module("planning/rank.py", ("planning/test_rank_env.py",)),
