@@ -337,6 +337,38 @@ def test_an_upload_answers_what_it_stored_and_a_path_that_is_a_folder_conflicts(
     )
 
 
+def test_a_body_whose_sha256_is_not_the_one_announced_is_refused_and_not_kept(
+    served: Served,
+) -> None:
+    got = hashlib.sha256(b"w").hexdigest()
+    wrong = {"X-Content-SHA256": "0" * 64}
+    path = f"/v1/namespaces/{A}/runs/r/outputs/model.pt"
+    assert served.call("PUT", path, WRITER, b"w", wrong) == (
+        400,
+        f"sha256 mismatch: got {got}".encode(),
+    )
+    # two uploads wait for their commits at once; a wrong digest drops the one it names
+    first = json.loads(served.call("PUT", path + "?commit=later", WRITER, b"w")[1])["upload"]
+    other = f"/v1/namespaces/{A}/runs/r/outputs/other.pt"
+    second = json.loads(served.call("PUT", other + "?commit=later", WRITER, b"o")[1])["upload"]
+    assert served.call("POST", f"{path}?upload={first}", WRITER, b"", wrong) == (
+        400,
+        f"sha256 mismatch: the service got {got}".encode(),
+    )
+    right = {"X-Content-SHA256": hashlib.sha256(b"o").hexdigest()}
+    assert served.call("POST", f"{other}?upload={second}", WRITER, b"", right)[0] == 201
+    assert sorted(p.name for p in (served.root / A / "runs/r/outputs").iterdir()) == ["other.pt"]
+    # a snapshot is stored under its own digest only, beside the others
+    for data in (b"one", b"two"):
+        sha = hashlib.sha256(data).hexdigest()
+        assert served.call("PUT", f"/v1/namespaces/{A}/snapshots/{sha}", USER, data)[0] == 201
+    assert served.call("PUT", f"/v1/namespaces/{A}/snapshots/{'0' * 64}", USER, b"x") == (
+        400,
+        f"sha256 mismatch: the body's is {hashlib.sha256(b'x').hexdigest()}".encode(),
+    )
+    assert len(list((served.root / A / "snapshots").iterdir())) == 2
+
+
 # -- a run's archive is written by that run's ServiceAccount only ------------------------
 
 
