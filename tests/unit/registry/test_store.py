@@ -284,3 +284,33 @@ def test_a_run_archive_has_outputs_and_logs_and_replaces_the_one_before(tmp_path
     store.archive_run("a", "r", outputs=out, logs={})
     assert (dest / "outputs" / "model.pt").read_bytes() == b"w"
     assert sorted(p.name for p in dest.parent.iterdir()) == ["r"]  # no old one left beside
+
+
+def test_an_archive_copies_a_single_file_and_the_files_links_point_at(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    single = tmp_path / "model.pt"
+    single.write_bytes(b"w")
+    dest = store.archive_run("a", "one", outputs=single, logs={})
+    assert (dest / "outputs" / "model.pt").read_bytes() == b"w"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "real.pt").write_bytes(b"r")
+    (out / "latest.pt").symlink_to(out / "real.pt")
+    dest = store.archive_run("a", "two", outputs=out, logs={})
+    copied = dest / "outputs" / "latest.pt"
+    assert not copied.is_symlink() and copied.read_bytes() == b"r"
+
+
+def test_a_run_is_published_once_even_beside_a_damaged_version(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    src = tmp_path / "out"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    store.publish("a", "m", src)
+    (store.model_dir("a", "m") / "1" / "manifest.json").write_text("{damaged")
+    meta = {"run": {"namespace": "a"}}
+    made, new = store.publish_run("a", "m", src, run="r", run_uid="u1", metadata=meta)
+    assert new and made.version == 2
+    assert made.manifest["run"] == {"namespace": "a", "name": "r", "uid": "u1"}
+    again, new = store.publish_run("a", "m", src, run="r", run_uid="u1")
+    assert not new and again.version == 2
