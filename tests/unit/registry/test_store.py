@@ -314,3 +314,9 @@ def test_a_run_is_published_once_even_beside_a_damaged_version(tmp_path: Path) -
     assert made.manifest["run"] == {"namespace": "a", "name": "r", "uid": "u1"}
     again, new = store.publish_run("a", "m", src, run="r", run_uid="u1")
     assert not new and again.version == 2
+
+
+def test_a_store_makes_its_root_with_the_folders_above_it(tmp_path: Path) -> None:
+    Store(tmp_path / "a" / "b" / "registry")
+    assert (tmp_path / "a" / "b" / "registry").is_dir()
+    Store(tmp_path / "a" / "b" / "registry")  # and opens it again
