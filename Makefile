@@ -23,11 +23,15 @@ DOCS_DEPS := $(TORCHYARD_CACHE)/docs-venv-py$(PYVER)-$(DOCS_LOCK_HASH)
 BROWSER_LOCK := tests/integration/web/requirements.lock
 BROWSER_LOCK_HASH := $(shell sha256sum $(BROWSER_LOCK) | cut -c1-12)
 BROWSER_DEPS := $(TORCHYARD_CACHE)/browser-venv-py$(PYVER)-$(BROWSER_LOCK_HASH)
+# The mutation tester (mutmut), pinned in tests/mutants.lock, in a venv keyed by that file's
+# hash that also sees the main venv's packages (a .pth file, as .venv does).
+MUTANTS_LOCK_HASH := $(shell sha256sum tests/mutants.lock | cut -c1-12)
+MUTANTS_DEPS := $(TORCHYARD_CACHE)/mutants-venv-py$(PYVER)-$(MUTANTS_LOCK_HASH)-$(LOCK_HASH)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv docs-venv browser browser-link tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
+.PHONY: all venv docs-venv browser browser-link mutants tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
@@ -36,6 +40,7 @@ help:
 	@echo "make crds   - regenerate crds/ from the API models"
 	@echo "make docs   - regenerate the reference and benchmarks pages, then build the site (build/site)"
 	@echo "make site   - build the documentation site with mkdocs --strict (no regeneration)"
+	@echo "make mutants - mutation testing of the guards: the score per module (MUTANTS='checkpoint rank': only these)"
 	@echo "make bench  - run every benchmark (BENCH_ARGS=--smoke: each at its smallest size)"
 	@echo "make peers  - build (once per version) Kubeflow's operators the benchmarks compare with, and Kueue"
 	@echo "make images - build the release images with buildah, their SBOMs and provenance (build/release)"
@@ -95,6 +100,23 @@ browser-link:
 	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
 	  deps=$$("$(BROWSER_DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
 	  echo "import site; site.addsitedir('$$deps')" > "$$site/torchyard-browser.pth"
+$(MUTANTS_DEPS)/.complete: $(DEPS)/.complete
+	@echo "[setup] mutation tester -> $(MUTANTS_DEPS)"
+	@rm -rf "$(MUTANTS_DEPS)"
+	@$(PYTHON) -m venv "$(MUTANTS_DEPS)"
+	@"$(MUTANTS_DEPS)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r tests/mutants.lock
+	@site=$$("$(MUTANTS_DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  deps=$$("$(DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  echo "import site; site.addsitedir('$$deps')" > "$$site/torchyard-deps.pth"
+	@touch "$@"
+
+# Mutation testing of the guards (tests/mutants.py): each listed module's mutants against its
+# own unit tests, the score per module; MUTANTS='checkpoint rank': only these, MUTANTS_WORKERS=2.
+MUTANTS ?=
+MUTANTS_WORKERS ?= 1
+mutants: venv $(MUTANTS_DEPS)/.complete
+	@"$(MUTANTS_DEPS)/bin/python" -m tests.mutants --workers $(MUTANTS_WORKERS) \
+	  --results build/mutants/scores.json $(MUTANTS)
 
 tools: venv
 	@$(PY) tests/cluster/binaries.py

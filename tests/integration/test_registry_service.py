@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import http.client
 import json
 import threading
 import urllib.error
@@ -30,6 +31,7 @@ from torchyard import k8s
 from torchyard.api.wire import REGISTRY_AUDIENCE as AUDIENCE
 from torchyard.launch_transfer import upload_file
 from torchyard.registry import Store, service
+from torchyard.registry.store import TMP_PREFIX
 from torchyard.registry_server import kubernetes_authorizer
 
 
@@ -262,6 +264,20 @@ def test_twenty_concurrent_promotions_get_versions_1_to_20(
     assert all(store.verify(store.get(namespace, "m", v)) == [] for v in range(1, 21))
 
 
+def half_upload(
+    port: int, token: str, ns: str, name: str, data: bytes
+) -> http.client.HTTPConnection:
+    """A PUT of ``data`` to run ``big``'s outputs that sends half the body, then waits."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.putrequest("PUT", f"/v1/namespaces/{ns}/runs/big/outputs/{name}")
+    conn.putheader("Authorization", f"Bearer {token}")
+    conn.putheader("X-Content-SHA256", hashlib.sha256(data).hexdigest())
+    conn.putheader("Content-Length", str(len(data)))
+    conn.endheaders()
+    conn.send(data[: len(data) // 2])
+    return conn
+
+
 def test_killing_the_service_mid_upload_leaves_nothing_partial(
     tmp_path: Path, namespace: str, cluster: Cluster
 ) -> None:
@@ -299,44 +315,49 @@ def test_killing_the_service_mid_upload_leaves_nothing_partial(
         raise AssertionError("the registry service did not start")
 
     token = trainer_token(namespace)
+    training_run(namespace, "big", service_account_of(token))
     svc = Service.__new__(Service)
     svc.url = f"http://127.0.0.1:{port}"
     proc = start()
-    blobs = {f"part-{i}.bin": os.urandom(1 << 20) * 16 for i in range(20)}  # 20 x 16 MiB
+    # Two files land whole before the kill; four are cut off half-way: each sends half its
+    # body, and the kill comes once the service has written part of every one of them to
+    # its temporary files (seen in its own store), so the kill is known to hit them.
+    whole = {f"whole-{i}.bin": os.urandom(1 << 20) for i in range(2)}
+    halves = {f"half-{i}.bin": os.urandom(1 << 20) * 8 for i in range(4)}
+    for name, data in whole.items():
+        assert upload(svc, token, namespace, "big", name, data)[0] == 201
+    senders = [half_upload(port, token, namespace, name, data) for name, data in halves.items()]
 
-    def send(name: str) -> int:
-        try:
-            return int(upload(svc, token, namespace, "big", name, blobs[name])[0])
-        except OSError:
-            return 0  # the connection died with the service
+    def written_in_part() -> bool:
+        tmp = [p for p in root.rglob(f"{TMP_PREFIX}upload-*") if p.is_file()]
+        return len(tmp) == len(halves) and all(p.stat().st_size > 0 for p in tmp)
 
-    with ThreadPoolExecutor(20) as pool:
-        futures = [pool.submit(send, name) for name in blobs]
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        results = [f.result() for f in futures]
-    assert 0 in results, "the kill came too late to interrupt any upload"
+    cluster.wait_for("the service writing every cut-off upload", written_in_part)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for sender in senders:
+        with pytest.raises(OSError):  # the service died before it answered
+            sender.getresponse()
+        sender.close()
     proc = start()
     try:
         outputs = root / namespace / "runs" / "big" / "outputs"
-        visible = sorted(p.name for p in outputs.iterdir()) if outputs.exists() else []
-        for name in visible:
-            data = (outputs / name).read_bytes()
-            assert data == blobs[name], f"{name} is partial"
-        assert not [p for p in root.rglob("*") if p.name.startswith(".tmp-")]
+        assert sorted(p.name for p in outputs.iterdir()) == sorted(whole)
+        assert all((outputs / name).read_bytes() == data for name, data in whole.items())
+        assert not [p for p in root.rglob("*") if p.name.startswith(TMP_PREFIX)]
         # What did land can be promoted, and the store verifies.
-        if visible:
-            code, _ = svc.call(
-                "POST",
-                f"/v1/namespaces/{namespace}/models/big/versions",
-                token,
-                b'{"run": "big"}',
-                {"Content-Type": "application/json"},
-            )
-            assert code == 201
-            store = Store(root)
-            assert store.verify(store.get(namespace, "big")) == []
+        code, _ = svc.call(
+            "POST",
+            f"/v1/namespaces/{namespace}/models/big/versions",
+            token,
+            b'{"run": "big"}',
+            {"Content-Type": "application/json"},
+        )
+        assert code == 201
+        store = Store(root)
+        version = store.get(namespace, "big")
+        assert store.verify(version) == []
+        assert sorted(f["path"] for f in version.manifest["files"]) == sorted(whole)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)

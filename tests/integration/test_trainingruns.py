@@ -157,7 +157,7 @@ def test_run_stays_queued_with_the_reason_until_capacity_frees(
 
 @pytest.mark.parametrize("extra_pool", [(4, 8)], indirect=True)
 def test_two_runs_that_fit_alone_never_end_up_half_scheduled(
-    cluster: Cluster, env: str, extra_pool: Pool
+    cluster: Cluster, env: str, extra_pool: Pool, operator: InProcessOperator
 ) -> None:
     ns, pool = env, extra_pool.name
     both_placed: list[dict[str, int]] = []
@@ -197,7 +197,10 @@ def test_two_runs_that_fit_alone_never_end_up_half_scheduled(
                 == ["Queued", "Running"]
             ),
         )
-        time.sleep(1)
+        # the watcher keeps looking until the operator has reconciled both runs as they are
+        # now with nothing due for either: any later placement would need a new event
+        for name in ("left", "right"):
+            operator.caught_up("TrainingRun", ns, name)
     finally:
         stop.set()
         watcher.join()

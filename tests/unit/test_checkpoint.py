@@ -305,7 +305,8 @@ def test_without_a_checkpoint_folder_scripts_get_none_and_a_clear_error(
     monkeypatch.delenv(checkpoint.DIR_VARIABLE, raising=False)
     assert checkpoint.latest() is None
     assert checkpoint.should_save(5) is False
-    with pytest.raises(checkpoint.CheckpointError, match=r"spec\.checkpoints"):
+    said = r"spec\.checkpoints.*set it to a folder yourself"
+    with pytest.raises(checkpoint.CheckpointError, match=said):
         checkpoint.save_dir(1)
 
 
@@ -434,3 +435,129 @@ def test_other_nodes_wait_until_node_0_has_prepared_this_attempt(tmp_path: Path)
     late = checkpoint.NodeCheckpoints(str(tmp_path), 1, 2, attempt="uid-2", wait_seconds=0.3)
     with pytest.raises(checkpoint.CheckpointError, match="node 0's launcher did not prepare"):
         late.start()
+
+
+def test_files_in_sub_folders_are_listed_by_their_relative_path_and_checked(
+    tmp_path: Path,
+) -> None:
+    folder = Path(checkpoint.save_dir(3, str(tmp_path)))
+    (folder / "model" / "layers").mkdir(parents=True)
+    (folder / "model" / "layers" / "w.pt").write_bytes(b"layer weights")
+    (folder / "opt.pt").write_bytes(b"optimizer")
+    (folder / ".tmp-half-written").write_bytes(b"a temporary file of the store's")
+    (folder / "model" / ".tmp-notes").write_bytes(b"the script's own file")
+    checkpoint.done(3, str(tmp_path), rank=0)
+    assert checkpoint.finalize(3, 1, str(tmp_path))
+    body = checkpoint.manifest(str(folder))
+    assert body is not None
+    assert sorted(f["name"] for f in body["files"]) == [
+        "model/.tmp-notes",
+        "model/layers/w.pt",
+        "opt.pt",
+        "rank-0.done",
+    ]
+    assert checkpoint.is_complete(str(folder))
+    (folder / "model" / "layers" / "w.pt").write_bytes(b"LAYER WEIGHTS")  # same size
+    assert not checkpoint.is_complete(str(folder))
+    assert checkpoint.is_complete(str(folder), verify=False)
+
+
+def test_what_counts_as_complete_hashes_unless_told_not_to(tmp_path: Path) -> None:
+    complete(tmp_path, 1)
+    path = complete(tmp_path, 2)
+    (path / "shard-0.pt").write_bytes(b"WEIGHTS\x00")  # same size, other bytes
+    assert checkpoint.complete_steps(str(tmp_path)) == [1]
+    assert checkpoint.complete_steps(str(tmp_path), verify=False) == [1, 2]
+    assert checkpoint.latest(str(tmp_path)) == str(tmp_path / "step-1")
+    assert checkpoint.latest(str(tmp_path), verify=False) == str(path)
+    # finalizing again keeps the digests it listed: the damage is still seen
+    assert checkpoint.finalize(2, 2, str(tmp_path))
+    assert not checkpoint.is_complete(str(path))
+
+
+def test_a_linked_or_misnamed_step_folder_is_never_complete_nor_finalized(tmp_path: Path) -> None:
+    real = save(tmp_path / "elsewhere", 4, 1)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "step-4").symlink_to(real)
+    assert not checkpoint.finalize(4, 1, str(tmp_path / "run"))
+    assert not (real / "COMPLETE.json").exists()
+    assert checkpoint.manifest(str(tmp_path / "run" / "step-4")) is None
+    assert not checkpoint.finalize(5, 1, str(tmp_path / "run"))  # no folder at all
+    path = complete(tmp_path, 6)
+    os.rename(path, tmp_path / "backup")
+    assert not checkpoint.is_complete(str(tmp_path / "backup"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"worldSize": 0},
+        {"worldSize": -1},
+        {"worldSize": "2"},
+        {"files": [{"name": "shard-0.pt", "size": 8, "sha256": None}]},
+        {"files": [{"name": "shard-0.pt", "size": "8", "sha256": "0" * 64}]},
+    ],
+)
+def test_a_manifest_with_a_field_of_the_wrong_kind_is_not_well_formed(
+    tmp_path: Path, change: dict[str, object]
+) -> None:
+    path = complete(tmp_path, 2)
+    rewrite_manifest(path, change)
+    assert checkpoint.manifest(str(path)) is None
+    assert not checkpoint.is_complete(str(path))
+
+
+def test_a_manifest_over_16_mib_is_not_read(tmp_path: Path) -> None:
+    path = complete(tmp_path, 2)
+    body = (path / "COMPLETE.json").read_text()
+    (path / "COMPLETE.json").write_text(" " * (16 << 20) + body)  # valid JSON, too long
+    assert checkpoint.manifest(str(path)) is None
+    (path / "COMPLETE.json").write_text(" " * ((16 << 20) - len(body)) + body)
+    assert checkpoint.manifest(str(path)) is not None
+
+
+def test_a_distributed_checkpoint_of_one_byte_of_metadata_is_complete(tmp_path: Path) -> None:
+    folder = Path(checkpoint.save_dir(7, str(tmp_path)))
+    (folder / ".metadata").write_bytes(b"x")
+    assert checkpoint.is_complete(str(folder))
+
+
+def test_keep_counts_checkpoints_complete_by_size_and_keeps_saves_in_progress(
+    tmp_path: Path,
+) -> None:
+    for step in (1, 2, 6):
+        complete(tmp_path, step)
+    save(tmp_path, 4, 1)  # unfinished, older than the newest complete one: deleted
+    save(tmp_path, 9, 1)  # in progress, newer: kept
+    (tmp_path / "step-6" / "shard-0.pt").write_bytes(b"WEIGHTS\x00")  # no hashing in keep
+    outside = tmp_path.parent / f"{tmp_path.name}-target"
+    outside.mkdir()
+    (tmp_path / "step-0").symlink_to(outside)
+    assert checkpoint.keep(1, str(tmp_path)) == [0, 1, 2, 4]
+    assert checkpoint.steps(str(tmp_path)) == [6, 9]
+    assert outside.is_dir()  # the link went, not what it pointed to
+
+
+def test_keep_deletes_an_unfinished_save_between_two_it_keeps(tmp_path: Path) -> None:
+    for step in (1, 3, 6):
+        complete(tmp_path, step)
+    save(tmp_path, 4, 1)
+    assert checkpoint.keep(2, str(tmp_path)) == [1, 4]
+    assert checkpoint.steps(str(tmp_path)) == [3, 6]
+
+
+def test_quarantined_lists_the_folders_moved_aside(tmp_path: Path) -> None:
+    assert checkpoint.quarantined(str(tmp_path / "missing")) == []
+    complete(tmp_path, 20)
+    checkpoint.quarantine(20, str(tmp_path))
+    complete(tmp_path, 20)
+    checkpoint.quarantine(20, str(tmp_path))
+    assert sorted(checkpoint.quarantined(str(tmp_path))) == [
+        "quarantine-step-20",
+        "quarantine-step-20-2",
+    ]
+
+
+def test_a_negative_step_is_refused_saying_so(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="a checkpoint step must be >= 0, got -1"):
+        checkpoint.step_path(-1, str(tmp_path))

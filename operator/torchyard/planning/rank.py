@@ -56,7 +56,9 @@ def node_env(
             "TORCHYARD_LOGS": f"{workdir}/{LOGS_DIR}",
         }
     )
-    env = distributions.of(dist).node_env(dist, env)  # e.g. type none: no rendezvous
+    # e.g. type none: no rendezvous. Mutants of this line are equivalent: no type's
+    # node_env reads its spec argument.
+    env = distributions.of(dist).node_env(dist, env)  # pragma: no mutate
     reg = run.spec.outputs.register_
     if reg is not None and reg.export_onnx:
         env["TORCHYARD_EXPORT_ONNX"] = "1"

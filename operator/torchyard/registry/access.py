@@ -30,7 +30,9 @@ def token(request: web.Request) -> str:
     """``Authorization: Bearer``, or ``X-Torchyard-Token`` when the request came through
     the apiserver's service proxy (which authenticates the caller itself and drops
     ``Authorization`` before forwarding)."""
-    header = request.headers.get("Authorization", "")
+    # no mutate: headers' names have no case (aiohttp), and a stand-in for a missing
+    # header is no "Bearer " either; None instead of "" fails every request without one
+    header = request.headers.get("Authorization", "")  # pragma: no mutate
     if header.startswith("Bearer "):
         return header[7:].strip()
     return request.headers.get(TOKEN_HEADER, "").strip()

@@ -71,6 +71,7 @@ class Archives:
         keep = False  # a ?commit=later upload waits, out of sight, for its commit
         try:
             size, got = await bodies.receive(request, tmp, self.limits.upload_bytes, too_large)
+            # (headers' names have no case: mutants that change the name's case survive)
             expected = request.headers.get("X-Content-SHA256")
             if expected and expected != got:
                 raise web.HTTPBadRequest(text=f"sha256 mismatch: got {got}")
@@ -97,6 +98,7 @@ class Archives:
                 text="no such pending upload (expired or restarted): upload again"
             )
         tmp, _, got, size, _ = self.pending.pop(request.query["upload"])
+        # (headers' names have no case: mutants that change the name's case survive)
         if request.headers.get("X-Content-SHA256") != got:
             tmp.unlink(missing_ok=True)
             raise web.HTTPBadRequest(text=f"sha256 mismatch: the service got {got}")
@@ -128,7 +130,7 @@ class Archives:
         ns = await self.access.namespace(request, "create")
         sha = request.match_info["sha"]
         target = self.access.inside(ns, self.store.snapshot_path(ns, sha))
-        if target.is_file():
+        if target.is_file():  # (200 is also the default status: that mutant survives)
             return web.json_response({"sha256": sha, "size": target.stat().st_size}, status=200)
         limit, too_large = self.limits.snapshot_bytes, self.limits.snapshot_too_large
         bodies.too_large_up_front(request, limit, too_large)

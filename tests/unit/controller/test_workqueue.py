@@ -153,17 +153,24 @@ def test_a_keys_resync_offset_is_stable_and_within_the_period() -> None:
 def test_an_idle_queue_sleeps_until_an_add_without_polling() -> None:
     clock = Clock()
 
-    async def scenario() -> tuple[int, workqueue.Key]:
+    async def scenario() -> tuple[int, list[asyncio.TimerHandle], workqueue.Key]:
+        loop = asyncio.get_running_loop()
         queue = WorkQueue(clock=clock)
         taker = asyncio.create_task(queue.take())
-        await asyncio.sleep(1.5)  # an idle operator: no timer, no event
+        while clock.calls == 0:  # until the taker has looked at the empty queue
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)  # and gone on to wait
+        # An idle operator: nothing on the loop's clock (its private heap of timers) could
+        # wake the taker again, so nothing but an add can: no tick every second.
+        timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
         calls_while_idle = clock.calls
         queue.add(run("new"))
-        return calls_while_idle, await asyncio.wait_for(taker, 5)
+        return calls_while_idle, timers, await asyncio.wait_for(taker, 5)
 
-    calls, key = asyncio.run(scenario())
+    calls, timers, key = asyncio.run(scenario())
+    assert timers == []
+    assert calls <= 3  # looked once, then slept
     assert key == run("new")
-    assert calls <= 3  # looked once, then slept: no tick every second
 
 
 def test_the_resync_period_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

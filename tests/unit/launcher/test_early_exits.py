@@ -10,16 +10,40 @@ from pathlib import Path
 from tests.unit.launcher.test_launcher import launch, termination
 from torchyard import launch_node, launcher
 
-# Rank 1 (node 2: ranks 4 and 5 here) leaves at once; rank 0 "loses" it a moment later.
+# Rank 1 (node 2: ranks 4 and 5 here) leaves at once; rank 0 "loses" it once the launcher
+# has reaped it (its process is gone), so the launcher saw it leave first.
 LEAVES = """\
 import os, sys, time
+from pathlib import Path
 from torchyard import progress
 rank = int(os.environ["RANK"])
 if rank % 2 == 1:
     progress.report(3)
+    Path(f"pid-{rank}").write_text(str(os.getpid()))
     sys.exit(0)
-time.sleep(1.0)
+while not Path(f"pid-{rank + 1}").exists():
+    time.sleep(0.01)
+pid = int(Path(f"pid-{rank + 1}").read_text() or 0)
+while True:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.01)
 raise RuntimeError("[../gloo/transport/tcp/pair.cc:561] Connection closed by peer [10.0.0.5]:6105")
+"""
+
+# Rank 0 fails once rank 1 is ready; rank 1 exits 0 when the launcher stops it for that.
+LATE = """\
+import os, signal, sys, time
+from pathlib import Path
+if os.environ["RANK"] == "0":
+    while not Path("ready").exists():
+        time.sleep(0.01)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+Path("ready").write_text("")
+time.sleep(60)
 """
 
 
@@ -45,8 +69,7 @@ def test_ranks_that_all_succeeded_are_listed_for_the_other_nodes(tmp_path: Path)
 
 
 def test_a_rank_that_exited_0_after_the_failure_is_not_listed(tmp_path: Path) -> None:
-    late = "import os, sys, time\nif os.environ['RANK'] == '0':\n    sys.exit(3)\ntime.sleep(0.5)\n"
-    done = launch(tmp_path, late)
+    done = launch(tmp_path, LATE)
     assert done.returncode == 3, done.stderr
     assert "earlyExits" not in termination(tmp_path)
 

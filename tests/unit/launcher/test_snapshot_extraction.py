@@ -76,6 +76,8 @@ def archive(path: Path, members: list[Member]) -> Path:
     """A .tar.gz of ``members``, written as a stream (PAX, so any name survives)."""
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=9) as tar:
         for info, data in members:
+            if isinstance(data, io.BytesIO):
+                data.seek(0)  # the tables' members are made once and may be archived again
             tar.addfile(info, data)
     return path
 
@@ -174,6 +176,40 @@ def test_a_link_already_in_the_working_folder_is_not_written_through(
     assert (outside / "victim.py").read_text() == "original"
 
 
+def test_a_file_already_there_is_replaced_whole(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("a longer file that was there before")
+    tar = archive(tmp_path / "s.tar.gz", [file("train.py", b"new")])
+    assert launch_transfer.extract_snapshot(str(tar), str(work)) == 1
+    assert (work / "train.py").read_bytes() == b"new"
+
+
+def test_a_refused_snapshot_takes_back_only_what_it_made(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("there before")
+    members = [file("train.py", b"new"), file("made.py"), file("../escaped.py")]
+    with pytest.raises(launch_contract.LaunchError, match="outside the folder"):
+        launch_transfer.extract_snapshot(str(archive(tmp_path / "s.tar.gz", members)), str(work))
+    assert files_under(work) == ["train.py"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "unpacked"),
+    [(0o755, 0o755), (0o700, 0o755), (0o100, 0o755), (0o600, 0o644), (0o666, 0o644)],
+)
+def test_a_file_is_executable_when_any_of_its_execute_bits_was_set(
+    tmp_path: Path, mode: int, unpacked: int
+) -> None:
+    info, data = file("run.sh")
+    info.mode = mode
+    launch_transfer.extract_snapshot(
+        str(archive(tmp_path / "s.tar.gz", [(info, data)])), str(tmp_path / "w")
+    )
+    assert (tmp_path / "w" / "run.sh").stat().st_mode & 0o777 == unpacked
+
+
 def test_a_gzip_bomb_at_the_default_limit_stops_before_inflating(tmp_path: Path) -> None:
     """1 GiB + 1 byte of zeros: about 1 MiB compressed, refused from its header alone."""
     size = (1 << 30) + 1  # the default limit, as the registry service's
@@ -190,7 +226,9 @@ def test_a_gzip_bomb_at_the_default_limit_stops_before_inflating(tmp_path: Path)
 def test_many_small_files_add_up_to_the_limit(tmp_path: Path) -> None:
     tar = archive(tmp_path / "s.tar.gz", [zeros(f"part-{i}.bin", 400) for i in range(5)])
     with pytest.raises(
-        launch_contract.LaunchError, match=r"more than 1000 bytes \(at 'part-2.bin'"
+        launch_contract.LaunchError,
+        match=r"more than 1000 bytes \(at 'part-2.bin', 400 bytes\); leave large files out of "
+        r"the snapshot \(.torchyardignore\) or raise TORCHYARD_SNAPSHOT_MAX_BYTES",
     ):
         launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_bytes=1000)
     assert files_under(tmp_path / "w") == []
@@ -200,7 +238,11 @@ def test_many_small_files_add_up_to_the_limit(tmp_path: Path) -> None:
 def test_the_number_of_entries_is_limited_too(tmp_path: Path) -> None:
     members: list[Member] = [folder("d")] + [file(f"d/{i}.py", b"") for i in range(20)]
     tar = archive(tmp_path / "s.tar.gz", members)
-    with pytest.raises(launch_contract.LaunchError, match=r"more than 10 entries \(at 'd/9.py'\)"):
+    said = (
+        r"more than 10 entries \(at 'd/9.py'\); leave files out of the snapshot "
+        r"\(.torchyardignore\) or raise TORCHYARD_SNAPSHOT_MAX_FILES"
+    )
+    with pytest.raises(launch_contract.LaunchError, match=said):
         launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_files=10)
     assert files_under(tmp_path / "w") == []
 
@@ -251,6 +293,14 @@ def test_a_damaged_archive_is_a_clear_error(
     with pytest.raises(launch_contract.LaunchError, match="cannot unpack the snapshot"):
         launch_transfer.extract_snapshot(str(bad), str(tmp_path / "w"))
     assert files_under(tmp_path / "w") == []
+
+
+def test_what_is_not_a_gzip_at_all_is_refused_before_any_entry(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"not a gzip stream")
+    with pytest.raises(launch_contract.LaunchError) as refused:
+        launch_transfer.extract_snapshot(str(bad), str(tmp_path / "w"))
+    assert str(refused.value).startswith(f"cannot unpack the snapshot {bad}: ")
 
 
 def test_the_launcher_reports_a_refused_snapshot_and_fails_before_any_rank(

@@ -68,3 +68,17 @@ def test_node_rank_out_of_range_is_an_error() -> None:
 def test_export_onnx_is_told_to_the_script() -> None:
     body = TrainingRunBuilder("r").register("m", exportOnnx=True).obj()
     assert planning.node_env(api.parse_trainingrun(body), 0)["TORCHYARD_EXPORT_ONNX"] == "1"
+
+
+def test_node_env_names_the_run_and_how_it_launches() -> None:
+    env = planning.node_env(run_2x2(), 0)
+    assert env["TORCHYARD_RUN"] == "bert"
+    assert env["TORCHYARD_NAMESPACE"] == "vision"
+    assert env["TORCHYARD_LAUNCH"] == "process"
+    assert env["TORCHYARD_NNODES"] == "2"
+    assert env["TORCHYARD_NPROC_PER_NODE"] == "2"
+
+
+def test_every_process_gets_the_local_address_and_port() -> None:
+    envs = planning.rank_envs(run_2x2(), 1, master_addr="127.0.0.1", master_port=40000)
+    assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("127.0.0.1", "40000")}

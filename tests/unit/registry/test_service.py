@@ -22,19 +22,22 @@ from aiohttp import web
 
 from tests.unit.registry import hostile
 from torchyard.registry import Store, service
+from torchyard.registry.client import TOKEN_HEADER
 from torchyard.registry.service import CachingAuthorizer, Limits, RunIdentity
+from torchyard.registry.store import TMP_PREFIX
 
 A, B = "team-a", "team-b"
 WRITER = f"system:serviceaccount:{A}:trainer"  # the node Pods of a's runs
 NEIGHBOUR = f"system:serviceaccount:{A}:other"  # another Pod of namespace a
 USER = "alice"  # a person with create on modelversions in a
 OPERATOR = "system:serviceaccount:torchyard-system:operator"  # create on runrecords in a
+READER = "bob"  # a person with get, and only get, on modelversions in a
 
 
 @dataclass
 class StandIn:
-    """Tokens are the usernames; everyone may get and create in namespace a only; the
-    TrainingRuns of a run as ServiceAccount trainer."""
+    """Tokens are the usernames; everyone but the reader may get and create in namespace a
+    only, the reader only get; the TrainingRuns of a run as ServiceAccount trainer."""
 
     runs: dict[str, RunIdentity] = field(
         default_factory=lambda: {
@@ -45,7 +48,7 @@ class StandIn:
 
     def user(self, token: str) -> dict[str, Any] | None:
         self.calls.append(("user", token))
-        return {"username": token} if token in (WRITER, NEIGHBOUR, USER, OPERATOR) else None
+        return {"username": token} if token in (WRITER, NEIGHBOUR, USER, OPERATOR, READER) else None
 
     def allowed(
         self, user: dict[str, Any], verb: str, namespace: str, resource: str = "modelversions"
@@ -53,7 +56,7 @@ class StandIn:
         self.calls.append(("allowed", user["username"], verb, namespace))
         if resource == "runrecords":  # only the operator writes records
             return namespace == A and user["username"] == OPERATOR
-        return namespace == A
+        return namespace == A and (verb == "get" or user["username"] != READER)
 
     def training_run(self, namespace: str, name: str) -> RunIdentity | None:
         self.calls.append(("training_run", namespace, name))
@@ -220,6 +223,156 @@ def test_a_route_whose_variable_has_no_rule_is_refused_at_start(
 )
 def test_file_path_rule(value: str, ok: bool) -> None:
     assert (service.path_problem(value) is None) is ok
+
+
+# -- who may call at all, and read or write -----------------------------------------------
+
+
+def test_a_caller_without_a_valid_token_gets_401_asking_for_a_bearer_token(
+    served: Served,
+) -> None:
+    path = f"/v1/namespaces/{A}/models"
+    for headers, says in [
+        ({}, "a Kubernetes bearer token is required"),
+        ({"Authorization": "Basic dXNlcg=="}, "a Kubernetes bearer token is required"),
+        ({"Authorization": "Bearer nobody"}, "the token is not valid for the registry"),
+    ]:
+        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            assert (resp.status, resp.read().decode()) == (401, says)
+            assert resp.getheader("WWW-Authenticate") == "Bearer"
+        finally:
+            conn.close()
+
+
+def test_the_token_header_of_the_apiserver_proxy_is_read_when_there_is_no_bearer(
+    served: Served,
+) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+    try:
+        conn.request("GET", f"/v1/namespaces/{A}/models", headers={TOKEN_HEADER: f" {USER} "})
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+def test_a_reader_reads_but_may_not_write_or_promote(served: Served, stand_in: StandIn) -> None:
+    assert put(served, "r", "model.pt", b"w")[0] == 201
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/r/outputs/model.pt", READER) == (200, b"w")
+    assert ("allowed", READER, "get", A) in stand_in.calls
+    said = f"{READER} may not create modelversions in {A}".encode()
+    assert put(served, "r", "model.pt", b"x", token=READER) == (403, said)
+    assert served.promote({"run": "r"}, token=READER) == (403, said.decode())
+    assert (served.root / A / "runs/r/outputs/model.pt").read_bytes() == b"w"
+
+
+def test_a_reader_lists_and_downloads_a_run_and_its_snapshots_but_stores_none(
+    served: Served,
+) -> None:
+    assert put(served, "r", "model.pt", b"w")[0] == 201
+    data = b"a snapshot"
+    sha = hashlib.sha256(data).hexdigest()
+    snapshot = f"/v1/namespaces/{A}/snapshots/{sha}"
+    assert served.call("PUT", snapshot, READER, data) == (
+        403,
+        f"{READER} may not create modelversions in {A}".encode(),
+    )
+    assert not (served.root / A / "snapshots").exists()
+    assert served.call("PUT", snapshot, USER, data) == (
+        201,
+        json.dumps({"sha256": sha, "size": len(data)}).encode(),
+    )
+    # stored once: the same again is answered from what is there
+    assert served.call("PUT", snapshot, USER, data) == (
+        200,
+        json.dumps({"sha256": sha, "size": len(data)}).encode(),
+    )
+    assert served.call("GET", snapshot, READER) == (200, data)
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/r", READER) == (
+        200,
+        json.dumps({"files": ["outputs/model.pt"]}).encode(),
+    )
+
+
+def test_a_runs_listing_names_its_files_but_no_link_temporary_or_folder(served: Served) -> None:
+    assert put(served, "r", "model.pt", b"w")[0] == 201
+    assert put(served, "r", "sub/deep.pt", b"d")[0] == 201
+    outputs = served.root / A / "runs" / "r" / "outputs"
+    (outputs / "linked.pt").symlink_to(outputs / "model.pt")
+    (outputs / f"{TMP_PREFIX}upload-abc").write_bytes(b"half")
+    (outputs / "empty").mkdir()
+    code, body = served.call("GET", f"/v1/namespaces/{A}/runs/r")
+    assert (code, json.loads(body)) == (200, {"files": ["outputs/model.pt", "outputs/sub/deep.pt"]})
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/none") == (
+        404,
+        b"no such run in the registry",
+    )
+
+
+def test_an_upload_answers_what_it_stored_and_a_path_that_is_a_folder_conflicts(
+    served: Served,
+) -> None:
+    sha = hashlib.sha256(b"w").hexdigest()
+    assert put(served, "r", "a/model.pt", b"w") == (
+        201,
+        json.dumps({"path": "a/model.pt", "size": 1, "sha256": sha}).encode(),
+    )
+    assert put(served, "r", "a", b"x") == (409, b"a is a folder in the archive")
+    assert put(served, "r", "a/model.pt/x", b"x") == (
+        409,
+        b"a folder of a/model.pt/x is a file in the archive",
+    )
+    path = f"/v1/namespaces/{A}/runs/r/outputs/late.pt"
+    code, body = served.call("PUT", path + "?commit=later", WRITER, b"late")
+    assert code == 202
+    upload = json.loads(body)["upload"]
+    late = hashlib.sha256(b"late").hexdigest()
+    assert served.call(
+        "POST", f"{path}?upload={upload}", WRITER, b"", {"X-Content-SHA256": late}
+    ) == (
+        201,
+        json.dumps({"path": "late.pt", "size": 4, "sha256": late}).encode(),
+    )
+    assert served.call(
+        "POST", f"{path}?upload={upload}", WRITER, b"", {"X-Content-SHA256": late}
+    ) == (
+        404,
+        b"no such pending upload (expired or restarted): upload again",
+    )
+
+
+def test_a_body_whose_sha256_is_not_the_one_announced_is_refused_and_not_kept(
+    served: Served,
+) -> None:
+    got = hashlib.sha256(b"w").hexdigest()
+    wrong = {"X-Content-SHA256": "0" * 64}
+    path = f"/v1/namespaces/{A}/runs/r/outputs/model.pt"
+    assert served.call("PUT", path, WRITER, b"w", wrong) == (
+        400,
+        f"sha256 mismatch: got {got}".encode(),
+    )
+    # two uploads wait for their commits at once; a wrong digest drops the one it names
+    first = json.loads(served.call("PUT", path + "?commit=later", WRITER, b"w")[1])["upload"]
+    other = f"/v1/namespaces/{A}/runs/r/outputs/other.pt"
+    second = json.loads(served.call("PUT", other + "?commit=later", WRITER, b"o")[1])["upload"]
+    assert served.call("POST", f"{path}?upload={first}", WRITER, b"", wrong) == (
+        400,
+        f"sha256 mismatch: the service got {got}".encode(),
+    )
+    right = {"X-Content-SHA256": hashlib.sha256(b"o").hexdigest()}
+    assert served.call("POST", f"{other}?upload={second}", WRITER, b"", right)[0] == 201
+    assert sorted(p.name for p in (served.root / A / "runs/r/outputs").iterdir()) == ["other.pt"]
+    # a snapshot is stored under its own digest only, beside the others
+    for data in (b"one", b"two"):
+        sha = hashlib.sha256(data).hexdigest()
+        assert served.call("PUT", f"/v1/namespaces/{A}/snapshots/{sha}", USER, data)[0] == 201
+    assert served.call("PUT", f"/v1/namespaces/{A}/snapshots/{'0' * 64}", USER, b"x") == (
+        400,
+        f"sha256 mismatch: the body's is {hashlib.sha256(b'x').hexdigest()}".encode(),
+    )
+    assert len(list((served.root / A / "snapshots").iterdir())) == 2
 
 
 # -- a run's archive is written by that run's ServiceAccount only ------------------------

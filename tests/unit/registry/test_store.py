@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -10,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from torchyard.registry import Store, sha256_file
-from torchyard.registry.store import OutsideNamespace
+from torchyard.registry.store import (
+    METADATA_KEYS,
+    RUN_KEYS,
+    OutsideNamespace,
+    check_metadata,
+    human_size,
+)
 
 
 def model_folder(tmp_path: Path, content: bytes = b"weights") -> Path:
@@ -158,3 +166,157 @@ def test_paths_and_links_out_of_a_namespace_are_refused(tmp_path: Path) -> None:
     assert store.versions("a", "m") == []
     # Local mode (no ``within``) follows links as before.
     assert store.publish("a", "m", outputs).manifest["totalBytes"] == 6
+
+
+def test_a_link_that_stays_in_the_namespace_is_published_and_one_out_is_named(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "reg")
+    outputs = tmp_path / "reg" / "a" / "runs" / "r" / "outputs"
+    outputs.mkdir(parents=True)
+    (outputs / "model.pt").write_bytes(b"a's")
+    (outputs / "latest.pt").symlink_to(outputs / "model.pt")
+    within = tmp_path / "reg" / "a"
+    assert store.publish("a", "m", outputs, within=within).manifest["totalBytes"] == 6
+    with pytest.raises(OutsideNamespace) as refused:
+        store.inside("a", outputs / "../../../../elsewhere")
+    assert str(refused.value) == f"{outputs / '../../../../elsewhere'} leads out of namespace a"
+
+
+@pytest.mark.parametrize(
+    ("n", "said"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (1536, "1.5 KiB"),
+        (5 << 20, "5.0 MiB"),
+        (3 << 30, "3.0 GiB"),
+        (2048 << 40, "2048.0 TiB"),
+    ],
+)
+def test_sizes_are_said_in_binary_units(n: int, said: str) -> None:
+    assert human_size(n) == said
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        (
+            {"model": "x"},
+            "metadata key 'model' is the registry's own key; allowed: "
+            + ", ".join(sorted(METADATA_KEYS)),
+        ),
+        (
+            {"color": "x"},
+            "metadata key 'color' is not an allowed key; allowed: "
+            + ", ".join(sorted(METADATA_KEYS)),
+        ),
+        ({"run": "r"}, 'metadata "run" must be an object {"name", "uid"}'),
+        (
+            {"run": {"name": 1}},
+            "metadata run.name is not allowed: run holds the strings "
+            + ", ".join(sorted(RUN_KEYS)),
+        ),
+    ],
+)
+def test_caller_metadata_that_is_not_allowed_is_refused_saying_what_is(
+    metadata: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        check_metadata(metadata)
+    assert str(refused.value) == message
+
+
+def test_the_layout_is_namespace_then_runs_snapshots_and_models(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    root = tmp_path / "reg"
+    assert store.run_dir("a", "r") == root / "a" / "runs" / "r"
+    assert store.snapshot_path("a", "f00d") == root / "a" / "snapshots" / "f00d.tar.gz"
+    assert store.model_dir("a", "m") == root / "a" / "models" / "m"
+
+
+def test_a_versions_metrics_come_from_its_metrics_json_unless_the_caller_gives_them(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "reg")
+    src = tmp_path / "out"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    (src / "metrics.json").write_text('{"acc": 0.9, "epoch": 3, "note": "best"}')
+    first = store.publish("a", "m", src)
+    assert first.model == "m" and first.version == 1
+    assert first.manifest["metrics"] == {"acc": 0.9, "epoch": 3.0}  # numbers only
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", first.manifest["created"])
+    given = store.publish("a", "m", src, metadata={"metrics": {"loss": 0.1}})
+    assert given.manifest["metrics"] == {"loss": 0.1}
+    (src / "metrics.json").write_text("[not an object")
+    assert "metrics" not in store.publish("a", "m", src).manifest
+    # each version by its number, the newest without one; the manifest as written
+    assert store.get("a", "m", 1).manifest == first.manifest
+    assert store.get("a", "m", 2).manifest["metrics"] == {"loss": 0.1}
+    assert store.get("a", "m").version == 3 and store.get("a", "m").model == "m"
+    text = (store.model_dir("a", "m") / "1" / "manifest.json").read_text()
+    assert text == json.dumps(first.manifest, indent=2, sort_keys=True)
+
+
+def test_a_missing_model_or_version_is_a_key_error_saying_which(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    with pytest.raises(KeyError, match="model a/m has no versions"):
+        store.get("a", "m")
+    src = tmp_path / "out"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    store.publish("a", "m", src)
+    with pytest.raises(KeyError, match="model a/m has no version 7"):
+        store.get("a", "m", 7)
+    with pytest.raises(FileNotFoundError, match=f"nothing to register: {tmp_path / 'none'}"):
+        store.publish("a", "m", tmp_path / "none")
+
+
+def test_a_run_archive_has_outputs_and_logs_and_replaces_the_one_before(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    dest = store.archive_run("a", "r", outputs=None, logs={})
+    assert sorted(p.name for p in dest.iterdir()) == ["logs", "outputs"]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.pt").write_bytes(b"w")
+    store.archive_run("a", "r", outputs=out, logs={})
+    assert (dest / "outputs" / "model.pt").read_bytes() == b"w"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["r"]  # no old one left beside
+
+
+def test_an_archive_copies_a_single_file_and_the_files_links_point_at(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    single = tmp_path / "model.pt"
+    single.write_bytes(b"w")
+    dest = store.archive_run("a", "one", outputs=single, logs={})
+    assert (dest / "outputs" / "model.pt").read_bytes() == b"w"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "real.pt").write_bytes(b"r")
+    (out / "latest.pt").symlink_to(out / "real.pt")
+    dest = store.archive_run("a", "two", outputs=out, logs={})
+    copied = dest / "outputs" / "latest.pt"
+    assert not copied.is_symlink() and copied.read_bytes() == b"r"
+
+
+def test_a_run_is_published_once_even_beside_a_damaged_version(tmp_path: Path) -> None:
+    store = Store(tmp_path / "reg")
+    src = tmp_path / "out"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    store.publish("a", "m", src)
+    (store.model_dir("a", "m") / "1" / "manifest.json").write_text("{damaged")
+    meta = {"run": {"namespace": "a"}}
+    made, new = store.publish_run("a", "m", src, run="r", run_uid="u1", metadata=meta)
+    assert new and made.version == 2
+    assert made.manifest["run"] == {"namespace": "a", "name": "r", "uid": "u1"}
+    again, new = store.publish_run("a", "m", src, run="r", run_uid="u1")
+    assert not new and again.version == 2
+
+
+def test_a_store_makes_its_root_with_the_folders_above_it(tmp_path: Path) -> None:
+    Store(tmp_path / "a" / "b" / "registry")
+    assert (tmp_path / "a" / "b" / "registry").is_dir()
+    Store(tmp_path / "a" / "b" / "registry")  # and opens it again

@@ -275,3 +275,46 @@ def test_the_crd_names_every_class_in_the_order_they_are_checked() -> None:
     from torchyard.api.trainingrun_status import FAILURE_CLASSES
 
     assert tuple(rule.name for rule in classes.RULES) == FAILURE_CLASSES
+
+
+LONG = "ValueError: " + "x" * 400
+
+
+@pytest.mark.parametrize(
+    ("evidence", "matched"),
+    [
+        ({"reason": "OOMKilled", "exitCode": 137}, "reason OOMKilled"),
+        ({"signal": 11, "exitCode": 1}, "signal 11"),
+        ({"exitCode": 139}, "exit code 139"),
+        # the whole line the pattern found, stripped, and no other line
+        ({"message": "loading\nImportError: no foo  \nafter\nmore"}, "ImportError: no foo"),
+        ({"message": "ImportError: first line\nafter"}, "ImportError: first line"),
+        ({"message": "before\nImportError: last line"}, "ImportError: last line"),
+        ({"message": "\nImportError: after an empty line"}, "ImportError: after an empty line"),
+        ({"lines": ["ImportError: flagged"]}, "ImportError: flagged"),
+        ({"message": LONG}, LONG[:300]),  # at most 300 characters
+    ],
+)
+def test_what_matched_is_said_exactly(evidence: Any, matched: str) -> None:
+    found = classes.classify(evidence)
+    assert found is not None and found[1] == matched
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        ({"failureClass": "CudaOOM", "step": 4, "message": "a\nb\n"}, "CudaOOM|4|b"),
+        ({"failureClass": "CudaOOM", "class": "Other", "step": 4}, "CudaOOM|4|"),
+        ({"class": "Segfault", "step": 2, "message": "one line"}, "Segfault|2|one line"),
+        ({"reason": "OOMKilled", "message": None}, "OOMKilled|None|"),
+        ({"failureClass": "PythonException", "step": 1, "message": LONG * 2}, None),
+    ],
+)
+def test_a_signature_is_class_step_and_last_line_within_500_characters(
+    failure: Any, expected: str | None
+) -> None:
+    said = classes.signature(failure)
+    if expected is None:
+        assert said == f"PythonException|1|{LONG * 2}"[:500] and len(said) == 500
+    else:
+        assert said == expected
