@@ -34,13 +34,13 @@ import yaml
 
 import torchyard
 from tests.cluster import binaries, release
+from tests.cluster.chart import Helm
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.cluster.registry import OciRegistry, push_archive
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import _host_address
 from tests.integration.helpers import wait_status
-from tests.integration.test_chart import Helm
 from tests.node.test_chart_on_node import (
     SMALL,
     Release,

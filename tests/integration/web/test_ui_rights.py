@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder
+from tests.cluster.chart import service_account_kubeconfig
 from tests.cluster.harness import Cluster
-from tests.integration.helpers import service_account_kubeconfig
 from tests.integration.web.browser import READS, account
 from torchyard import k8s
 
