@@ -116,6 +116,7 @@ def record(
         "kind": "TrainingRun",
         "metadata": {
             **run.metadata,
+            "namespace": run.namespace,  # "default" when the YAML names none, as the archive
             "uid": str(run.metadata.get("uid") or uuid.uuid4()),
             "creationTimestamp": build.timestamp(started),
         },

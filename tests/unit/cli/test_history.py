@@ -97,3 +97,23 @@ def test_asking_for_what_is_not_there_says_so(
     assert "is not a DNS-1123 subdomain" in capsys.readouterr().err
     assert cli.main(["runs", "list", "-n", "default", "--registry", "./registry"]) == 1
     assert "--registry goes with --local" in capsys.readouterr().err
+
+
+def test_a_local_run_whose_yaml_names_no_namespace_is_recorded_in_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As its archive is: a TrainingRun YAML as users write it, with no metadata.namespace."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    monkeypatch.chdir(tmp_path)
+    body = TrainingRunBuilder("birds").nodes(1).procs(1).obj()
+    body["metadata"].pop("namespace", None)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(body))
+    argv = ["run", "run.yaml", "--local", "--source", ".", "--workdir", "./runs"]
+    assert cli.main([*argv, "--registry", "./registry"]) == 0
+    assert "record was not written" not in capsys.readouterr().out
+    [summary] = FolderRecords(tmp_path / "registry").list_records("default").items
+    assert (summary["namespace"], summary["name"], summary["phase"]) == (
+        "default",
+        "birds",
+        "Succeeded",
+    )
