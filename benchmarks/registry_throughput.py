@@ -67,7 +67,7 @@ SERVER = textwrap.dedent(
         # Every token is the node Pods' ServiceAccount of the one run "r" in "bench".
         def user(self, token):
             return {"username": "system:serviceaccount:bench:default"}
-        def allowed(self, user, verb, namespace):
+        def allowed(self, user, verb, namespace, resource="modelversions"):
             return True
         def training_run(self, namespace, name):
             return service.RunIdentity("bench-run-uid", "default")

@@ -15,6 +15,7 @@ import pytest
 from tests.builders import TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
+from tests.integration.conftest import operator_instead
 from tests.integration.helpers import (
     conditions,
     finish_pod,
@@ -35,19 +36,18 @@ def prepared(
     cluster: Cluster,
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
-    operator_client: k8s.Client,
+    operator: InProcessOperator,
 ) -> Iterator[str]:
     """``namespace`` with a volume for its inputs cache (a storage class of its own), an
-    operator that claims it, and a Ready Environment ``pytorch``."""
+    operator that claims it instead of the session's (which read its settings before this
+    class existed), and a Ready Environment ``pytorch``."""
     name = f"inputs-{namespace}"[:63]
     host_volume(cluster, name, f"/tmp/{name}", "50Gi")
     monkeypatch.setenv("TORCHYARD_INPUTS_STORAGE_CLASS", name)
-    op = InProcessOperator(operator_client)
-    op.start()
-    k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
-    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
-    yield namespace
-    op.stop()
+    with operator_instead(operator):
+        k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
+        wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
+        yield namespace
     cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
 
 

@@ -282,7 +282,13 @@ class WatchedReads:
         if len(self._gone) >= _TOMBSTONES:
             for old in list(self._gone)[: _TOMBSTONES // 2]:
                 del self._gone[old]
-        held = self._objects.pop(key, None)
+        held = self._objects.get(key)
+        deleted, kept = _version(obj), held.version if held is not None else None
+        if deleted is not None and kept is not None and kept > deleted:
+            # A namesake made after this one was deleted (a restarted gang's Pod the
+            # operator's own write put here before the watch told of the old one's end)
+            return
+        self._objects.pop(key, None)
         self._deleting.pop(key, None)
         versions = [v for v in (_version(obj), held.version if held else None) if v is not None]
         self._gone[key] = max(versions) if versions else None

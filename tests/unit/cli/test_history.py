@@ -18,11 +18,17 @@ from torchyard.records import FolderRecords
 
 TRAIN = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
+    from pathlib import Path
     from torchyard import progress
     rank = int(os.environ["RANK"])
     for step in range(1, 4):
         progress.report(step, total=3, loss=1.0 / step)
+    done = Path(os.environ["REPORTED"])  # rank 0 has reported: the failure stops no report
+    if rank == 0:
+        done.touch()
+    while not done.exists():
+        time.sleep(0.05)
     if os.environ.get("FAIL") and rank == 1:
         print("about to fail <script>alert(1)</script>", flush=True)
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -32,8 +38,10 @@ TRAIN = textwrap.dedent(
 
 def local_run(tmp_path: Path, fail: bool) -> int:
     body = TrainingRunBuilder("birds").nodes(2).procs(1).obj()
+    reported = tmp_path / f"reported-{fail}"
+    body["spec"]["env"] = [{"name": "REPORTED", "value": str(reported)}]
     if fail:
-        body["spec"]["env"] = [{"name": "FAIL", "value": "1"}]
+        body["spec"]["env"].append({"name": "FAIL", "value": "1"})
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(body))
     argv = ["run", "run.yaml", "--local", "--source", ".", "--workdir", "./runs"]
     return cli.main([*argv, "--registry", "./registry"])
@@ -107,6 +115,7 @@ def test_a_local_run_whose_yaml_names_no_namespace_is_recorded_in_default(
     monkeypatch.chdir(tmp_path)
     body = TrainingRunBuilder("birds").nodes(1).procs(1).obj()
     body["metadata"].pop("namespace", None)
+    body["spec"]["env"] = [{"name": "REPORTED", "value": str(tmp_path / "reported")}]
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(body))
     argv = ["run", "run.yaml", "--local", "--source", ".", "--workdir", "./runs"]
     assert cli.main([*argv, "--registry", "./registry"]) == 0

@@ -136,3 +136,21 @@ def test_an_event_on_its_way_when_the_pod_was_deleted_keeps_it_marked_as_being_d
     held.pods_seen([("ADDED", other)])
     [third] = held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")
     assert not third["metadata"].get("deletionTimestamp")
+
+
+def test_the_old_pods_delete_event_leaves_its_namesake_the_operator_already_made() -> None:
+    """A restarted gang's Pod, held from the operator's own write, is newer than the old
+    Pod of its name whose DELETED event the watch delivers after it: it stays held (else
+    the next reconcile finds it gone and restarts the gang again)."""
+    old = versioned(world.node_pod(0, phase="Running", node_name="gpu-0"), 3)
+    inner = Counting(world.run())
+    held = reads.WatchedReads(inner)
+    held.pods_listed.set()
+    held.pods_seen([("ADDED", old)])
+    fresh = versioned(world.node_pod(0, phase="Pending"), 9)
+    fresh["metadata"]["uid"] = "uid-new"
+    held.seen(k8s.PODS, None, fresh)  # as the operator's create answered it
+    held.pods_seen([("DELETED", versioned(old, 6))])  # the old Pod's end, told late
+    [kept] = held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")
+    assert kept["metadata"]["uid"] == "uid-new"
+    assert inner.calls == []  # answered from the held copy, not listed again
