@@ -26,8 +26,14 @@ BROWSER_DEPS := $(TORCHYARD_CACHE)/browser-venv-py$(PYVER)-$(BROWSER_LOCK_HASH)
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The tracking tests' MLflow server, pinned in tests/integration/tracking/requirements.lock, in a
+# venv of its own (keyed by that file's hash); the tests start its 'mlflow server', the
+# operator talks to it over its REST API (no mlflow package in the operator's image).
+MLFLOW_LOCK := tests/integration/tracking/requirements.lock
+MLFLOW_LOCK_HASH := $(shell sha256sum $(MLFLOW_LOCK) | cut -c1-12)
+export TORCHYARD_MLFLOW_VENV ?= $(TORCHYARD_CACHE)/mlflow-venv-py$(PYVER)-$(MLFLOW_LOCK_HASH)
 
-.PHONY: all venv docs-venv browser browser-link tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
+.PHONY: all venv docs-venv browser browser-link mlflow tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
@@ -91,6 +97,15 @@ browser: venv $(BROWSER_DEPS)/.complete
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q chromium >/dev/null; }
 	@$(MAKE) --no-print-directory browser-link
 
+$(TORCHYARD_MLFLOW_VENV)/.complete:
+	@echo "[setup] tracking tests' MLflow server -> $(TORCHYARD_MLFLOW_VENV)"
+	@rm -rf "$(TORCHYARD_MLFLOW_VENV)"
+	@$(PYTHON) -m venv "$(TORCHYARD_MLFLOW_VENV)"
+	@"$(TORCHYARD_MLFLOW_VENV)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r $(MLFLOW_LOCK)
+	@touch "$@"
+
+mlflow: $(TORCHYARD_MLFLOW_VENV)/.complete
+
 browser-link:
 	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
 	  deps=$$("$(BROWSER_DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
@@ -143,7 +158,7 @@ layers: venv
 unit: venv
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-integration: venv tools browser
+integration: venv tools browser mlflow
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 e2e: venv
