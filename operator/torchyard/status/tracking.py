@@ -22,7 +22,8 @@ def tracking_condition(tracking: Mapping[str, Any], uri: str) -> dict[str, Any]:
     """True when the MLflow run exists and the last call went through, else False."""
     error = tracking.get("error")
     if error:
-        return condition(CONDITION, False, "TrackingServerError", f"{uri}: {error}")
+        said = str(error) if uri in str(error) else f"{uri}: {error}"
+        return condition(CONDITION, False, "TrackingServerError", said)
     if tracking.get("runId"):
         return condition(
             CONDITION,
