@@ -85,12 +85,17 @@ docs-venv: $(DOCS_DEPS)/.complete
 
 # The web view's browser tests (tests/integration/web): Debian's chromium (apt, once) and
 # Playwright (cached venv, linked into .venv by a .pth file): a second run does nothing.
+# A venv of its own at $(1), from the pinned lock $(2) ($(3): what it is for).
+define locked_venv
+	@echo "[setup] $(3) -> $(1)"
+	@rm -rf "$(1)"
+	@$(PYTHON) -m venv "$(1)"
+	@"$(1)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r $(2)
+	@touch "$(1)/.complete"
+endef
+
 $(BROWSER_DEPS)/.complete:
-	@echo "[setup] browser tests' Playwright -> $(BROWSER_DEPS)"
-	@rm -rf "$(BROWSER_DEPS)"
-	@$(PYTHON) -m venv "$(BROWSER_DEPS)"
-	@"$(BROWSER_DEPS)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r $(BROWSER_LOCK)
-	@touch "$@"
+	$(call locked_venv,$(BROWSER_DEPS),$(BROWSER_LOCK),browser tests' Playwright)
 
 browser: venv $(BROWSER_DEPS)/.complete
 	@command -v chromium >/dev/null || { echo "[setup] chromium (Debian)"; \
@@ -98,11 +103,7 @@ browser: venv $(BROWSER_DEPS)/.complete
 	@$(MAKE) --no-print-directory browser-link
 
 $(TORCHYARD_MLFLOW_VENV)/.complete:
-	@echo "[setup] tracking tests' MLflow server -> $(TORCHYARD_MLFLOW_VENV)"
-	@rm -rf "$(TORCHYARD_MLFLOW_VENV)"
-	@$(PYTHON) -m venv "$(TORCHYARD_MLFLOW_VENV)"
-	@"$(TORCHYARD_MLFLOW_VENV)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r $(MLFLOW_LOCK)
-	@touch "$@"
+	$(call locked_venv,$(TORCHYARD_MLFLOW_VENV),$(MLFLOW_LOCK),tracking tests' MLflow server)
 
 mlflow: $(TORCHYARD_MLFLOW_VENV)/.complete
 
