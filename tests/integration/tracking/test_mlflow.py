@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,10 @@ from tests.integration.helpers import (
     wait_for,
     wait_status,
 )
-from torchyard import k8s
+from torchyard import api, k8s
+from torchyard.controller import context, tracking
+from torchyard.planning import pods
+from torchyard.planning import tracking as plan
 
 LOCK = Path(__file__).with_name("requirements.lock")
 
@@ -247,3 +253,40 @@ def test_a_server_that_fails_leaves_the_training_untouched_and_says_so(
             assert not any(k.startswith("MLFLOW_") for k in trainer_env(pod))
             finish_pod(cluster, ns, pod["metadata"]["name"], 0)
         wait_status(k8s.TRAININGRUNS, ns, "birds", lambda s: s.get("phase") == "Succeeded")
+
+
+def test_progress_is_mirrored_at_its_step_once_and_a_failure_ends_the_run_failed(
+    mlflow_server: str,
+) -> None:
+    """``controller.tracking`` against the real server, as a reconcile calls it (the
+    progress a KWOK Pod cannot log comes from the status here)."""
+    settings = pods.Settings(tracking=plan.Settings(uri=mlflow_server))
+    ctx = context.Context(k8s=None, settings=settings)  # type: ignore[arg-type]
+    body = TrainingRunBuilder("direct", "tracking-direct").obj()
+    body["metadata"]["uid"] = f"uid-{time.monotonic_ns()}"
+    run = api.parse_trainingrun(body)
+    log = logging.getLogger("test")
+    now = datetime.now(timezone.utc)
+    state = tracking.start(ctx, run, {}, "img", now, log)
+    assert state is not None and state["runId"] and not state.get("error")
+    for i, step in enumerate((10, 20, 20)):  # the same step twice: one point
+        status = {"phase": "Running", "progress": {"step": step, "metrics": {"loss": 1 / step}}}
+        state = tracking.mirror(
+            ctx, run, {"tracking": state}, status, None, now + timedelta(seconds=i), log
+        ).state
+        assert state is not None and state["step"] == step
+    failed = {"phase": "Failed", "restarts": 1, "failure": {"failureClass": "OutOfMemory"}}
+    mirrored = tracking.mirror(ctx, run, {"tracking": state}, failed, None, now, log)
+    assert mirrored.state is not None and mirrored.state["ended"] and mirrored.retry is None
+
+    history = urllib.request.urlopen(
+        f"{mlflow_server}/api/2.0/mlflow/metrics/get-history?run_id={state['runId']}&metric_key=loss",
+        timeout=10,
+    )
+    points = json.loads(history.read())["metrics"]
+    assert [(p["step"], p["value"]) for p in points] == [(10, 0.1), (20, 0.05)]
+    got = mlflow(mlflow_server, "runs/search", {"experiment_ids": [state["experimentId"]]})
+    (ended,) = [r for r in got["runs"] if r["info"]["run_id"] == state["runId"]]
+    tags = by_key(ended["data"]["tags"])
+    assert ended["info"]["status"] == "FAILED"
+    assert tags["torchyard.failure_class"] == "OutOfMemory" and tags["torchyard.attempt"] == "1"
