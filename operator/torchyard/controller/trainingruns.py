@@ -243,22 +243,19 @@ def _finished(
 ) -> tuple[Outcome | None, Result]:
     """A finished run: its record written once (``recording``; the TTL waits for it while
     the registry cannot be reached, since the record keeps the Pods' log tails), then its
-    TTL (``ttl_after_finished``)."""
+    TTL (``ttl_after_finished``); its MLflow run is ended when that failed before (the
+    TTL does not wait for the tracking server)."""
     recorded = recording.finished_run(ctx, body, seen.current, logger)
     outcome = None if recorded.status is None else Outcome(recorded.status, now, recorded.events)
-    if tracking.unfinished(ctx, seen.previous):  # its MLflow run not ended yet
-        retry = Result()
-        base = outcome or Outcome(dict(seen.previous), now)
-        outcome = _tracked(ctx, run, seen.previous, base, None, retry, logger)
-        if retry.requeue_after is not None and not recorded.hold:
-            return outcome, retry
     if recorded.hold:
-        return outcome, Result(requeue_after=recorded.retry)
-    result = ttl.finished(ctx, run, seen.children, seen.completed, now)
-    if recorded.retry is not None and (
-        result.requeue_after is None or recorded.retry < result.requeue_after
-    ):
-        result.requeue_after = recorded.retry
+        result = Result(requeue_after=recorded.retry)
+    else:
+        result = ttl.finished(ctx, run, seen.children, seen.completed, now)
+        if recorded.retry is not None:
+            result.requeue_after = _sooner(result.requeue_after, recorded.retry)
+    if tracking.unfinished(ctx, seen.previous):  # its MLflow run not ended yet
+        base = outcome or Outcome(dict(seen.previous), now)
+        outcome = _tracked(ctx, run, seen.previous, base, None, result, logger)
     return outcome, result
 
 

@@ -236,7 +236,7 @@ def test_a_server_that_fails_leaves_the_training_untouched_and_says_so(
 
         def warned(status: dict[str, Any]) -> bool:
             ready = conditions({"status": status}).get("TrackingReady") or {}
-            return status.get("phase") == "Running" and ready.get("status") == "False"
+            return status.get("phase") == "Running" and ready.get("reason") == "TrackingServerError"
 
         seen = wait_status(k8s.TRAININGRUNS, ns, "birds", warned)["status"]
         message = conditions({"status": seen})["TrackingReady"]["message"]
@@ -290,3 +290,35 @@ def test_progress_is_mirrored_at_its_step_once_and_a_failure_ends_the_run_failed
     tags = by_key(ended["data"]["tags"])
     assert ended["info"]["status"] == "FAILED"
     assert tags["torchyard.failure_class"] == "OutOfMemory" and tags["torchyard.attempt"] == "1"
+
+
+def test_a_run_ended_while_the_server_failed_is_cleaned_up_and_ended_in_mlflow_later(
+    cluster: Cluster, env: str, operator: InProcessOperator, mlflow_server: str
+) -> None:
+    ns = env
+    run = TrainingRunBuilder("later", ns).environment("pytorch").pool("cpu")
+    with tracking_to(operator, mlflow_server):
+        k8s.create(run.with_("spec.policy.ttlSecondsAfterFinished", 1).obj())
+        ids = wait_status(k8s.TRAININGRUNS, ns, "later", tracked)["status"]["tracking"]
+    with tracking_to(operator, f"http://127.0.0.1:{_free_port()}"):  # the server went away
+        for pod in run_pods(ns, "later"):
+            finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+
+        def failing(status: dict[str, Any]) -> bool:
+            ready = conditions({"status": status}).get("TrackingReady") or {}
+            return (
+                status.get("phase") == "Succeeded" and ready.get("reason") == "TrackingServerError"
+            )
+
+        failed = wait_status(k8s.TRAININGRUNS, ns, "later", failing)["status"]["tracking"]
+        assert failed["runId"] == ids["runId"] and "cannot be reached" in failed["error"]
+        # the TTL does not wait for the tracking server
+        wait_for("the Pods cleaned up", lambda: not run_pods(ns, "later"), timeout=15)
+        assert not k8s.get(k8s.TRAININGRUNS, ns, "later")["status"]["tracking"].get("ended")
+    with tracking_to(operator, mlflow_server):  # back: the run is ended once
+        done = wait_status(
+            k8s.TRAININGRUNS, ns, "later", lambda s: s.get("tracking", {}).get("ended"), timeout=60
+        )["status"]
+        assert conditions({"status": done})["TrackingReady"]["status"] == "True"
+    (ended,) = runs_tagged(mlflow_server, ids["experimentId"], "torchyard.run", "later")
+    assert ended["info"]["run_id"] == ids["runId"] and ended["info"]["status"] == "FINISHED"
