@@ -23,6 +23,8 @@ from typing import Any
 TIMEOUT_SECONDS = 10.0
 # The most of an error body an error message quotes.
 QUOTED_BYTES = 300
+# The most of an error body read (for its error_code).
+ERROR_BYTES = 1 << 20
 
 
 class TrackingError(Exception):
@@ -67,8 +69,8 @@ class Client:
             url += "?" + urllib.parse.urlencode(body)
         elif body is not None:
             data = json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
+            request = urllib.request.Request(url, data=data, method=method, headers=self.headers)
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 answer = response.read()
         except urllib.error.HTTPError as err:
@@ -86,20 +88,20 @@ class Client:
         """The id of the experiment ``name``, created when it is missing."""
         try:
             found = self.call("GET", "experiments/get-by-name", {"experiment_name": name})
-            return str(found["experiment"]["experiment_id"])
+            return field(found, "experiment", "experiment_id")
         except TrackingError as err:
             if err.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
         try:
-            return str(self.call("POST", "experiments/create", {"name": name})["experiment_id"])
+            return field(self.call("POST", "experiments/create", {"name": name}), "experiment_id")
         except TrackingError as err:  # created meanwhile (another replica, another worker)
             if err.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
         found = self.call("GET", "experiments/get-by-name", {"experiment_name": name})
-        return str(found["experiment"]["experiment_id"])
+        return field(found, "experiment", "experiment_id")
 
     def create_run(self, body: Mapping[str, Any]) -> str:
-        return str(self.call("POST", "runs/create", body)["run"]["info"]["run_id"])
+        return field(self.call("POST", "runs/create", body), "run", "info", "run_id")
 
     def search_runs(self, experiment_id: str, filter_: str) -> list[dict[str, Any]]:
         found = self.call(
@@ -117,9 +119,18 @@ class Client:
         self.call("POST", "runs/update", body)
 
 
+def field(answer: Any, *keys: str) -> str:
+    """``answer[k1][k2]...`` as text; a TrackingError when the server answered otherwise."""
+    for key in keys:
+        answer = answer.get(key) if isinstance(answer, dict) else None
+    if not isinstance(answer, str | int) or answer == "":
+        raise TrackingError(f"the tracking server answered without {'.'.join(keys)}")
+    return str(answer)
+
+
 def _refused(url: str, err: urllib.error.HTTPError) -> TrackingError:
     try:
-        raw = err.read(64 * 1024)
+        raw = err.read(ERROR_BYTES)
     except OSError:
         raw = b""
     error_code = ""

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from torchyard import api
+from torchyard.controller import mlflow_rest
 from torchyard.controller.context import Context, Event, Log
 from torchyard.controller.mlflow_rest import Client, TrackingError
 from torchyard.planning import tracking as plan
@@ -103,7 +104,7 @@ def _find_or_create(c: Client, run: api.TrainingRun, image: str, now: datetime) 
     experiment = c.experiment_id(name)
     mine = c.search_runs(experiment, f"tags.`torchyard.uid` = '{_key(run)}'")
     if mine:
-        run_id = str(mine[0]["info"]["run_id"])
+        run_id = mlflow_rest.field(mine[0], "info", "run_id")
     else:
         sweep = plan.sweep_of(run)
         parent = _parent(c, experiment, sweep, run.namespace, now) if sweep else None
@@ -122,7 +123,7 @@ def _parent(
     with lock:
         found = c.search_runs(experiment, plan.parent_filter(sweep[1]))
         if found:
-            return str(found[0]["info"]["run_id"])
+            return mlflow_rest.field(found[0], "info", "run_id")
         return c.create_run(plan.create_parent(experiment, sweep, namespace, _ms(now)))
 
 
