@@ -30,8 +30,14 @@ MUTANTS_DEPS := $(TORCHYARD_CACHE)/mutants-venv-py$(PYVER)-$(MUTANTS_LOCK_HASH)-
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The tracking tests' MLflow server, pinned in tests/integration/tracking/requirements.lock, in a
+# venv of its own (keyed by that file's hash); the tests start its 'mlflow server', the
+# operator talks to it over its REST API (no mlflow package in the operator's image).
+MLFLOW_LOCK := tests/integration/tracking/requirements.lock
+MLFLOW_LOCK_HASH := $(shell sha256sum $(MLFLOW_LOCK) | cut -c1-12)
+export TORCHYARD_MLFLOW_VENV ?= $(TORCHYARD_CACHE)/mlflow-venv-py$(PYVER)-$(MLFLOW_LOCK_HASH)
 
-.PHONY: all venv docs-venv browser browser-link mutants tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
+.PHONY: all venv docs-venv browser browser-link mutants mlflow tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
@@ -84,17 +90,27 @@ docs-venv: $(DOCS_DEPS)/.complete
 
 # The web view's browser tests (tests/integration/web): Debian's chromium (apt, once) and
 # Playwright (cached venv, linked into .venv by a .pth file): a second run does nothing.
+# A venv of its own at $(1), from the pinned lock $(2) ($(3): what it is for).
+define locked_venv
+	@echo "[setup] $(3) -> $(1)"
+	@rm -rf "$(1)"
+	@$(PYTHON) -m venv "$(1)"
+	@"$(1)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r $(2)
+	@touch "$(1)/.complete"
+endef
+
 $(BROWSER_DEPS)/.complete:
-	@echo "[setup] browser tests' Playwright -> $(BROWSER_DEPS)"
-	@rm -rf "$(BROWSER_DEPS)"
-	@$(PYTHON) -m venv "$(BROWSER_DEPS)"
-	@"$(BROWSER_DEPS)/bin/pip" install --quiet --disable-pip-version-check --no-deps -r $(BROWSER_LOCK)
-	@touch "$@"
+	$(call locked_venv,$(BROWSER_DEPS),$(BROWSER_LOCK),browser tests' Playwright)
 
 browser: venv $(BROWSER_DEPS)/.complete
 	@command -v chromium >/dev/null || { echo "[setup] chromium (Debian)"; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q chromium >/dev/null; }
 	@$(MAKE) --no-print-directory browser-link
+
+$(TORCHYARD_MLFLOW_VENV)/.complete:
+	$(call locked_venv,$(TORCHYARD_MLFLOW_VENV),$(MLFLOW_LOCK),tracking tests' MLflow server)
+
+mlflow: $(TORCHYARD_MLFLOW_VENV)/.complete
 
 browser-link:
 	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
@@ -165,7 +181,7 @@ layers: venv
 unit: venv
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-integration: venv tools browser
+integration: venv tools browser mlflow
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 e2e: venv

@@ -939,3 +939,35 @@ def test_the_gitops_example_builds_and_is_accepted_by_a_server_side_dry_run(
         assert "environment.torchyard.dev/pytorch-cpu created (server dry run)" in out
     finally:
         cluster.delete_namespace("ml-team")
+
+
+def _operator_env(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    (operator,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")
+    ]
+    return list(operator["spec"]["template"]["spec"]["containers"][0]["env"])
+
+
+def test_the_tracking_server_and_its_credentials_reach_the_operator_only_when_set(
+    helm: Helm,
+) -> None:
+    assert not [e for e in _operator_env(helm.template()) if "MLFLOW" in e["name"]]
+    env = _operator_env(
+        helm.template(
+            "--set",
+            "tracking.mlflow.uri=http://mlflow.mlflow:5000",
+            "--set",
+            "tracking.mlflow.credentialsSecret=mlflow-credentials",
+        )
+    )
+    by_name = {e["name"]: e for e in env}
+    assert by_name["TORCHYARD_MLFLOW_URI"]["value"] == "http://mlflow.mlflow:5000"
+    assert by_name["TORCHYARD_MLFLOW_SECRET"]["value"] == "mlflow-credentials"
+    for key in ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        ref = by_name[key]["valueFrom"]["secretKeyRef"]  # by reference, never a value
+        assert ref == {"name": "mlflow-credentials", "key": key, "optional": True}
+    # a URI the operator cannot call: refused with where, by the values' schema
+    refused = helm(
+        "template", "t", str(CHART), "--set", "tracking.mlflow.uri=file:///x", check=False
+    )
+    assert refused.returncode != 0 and "/tracking/mlflow/uri" in refused.stderr

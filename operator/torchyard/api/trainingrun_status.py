@@ -174,6 +174,21 @@ class ModelRef(Model):
     version: int = Field(description="Version number.")
 
 
+class TrackingStatus(Model):
+    """The run's MLflow run, with a tracking server configured (``controller.tracking``)."""
+
+    run_id: str | None = Field(default=None, description="The MLflow run's id.")
+    experiment_id: str | None = Field(default=None, description="Its experiment's id.")
+    experiment: str | None = Field(
+        default=None, description="Its experiment's name: the run's experiment, else its namespace."
+    )
+    step: int | None = Field(default=None, description="The last progress step mirrored into it.")
+    ended: bool | None = Field(default=None, description="Whether its end was sent (runs/update).")
+    error: str | None = Field(
+        default=None, description="The last error of the tracking server (TrackingReady=False)."
+    )
+
+
 class InputStatus(Model):
     """An input as the run got it: what its cache entry holds and what was fetched."""
 
@@ -257,4 +272,7 @@ class TrainingRunStatus(Model):
     model: ModelRef | None = Field(default=None, description="The registered model version.")
     inputs: list[InputStatus] | None = Field(
         default=None, description="The inputs as the run got them, once each is ready."
+    )
+    tracking: TrackingStatus | None = Field(
+        default=None, description="The run's MLflow run (with a tracking server configured)."
     )

@@ -117,6 +117,8 @@ class Context:
     # (kind, namespace, name) -> "uid/generation" of the Environment build last recorded
     # (``recording.built_environment``)
     recorded: dict[Key, str] = field(default_factory=dict)
+    # run uid -> (failed MLflow calls in a row, when to try again) (``tracking``)
+    tracking_tries: dict[str, tuple[int, datetime]] = field(default_factory=dict)
 
 
 @dataclass

@@ -42,6 +42,7 @@ from torchyard.controller import (
 )
 from torchyard.planning import inputs as run_inputs
 from torchyard.planning import names, pods
+from torchyard.planning import tracking as run_tracking
 from torchyard.status import exclusions
 
 # Work queue workers: a reconcile mostly waits on the apiserver (a new run's is about six
@@ -68,6 +69,10 @@ def _settings(memo: Any) -> pods.Settings:
         registry_token_file=os.environ.get("TORCHYARD_REGISTRY_TOKEN_FILE", ""),
         registry_ca=_registry_ca(os.environ.get("TORCHYARD_REGISTRY_CA_FILE", "")),
         inputs_cache=_inputs_cache(),
+        tracking=run_tracking.Settings(
+            uri=os.environ.get("TORCHYARD_MLFLOW_URI", ""),
+            secret=os.environ.get("TORCHYARD_MLFLOW_SECRET", ""),
+        ),
     )
 
 

@@ -49,11 +49,13 @@ from torchyard.controller import (
     refusals,
     suspension,
     telemetry,
+    tracking,
 )
 from torchyard.controller import ttl_after_finished as ttl
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.planning import checkpoints, names, pods
 from torchyard.status import deadlines, exclusions
+from torchyard.status import tracking as tracking_status
 from torchyard.status import trainingruns as run_status
 
 # How soon a run whose old attempt's Pods are still going is looked at again.
@@ -82,6 +84,8 @@ class Observed:
     current: list[dict[str, Any]]  # those of the current attempt
     stale: list[dict[str, Any]]  # those of earlier attempts, still there
     environment: Mapping[str, Any] | None = None  # None: missing (or not looked at)
+    # status.tracking as ``tracking.start`` just found it before the Pods (None: not asked)
+    tracking: Mapping[str, Any] | None = None
 
     @property
     def phase(self) -> str | None:
@@ -166,13 +170,16 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         return _restart(ctx, run, seen, verdict.restart, logger, now)
 
     result = Result(requeue_after=verdict.deadline_seconds_left)
-    applied = prepared = None
+    applied = prepared = tracked = None
     if seen.environment_ready and verdict.failure is None and not verdict.deadline_exceeded:
         if not seen.current:  # before a gang's Pods: its inputs must be in the cache
             prepared = inputs.prepare(ctx, run, seen.previous, logger, now)
         else:  # the gang has its Pods: its inputs were ready
             prepared = inputs.carried(seen.previous)
         if prepared is None or prepared.ready:
+            if not seen.current and not seen.stale:  # its MLflow run, before its Pods
+                tracked = tracking.start(ctx, run, seen.previous, _image(seen), now, logger)
+                seen = replace(seen, tracking=tracked)
             applied = _apply_children(ctx, run, seen, result, logger, now)
         elif not prepared.failure:
             result.requeue_after = _sooner(result.requeue_after, INPUTS_RETRY_SECONDS)
@@ -195,7 +202,31 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         )
         if not registration.done:
             result.requeue_after = REGISTER_RETRY_SECONDS
-    return _conclude(ctx, run, seen, observed, result, logger, now), result
+    outcome = _conclude(ctx, run, seen, observed, result, logger, now)
+    return _tracked(ctx, run, seen.previous, outcome, tracked, result, logger), result
+
+
+def _tracked(
+    ctx: Context,
+    run: api.TrainingRun,
+    previous: Mapping[str, Any],
+    outcome: Outcome,
+    started: Mapping[str, Any] | None,
+    result: Result,
+    logger: Log,
+) -> Outcome:
+    """The outcome with the run's MLflow run mirrored (``tracking``): ``status.tracking``,
+    its condition and Events, and a look again when a call to the server failed."""
+    mirrored = tracking.mirror(ctx, run, previous, outcome.status, started, outcome.at, logger)
+    if mirrored.state is None:
+        return outcome
+    outcome.status = tracking_status.with_tracking(
+        outcome.status, mirrored.state, ctx.settings.tracking.uri, outcome.at
+    )
+    outcome.events.extend(mirrored.events)
+    if mirrored.retry is not None:
+        result.requeue_after = _sooner(result.requeue_after, mirrored.retry)
+    return outcome
 
 
 def _sooner(current: float | None, seconds: float) -> float:
@@ -212,16 +243,19 @@ def _finished(
 ) -> tuple[Outcome | None, Result]:
     """A finished run: its record written once (``recording``; the TTL waits for it while
     the registry cannot be reached, since the record keeps the Pods' log tails), then its
-    TTL (``ttl_after_finished``)."""
+    TTL (``ttl_after_finished``); its MLflow run is ended when that failed before (the
+    TTL does not wait for the tracking server)."""
     recorded = recording.finished_run(ctx, body, seen.current, logger)
     outcome = None if recorded.status is None else Outcome(recorded.status, now, recorded.events)
     if recorded.hold:
-        return outcome, Result(requeue_after=recorded.retry)
-    result = ttl.finished(ctx, run, seen.children, seen.completed, now)
-    if recorded.retry is not None and (
-        result.requeue_after is None or recorded.retry < result.requeue_after
-    ):
-        result.requeue_after = recorded.retry
+        result = Result(requeue_after=recorded.retry)
+    else:
+        result = ttl.finished(ctx, run, seen.children, seen.completed, now)
+        if recorded.retry is not None:
+            result.requeue_after = _sooner(result.requeue_after, recorded.retry)
+    if tracking.unfinished(ctx, seen.previous):  # its MLflow run not ended yet
+        base = outcome or Outcome(dict(seen.previous), now)
+        outcome = _tracked(ctx, run, seen.previous, base, None, result, logger)
     return outcome, result
 
 
@@ -308,17 +342,17 @@ def _create_children(
     ctx: Context, run: api.TrainingRun, seen: Observed, result: Result, logger: Log, now: datetime
 ) -> admission.Admission:
     """The node Pods this attempt wants, created and admitted, and what they need first
-    (the MPI key, the checkpoint claim)."""
-    env_status = (seen.environment or {}).get("status", {})
+    (the MPI key, the checkpoint claim, the run's MLflow run: ``seen.tracking``)."""
     env_spec = (seen.environment or {}).get("spec", {})
     wanted = pods.pods(
         run,
-        image=str(env_status.get("image") or env_spec.get("image") or ""),
+        image=_image(seen),
         python=str(env_spec.get("python") or "python3"),
         attempt=seen.attempts.restarts,
         settings=ctx.settings,
         excluded=_excluded(seen),
         deadline_left=deadlines.pod_seconds(run, seen.previous, now),
+        tracking=seen.tracking if seen.tracking is not None else seen.previous.get("tracking"),
     )
     if not seen.current:
         mpi_keys.ensure(ctx, run)  # before the Pods that mount it
@@ -334,6 +368,13 @@ def _create_children(
         if seen.attempts.restarts == 0 and created is not None:
             telemetry.ADMISSION_WAIT_SECONDS.observe(max(0.0, (now - created).total_seconds()))
     return applied
+
+
+def _image(seen: Observed) -> str:
+    """The image the node Pods run: the Environment's built (or resolved) one, else its spec's."""
+    env_status = (seen.environment or {}).get("status", {})
+    env_spec = (seen.environment or {}).get("spec", {})
+    return str(env_status.get("image") or env_spec.get("image") or "")
 
 
 def _excluded(seen: Observed) -> list[str]:

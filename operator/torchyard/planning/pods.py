@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -24,6 +24,7 @@ from torchyard.api import TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
 from torchyard.planning import checkpoints, exclusions, names, shipped
 from torchyard.planning import inputs as run_inputs
+from torchyard.planning import tracking as run_tracking
 from torchyard.planning.rank import node_env
 
 GANG_GATE = wire.GANG_GATE
@@ -100,6 +101,8 @@ class Settings:
     log_limit_bytes: int | None = None
     # The namespaces' inputs caches: their claims, and the size their entries keep under.
     inputs_cache: run_inputs.CacheSettings = field(default_factory=run_inputs.CacheSettings)
+    # The MLflow tracking server (the chart's tracking.mlflow; no URI: none).
+    tracking: run_tracking.Settings = field(default_factory=run_tracking.Settings)
 
     def resolves(self, host: str) -> bool:
         if self.resolve_curated in ("all", "none"):
@@ -380,11 +383,13 @@ def pod(
     settings: Settings | None = None,
     excluded: Sequence[str] = (),
     deadline_left: int | None = None,
+    tracking: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Pod of node ``node_rank``: the launcher starts the ranks inside ``image``, on
     none of the ``excluded`` nodes (the run's ``status.excludedNodes``); its
     ``activeDeadlineSeconds`` is ``deadline_left``, the seconds left of the run's
-    ``policy.activeDeadlineSeconds`` (``status.deadlines.pod_seconds``; None: all of it)."""
+    ``policy.activeDeadlineSeconds`` (``status.deadlines.pod_seconds``; None: all of it);
+    ``tracking`` is the run's ``status.tracking`` (its MLflow run, ``planning.tracking.env``)."""
     settings = settings or Settings()
     in_workspace = run.spec.source.in_workspace
     env = launcher_env(
@@ -428,7 +433,8 @@ def pod(
         "name": "trainer",
         "image": image,
         "command": [python, LAUNCHER_PATH, *source_arguments(run), "--", *run.spec.command],
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
+        + run_tracking.env(settings.tracking, tracking),
         "ports": [{"name": "rendezvous", "containerPort": run.spec.distribution.master_port}],
         "volumeMounts": [
             {"name": "torchyard", "mountPath": SHIPPED_PACKAGE, "readOnly": True},
@@ -541,6 +547,7 @@ class PodOptions(TypedDict, total=False):
     settings: Settings | None
     excluded: Sequence[str]
     deadline_left: int | None
+    tracking: Mapping[str, Any] | None
 
 
 def pods(run: TrainingRun, *, image: str, **options: Unpack[PodOptions]) -> list[dict[str, Any]]:

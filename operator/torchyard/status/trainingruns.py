@@ -239,7 +239,8 @@ def _gather(
     ran = run_progress.final_progress(pods, now) or observed.progress or prev.get("progress")
     if ran:
         status["progress"] = dict(ran)
-    for key in ("startTime", "lastFailure", "suspensions", "excludedNodes", "inputs"):
+    # (status.tracking too: an operator without a tracking server keeps the run's link)
+    for key in ("startTime", "lastFailure", "suspensions", "excludedNodes", "inputs", "tracking"):
         if prev.get(key):
             status[key] = prev[key]
     if observed.inputs is not None and observed.inputs.entries:
