@@ -77,7 +77,7 @@ class Store:
             access_key=self.access_key,
             secret_key=self.secret_key,
             region=self.region,
-            when=datetime.datetime.now(datetime.UTC),
+            when=datetime.datetime.now(datetime.timezone.utc),
             payload_sha256=hashlib.sha256(body).hexdigest(),
         )
         request = urllib.request.Request(url, data=body or None, headers=headers, method=method)

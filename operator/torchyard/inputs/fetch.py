@@ -3,11 +3,12 @@
 :func:`fetch` takes the key's lock; an entry that is there and intact is a hit (nothing
 fetched); else the scheme's fetcher (``SCHEMES``: a module with ``fetch(source, staging,
 env, max_bytes) -> bytes received``) fills ``partial/<key>/data`` (and may write the
-revision it resolved to ``partial/<key>/revision``), and ``cache.commit`` lists, hashes and renames it into ``entries/<key>`` in one step. A
-scheme whose content may change under one URI (``s3``: a module with ``revision(source,
-env)``) is asked for its revision first, and an entry of another revision is fetched
-again. A failed fetch leaves the staging folder for the next try to go on from (the fetchers
-never keep a file that failed its check) and nothing in ``entries/``.
+revision it resolved to ``partial/<key>/revision``), and ``cache.commit`` lists, hashes
+and renames it into ``entries/<key>`` in one step. A scheme whose content may change
+under one URI (``s3``: a module with ``revision(source, env)``) is asked for its revision
+first, and an entry of another revision is fetched again. A failed fetch leaves the
+staging folder for the next try to go on from (the fetchers never keep a file that
+failed its check) and nothing in ``entries/``.
 
 ``python -m torchyard.inputs.fetch`` is the fetch Job's container (the torchyard image,
 CPU only, no Kubernetes API token): it evicts the keys the operator chose, fetches, and
@@ -103,7 +104,9 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None, termination_log: str = TERMINATION_LOG) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
-    source = Source(args.uri, args.sha256, tuple(args.include), tuple(args.exclude), args.reader, args.secret)
+    source = Source(
+        args.uri, args.sha256, tuple(args.include), tuple(args.exclude), args.reader, args.secret
+    )
     try:
         if source.key != args.key:
             raise InputError(

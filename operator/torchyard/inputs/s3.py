@@ -145,7 +145,7 @@ def _headers(store: Store, url: str) -> dict[str, str]:
         access_key=store.access_key,
         secret_key=store.secret_key,
         region=store.region,
-        when=datetime.datetime.now(datetime.UTC),
+        when=datetime.datetime.now(datetime.timezone.utc),
     )
 
 

@@ -204,7 +204,9 @@ def test_s3_uris_that_name_no_bucket_or_leave_the_prefix_are_refused(uri: str) -
 def test_the_secret_is_part_of_an_s3_key() -> None:
     one = Source("s3://birds/train", secret="store-a")
     assert cache_key(one) != cache_key(Source("s3://birds/train", secret="store-b"))
-    assert cache_key(one) != cache_key(Source("s3://birds/train", secret="store-a", include=("*.jpg",)))
+    assert cache_key(one) != cache_key(
+        Source("s3://birds/train", secret="store-a", include=("*.jpg",))
+    )
 
 
 # --- against a real S3 store -------------------------------------------------------------
@@ -236,7 +238,9 @@ def _tree(root: str, key: str) -> dict[str, bytes]:
 def test_a_prefix_is_fetched_once_then_served_from_the_cache(store, tmp_path) -> None:
     source = Source("s3://birds/train", secret="store")
     first = fetch(source, str(tmp_path), LIMIT, store.env())
-    assert _tree(str(tmp_path), source.key) == {k.removeprefix("train/"): v for k, v in FILES.items()}
+    assert _tree(str(tmp_path), source.key) == {
+        k.removeprefix("train/"): v for k, v in FILES.items()
+    }
     assert first.fetched_bytes == sum(len(v) for v in FILES.values())
     assert first.entry.revision.startswith("sha256:")
     second = fetch(source, str(tmp_path), LIMIT, store.env())
@@ -249,7 +253,9 @@ def test_patterns_keep_their_keys_and_a_pattern_that_keeps_none_fails(store, tmp
     fetch(jpg, str(tmp_path), LIMIT, store.env())
     assert _tree(str(tmp_path), jpg.key) == {"a.jpg": FILES["train/a.jpg"]}
     none = Source("s3://birds/train", include=("*.png",))
-    with pytest.raises(InputError, match=r"s3://birds/train holds no file matching include \['\*.png'\]"):
+    with pytest.raises(
+        InputError, match=r"s3://birds/train holds no file matching include \['\*.png'\]"
+    ):
         fetch(none, str(tmp_path), LIMIT, store.env())
     assert cache.read(str(tmp_path), none.key) is None
 
@@ -271,14 +277,18 @@ def test_wrong_credentials_name_the_input_and_the_s3_error(store, tmp_path, chan
 
 
 def test_a_missing_bucket_says_so(store, tmp_path) -> None:
-    with pytest.raises(InputError, match=r"s3://no-such-bucket/x: S3 answered HTTP 404 \(NoSuchBucket"):
+    with pytest.raises(
+        InputError, match=r"s3://no-such-bucket/x: S3 answered HTTP 404 \(NoSuchBucket"
+    ):
         fetch(Source("s3://no-such-bucket/x"), str(tmp_path), LIMIT, store.env())
 
 
 def test_an_input_over_the_limit_is_refused_before_a_byte(store, tmp_path) -> None:
     with pytest.raises(InputError, match="over the inputs cache's limit"):
         fetch(Source("s3://birds/big"), str(tmp_path), 1 << 20, store.env())
-    assert not os.listdir(os.path.join(cache.staging_dir(str(tmp_path), Source("s3://birds/big").key)))
+    assert not os.listdir(
+        os.path.join(cache.staging_dir(str(tmp_path), Source("s3://birds/big").key))
+    )
 
 
 def test_a_killed_fetch_resumes_where_it_stopped(store, tmp_path) -> None:
