@@ -9,17 +9,18 @@ fetch Job only; in local mode, the shell's.
 
 The fetch lists the prefix (ListObjectsV2, every page), keeps the keys the patterns
 keep, refuses a key that would land outside the input's folder, and GETs each object
-(path-style, signed with AWS Signature Version 4) into ``data/<key below the prefix>``
-through a ``.part`` file resumed with a Range request; a finished object is checked
-against its ETag (the MD5 of an object uploaded in one part) and recorded in
-``s3-done.json``, so a killed fetch does not fetch it again. The resolved revision is
-the sha256 of the listing kept (key, size, ETag), written to ``revision`` for the cache
-entry. Standard library only; tested against AWS's published signing examples and a
-real SeaweedFS S3 gateway in tests/unit/inputs/test_s3.py.
+(path-style, signed with AWS Signature Version 4; ``WORKERS`` at once) into
+``data/<key below the prefix>`` through a ``.part`` file resumed with a Range request;
+a finished object is checked against its ETag (the MD5 of an object uploaded in one
+part) and recorded in ``s3-done.json``, so a killed fetch does not fetch it again. The
+resolved revision is the sha256 of the listing kept (key, size, ETag), written to
+``revision`` for the cache entry. Standard library only; tested against AWS's
+published signing examples and a real SeaweedFS S3 gateway in tests/unit/inputs/test_s3.py.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import hashlib
 import hmac
@@ -41,6 +42,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 DONE = "s3-done.json"
 REVISION = "revision"
 PARTS = "s3-parts"
+WORKERS = 8  # objects fetched at once, as an S3 client's managed transfer does
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _ADVICE = {
     "InvalidAccessKeyId": "the access key is not one the store knows: check "
@@ -251,6 +253,15 @@ def _kept(source: Source, objects: list[Object], prefix: str) -> list[tuple[str,
         path = obj.key[len(prefix) :]
         if patterns.wanted(path, source.include, source.exclude):
             kept.append((relative(obj.key, prefix), obj))
+    paths = {path for path, _ in kept}
+    for path, obj in kept:
+        folders = ["/".join(path.split("/")[:i]) for i in range(1, path.count("/") + 1)]
+        clash = next((f for f in folders if f in paths), None)
+        if clash is not None:
+            raise InputError(
+                f"the bucket holds both {prefix + clash!r} and {obj.key!r}: one path cannot be "
+                "a file and a folder; exclude one of them with the patterns"
+            )
     return kept
 
 
@@ -308,23 +319,42 @@ def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) 
     done_file = os.path.join(staging, DONE)
     done = _load(done_file)
     os.makedirs(os.path.join(staging, PARTS), exist_ok=True)
+    wanted = [
+        (path, obj)
+        for path, obj in kept
+        if not (done.get(obj.key) == obj.etag and os.path.isfile(os.path.join(staging, DATA, path)))
+    ]  # the others are whole from a fetch that was killed after them
     received = 0
-    for path, obj in kept:
-        target = os.path.join(staging, DATA, path)
-        if done.get(obj.key) == obj.etag and os.path.isfile(target):
-            continue  # whole from a fetch that was killed after it
+
+    def get(obj: Object) -> tuple[int, str]:
         part = os.path.join(staging, PARTS, hashlib.sha256(obj.key.encode()).hexdigest())
-        received += _object(store, bucket, obj, part, source, max_bytes)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.replace(part, target)
-        done[obj.key] = obj.etag
-        with open(done_file + ".tmp", "w") as f:
-            json.dump(done, f)
-        os.replace(done_file + ".tmp", done_file)
+        return _object(store, bucket, obj, part, source, max_bytes), part
+
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        futures = {pool.submit(get, obj): (path, obj) for path, obj in wanted}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                got, part = future.result()
+                path, obj = futures[future]
+                received += got
+                target = os.path.join(staging, DATA, path)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(part, target)
+                done[obj.key] = obj.etag
+                _save(done_file, done)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
     _prune(os.path.join(staging, DATA), {path for path, _ in kept})
     with open(os.path.join(staging, REVISION), "w") as f:
         f.write(revision_of(kept))
     return received
+
+
+def _save(path: str, done: Mapping[str, str]) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(done, f)
+    os.replace(path + ".tmp", path)
 
 
 def _prune(data: str, paths: set[str]) -> None:

@@ -163,6 +163,15 @@ def test_keys_that_would_leave_the_folder_are_refused(key: str) -> None:
         s3.relative(key, "data/")
 
 
+def test_a_key_that_is_also_a_folder_of_another_is_refused() -> None:
+    objects = [s3.Object("d/a", 1, "x"), s3.Object("d/a/b", 1, "y")]
+    with pytest.raises(InputError, match="cannot be a file and a folder"):
+        s3._kept(Source("s3://birds/d"), objects, "d/")
+    assert [p for p, _ in s3._kept(Source("s3://birds/d", exclude=("a",)), objects, "d/")] == [
+        "a/b"
+    ]
+
+
 def test_a_key_below_the_prefix_keeps_its_folders() -> None:
     assert s3.relative("data/train/a.jpg", "data/") == "train/a.jpg"
     assert s3.relative("a.jpg", "") == "a.jpg"
