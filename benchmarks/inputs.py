@@ -9,7 +9,7 @@ ranged parts on a thread pool, as ``aws s3 cp --recursive`` does). boto3 runs in
 interpreter (``--boto3-python``, default ``python3``: boto3 is only the benchmark's
 dependency, never the product's) and times itself from its first request, so neither
 arm pays an interpreter's start. The figure is the median throughput of each arm and the
-ratio torchyard / boto3 (target >= 0.8, issue #35).
+ratio torchyard / boto3 (target >= 0.8).
 
     python benchmarks/inputs.py [--objects 8 --mib 32 --repeat 3] [--smoke]
 """
