@@ -43,6 +43,8 @@ HELM_VERSION = "v4.3.1"
 COREDNS_VERSION = "v1.15.0"
 CRI_TOOLS_VERSION = "v1.37.0"
 SYFT_VERSION = "v1.57.1"
+# No tagged release of SeaweedFS is a Go module version; the proxy's pseudo-version pins one commit.
+SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
 
 
 @dataclass(frozen=True)
@@ -160,12 +162,19 @@ TOOLS: dict[str, Tool] = {
         commands={"syft": "github.com/anchore/syft/cmd/syft"},
         ldflags=(f"-X main.version={SYFT_VERSION}",),
     ),
+    # The S3 store the inputs tests fetch s3:// inputs from (tests/cluster/s3.py).
+    "seaweedfs": Tool(
+        name="seaweedfs",
+        version=SEAWEEDFS_VERSION,
+        module_dir="seaweedfs",
+        commands={"weed": "github.com/seaweedfs/seaweedfs/weed"},
+    ),
 }
-# Built only on request (by name, or by the real node or the release), not by a bare
-# `make tools`.
+# Built only on request (by name, or by the real node, the release or the S3 fixture),
+# not by a bare `make tools`.
 NODE_TOOLS = ("kubernetes-node", "coredns", "cri-tools")
 RELEASE_TOOLS = ("syft",)
-ON_REQUEST = (*NODE_TOOLS, *RELEASE_TOOLS)
+ON_REQUEST = (*NODE_TOOLS, *RELEASE_TOOLS, "seaweedfs")
 
 
 def cache_root() -> Path:

@@ -21,6 +21,15 @@ REPO = Path(__file__).resolve().parents[2]
 # script, the lines (regular expressions) its output must contain
 BENCHMARKS = [
     (
+        "inputs.py",
+        [
+            r"2 objects x 1 MiB, 1 round\(s\), SeaweedFS S3",
+            r"\n  torchyard +\d+\.\d MB/s",
+            r"\n  boto3 +\d+\.\d MB/s",
+            r"ratio torchyard / boto3: \d+\.\d\d \(target >= 0\.8: (met|not met)\)",
+        ],
+    ),
+    (
         "fanout.py",
         [
             r"round 3/3  N=   8  torchyard +\d+\.\d+s  ceiling +\d+\.\d+s  ratio +\d+\.\d+",

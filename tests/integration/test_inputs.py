@@ -2,7 +2,8 @@
 while one fetch Job fills the namespace's cache, holds no Pod (so no GPU) meanwhile, and
 is admitted only after the Job succeeded; a second run fetches nothing; concurrent runs
 share one Job; a failed fetch fails the runs that waited with the input, its URI and the
-fetcher's error; a pvc:// input waits for its claim."""
+fetcher's error; an s3:// input's Secret reaches its fetch Job only; a pvc:// input waits
+for its claim."""
 
 from __future__ import annotations
 
@@ -205,3 +206,41 @@ def test_a_claim_input_waits_for_its_claim(prepared: str) -> None:
         in (conditions(waiting)["Admitted"]["message"])
     )
     assert fetch_jobs(ns) == [], "a claim is mounted, not fetched"
+
+
+SHOTS = {"name": "shots", "uri": "s3://birds/train", "secretRef": "birds-store"}
+
+
+def test_an_s3_fetch_reads_its_secret_and_the_run_never_sees_it(
+    cluster: Cluster, prepared: str
+) -> None:
+    ns = prepared
+    k8s.create(run("shots", ns, SHOTS))
+    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "birds-store"}}]
+    error = (
+        "s3://birds/train: S3 answered HTTP 403 (InvalidAccessKeyId: The AWS Access Key Id "
+        "you provided does not exist in our records.): the access key is not one the store "
+        "knows: check AWS_ACCESS_KEY_ID in the input's Secret"
+    )
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 1, json.dumps({"error": error}))
+    failed = wait_status(
+        k8s.TRAININGRUNS, ns, "shots", lambda s: s.get("phase") == "Failed", timeout=60
+    )
+    assert failed["status"]["failure"]["message"] == f"input shots ({SHOTS['uri']}): {error}"
+    assert run_pods(ns, "shots") == []
+
+    # Fetched: the run's Pods mount the entry and get nothing of the Secret.
+    body = run("again", ns, SHOTS)
+    k8s.create(body)
+    [job] = wait_for(
+        "a new fetch Job",
+        lambda: [j for j in fetch_jobs(ns) if j["metadata"]["uid"] != job["metadata"]["uid"]],
+        timeout=60,
+    )
+    key = key_of(body, "shots")
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 0, done(key, 1234))
+    wait_status(k8s.TRAININGRUNS, ns, "again", lambda s: s.get("phase") == "Running", timeout=60)
+    [node] = run_pods(ns, "again")
+    assert "birds-store" not in json.dumps(node["spec"])

@@ -25,7 +25,16 @@ def web(**extra: Any) -> dict[str, Any]:
 
 
 REJECTED: list[tuple[str, dict[str, Any], str]] = [
-    ("unknown scheme", run_with({"name": "a", "uri": "s3://bucket/x"}), "uri must be"),
+    ("unknown scheme", run_with({"name": "a", "uri": "gs://bucket/x"}), "uri must be"),
+    ("s3 upper-case bucket", run_with({"name": "a", "uri": "s3://Birds/x"}), "uri must be"),
+    ("s3 short bucket", run_with({"name": "a", "uri": "s3://ab"}), "uri must be"),
+    ("s3 with a host", run_with({"name": "a", "uri": "s3://user@birds/x"}), "uri must be"),
+    ("secret on https", run_with(web(secretRef="store")), "secretRef is for s3"),
+    (
+        "secret not a name",
+        run_with({"name": "a", "uri": "s3://birds", "secretRef": "../x"}),
+        "spec.inputs[0].secretRef",
+    ),
     ("file scheme", run_with({"name": "a", "uri": "file:///etc/passwd"}), "uri must be"),
     ("a bare path", run_with({"name": "a", "uri": "/data"}), "uri must be"),
     ("https without sha256", run_with({"name": "a", "uri": "https://h/x"}), "sha256 is required"),
@@ -77,6 +86,8 @@ ACCEPTED = [
     ("model revision", run_with({"name": "base", "uri": "model://birds", "revision": "3"})),
     ("claim", run_with({"name": "data", "uri": "pvc://datasets/birds", "path": "/data"})),
     ("several", run_with(web(), {"name": "data", "uri": "pvc://datasets"})),
+    ("s3 prefix", run_with({"name": "shots", "uri": "s3://birds/train", "secretRef": "store"})),
+    ("s3 public bucket", run_with({"name": "shots", "uri": "s3://open.data-1"})),
 ]
 
 

@@ -1,7 +1,8 @@
 """Local mode's inputs: ``torchyard run --local`` fetches each input into this machine's
 cache under the cluster's keys before the launchers start, the script reads it through
 ``$TORCHYARD_INPUT_<NAME>`` in its arguments, a second run fetches nothing, a model://
-input comes from the local registry, and a bad input stops the run naming it. The runs
+input comes from the local registry, an s3:// input from a real S3 store (SeaweedFS) with
+the shell's credentials, and a bad input stops the run naming it. The runs
 are real launcher processes over tiny scripts; the web input is served by a local HTTP
 server the test starts."""
 
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from tests.builders import TrainingRunBuilder
+from tests.cluster import s3 as store_server
 from tests.unit.inputs.server import Files, serving
 from torchyard import api, cli
 from torchyard.inputs import cache
@@ -145,3 +147,28 @@ def test_an_input_it_cannot_have_stops_the_run_naming_it(
     argv = local_argv(tmp_path)
     assert cli.main(argv) == 1
     assert words in capsys.readouterr().err
+
+
+def test_an_s3_input_reads_the_store_with_the_shells_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    spec = {"name": "shots", "uri": "s3://local-birds/train", "secretRef": "birds-store"}
+    (tmp_path / "src").mkdir()
+    src = project(tmp_path / "src", [spec], ["$TORCHYARD_INPUT_SHOTS"])
+    monkeypatch.chdir(src)
+    with store_server.running() as store:
+        store.bucket("local-birds")
+        store.put("local-birds", "train/a.jpg", b"A")
+        store.put("local-birds", "train/b/c.jpg", b"C")
+        for name, value in store.env().items():
+            monkeypatch.setenv(name, value)
+        assert cli.main(local_argv(tmp_path)) == 0
+        assert seen(tmp_path / "runs") == ["a.jpg=A", "b/c.jpg=C"]
+        assert cli.main(local_argv(tmp_path)) == 0
+        assert "input shots: 2 bytes ready (0 fetched)" in capsys.readouterr().err
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+        store.put("local-birds", "train/d.jpg", b"D")  # a changed listing: fetched again
+        assert cli.main(local_argv(tmp_path)) != 0
+    err = capsys.readouterr().err
+    assert "input shots (s3://local-birds/train)" in err and "SignatureDoesNotMatch" in err

@@ -31,11 +31,11 @@ URI_PATTERN = (
     + _LABEL
     + r"(/[1-9][0-9]{0,8})?|pvc://"
     + _LABEL
-    + r"(/\S*)?)$"
+    + r"(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?)$"
 )
 URI_RULE = (
     "uri must be https://host/path (with sha256), model://<model>/<version> or "
-    "pvc://<claim>[/subpath]"
+    "pvc://<claim>[/subpath] or s3://<bucket>[/prefix]"
 )
 _DOTS = r"(^|/)(\.|%2[eE]){1,2}(/|$)"
 # Folders a mount may not cover: the system's, the launcher's and the token's.
@@ -49,6 +49,7 @@ REVISION_RULE = (
     "revision is a model:// input's version, when its uri has none (model://birds with "
     "revision '3' is model://birds/3); an https input is pinned by sha256"
 )
+SECRET_RULE = "secretRef is for s3:// inputs only: the Secret with the store's credentials"
 PATTERN_RULE = (
     "include and exclude patterns are relative to the input's folder: not empty, no leading '/'"
 )
@@ -99,6 +100,11 @@ class Input(Model):
             "fieldPath": ".uri",
         },
         {
+            "rule": "!has(self.secretRef) || self.uri.startsWith('s3://')",
+            "message": SECRET_RULE,
+            "fieldPath": ".secretRef",
+        },
+        {
             "rule": _cel_path(),
             "message": PATH_RULE,
             "fieldPath": ".path",
@@ -125,7 +131,8 @@ class Input(Model):
         ".tar, .tar.gz, .tgz, .zip unpacked; needs sha256), model://<model>/<version> (a "
         "ModelVersion of the model registry, read with the run's ServiceAccount) or "
         "pvc://<claim>[/subpath] (a PersistentVolumeClaim of the namespace, mounted "
-        "read-only; nothing is fetched).",
+        "read-only; nothing is fetched) or s3://<bucket>[/prefix] (every object under the "
+        "prefix of an S3-compatible store; see secretRef).",
     )
     mode: Literal["mount", "download"] = Field(
         default="mount",
@@ -164,6 +171,16 @@ class Input(Model):
         "download is checked against and what the cache knows it by.",
     )
 
+    secret_ref: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+        max_length=253,
+        description="An s3:// input's Secret in the run's namespace, given to the fetch Job "
+        "only (never to the run's Pods): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and "
+        "optionally AWS_ENDPOINT_URL (an S3-compatible store; default AWS) and AWS_REGION. "
+        "None: the bucket is read unsigned.",
+    )
+
     @property
     def canonical_uri(self) -> str:
         """The URI with a model's ``revision`` written into it (model://birds/3)."""
@@ -187,6 +204,7 @@ class Input(Model):
             tuple(self.include),
             tuple(self.exclude),
             reader if self.scheme == "model" else "",
+            self.secret_ref or "",
         )
 
     @model_validator(mode="after")
@@ -198,6 +216,8 @@ class Input(Model):
             uris.patterns_valid([*self.include, *self.exclude])
         except uris.InputError as err:
             raise ValueError(f"input {self.name}: {err}") from None
+        if self.secret_ref is not None and self.scheme != "s3":
+            raise ValueError(f"input {self.name}: {SECRET_RULE}")
         if self.path is not None and not _path_ok(self.path):
             raise ValueError(f"input {self.name}: {PATH_RULE}; got {self.path!r}")
         return self

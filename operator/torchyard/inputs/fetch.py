@@ -2,10 +2,13 @@
 
 :func:`fetch` takes the key's lock; an entry that is there and intact is a hit (nothing
 fetched); else the scheme's fetcher (``SCHEMES``: a module with ``fetch(source, staging,
-env, max_bytes) -> bytes received``) fills ``partial/<key>/data``, and
-``cache.commit`` lists, hashes and renames it into ``entries/<key>`` in one step. A
-failed fetch leaves the staging folder for the next try to go on from (the fetchers
-never keep a file that failed its check) and nothing in ``entries/``.
+env, max_bytes) -> bytes received``) fills ``partial/<key>/data`` (and may write the
+revision it resolved to ``partial/<key>/revision``), and ``cache.commit`` lists, hashes
+and renames it into ``entries/<key>`` in one step. A scheme whose content may change
+under one URI (``s3``: a module with ``revision(source, env)``) is asked for its revision
+first, and an entry of another revision is fetched again. A failed fetch leaves the
+staging folder for the next try to go on from (the fetchers never keep a file that
+failed its check) and nothing in ``entries/``.
 
 ``python -m torchyard.inputs.fetch`` is the fetch Job's container (the torchyard image,
 CPU only, no Kubernetes API token): it evicts the keys the operator chose, fetches, and
@@ -24,10 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
-from torchyard.inputs import cache, models, web
+from torchyard.inputs import cache, models, s3, web
 from torchyard.inputs.uris import InputError, Source, parse
 
-SCHEMES: dict[str, ModuleType] = {"https": web, "http": web, "model": models}
+SCHEMES: dict[str, ModuleType] = {"https": web, "http": web, "model": models, "s3": s3}
 TERMINATION_LOG = "/dev/termination-log"
 
 
@@ -56,17 +59,32 @@ def fetch(
             raise InputError(f"{source.uri}: {source.scheme}:// inputs are mounted, not fetched")
         fetcher = module.fetch
     key = source.key
+    env = dict(os.environ if env is None else env)
     with cache.locked(root, key):
         entry = cache.read(root, key)
-        if entry is not None and not cache.verify(root, entry):
+        if entry is not None and _current(entry, source, env) and not cache.verify(root, entry):
             cache.touch(root, key)
             return Fetched(entry, 0)
         if entry is not None:
-            cache.remove(root, key)  # damaged: fetched again
+            cache.remove(root, key)  # damaged or out of date: fetched again
         staging = cache.staging_dir(root, key)
         os.makedirs(staging, exist_ok=True)
-        received = fetcher(source, staging, dict(os.environ if env is None else env), max_bytes)
-        return Fetched(cache.commit(root, source), received)
+        received = fetcher(source, staging, env, max_bytes)
+        return Fetched(cache.commit(root, source, _resolved(staging)), received)
+
+
+def _current(entry: cache.Entry, source: Source, env: Mapping[str, str]) -> bool:
+    """Whether the entry holds the source's revision as its store has it now."""
+    resolve = getattr(SCHEMES.get(source.scheme), "revision", None)
+    return resolve is None or resolve(source, env) == entry.revision
+
+
+def _resolved(staging: str) -> str:
+    try:
+        with open(os.path.join(staging, "revision")) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _arguments(argv: Sequence[str]) -> argparse.Namespace:
@@ -77,6 +95,7 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--include", action="append", default=[])
     p.add_argument("--exclude", action="append", default=[])
     p.add_argument("--reader", default="", help="the ServiceAccount reading a model://")
+    p.add_argument("--secret", default="", help="the Secret an s3:// input is read with")
     p.add_argument("--max-bytes", type=int, required=True)
     p.add_argument("--key", required=True, help="the key the operator expects")
     p.add_argument("--evict", action="append", default=[], help="keys to take away first")
@@ -85,7 +104,9 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None, termination_log: str = TERMINATION_LOG) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
-    source = Source(args.uri, args.sha256, tuple(args.include), tuple(args.exclude), args.reader)
+    source = Source(
+        args.uri, args.sha256, tuple(args.include), tuple(args.exclude), args.reader, args.secret
+    )
     try:
         if source.key != args.key:
             raise InputError(

@@ -4,11 +4,13 @@ One parser for every side that reads an input: the API (a spec's input is refuse
 :func:`parse` refuses it), planning (the fetch Job, the mounts), the fetch Job itself and
 local mode. The schemes: ``https://`` and ``http://`` (a file or an archive, pinned by
 its sha256), ``model://<name>/<version>`` (a ModelVersion of the torchyard registry) and
-``pvc://<claim>[/subpath]`` (a claim mounted read-only, nothing fetched).
+``pvc://<claim>[/subpath]`` (a claim mounted read-only, nothing fetched) and
+``s3://<bucket>[/prefix]`` (the objects under a prefix of an S3-compatible store).
 
 The cache key is a sha256 of what decides an entry's content: the URI, the resolved
 revision (an https input's sha256; a model's version, which the registry never changes,
-and the ServiceAccount that reads it), the include and exclude patterns and the layout's
+and the ServiceAccount that reads it; an s3 input's Secret, which names the store and
+the credentials), the include and exclude patterns and the layout's
 FORMAT. Standard library only; tested in tests/unit/inputs/test_uris.py.
 """
 
@@ -25,13 +27,15 @@ from torchyard.launch_contract import INPUT_VARIABLE_PREFIX
 
 # Bump when an entry's layout changes: every key changes with it.
 FORMAT = "1"
-FETCHED_SCHEMES = ("https", "http", "model")
+FETCHED_SCHEMES = ("https", "http", "model", "s3")
 SCHEMES = (*FETCHED_SCHEMES, "pvc")
 # An input's name: what TORCHYARD_INPUT_<NAME> is made of (upper-cased).
 NAME = r"^[a-z][a-z0-9_]{0,31}$"
 SHA256 = r"^[a-f0-9]{64}$"
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _MODEL = re.compile(r"^model://(" + _DNS1123_LABEL + r")/([1-9][0-9]{0,8})$")
+# A bucket name as S3 allows it (3-63 of a-z 0-9 . -), then an optional key prefix.
+_BUCKET = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(.*))?$")
 _CLAIM = re.compile(r"^pvc://(" + _DNS1123_LABEL + r")(/(.*))?$")
 # A path segment that is '.' or '..', written plainly or %-encoded, after either slash.
 _DOT_SEGMENT = re.compile(r"(^|[/\\])(\.|%2[eE]){1,2}([/\\]|$)")
@@ -52,6 +56,8 @@ class Source:
     # Who reads a model:// input (its ServiceAccount): part of its key, so that a run
     # sees only what its own ServiceAccount may read.
     reader: str = ""
+    # The Secret an s3:// input reads the store with: part of its key, as the reader is.
+    secret: str = ""
 
     @property
     def scheme(self) -> str:
@@ -87,6 +93,24 @@ def model_of(uri: str) -> tuple[str, str]:
             "name as registered (a DNS-1123 label) and a version number (e.g. model://birds/3)"
         )
     return match.group(1), match.group(3)
+
+
+def bucket_of(uri: str) -> tuple[str, str]:
+    """(bucket, key prefix) of an s3:// URI, the prefix '' or ending in '/'; InputError
+    when it is not one or the prefix has a '.', '..' or empty segment."""
+    match = _BUCKET.match(uri)
+    if match is None:
+        raise InputError(
+            f"{uri!r} is not an s3 input: write s3://<bucket>[/prefix], the bucket's name "
+            "3 to 63 of a-z, 0-9, '.' and '-'"
+        )
+    prefix = match.group(3) or ""
+    if _DOT_SEGMENT.search(prefix) or "\\" in prefix or "//" in prefix:
+        raise InputError(
+            f"{uri!r}: the prefix may not hold a '.', '..' or empty segment, plain or "
+            "%-encoded, nor a backslash"
+        )
+    return match.group(1), prefix.rstrip("/") + "/" if prefix.strip("/") else ""
 
 
 def claim_of(uri: str) -> tuple[str, str]:
@@ -134,10 +158,13 @@ def parse(uri: str, sha256: str = "") -> str:
         model_of(uri)
     elif scheme == "pvc":
         claim_of(uri)
+    elif scheme == "s3":
+        bucket_of(uri)
     else:
         raise InputError(
             f"{uri!r}: unknown scheme {scheme + '://' if scheme else '(none)'}; an input is "
-            "https:// (with sha256), model://<model>/<version> or pvc://<claim>[/subpath]"
+            "https:// (with sha256), model://<model>/<version>, pvc://<claim>[/subpath] or "
+            "s3://<bucket>[/prefix]"
         )
     if sha256 and scheme not in ("https", "http"):
         raise InputError(f"{uri!r}: sha256 is for https:// inputs only")
@@ -155,6 +182,8 @@ def cache_key(source: Source) -> str:
     }
     if source.scheme == "model":
         parts["reader"] = source.reader
+    if source.scheme == "s3":
+        parts["secret"] = source.secret
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
 

@@ -8,7 +8,8 @@ emptyDir at the input's path (``TORCHYARD_INPUTS_COPIES``); a ``pvc://`` input i
 claim, read-only. The fetch Job runs ``python -m torchyard.inputs.fetch`` in the torchyard
 image: CPU only, non-root, Pod Security "restricted", no Kubernetes API token (a
 ``model://`` input gets the reading ServiceAccount's registry token, for the registry's
-audience only). Called by ``controller.inputs`` and ``planning.pods``; tested in
+audience only; an ``s3://`` input gets its Secret's keys as variables, in this Pod
+only). Called by ``controller.inputs`` and ``planning.pods``; tested in
 tests/unit/planning/test_inputs.py.
 """
 
@@ -113,6 +114,8 @@ def fetch_args(source: uris.Source, limit_bytes: int, evict: list[str]) -> list[
         args += [f"--exclude={pattern}"]
     if source.reader:
         args += ["--reader", source.reader]
+    if source.secret:
+        args += ["--secret", source.secret]
     for key in evict:
         args += ["--evict", key]
     return args
@@ -198,6 +201,9 @@ def _fetch_pod(
             env.append({"name": "TORCHYARD_REGISTRY_CA", "value": registry_ca})
         mounts.append({"name": "registry-token", "mountPath": TOKEN_DIR, "readOnly": True})
         volumes.append(_registry_token())
+    container = {**container, "env": env, "volumeMounts": mounts}
+    if source.secret:  # an s3:// input's store and credentials: this Pod's only
+        container["envFrom"] = [{"secretRef": {"name": source.secret}}]
     return {
         "serviceAccountName": source.reader if model else "default",
         "automountServiceAccountToken": False,
@@ -210,7 +216,7 @@ def _fetch_pod(
             "fsGroup": FETCHER_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [{**container, "env": env, "volumeMounts": mounts}],
+        "containers": [container],
         "volumes": volumes,
     }
 

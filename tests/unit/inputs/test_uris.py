@@ -26,7 +26,7 @@ def test_a_good_uri_gives_its_scheme(uri: str, sha256: str, scheme: str) -> None
 
 
 BAD = [
-    ("s3://bucket/key", "", "unknown scheme s3://"),
+    ("gs://bucket/key", "", "unknown scheme gs://"),
     ("ftp://host/x", "", "unknown scheme ftp://"),
     ("file:///etc/passwd", "", "unknown scheme file://"),
     ("/data/birds", "", r"unknown scheme \(none\)"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.builders import TrainingRunBuilder
 from torchyard import api, launch_contract
 from torchyard.planning import inputs, names, pods
@@ -153,3 +155,26 @@ def test_one_job_per_key() -> None:
     assert a["metadata"]["name"] == b["metadata"]["name"]
     c = job({**BIRDS, "include": ["*.jpg"]}, evict=[])
     assert c["metadata"]["name"] != a["metadata"]["name"]
+
+
+S3 = {"name": "shots", "uri": "s3://birds/train", "secretRef": "birds-store", "include": ["*.jpg"]}
+
+
+def test_an_s3_fetch_gets_its_secret_and_the_runs_pods_do_not() -> None:
+    manifest = job(S3, evict=[])
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "birds-store"}}]
+    assert container["args"][container["args"].index("--secret") + 1] == "birds-store"
+    pod = json.dumps(pods.pod(run(S3), 0, image="img"))
+    assert "birds-store" not in pod and "secretRef" not in pod
+    assert "envFrom" not in job(BIRDS, evict=[])["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_an_s3_key_depends_on_its_secret() -> None:
+    other = {**S3, "secretRef": "other-store"}
+    assert inputs.keys(run(S3))["shots"] != inputs.keys(run(other))["shots"]
+
+
+def test_a_secret_is_for_s3_inputs_only() -> None:
+    with pytest.raises(ValueError, match="secretRef is for s3:// inputs only"):
+        run({**BIRDS, "secretRef": "birds-store"})
