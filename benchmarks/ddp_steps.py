@@ -33,6 +33,9 @@ def main() -> None:
         if step == 0:
             print(f"first-step {time.time():.6f}", flush=True)
     print(f"done {time.time():.6f}", flush=True)
+    # every rank leaves together: gloo can abort a process ("terminate called without an
+    # active exception") that tears its group down while a peer's connection still closes
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -82,8 +82,8 @@ REFUSED: list[tuple[str, Callable[[], Any], str]] = [
     ),
     (
         "an unknown scheme",
-        lambda: Dataset.File.from_files("s3://b/k").as_named_input("x").as_mount(),
-        "unknown scheme s3://",
+        lambda: Dataset.File.from_files("gs://b/k").as_named_input("x").as_mount(),
+        "unknown scheme gs://",
     ),
     (
         "a name that is no variable",
