@@ -388,6 +388,10 @@ async def build_job_event(namespace: str | None, memo: Any, **_: Any) -> None:
         _enqueue(memo, "Environment", namespace, env)
 
 
+# The phases of a run whose gang has no Pods yet, so its inputs may still be fetched.
+WAITS_FOR_INPUTS = (None, api.Phase.PENDING, api.Phase.PREPARING)
+
+
 @kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/component": "input-fetch"})
 async def input_fetch_event(namespace: str | None, memo: Any, **_: Any) -> None:
     """A fetch Job changed: queue the namespace's runs with inputs that are not yet
@@ -396,9 +400,6 @@ async def input_fetch_event(namespace: str | None, memo: Any, **_: Any) -> None:
     if held is None or not namespace:
         return
     for run in held.held(k8s.TRAININGRUNS, namespace):
-        if run.get("spec", {}).get("inputs") and (run.get("status") or {}).get("phase") in (
-            None,
-            "Pending",
-            "Preparing",
-        ):
+        phase = (run.get("status") or {}).get("phase")
+        if run.get("spec", {}).get("inputs") and phase in WAITS_FOR_INPUTS:
             _enqueue(memo, "TrainingRun", namespace, run["metadata"]["name"])
