@@ -28,6 +28,7 @@ from torchyard.launch_progress import ProgressTracker
 # registers faulthandler on SIGUSR1, writing all its threads' stacks to a file of its own
 # (no ptrace: works under Pod Security "restricted"), then runs any other sitecustomize.
 STACK_HOOK = """\"\"\"torchyard: SIGUSR1 writes this rank's stacks to a file (faulthandler).\"\"\"
+import atexit
 import os
 import sys
 
@@ -48,6 +49,20 @@ def _torchyard_stacks():
         pass
 
 
+def _torchyard_settle():
+    # At exit, after the script's own atexit handlers: a torch.distributed gloo worker
+    # thread destroys its last collective's work after the script saw it complete, and
+    # that drops Python references, so it takes the GIL. If it gets there after the
+    # interpreter began to finalize, Python ends the thread inside a C++ destructor and
+    # the whole process aborts ("terminate called without an active exception", SIGABRT)
+    # although the script ended well; a loaded machine delays the worker enough. Holding
+    # the interpreter a moment with the GIL released lets the workers finish first.
+    if "torch.distributed" in sys.modules:
+        import time
+
+        time.sleep(0.2)
+
+
 def _torchyard_chain():
     import importlib.machinery
     import importlib.util
@@ -60,6 +75,7 @@ def _torchyard_chain():
 
 
 _torchyard_stacks()
+atexit.register(_torchyard_settle)
 _torchyard_chain()
 """
 _FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (.*)$')

@@ -237,3 +237,38 @@ def test_a_ddp_rank_waiting_in_backward_waits_for_the_others() -> None:
             "function": "<module>",
         }
     ]
+
+
+EXITS = (
+    "import atexit, sys, time, types\n"
+    "marks = open(sys.argv[1], 'a')\n"
+    "time.sleep = lambda seconds: marks.write(f'settled {seconds}\\n') or marks.flush()\n"
+    "atexit.register(lambda: marks.write('script atexit\\n') or marks.flush())\n"
+    "if sys.argv[2] == 'distributed':\n"
+    "    sys.modules['torch.distributed'] = types.ModuleType('torch.distributed')\n"
+)
+
+
+@pytest.mark.parametrize("uses", ["distributed", "nothing"])
+def test_a_rank_using_torch_distributed_lets_its_workers_finish_before_it_exits(
+    tmp_path: Path, uses: str
+) -> None:
+    """The hook every rank runs holds a torch.distributed rank's interpreter at exit, the
+    GIL released, after the script's own atexit handlers: a gloo worker still dropping
+    its last collective's references must not meet a finalizing interpreter (SIGABRT,
+    "terminate called without an active exception", after a run that ended well)."""
+    import shutil
+    import subprocess
+    import sys
+
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": ""}
+    _, hook = launch_stalls.install_stack_hook(env, str(tmp_path / "logs"))
+    marks = tmp_path / "marks.txt"
+    rank = tmp_path / "rank.py"
+    rank.write_text(EXITS)
+    try:
+        subprocess.run([sys.executable, str(rank), str(marks), uses], env=env, check=True)
+    finally:
+        shutil.rmtree(hook)
+    expected = ["script atexit", "settled 0.2"] if uses == "distributed" else ["script atexit"]
+    assert marks.read_text().splitlines() == expected
