@@ -18,6 +18,7 @@ import yaml
 from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS
 from torchyard.api.wire import LABEL_EXPERIMENT
 from torchyard.records import Record
+from torchyard.registry.store import human_size
 from torchyard.sdk import runs
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.web import queries, recorded, source
@@ -25,6 +26,7 @@ from torchyard.web.html import Markup, badge, e, link, path, pre, section, table
 
 Obj = dict[str, Any]
 EVENTS_SHOWN = 50
+FILES_SHOWN = 500  # of a run's archive (a page stays small; each is a download)
 
 
 def runs_list(
@@ -384,17 +386,30 @@ def _events(events: list[Obj]) -> Markup:
 
 
 def _outputs(ns: str, run: Obj, archive: source.Archive) -> Markup:
+    """The ModelVersion the run made and its archive's files (outputs first), each with
+    its size and a download through the registry (``views.archived_file``)."""
     model = (run.get("status") or {}).get("model")
     shown = ""
     if model:
         label = f"{model.get('name')} version {model.get('version')}"
         href = path("ns", ns, "models") + "#model-" + str(model.get("name"))
         shown = f"<p>Model version: {link(href, label)}</p>"
-    files = "".join(f"<li>{e(f)}</li>" for f in archive.outputs)
-    if files:
-        shown += f'<ul class="files">{files}</ul>'
-    elif archive.note:
-        shown += f'<p class="none">outputs: {e(archive.note)}</p>'
+    name = run["metadata"]["name"]
+    rows = [
+        [
+            link(path("ns", ns, "runs", name, "files", *f.path.split("/")), f.path, download=""),
+            "-" if f.size is None else human_size(f.size),
+        ]
+        for f in archive.files[:FILES_SHOWN]
+    ]
+    if rows:
+        more = len(archive.files) - len(rows)
+        caption = f"Archived files ({len(archive.files)})" + (
+            f", the first {len(rows)} shown" if more > 0 else ""
+        )
+        shown += str(table(["File", "Size"], rows, caption=caption, id="files"))
+    if archive.note:
+        shown += f'<p class="none">archived files: {e(archive.note)}</p>'
     return Markup(shown or '<p class="none">none</p>')
 
 
