@@ -26,6 +26,7 @@ from torchyard.web.html import Markup, badge, e, link, path, pre, section, table
 
 Obj = dict[str, Any]
 EVENTS_SHOWN = 50
+RECORD_BADGE = '<span class="badge gone" data-deleted="1">record</span>'
 FILES_SHOWN = 500  # of a run's archive (a page stays small; each is a download)
 
 
@@ -171,10 +172,8 @@ def record_page(ns: str, record: Record, archive: source.Archive) -> str:
     name, uid = str(record.get("name")), str(record.get("uid"))
     st = run["status"]
     parts = [
-        f'<div class="head" data-run="{e(name)}">{badge(_phase(run))}'
-        f' <span class="badge gone" data-deleted="1">record</span></div>',
-        f'<p class="note" role="note">Shown from the record kept when it ended '
-        f"(uid {e(uid)}, recorded {e(record.get('recorded') or '-')})</p>",
+        f'<div class="head" data-run="{e(name)}">{badge(_phase(run))} {RECORD_BADGE}</div>',
+        record_note(record),
         _summary(run),
         section("Phase timeline", _timeline(run), ident="timeline"),
         section("Nodes", _recorded_nodes(record.get("nodes") or []), ident="nodes"),
@@ -187,6 +186,20 @@ def record_page(ns: str, record: Record, archive: source.Archive) -> str:
     logs = _log_tails(record.get("logTails") or {})
     events = recorded.events(record)
     return "\n".join(parts + _the_rest(ns, run, archive, charts, logs, events, " open"))
+
+
+def record_note(record: Record) -> str:
+    """What a record's page says first: that it shows a record, of which uid, when kept,
+    and whether the object was deleted before it ended (its phase then is the last one)."""
+    deleted = (
+        " It was deleted before it ended: its phase is the last one seen."
+        if (record.get("deleted"))
+        else ""
+    )
+    return (
+        f'<p class="note" role="note">Shown from the record kept when it ended '
+        f"(uid {e(record.get('uid'))}, recorded {e(record.get('recorded') or '-')}).{deleted}</p>"
+    )
 
 
 def _recorded_nodes(nodes: Sequence[Mapping[str, Any]]) -> Markup:
@@ -543,7 +556,7 @@ def environments_list(ns: str, items: list[Obj], note: str = "") -> str:
     return _note(note) + str(table(head, rows, caption="Environments"))
 
 
-def environment_page(env: Obj, log: list[str], note: str) -> str:
+def environment_page(env: Obj, log: list[str], note: str, mark: str = "") -> str:
     st = env.get("status") or {}
     rows = [
         ("Image", st.get("image") or "-"),
@@ -554,7 +567,7 @@ def environment_page(env: Obj, log: list[str], note: str) -> str:
     text = "\n".join(log) or st.get("message") or note or "no build log"
     spec = yaml.safe_dump(env.get("spec") or {}, sort_keys=True)
     return (
-        f'<div class="head">{badge(_phase(env))}</div><dl class="summary">{body}</dl>'
+        f'<div class="head">{badge(_phase(env))} {mark}</div><dl class="summary">{body}</dl>'
         + section(
             "Build log",
             pre(text, class_="log", tabindex="0", aria_label="build log"),

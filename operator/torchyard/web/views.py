@@ -276,12 +276,13 @@ async def show_record(
     ns = ns_of(request)
     if section == "sweeps":
         sweep = recorded.record_object(record)
-        body = pages.sweep_page(ns, sweep, sweep_sdk.trials_of(sweep, None), "")
+        trials = sweep_sdk.trials_of(sweep, None)
+        body = pages.record_note(record) + pages.sweep_page(ns, sweep, trials, pages.RECORD_BADGE)
         return respond(request, f"Sweep {record['name']} (record)", body, "sweeps", scripts=CHARTS)
     if section == "environments":
         env = recorded.record_object(record)
         log = (record.get("logTails") or {}).get("0") or []
-        body = pages.environment_page(env, log, "")
+        body = pages.record_note(record) + pages.environment_page(env, log, "", pages.RECORD_BADGE)
         return respond(request, f"Environment {record['name']} (record)", body, section)
     found = await _record_metrics(request, record)
     why = await _archive_elsewhere(request, record, live)
