@@ -146,6 +146,7 @@ def test_a_token_of_another_namespace_reads_none_of_its_records(
         f"/ns/{ns}/environments",
         f"/api/ns/{ns}/runs",
         f"/api/ns/{ns}/runs/broken/records/{uids['broken']}/metrics?name=loss",
+        f"/ns/{ns}/runs/broken/files/logs/node-0/metrics.jsonl",
     ]
     try:
         insider, outsider = Browser(served.url), Browser(served.url)
@@ -153,6 +154,8 @@ def test_a_token_of_another_namespace_reads_none_of_its_records(
         assert outsider.login(reader(other, "mallory"))[0] == 303
         status, text, _ = insider.call(paths[2])
         assert status == 200 and "the labels do not match the classes" in text
+        status, text, _ = insider.call(paths[-1])  # a download, as the caller
+        assert status == 200 and '"loss"' in text
         for path in paths:
             status, text, _ = outsider.call(path)
             assert status == 403, (path, status, text[:300])
