@@ -23,14 +23,7 @@ from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_statu
 from tests.integration.test_environments import recipe, running_build_pod
 from tests.integration.test_registry_service import Service
 from tests.integration.test_run_records import recording
-from tests.integration.web.browser import (
-    CHROMIUM,
-    FLAGS,
-    SHOTS,
-    Served,
-    playwright,
-    watched_page,
-)
+from tests.integration.web.browser import SHOTS, browsing
 from tests.integration.web.test_browser import LABELLED
 from torchyard import k8s
 from torchyard.sdk.registry import RegistryClient
@@ -90,57 +83,46 @@ def deleted_build(cluster: Cluster, ns: str, oci: OciRegistry, svc: Service, tok
 
 
 def test_a_deleted_sweep_and_a_deleted_build_show_their_records_in_a_browser(
-    cluster: Cluster,
-    namespace: str,
-    recording: tuple[Service, str],
-    oci_registry: OciRegistry,
+    cluster: Cluster, namespace: str, recording: tuple[Service, str], oci_registry: OciRegistry
 ) -> None:
+    """Both pages from their records, after the objects are gone (see the module's text)."""
     svc, token = recording
     ns = namespace
     sweep = deleted_sweep(cluster, ns, svc, token)
     build = deleted_build(cluster, ns, oci_registry, svc, token)
-    served = Served(
-        app.make_app(source.LiveSource(lambda n: RegistryClient(svc.url, token)), namespace=ns)
-    )
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            page, errors = watched_page(browser, viewport={"width": 1280, "height": 900})
-            page.goto(served.url + f"/ns/{ns}/sweeps")
-            row = page.locator("table tr", has_text=SWEEP)
-            assert "deleted" in row.inner_text()
-            page.screenshot(path=str(SHOTS / "gone-sweeps.png"), full_page=True)
-            row.get_by_role("link", name=SWEEP).click()
-            page.wait_for_url(f"**/ns/{ns}/sweeps/{SWEEP}/records/{sweep['uid']}")
-            page.get_by_text("It was deleted before it ended").wait_for()
-            trials = page.get_by_role("table", name="Trials, best first")
-            t0 = trials.locator("tr", has_text=f"{SWEEP}-t0").inner_text()
-            t1 = trials.locator("tr", has_text=f"{SWEEP}-t1").inner_text()
-            assert "0.8125" in t0, t0
-            assert "Running" in t1 and "0.8125" not in t1, t1
-            page.get_by_text(f"best: {SWEEP}-t0 (best_val_acc 0.8125, maximize)").wait_for()
-            page.locator("#sweep-chart canvas").wait_for()
-            assert page.evaluate(LABELLED) == []
-            page.screenshot(path=str(SHOTS / "gone-sweep.png"), full_page=True)
+    live = source.LiveSource(lambda n: RegistryClient(svc.url, token))
+    with browsing(app.make_app(live, namespace=ns)) as (url, page, errors):
+        page.goto(url + f"/ns/{ns}/sweeps")
+        row = page.locator("table tr", has_text=SWEEP)
+        assert "deleted" in row.inner_text()
+        page.screenshot(path=str(SHOTS / "gone-sweeps.png"), full_page=True)
+        row.get_by_role("link", name=SWEEP).click()
+        page.wait_for_url(f"**/ns/{ns}/sweeps/{SWEEP}/records/{sweep['uid']}")
+        page.get_by_text("It was deleted before it ended").wait_for()
+        trials = page.get_by_role("table", name="Trials, best first")
+        t0 = trials.locator("tr", has_text=f"{SWEEP}-t0").inner_text()
+        t1 = trials.locator("tr", has_text=f"{SWEEP}-t1").inner_text()
+        assert "0.8125" in t0, t0
+        assert "Running" in t1 and "0.8125" not in t1, t1
+        page.get_by_text(f"best: {SWEEP}-t0 (best_val_acc 0.8125, maximize)").wait_for()
+        page.locator("#sweep-chart canvas").wait_for()
+        assert page.evaluate(LABELLED) == []
+        page.screenshot(path=str(SHOTS / "gone-sweep.png"), full_page=True)
 
-            page.goto(served.url + f"/ns/{ns}/environments")
-            row = page.locator("table tr", has_text=ENV)
-            assert "deleted" in row.inner_text() and "Failed" in row.inner_text()
-            page.screenshot(path=str(SHOTS / "gone-environments.png"), full_page=True)
-            row.get_by_role("link", name=ENV).click()
-            page.wait_for_url(f"**/ns/{ns}/environments/{ENV}/records/{build['uid']}")
-            page.locator(".head", has_text="Failed").wait_for()
-            page.get_by_text("Shown from the record kept when it ended").wait_for()
-            log = page.get_by_label("build log", exact=True).inner_text()
-            assert "satisfies the requirement no-such-package" in log, log
-            assert "no-such-package" in page.locator("#h-spec + pre, section pre").last.inner_text()
-            assert page.evaluate(LABELLED) == []
-            page.screenshot(path=str(SHOTS / "gone-environment.png"), full_page=True)
-            for path in (f"/ns/{ns}/sweeps/{SWEEP}", f"/ns/{ns}/environments/{ENV}"):
-                page.goto(served.url + path)  # by name alone: the newest record
-                page.get_by_text("Failed" if ENV in path else f"{SWEEP}-t0").first.wait_for()
-            assert errors == []
-            browser.close()
-    finally:
-        served.stop()
+        page.goto(url + f"/ns/{ns}/environments")
+        row = page.locator("table tr", has_text=ENV)
+        assert "deleted" in row.inner_text() and "Failed" in row.inner_text()
+        page.screenshot(path=str(SHOTS / "gone-environments.png"), full_page=True)
+        row.get_by_role("link", name=ENV).click()
+        page.wait_for_url(f"**/ns/{ns}/environments/{ENV}/records/{build['uid']}")
+        page.locator(".head", has_text="Failed").wait_for()
+        page.get_by_text("Shown from the record kept when it ended").wait_for()
+        log = page.get_by_label("build log", exact=True).inner_text()
+        assert "satisfies the requirement no-such-package" in log, log
+        assert "no-such-package" in page.locator("#h-spec + pre, section pre").last.inner_text()
+        assert page.evaluate(LABELLED) == []
+        page.screenshot(path=str(SHOTS / "gone-environment.png"), full_page=True)
+        for path in (f"/ns/{ns}/sweeps/{SWEEP}", f"/ns/{ns}/environments/{ENV}"):
+            page.goto(url + path)  # by name alone: the newest record
+            page.get_by_text("Failed" if ENV in path else f"{SWEEP}-t0").first.wait_for()
+        assert errors == []
