@@ -17,6 +17,7 @@ from yarl import URL
 
 from tests.unit.web.fakes import SCRIPT, FakeSource, run
 from tests.unit.web.test_records import GONE_UID, SECRET, call, source_with_records
+from torchyard.web import recorded
 from torchyard.web.source import Archive, ArchivedFile
 
 MODEL = b"weights" * 1000
@@ -169,3 +170,21 @@ def test_a_hostile_download_is_refused_and_reads_nothing(
         assert response.headers["Content-Security-Policy"].startswith("default-src 'none'")
 
     call(live_source(tmp_path), body)
+
+
+@pytest.mark.parametrize(
+    ("live_uid", "newest_uid", "said"),
+    [
+        (None, None, ""),  # no live run, no newer record: its own archive
+        (None, GONE_UID, ""),  # it is the newest record of its name
+        (GONE_UID, None, ""),  # the live run is the recorded one (its Pods collected)
+        ("u-live", None, "holds the live run of that name (uid u-live)"),
+        (None, "u-later", "holds a later run of that name (uid u-later)"),
+    ],
+)
+def test_whose_archive_a_record_shows(
+    live_uid: str | None, newest_uid: str | None, said: str
+) -> None:
+    record: Any = {"uid": GONE_UID, "name": "gone"}
+    why = recorded.archive_elsewhere(record, live_uid, newest_uid)
+    assert (why == "") if not said else (said in why and "not this one's files" in why)
