@@ -8,8 +8,8 @@ that streams without knowing the digest up front (the launcher: one pass over th
 sends ``?commit=later``, gets 202 with the service's sha256 and an upload id, and POSTs
 its own digest with ``?upload=ID`` to rename the file into place; nothing is visible
 before, and an uncommitted upload is removed after an hour. Readers list a run's files
-and download them (Range). Source snapshots (``snapshots/{sha}``) are stored under their
-sha256, which the body must match.
+with their sizes and download them (Range). Source snapshots (``snapshots/{sha}``) are
+stored under their sha256, which the body must match.
 
 :class:`Archives` holds the handlers; ``registry.service.create_app`` routes to them.
 Tested in ``tests/unit/registry/test_service.py`` and
@@ -108,17 +108,19 @@ class Archives:
         )
 
     async def list_run(self, request: web.Request) -> web.StreamResponse:
-        """GET ``runs/{run}``: the paths of its files."""
+        """GET ``runs/{run}``: the paths of its files (``files``), and each with its size
+        in bytes (``entries``: ``{"path", "size"}``)."""
         ns = await self.access.namespace(request, "get")
         base = self.access.inside(ns, self.store.run_dir(ns, request.match_info["run"]))
         if not base.is_dir():
             raise web.HTTPNotFound(text="no such run in the registry")
-        files = sorted(
-            p.relative_to(base).as_posix()
+        found = sorted(
+            (p.relative_to(base).as_posix(), p)
             for p in base.rglob("*")
             if p.is_file() and not p.is_symlink() and not p.name.startswith(TMP_PREFIX)
         )
-        return web.json_response({"files": files})
+        entries = [{"path": rel, "size": p.stat().st_size} for rel, p in found]
+        return web.json_response({"files": [rel for rel, _ in found], "entries": entries})
 
     async def download(self, request: web.Request) -> web.StreamResponse:
         """GET a run file (Range)."""

@@ -143,9 +143,22 @@ class RegistryClient(Records):
         files: list[str] = self._json(f"/v1/namespaces/{namespace}/runs/{run}")["files"]
         return files
 
+    def run_entries(self, namespace: str, run: str) -> list[tuple[str, int | None]]:
+        """Every archived file of a run with its size in bytes (None from a service that
+        lists no sizes)."""
+        data = self._json(f"/v1/namespaces/{namespace}/runs/{run}")
+        if isinstance(data.get("entries"), list):
+            return [(str(f["path"]), int(f["size"])) for f in data["entries"]]
+        return [(str(f), None) for f in data["files"]]
+
     def read_run_file(self, namespace: str, run: str, path: str) -> str:
-        with self._open(f"/v1/namespaces/{namespace}/runs/{run}/{path}") as resp:
+        with self.open_run_file(namespace, run, path) as resp:
             return str(resp.read().decode("utf-8", "replace"))
+
+    def open_run_file(self, namespace: str, run: str, path: str) -> Any:
+        """The registry's answer for an archived file, to read (``read(n)``) and close:
+        its ``Content-Length`` header is the file's size."""
+        return self._open(f"/v1/namespaces/{namespace}/runs/{run}/{path}")
 
     # -- records (``torchyard.records.Records`` over HTTP) --------------------------------
 

@@ -26,7 +26,7 @@ from torchyard.records import Page, Query, Record
 from torchyard.registry.auth import ExpiringCache
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.web.queries import Refusal
-from torchyard.web.source import Archive, Obj, Queue, RunSource, Unavailable
+from torchyard.web.source import Archive, Download, Obj, Queue, RunSource, Unavailable
 
 COOKIE = "torchyard-ui-token"
 TTL = 30.0
@@ -131,6 +131,10 @@ class AuthorizedSource:
         if not self._may_read_registry(namespace):
             return Archive(note="the run's archive: not allowed (get modelversions)")
         return self.inner.archive(namespace, name)
+
+    def archived_file(self, namespace: str, name: str, path: str) -> Download:
+        self.need("get", namespace, "modelversions")
+        return self.inner.archived_file(namespace, name, path)
 
     def _may_read_registry(self, namespace: str) -> bool:
         """The registry's rule for a run's archive and records: get on modelversions in

@@ -5,9 +5,10 @@ refusal (403, 404 ...) into a page (or JSON under ``/api/``) with its status and
 an unreachable cluster into 502; never a traceback.
 
 Every answer carries a strict Content-Security-Policy (scripts and styles of this origin
-only), and a request for any other Host than the one served is refused (a page of another
-site cannot reach it by DNS rebinding). :func:`serve` runs it on 127.0.0.1 for
-``torchyard ui``. Tested in tests/unit/web/ and tests/integration/web/.
+only; set as it is sent, :func:`secured`), and a request for any other Host than the one
+served is refused (a page of another site cannot reach it by DNS rebinding).
+:func:`serve` runs it on 127.0.0.1 for ``torchyard ui``. Tested in tests/unit/web/ and
+tests/integration/web/.
 """
 
 from __future__ import annotations
@@ -67,7 +68,15 @@ def make_app(
     app[views.NAMESPACE] = namespace
     app.add_routes(views.routes())
     app.router.add_get("/static/{file}", static)
+    app.on_response_prepare.append(secured)
     return app
+
+
+async def secured(request: web.Request, response: web.StreamResponse) -> None:
+    """The security headers of every response, set as it is sent (a streamed download's
+    too, whose headers go before its handler returns)."""
+    for key, value in HEADERS.items():
+        response.headers.setdefault(key, value)
 
 
 def asset(name: str) -> bytes:
@@ -85,7 +94,7 @@ async def static(request: web.Request) -> web.Response:
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The Host check, the error answers and the security headers of every response."""
+    """The Host check and the error answers (the security headers: :func:`secured`)."""
     hosts = request.app[HOSTS]
     try:
         if hosts and request.host not in hosts:
@@ -99,14 +108,11 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = _error(request, err.status if 400 <= err.status < 600 else 502, err.message)
     except k8s.Unreachable as err:
         response = _error(request, 502, f"the cluster did not answer: {err}")
-    except web.HTTPRedirection as err:
-        err.headers.update(HEADERS)
+    except web.HTTPRedirection:
         raise
     except web.HTTPException as err:  # aiohttp's own: no route (404), wrong method (405)
         said = {404: "no page at this address", 405: f"{request.method} is not allowed here"}
         response = _error(request, err.status, said.get(err.status, err.reason))
-    for key, value in HEADERS.items():
-        response.headers.setdefault(key, value)
     return response
 
 

@@ -55,8 +55,14 @@ def e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+def attributes(attrs: dict[str, str]) -> str:
+    """HTML attributes of keyword arguments: ``aria_label`` is ``aria-label``, ``class_``
+    is ``class`` (a Python keyword)."""
+    return "".join(f' {k.rstrip("_").replace("_", "-")}="{e(v)}"' for k, v in attrs.items())
+
+
 def link(href: str, text: object, **attrs: str) -> Markup:
-    extra = "".join(f' {k.replace("_", "-")}="{e(v)}"' for k, v in attrs.items())
+    extra = attributes(attrs)
     return Markup(f'<a href="{e(href)}"{extra}>{e(text)}</a>')
 
 
@@ -79,7 +85,7 @@ def table(
     head: Sequence[str], rows: Iterable[Sequence[object]], *, caption: str, **attrs: str
 ) -> Markup:
     """A table with a caption (its accessible name), a header row and escaped cells."""
-    extra = "".join(f' {k.replace("_", "-")}="{e(v)}"' for k, v in attrs.items())
+    extra = attributes(attrs)
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>\n" for row in rows)
     if not body:
         body = f'<tr><td colspan="{len(head)}" class="none">none</td></tr>'
@@ -96,7 +102,7 @@ def section(title: str, body: object, *, ident: str) -> str:
 
 
 def pre(text: object, **attrs: str) -> Markup:
-    extra = "".join(f' {k.replace("_", "-")}="{e(v)}"' for k, v in attrs.items())
+    extra = attributes(attrs)
     return Markup(f"<pre{extra}>{e(text)}</pre>")
 
 

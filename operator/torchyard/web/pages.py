@@ -18,6 +18,7 @@ import yaml
 from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS
 from torchyard.api.wire import LABEL_EXPERIMENT
 from torchyard.records import Record
+from torchyard.registry.store import human_size
 from torchyard.sdk import runs
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.web import queries, recorded, source
@@ -25,6 +26,8 @@ from torchyard.web.html import Markup, badge, e, link, path, pre, section, table
 
 Obj = dict[str, Any]
 EVENTS_SHOWN = 50
+RECORD_BADGE = '<span class="badge gone" data-deleted="1">record</span>'
+FILES_SHOWN = 500  # of a run's archive (a page stays small; each is a download)
 
 
 def runs_list(
@@ -169,10 +172,8 @@ def record_page(ns: str, record: Record, archive: source.Archive) -> str:
     name, uid = str(record.get("name")), str(record.get("uid"))
     st = run["status"]
     parts = [
-        f'<div class="head" data-run="{e(name)}">{badge(_phase(run))}'
-        f' <span class="badge gone" data-deleted="1">record</span></div>',
-        f'<p class="note" role="note">Shown from the record kept when it ended '
-        f"(uid {e(uid)}, recorded {e(record.get('recorded') or '-')})</p>",
+        f'<div class="head" data-run="{e(name)}">{badge(_phase(run))} {RECORD_BADGE}</div>',
+        record_note(record),
         _summary(run),
         section("Phase timeline", _timeline(run), ident="timeline"),
         section("Nodes", _recorded_nodes(record.get("nodes") or []), ident="nodes"),
@@ -185,6 +186,20 @@ def record_page(ns: str, record: Record, archive: source.Archive) -> str:
     logs = _log_tails(record.get("logTails") or {})
     events = recorded.events(record)
     return "\n".join(parts + _the_rest(ns, run, archive, charts, logs, events, " open"))
+
+
+def record_note(record: Record) -> str:
+    """What a record's page says first: that it shows a record, of which uid, when kept,
+    and whether the object was deleted before it ended (its phase then is the last one)."""
+    deleted = (
+        " It was deleted before it ended: its phase is the last one seen."
+        if (record.get("deleted"))
+        else ""
+    )
+    return (
+        f'<p class="note" role="note">Shown from the record kept when it ended '
+        f"(uid {e(record.get('uid'))}, recorded {e(record.get('recorded') or '-')}).{deleted}</p>"
+    )
 
 
 def _recorded_nodes(nodes: Sequence[Mapping[str, Any]]) -> Markup:
@@ -384,17 +399,30 @@ def _events(events: list[Obj]) -> Markup:
 
 
 def _outputs(ns: str, run: Obj, archive: source.Archive) -> Markup:
+    """The ModelVersion the run made and its archive's files (outputs first), each with
+    its size and a download through the registry (``views.archived_file``)."""
     model = (run.get("status") or {}).get("model")
     shown = ""
     if model:
         label = f"{model.get('name')} version {model.get('version')}"
         href = path("ns", ns, "models") + "#model-" + str(model.get("name"))
         shown = f"<p>Model version: {link(href, label)}</p>"
-    files = "".join(f"<li>{e(f)}</li>" for f in archive.outputs)
-    if files:
-        shown += f'<ul class="files">{files}</ul>'
-    elif archive.note:
-        shown += f'<p class="none">outputs: {e(archive.note)}</p>'
+    name = run["metadata"]["name"]
+    rows = [
+        [
+            link(path("ns", ns, "runs", name, "files", *f.path.split("/")), f.path, download=""),
+            "-" if f.size is None else human_size(f.size),
+        ]
+        for f in archive.files[:FILES_SHOWN]
+    ]
+    if rows:
+        more = len(archive.files) - len(rows)
+        caption = f"Archived files ({len(archive.files)})" + (
+            f", the first {len(rows)} shown" if more > 0 else ""
+        )
+        shown += str(table(["File", "Size"], rows, caption=caption, id="files"))
+    if archive.note:
+        shown += f'<p class="none">archived files: {e(archive.note)}</p>'
     return Markup(shown or '<p class="none">none</p>')
 
 
@@ -528,7 +556,7 @@ def environments_list(ns: str, items: list[Obj], note: str = "") -> str:
     return _note(note) + str(table(head, rows, caption="Environments"))
 
 
-def environment_page(env: Obj, log: list[str], note: str) -> str:
+def environment_page(env: Obj, log: list[str], note: str, mark: str = "") -> str:
     st = env.get("status") or {}
     rows = [
         ("Image", st.get("image") or "-"),
@@ -539,7 +567,7 @@ def environment_page(env: Obj, log: list[str], note: str) -> str:
     text = "\n".join(log) or st.get("message") or note or "no build log"
     spec = yaml.safe_dump(env.get("spec") or {}, sort_keys=True)
     return (
-        f'<div class="head">{badge(_phase(env))}</div><dl class="summary">{body}</dl>'
+        f'<div class="head">{badge(_phase(env))} {mark}</div><dl class="summary">{body}</dl>'
         + section(
             "Build log",
             pre(text, class_="log", tabindex="0", aria_label="build log"),

@@ -1,9 +1,9 @@
 """What a request may ask, checked before anything is read: names (DNS-1123, as the API
 has them), the runs list's filters and paging, a log tail's node/rank/lines, a metric's
-name and points. Anything else is a :class:`Refusal` (HTTP 400 with what was wrong and
-what is allowed): an unknown parameter, a value out of range, a name that cannot be a
-Kubernetes name (so an encoded ``..``, a slash or a script never reaches a path or a
-page).
+name and points, a path of a run's archive. Anything else is a :class:`Refusal` (HTTP
+400 with what was wrong and what is allowed): an unknown parameter, a value out of range,
+a name that cannot be a Kubernetes name (so an encoded ``..``, a slash or a script never
+reaches a path or a page), an archive path that is absolute or climbs out.
 
 Pure; called by ``torchyard.web.views``. Tested in tests/unit/web/test_queries.py.
 """
@@ -18,6 +18,7 @@ from typing import Any
 
 from torchyard.api.trainingrun_status import Phase
 from torchyard.api.wire import LABEL_EXPERIMENT
+from torchyard.registry.variables import path_problem
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -38,6 +39,7 @@ DEFAULT_LOG_LINES = 200
 POINTS = (3, 5000)  # a metric's points after downsampling
 DEFAULT_POINTS = 2000
 MAX_NODES = 100_000
+ARCHIVE_FOLDERS = ("outputs", "logs")  # a run's archive (``registry.archives``)
 
 
 class Refusal(Exception):
@@ -65,6 +67,18 @@ def uid(value: str) -> str:
     """A Kubernetes object's uid (the key of its record), lowercase as the API has it."""
     if not UID.fullmatch(value):
         raise Refusal(f"not a uid: {value[:80]!r} (8-4-4-4-12 lowercase hex digits)")
+    return value
+
+
+def archive_path(value: str) -> str:
+    """A path of a run's archive (``outputs/...`` or ``logs/...``), by the registry's own
+    rule of a file path (relative, no empty, ``.`` or ``..`` name, no control character,
+    not too long)."""
+    problem = path_problem(value)
+    if problem is None and value.split("/")[0] not in ARCHIVE_FOLDERS:
+        problem = f"it is in none of the archive's folders ({', '.join(ARCHIVE_FOLDERS)})"
+    if problem:
+        raise Refusal(f"not a file of a run's archive: {value[:80]!r}: {problem}")
     return value
 
 

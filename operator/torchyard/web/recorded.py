@@ -92,6 +92,18 @@ def events(record: Record) -> list[Obj]:
     ]
 
 
+def archive_elsewhere(record: Record, live_uid: str | None, newest_uid: str | None) -> str:
+    """Why the archive kept under the record's name is not its run's ('' when it is): a
+    live run of that name with another uid, or (none live) a newer record of that name.
+    The registry keeps a run's archive by name, so a later run of the name writes there."""
+    uid, name = str(record.get("uid")), str(record.get("name"))
+    other = live_uid if live_uid else newest_uid
+    if other is None or other == uid:
+        return ""
+    which = "the live run" if live_uid else "a later run"
+    return f"the archive of {name} holds {which} of that name (uid {other}), not this one's files"
+
+
 def _marked(obj: Obj, deleted: bool) -> Obj:
     return {**obj, MARK: {"uid": _uid(obj), "deleted": deleted}}
 

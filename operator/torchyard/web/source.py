@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from torchyard import k8s
 from torchyard.planning import admission
@@ -48,14 +48,32 @@ class Unavailable(Exception):
 NO_REGISTRY = "no registry service configured"
 
 
+class ArchivedFile(NamedTuple):
+    """A file of a run's archive: its path there (``outputs/...``, ``logs/node-N/...``)
+    and its size in bytes (None when the registry lists no sizes)."""
+
+    path: str
+    size: int | None
+
+
 @dataclass
 class Archive:
     """What a run's archive in the registry holds for the view."""
 
     metrics: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     stacks: dict[str, str] = field(default_factory=dict)  # "node-0/rank-1.pid-7.txt" -> text
-    outputs: list[str] = field(default_factory=list)
+    files: list[ArchivedFile] = field(default_factory=list)  # outputs first, then logs
     note: str = ""  # why there is none (no registry, refused, not archived yet)
+
+
+@dataclass
+class Download:
+    """An archived file being read from the registry: ``read(n)`` until ``b""``, then
+    ``close()``."""
+
+    size: int | None
+    read: Callable[[int], bytes]
+    close: Callable[[], None]
 
 
 @dataclass
@@ -76,6 +94,7 @@ class RunSource(Protocol):
     def events(self, run: Obj) -> list[Obj]: ...
     def log_tail(self, namespace: str, pod: str, lines: int) -> list[str]: ...
     def archive(self, namespace: str, name: str) -> Archive: ...
+    def archived_file(self, namespace: str, name: str, path: str) -> Download: ...
     def sweeps(self, namespace: str) -> list[Obj]: ...
     def sweep(self, namespace: str, name: str) -> tuple[Obj, list[sweep_sdk.Trial]] | None: ...
     def models(self, namespace: str) -> list[Obj]: ...
@@ -134,9 +153,10 @@ class LiveSource:
             client = self.registry(namespace) if self.registry else None
             if client is None:
                 return Archive(note=NO_REGISTRY)
-            files = client.run_files(namespace, name)
-            found = Archive(outputs=[f for f in files if f.startswith("outputs/")])
-            for path in files:
+            entries = client.run_entries(namespace, name)
+            found = Archive(files=[ArchivedFile(*f) for f in entries])
+            found.files.sort(key=lambda f: (not f.path.startswith("outputs/"), f.path))
+            for path, _ in entries:
                 parts = path.split("/")
                 if parts[-1] == METRICS_FILE and parts[0] == "logs":
                     add_metrics(found.metrics, client.read_run_file(namespace, name, path))
@@ -148,6 +168,24 @@ class LiveSource:
         except (k8s.ApiError, k8s.Unreachable) as err:
             return Archive(note=f"the run's archive: {_why(err)}")
         return found
+
+    def archived_file(self, namespace: str, name: str, path: str) -> Download:
+        """A file the run's archive lists (:meth:`archive`: nothing else is asked of the
+        registry), to stream; Unavailable when it is not there or cannot be read."""
+        if path not in {f.path for f in self.archive(namespace, name).files}:
+            raise Unavailable(f"the archive of run {name} has no file {path[:200]!r}")
+        try:
+            client = self.registry(namespace) if self.registry else None
+            if client is None:
+                raise Unavailable(NO_REGISTRY)
+            answer = client.open_run_file(namespace, name, path)
+        except RegistryError as err:
+            raise Unavailable(f"{path[:200]}: {str(err)[:300]}") from None
+        except (k8s.ApiError, k8s.Unreachable) as err:
+            raise Unavailable(f"{path[:200]}: {_why(err)[:300]}") from None
+        length = answer.headers.get("Content-Length")
+        size = int(length) if length and length.isdigit() else None
+        return Download(size, answer.read, answer.close)
 
     def record_page(self, namespace: str, query: Query) -> Page:
         """A page of the namespace's records (``query``: its kind, filters and size)."""

@@ -1,7 +1,8 @@
 """The web view's routes: each checks what it was asked (``queries``), reads through the
 :class:`~torchyard.web.source.RunSource` (in the thread pool: the client is synchronous)
 and renders a page (``pages``) or JSON for the page's script (``/api/...``: the runs
-list's refresh, a log tail, a downsampled metric).
+list's refresh, a log tail, a downsampled metric), or streams a file of a run's archive
+from the registry.
 
 Changing anything is a POST with the page's token (never a GET; a page of another site
 cannot make one: it has no token), done with the caller's own rights: the apiserver's
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -38,6 +40,7 @@ CHARTS = ("uplot.iife.min.js", "charts.js")
 RUN_ACTIONS = ("suspend", "resume")
 SWEEP_ACTIONS = ("cancel",)
 READ_ERRORS = (k8s.ApiError, k8s.Unreachable)
+DOWNLOAD_CHUNK = 1 << 20  # bytes of an archived file read from the registry at a time
 
 
 async def read(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
@@ -203,7 +206,7 @@ async def run_page(request: web.Request) -> web.Response:
     src = _source(request)
     run = await read(request, src.run, ns, name)
     if run is None:
-        return await record_page(request)
+        return await show_record(request, "runs", await the_record(request, "runs"), None)
     pods, events, archive = await asyncio.gather(
         read(request, src.pods, ns, name),
         read(request, src.events, run),
@@ -213,7 +216,7 @@ async def run_page(request: web.Request) -> web.Response:
     if phase in runs.TERMINAL and not pods:  # (its Pods collected by its TTL)
         kept = await _record_of(request, run)
         if kept is not None:
-            return await show_record(request, "runs", kept)
+            return await show_record(request, "runs", kept, run)
     actions = ""
     if phase not in runs.TERMINAL:
         act = "resume" if (run.get("spec") or {}).get("suspend") else "suspend"
@@ -259,22 +262,56 @@ async def record_page(request: web.Request) -> web.Response:
     """What a record holds: the object is gone (or the path names one record)."""
     queries.only(request.query, ())
     section = _section(request)
-    return await show_record(request, section, await the_record(request, section))
+    return await show_record(request, section, await the_record(request, section), UNREAD)
 
 
-async def show_record(request: web.Request, section: str, record: Any) -> web.Response:
+UNREAD: Obj = {}  # (show_record's ``live`` when the view did not read the live run)
+
+
+async def show_record(
+    request: web.Request, section: str, record: Any, live: Obj | None
+) -> web.Response:
+    """The record's page; ``live``: the run of its name now (None: none; :data:`UNREAD`:
+    not read yet), which says whether the archive under the name is the record's."""
     ns = ns_of(request)
     if section == "sweeps":
         sweep = recorded.record_object(record)
-        body = pages.sweep_page(ns, sweep, sweep_sdk.trials_of(sweep, None), "")
+        trials = sweep_sdk.trials_of(sweep, None)
+        body = pages.record_note(record) + pages.sweep_page(ns, sweep, trials, pages.RECORD_BADGE)
         return respond(request, f"Sweep {record['name']} (record)", body, "sweeps", scripts=CHARTS)
     if section == "environments":
         env = recorded.record_object(record)
         log = (record.get("logTails") or {}).get("0") or []
-        body = pages.environment_page(env, log, "")
+        body = pages.record_note(record) + pages.environment_page(env, log, "", pages.RECORD_BADGE)
         return respond(request, f"Environment {record['name']} (record)", body, section)
-    body = pages.record_page(ns, record, await _record_metrics(request, record))
+    found = await _record_metrics(request, record)
+    why = await _archive_elsewhere(request, record, live)
+    if why:
+        found.note = why
+    else:
+        archive = await read(request, _source(request).archive, ns, str(record["name"]))
+        found.files, found.note = archive.files, archive.note
+    body = pages.record_page(ns, record, found)
     return respond(request, f"Run {record['name']} (record)", body, "runs", scripts=CHARTS)
+
+
+async def _archive_elsewhere(request: web.Request, record: Any, live: Obj | None) -> str:
+    """Why the archive under the record's name is not its run's ('' when it is): a run's
+    archive is kept by name, so a later run of that name (live, or recorded after it)
+    writes there."""
+    ns, name = ns_of(request), str(record["name"])
+    src = _source(request)
+    try:
+        if live is UNREAD:
+            live = await read(request, src.run, ns, name)
+        newest = None
+        if live is None:
+            newest = await read(request, src.record, ns, name, None, "TrainingRun")
+    except (Refusal, Unavailable, *READ_ERRORS) as err:
+        return f"cannot tell whether the archive of {name} is this run's: {_message(err)[:300]}"
+    live_uid = str(live["metadata"].get("uid")) if live else None
+    newest_uid = str(newest.get("uid")) if newest else None
+    return recorded.archive_elsewhere(record, live_uid, newest_uid)
 
 
 def _section(request: web.Request) -> str:
@@ -291,6 +328,32 @@ async def _record_metrics(request: web.Request, record: Any) -> Archive:
         return Archive(note=f"the record's metrics: {err}")
     add_metrics(found.metrics, "\n".join(lines))
     return found
+
+
+async def archived_file(request: web.Request) -> web.StreamResponse:
+    """A file of the run's archive (one its listing names), streamed from the registry
+    with the caller's rights to read it (the registry's: get modelversions)."""
+    ns, name = ns_of(request), name_of(request, "run name")
+    queries.only(request.query, ())
+    rel = queries.archive_path(request.match_info["path"])
+    try:
+        got = await read(request, _source(request).archived_file, ns, name, rel)
+    except Unavailable as err:
+        raise Refusal(str(err), 404) from None
+    try:
+        response = web.StreamResponse()
+        response.content_type = "application/octet-stream"
+        if got.size is not None:
+            response.content_length = got.size
+        filename = urllib.parse.quote(rel.rsplit("/", 1)[-1], safe="")
+        response.headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{filename}"
+        await response.prepare(request)
+        while chunk := await read(request, got.read, DOWNLOAD_CHUNK):
+            await response.write(chunk)
+        await response.write_eof()
+    finally:
+        got.close()
+    return response
 
 
 async def run_json(request: web.Request) -> web.Response:
@@ -444,6 +507,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/api/ns/{ns}/runs/{name}", run_json),
         web.get("/api/ns/{ns}/runs/{name}/log", log_tail),
         web.get("/api/ns/{ns}/runs/{name}/metrics", metric),
+        web.get("/ns/{ns}/runs/{name}/files/{path:.+}", archived_file),
         web.get("/ns/{ns}/{kind:runs|sweeps|environments}/{name}/records/{uid}", record_page),
         web.get("/api/ns/{ns}/runs/{name}/records/{uid}/metrics", metric),
     ]

@@ -5,8 +5,10 @@ Chromium as Playwright launches it (``make browser`` installs both), the app ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,22 @@ def watched_page(browser: Any, **options: Any) -> tuple[Any, list[str]]:
     page.on("pageerror", lambda err: errors.append(str(err)))
     page.on("dialog", lambda d: errors.append(f"a dialog opened: {d.message}"))
     return page, errors
+
+
+@contextlib.contextmanager
+def browsing(application: web.Application) -> Iterator[tuple[str, Any, list[str]]]:
+    """``application`` served, and a watched page (1280 x 900) of Chromium to open it
+    with: (its URL, the page, the page's errors); :data:`SHOTS` made for screenshots."""
+    served = Served(application)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page, errors = watched_page(browser, viewport={"width": 1280, "height": 900})
+            yield served.url, page, errors
+            browser.close()
+    finally:
+        served.stop()
 
 
 def held_node_pod(namespace: str, run: str, node: int) -> dict[str, object]:

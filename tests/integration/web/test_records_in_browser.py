@@ -1,7 +1,8 @@
 """Run records in the web view, on the real control plane: the operator (in process)
 records a failed run into a real registry service; a run deleted through the API and one
 whose Pods its TTL collected still show, in a real browser, their spec, failure (class,
-advice, traceback), node table, log tails and metrics. A token of another namespace reads
+advice, traceback), node table, log tails, metrics and the files of its archive (a
+download through the registry, hostile paths refused). A token of another namespace reads
 nothing of these records on any page or API call, and a uid in the URL that is not a uid
 is refused before anything is read.
 
@@ -11,6 +12,7 @@ container), as in tests/integration/test_run_records.py, whose fixtures these ar
 
 from __future__ import annotations
 
+import html
 import os
 from pathlib import Path
 
@@ -93,10 +95,26 @@ def test_deleted_and_ttl_collected_runs_show_their_records_in_a_browser(
                 chart = page.locator("figure.chart")
                 chart.locator("canvas").wait_for()
                 assert "3 of 3 points shown" in chart.inner_text()
+                files = page.locator("#files")  # the archive the node Pod uploaded
+                assert "logs/node-0/metrics.jsonl" in files.inner_text()
                 page.screenshot(path=str(SHOTS / f"records-{name}.png"), full_page=True)
             assert errors == []
             browser.close()
         hostile = Browser(served.url)
+        # a download through the real registry: the file its listing names, and no other
+        metrics = "logs/node-0/metrics.jsonl"
+        status, text, headers = hostile.call(f"/ns/{ns}/runs/broken/files/{metrics}")
+        assert status == 200 and '"loss"' in text, (status, text[:200])
+        assert headers["Content-Type"] == "application/octet-stream"
+        assert int(headers["Content-Length"]) == len(text.encode())
+        for path, said in (
+            ("logs/node-0/..%2F..%2F..%2Fbrief%2Flogs%2Fnode-0%2Fmetrics.jsonl", "'..' name"),
+            ("%2Fetc%2Fpasswd", "absolute"),
+            ("outputs/never-written.pt", "has no file"),
+            ("logs/" + "x" * 2000, "longer than 1024"),
+        ):
+            status, text, _ = hostile.call(f"/ns/{ns}/runs/broken/files/{path}")
+            assert status in (400, 404) and said in html.unescape(text), (path, status)
         for uid in ("..%2F..%2Fetc%2Fpasswd", "%2e%2e", uids["broken"].upper(), "a" * 5000):
             for prefix in ("", "/api"):
                 tail = "/metrics?name=loss" if prefix else ""
@@ -128,6 +146,7 @@ def test_a_token_of_another_namespace_reads_none_of_its_records(
         f"/ns/{ns}/environments",
         f"/api/ns/{ns}/runs",
         f"/api/ns/{ns}/runs/broken/records/{uids['broken']}/metrics?name=loss",
+        f"/ns/{ns}/runs/broken/files/logs/node-0/metrics.jsonl",
     ]
     try:
         insider, outsider = Browser(served.url), Browser(served.url)
@@ -135,6 +154,8 @@ def test_a_token_of_another_namespace_reads_none_of_its_records(
         assert outsider.login(reader(other, "mallory"))[0] == 303
         status, text, _ = insider.call(paths[2])
         assert status == 200 and "the labels do not match the classes" in text
+        status, text, _ = insider.call(paths[-1])  # a download, as the caller
+        assert status == 200 and '"loss"' in text
         for path in paths:
             status, text, _ = outsider.call(path)
             assert status == 403, (path, status, text[:300])

@@ -292,7 +292,9 @@ def test_a_reader_lists_and_downloads_a_run_and_its_snapshots_but_stores_none(
     assert served.call("GET", snapshot, READER) == (200, data)
     assert served.call("GET", f"/v1/namespaces/{A}/runs/r", READER) == (
         200,
-        json.dumps({"files": ["outputs/model.pt"]}).encode(),
+        json.dumps(
+            {"files": ["outputs/model.pt"], "entries": [{"path": "outputs/model.pt", "size": 1}]}
+        ).encode(),
     )
 
 
@@ -304,7 +306,16 @@ def test_a_runs_listing_names_its_files_but_no_link_temporary_or_folder(served: 
     (outputs / f"{TMP_PREFIX}upload-abc").write_bytes(b"half")
     (outputs / "empty").mkdir()
     code, body = served.call("GET", f"/v1/namespaces/{A}/runs/r")
-    assert (code, json.loads(body)) == (200, {"files": ["outputs/model.pt", "outputs/sub/deep.pt"]})
+    assert (code, json.loads(body)) == (
+        200,
+        {
+            "files": ["outputs/model.pt", "outputs/sub/deep.pt"],
+            "entries": [
+                {"path": "outputs/model.pt", "size": 1},
+                {"path": "outputs/sub/deep.pt", "size": 1},
+            ],
+        },
+    )
     assert served.call("GET", f"/v1/namespaces/{A}/runs/none") == (
         404,
         b"no such run in the registry",

@@ -4,6 +4,7 @@ tests/integration/web/)."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,7 @@ class FakeSource:
     pods_of: dict[str, list[Obj]] = field(default_factory=dict)
     logs: dict[str, list[str]] = field(default_factory=dict)
     archives: dict[str, source.Archive] = field(default_factory=dict)
+    contents: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (run, path) -> bytes
     forbidden: set[str] = field(default_factory=set)
     acted: list[tuple[str, str, str, str]] = field(default_factory=list)
     records: FolderRecords | None = None  # (the real folder reader; None: no registry)
@@ -100,6 +102,15 @@ class FakeSource:
     def archive(self, namespace: str, name: str) -> source.Archive:
         self._check(namespace)
         return self.archives.get(name, source.Archive(note=source.NO_REGISTRY))
+
+    def archived_file(self, namespace: str, name: str, path: str) -> source.Download:
+        """As the live source: only a file the archive lists, its bytes from
+        ``contents``."""
+        self._check(namespace)
+        if path not in {f.path for f in self.archive(namespace, name).files}:
+            raise source.Unavailable(f"the archive of run {name} has no file {path[:200]!r}")
+        data = io.BytesIO(self.contents[(name, path)])
+        return source.Download(len(data.getvalue()), data.read, data.close)
 
     def sweeps(self, namespace: str) -> list[Obj]:
         self._check(namespace)

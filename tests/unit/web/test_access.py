@@ -29,6 +29,7 @@ CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("build_log", ("team-b", "job", 10)),
     ("queue", ("team-b",)),
     ("act", ("team-b", "runs", "x", "suspend")),
+    ("archived_file", ("team-b", "x", "outputs/model.pt")),
 ]
 
 

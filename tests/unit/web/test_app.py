@@ -127,6 +127,7 @@ def test_the_run_page_shows_failure_stacks_queue_and_nodes() -> None:
             "broken-node-1",
             "Failed (exit",
             "data-metric-url",
+            '<pre class="traceback" aria-label="traceback">',  # (styled: its class is class)
         ):
             assert said in text
         waits = await (await client.get("/ns/team-a/runs/waits")).text()
