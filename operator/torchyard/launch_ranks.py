@@ -192,17 +192,68 @@ def _holds(pid: int, pipes: set[str]) -> bool:
     return False
 
 
-def leftovers(cookie: str, pipes: Sequence[int] = ()) -> list[int]:
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2), Linux 3.4 and later
+# Whether this process adopts orphaned descendants (become_subreaper): only then are its
+# children other than the ranks leftovers. Never so where the launcher runs inside
+# another program (tests, local mode's own process), whose children are its own.
+_SUBREAPER = {"on": False}
+
+
+def become_subreaper() -> bool:
+    """Make this process the one that adopts its descendants whose parent ended (as the
+    container's first process does in a Pod), so that what the ranks started is still
+    found once it dropped the node's cookie and closed the ranks' pipes. False where the
+    system has no such thing (not Linux, or no libc to call)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        _SUBREAPER["on"] = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    return _SUBREAPER["on"]
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def adopted(exclude: Sequence[int] = ()) -> list[int]:
+    """This process's children (running, or ended and not waited for) other than
+    ``exclude`` (its ranks): once the ranks ended, those it adopted as a subreaper.
+    None unless it became one (:func:`become_subreaper`)."""
+    if not _SUBREAPER["on"]:
+        return []
+    me = os.getpid()
+    return [pid for pid in _pids() if pid not in exclude and _parent(pid) == me]
+
+
+def leftovers(cookie: str, pipes: Sequence[int] = (), ranks: Sequence[int] = ()) -> list[int]:
     """The processes (not this one) that carry ``COOKIE_VARIABLE=cookie`` in their
-    environment or hold one of the pipes whose inode numbers are ``pipes``."""
+    environment, hold one of the pipes whose inode numbers are ``pipes``, or are this
+    process's children other than its ``ranks`` (adopted: :func:`become_subreaper`)."""
     marker = f"\0{COOKIE_VARIABLE}={cookie}\0".encode()
     links = {f"pipe:[{inode}]" for inode in pipes}
     me = os.getpid()
-    return [
+    found = [
         pid
         for pid in _pids()
         if pid != me and ((cookie and _carries(pid, marker)) or (links and _holds(pid, links)))
     ]
+    return sorted(set(found) | {pid for pid in adopted(ranks) if alive(pid)})
+
+
+def _reap(pids: Sequence[int]) -> None:
+    """Wait for those of ``pids`` that are this process's ended children (adopted)."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def end_leftovers(
@@ -218,8 +269,9 @@ def end_leftovers(
     SIGTERM, then SIGKILL after ``grace`` seconds. In a node Pod the launcher is the
     container's first process: every other process there is also ended (the kernel ends
     them anyway when it exits, but only after the archive, which would wait for them).
-    A process that both dropped the variable and closed the pipes (``env -i`` and a
-    redirect) is not found outside a Pod. Returns the processes signalled."""
+    Elsewhere a launcher that became a subreaper adopts what outlived its parent, so one
+    that both dropped the variable and closed the pipes (``env -i`` and a redirect) is
+    found as its child. Returns the processes signalled."""
     # Without /proc (macOS) the ranks' process groups are all there is to end. With it,
     # their members carry the cookie: a group whose members all ended may have a new
     # owner by now (its number is a process number, free again), and is not signalled.
@@ -228,7 +280,7 @@ def end_leftovers(
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGKILL)
         return []
-    found = set(leftovers(cookie, pipes))
+    found = set(leftovers(cookie, pipes, groups))
     if os.getpid() == 1:
         found |= set(_pids()) - {1}
     for pid in found:
@@ -240,9 +292,18 @@ def end_leftovers(
         running = {pid for pid in running if alive(pid)}
         if running:
             time.sleep(0.05)
-    for pid in running | set(leftovers(cookie, pipes)):  # and any started meanwhile
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+    # and any started meanwhile, or adopted as their parent ended (a leftover's children)
+    for _ in range(10):
+        late = running | set(leftovers(cookie, pipes, groups))
+        if not late:
+            break
+        for pid in late:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+        _reap(adopted(groups))
+        running = set()
+    _reap(adopted(groups))
     return sorted(found)
 
 

@@ -112,6 +112,7 @@ from torchyard.launch_contract import (
     write_termination,
 )
 from torchyard.launch_mpi import rsh_agent
+from torchyard.launch_ranks import become_subreaper
 from torchyard.launch_transfer import SOURCE_OPTIONS, copy_inputs, prepare
 
 
@@ -149,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         copied = copy_inputs(os.environ)
         if copied:
             sys.stderr.write(f"[torchyard] copied the inputs to download: {copied} files\n")
+        become_subreaper()  # what the ranks start and orphan is this process's to end
         return int(launcher_class()(args).run())
     except LaunchError as err:
         sys.stderr.write(f"[torchyard] error: {err}\n")

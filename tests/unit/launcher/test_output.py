@@ -261,6 +261,10 @@ LEAVING = {
     # a clean environment, still holding the pipe (found by the pipe)
     "clean-environment-holding-the-pipe": "subprocess.Popen([sys.executable, '-c', HELPER], "
     "start_new_session=True, env={})",
+    # a clean environment and the pipes closed (``env -i``, a redirect): orphaned when the
+    # rank ends, adopted by the node's launcher (a subreaper)
+    "clean-environment-pipes-closed": "subprocess.Popen([sys.executable, '-c', HELPER], "
+    "start_new_session=True, env={}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
 }
 
 
