@@ -26,8 +26,8 @@ the wall time, and what the service alone costs (in a cluster the launcher or th
 on another machine, so the registry's machine pays only that) against what the floor
 costs in all. The download's CPU per GiB in all is compared with the hashed floor's
 (target: no more), the upload's with the checked floor's; every round records its CPU
-per GiB beside its speeds. Prints the service's peak memory (VmHWM), which must stay flat in the file
-size, and the load average before and after.
+per GiB beside its speeds. Prints the service's peak memory (VmHWM), which must stay
+flat in the file size, and the load average before and after.
 
     .venv/bin/python benchmarks/registry_throughput.py [--mib 1024] [--repeat 3]
     .venv/bin/python benchmarks/registry_throughput.py --smoke   # 8 MiB, once (tests run this)
