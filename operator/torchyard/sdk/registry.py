@@ -8,8 +8,9 @@ bound to the registry's audience (``torchyard-registry``): from a file, from
 ``create`` on ``serviceaccounts/token``). The kubeconfig's own credentials only ever go
 to the apiserver. An https URL is verified against ``ca_file``, ``TORCHYARD_REGISTRY_CA``
 (the PEM the operator gives node Pods) or ``TORCHYARD_REGISTRY_CA_FILE``, else the
-system's CAs. Downloads stream in 1 MiB blocks and are checked against the manifest's
-sha256 before they are renamed into place.
+system's CAs. Downloads stream in 4 MiB blocks, hashed and written by two threads while
+the next is read, and are checked against the manifest's sha256 before they are renamed
+into place.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torchyard.registry.client import RegistryError as RegistryError  # (re-expo
 from torchyard.sdk.progress import Progress
 
 CHUNK = 1 << 20
+BUFFER = 4 * CHUNK  # what a download reads at a time (_receive)
 
 # Where the Helm chart puts the registry service: ``[http:|https:]NS/NAME:PORT``, https
 # (the chart's registry.tls.enabled) unless it says ``http:``.
@@ -125,14 +127,18 @@ class RegistryClient(client.RegistryClient):
                 # O_NOFOLLOW: a link planted at the temporary name is not written through
                 flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
                 fd = os.open(tmp, flags, 0o644) if tmp else -1
-                total = int(resp.headers.get("Content-Length") or 0)
+                # http.client's reading of Content-Length: None when there is none (chunked)
+                # or it is no length; the body is never read past it
+                size: int | None = getattr(resp, "length", None)
                 bar = (
-                    Progress(f"downloading {path.rsplit('/', 1)[-1]}", total)
-                    if self.progress and total > CHUNK
+                    Progress(f"downloading {path.rsplit('/', 1)[-1]}", size)
+                    if self.progress and size and size > CHUNK
                     else None
                 )
                 try:
-                    _receive(resp, digest, fd, bar.update if bar else None)
+                    read = _receive(resp, digest, fd, bar.update if bar else None, size)
+                    if size is not None and read != size:  # the connection closed early
+                        raise RegistryError(f"{path}: the body ended after {read} of {size} bytes")
                     if bar:
                         bar.done()
                     if fd >= 0:
@@ -293,13 +299,31 @@ def _entries(manifest: Any, dest: Path | None) -> list[tuple[str, str, Path | No
 
 
 def _receive(
-    resp: Any, digest: Any, fd: int, progress: Callable[[int], None] | None = None
-) -> None:
+    resp: Any,
+    digest: Any,
+    fd: int,
+    progress: Callable[[int], None] | None = None,
+    size: int | None = None,
+) -> int:
     """Read the body into rotating 4 MiB buffers while one thread hashes and another writes
     (to ``fd``, unless it is -1) the ones already read: hashlib, os.write and the socket
     read all release the GIL, so the three overlap on the cores there are. Hashing and
-    writing each keep the body's order; a buffer is refilled only once both are done."""
-    buffers = [memoryview(bytearray(4 * CHUNK)) for _ in range(3)]
+    writing each keep the body's order; a buffer is refilled only once both are done.
+
+    A body whose announced ``size`` fits one buffer (a version's config and tokenizer
+    files) is read, hashed and written in this thread, into a buffer of its size: three
+    4 MiB buffers and two threads would cost more than the file. Returns the bytes read."""
+    if size is not None and size <= BUFFER:
+        buf = memoryview(bytearray(size))
+        n = _fill(resp, buf)
+        digest.update(buf[:n])
+        if fd >= 0:
+            _write_all(fd, buf[:n])
+        if progress:
+            progress(n)
+        return n
+    total = 0
+    buffers = [memoryview(bytearray(BUFFER)) for _ in range(3)]
     pending: list[list[Future[Any]]] = [[] for _ in buffers]
     with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(1) as writer:
         try:
@@ -313,12 +337,14 @@ def _receive(
                 pending[i] = [hasher.submit(digest.update, buf[:n])]
                 if fd >= 0:
                     pending[i].append(writer.submit(_write_all, fd, buf[:n]))
+                total += n
                 if progress:
                     progress(n)
         finally:
             for futures in pending:
                 for future in futures:
                     future.result()
+    return total
 
 
 def _write_all(fd: int, data: memoryview) -> None:
