@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from torchyard.registry import run_owner
 from torchyard.registry.auth import RESOURCE, Authorizer, RunIdentity
 from torchyard.registry.client import TOKEN_HEADER
 from torchyard.registry.store import OutsideNamespace, Store
@@ -80,7 +81,8 @@ class Access:
 
     async def archive_writer(self, request: web.Request) -> str:
         """Writing run ``{run}``'s archive: ``create`` on modelversions, and the caller is
-        the ServiceAccount that run's node Pods run as, no other identity."""
+        the ServiceAccount that run's node Pods run as, no other identity. The archive
+        becomes this run's (``run_owner.claim``: an earlier run's of the name moves aside)."""
         ns, user = await self.caller(request, "create")
         run = request.match_info["run"]
         found = await self.training_run(ns, run)
@@ -96,6 +98,8 @@ class Access:
                 f"{ns}/{run}: only its node Pods may, as ServiceAccount "
                 f"{found.service_account} (the run's spec.serviceAccountName)"
             )
+        if found.uid:
+            run_owner.claim(self.store, ns, run, found.uid)
         return ns
 
     def inside(self, ns: str, path: Path) -> Path:

@@ -78,6 +78,8 @@ def plant(root: Path, a: str, b: str) -> Planted:
         f"{b}/snapshots/{sha_b}.tar.gz": SECRET,
         f"{a}/runs/own/outputs/model.pt": OWN,
         f"{a}/runs/linked/outputs/notes.txt": b"mine",
+        # the archive is run linked's own (run_owner): its link is refused, not moved aside
+        f"{a}/runs/linked@owner": b"uid-linked",
         f"{a}/models/own/1/model.pt": OWN,
         f"{a}/models/own/1/manifest.json": _manifest("own", a, OWN).encode(),
         f"{a}/models/m/1/manifest.json": _manifest("m", a, SECRET).encode(),

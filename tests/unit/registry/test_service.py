@@ -411,6 +411,28 @@ def test_only_the_runs_service_account_writes_its_archive(served: Served) -> Non
     assert served.promote({"run": "r"}, token=USER)[0] == 201
 
 
+def test_a_later_run_of_the_same_name_gets_an_archive_of_its_own_and_the_earlier_is_kept(
+    served: Served, stand_in: StandIn
+) -> None:
+    """A TrainingRun deleted and created again under its name (another uid) never writes
+    into the earlier run's archive: a ModelVersion of the new run would take the old
+    run's outputs. The earlier archive moves, whole, to runs/<name>@<its uid>."""
+    assert put(served, "r", "old-only.pt", b"old")[0] == 201
+    assert put(served, "r", "model.pt", b"v1")[0] == 201
+    assert put(served, "r", "model.pt", b"v1 again")[0] == 201  # the same run: same folder
+    stand_in.runs["r"] = RunIdentity("uid-r-2", "trainer")
+    assert put(served, "r", "model.pt", b"v2")[0] == 201
+    code, body = served.call("GET", f"/v1/namespaces/{A}/runs/r")
+    assert (code, json.loads(body)["files"]) == (200, ["outputs/model.pt"])
+    assert served.call("GET", f"/v1/namespaces/{A}/runs/r/outputs/model.pt") == (200, b"v2")
+    earlier = served.root / A / "runs" / "r@uid-r"
+    assert (earlier / "outputs/old-only.pt").read_bytes() == b"old"
+    assert (earlier / "outputs/model.pt").read_bytes() == b"v1 again"
+    assert served.promote({"run": "r"}, token=USER)[0] == 201  # from the new run's files only
+    manifest = json.loads(next((served.root / A / "models").glob("*/1/*.json")).read_text())
+    assert "old-only.pt" not in json.dumps(manifest)
+
+
 def test_the_authorizers_caches_are_bounded_and_expire() -> None:
     inner = StandIn(runs={f"r{i}": RunIdentity(str(i), "trainer") for i in range(50)})
     cached = CachingAuthorizer(inner, ttl=60, size=8)
