@@ -56,11 +56,20 @@ def _torchyard_settle():
     # interpreter began to finalize, Python ends the thread inside a C++ destructor and
     # the whole process aborts ("terminate called without an active exception", SIGABRT)
     # although the script ended well; a loaded machine delays the worker enough. Holding
-    # the interpreter a moment with the GIL released lets the workers finish first.
-    if "torch.distributed" in sys.modules:
-        import time
+    # the interpreter a moment with the GIL released lets the workers finish first. Only
+    # after a clean end (the process group destroyed, no exception): a rank that failed
+    # with work still queued would let its workers start the next collective and wait.
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or getattr(sys, "last_value", None) is not None:
+        return
+    try:
+        if dist.is_initialized():
+            return
+    except Exception:
+        return
+    import time
 
-        time.sleep(0.2)
+    time.sleep(0.2)
 
 
 def _torchyard_chain():

@@ -244,19 +244,29 @@ EXITS = (
     "marks = open(sys.argv[1], 'a')\n"
     "time.sleep = lambda seconds: marks.write(f'settled {seconds}\\n') or marks.flush()\n"
     "atexit.register(lambda: marks.write('script atexit\\n') or marks.flush())\n"
-    "if sys.argv[2] == 'distributed':\n"
-    "    sys.modules['torch.distributed'] = types.ModuleType('torch.distributed')\n"
+    "if sys.argv[2] != 'no-torch-distributed':\n"
+    "    dist = sys.modules['torch.distributed'] = types.ModuleType('torch.distributed')\n"
+    "    dist.is_initialized = lambda: sys.argv[2] == 'group-not-destroyed'\n"
+    "if sys.argv[2] == 'raised':\n"
+    "    raise RuntimeError('Connection closed by peer')\n"
 )
+SETTLES = {
+    "group-destroyed": True,  # the clean end: dist.destroy_process_group(), then exit
+    "group-not-destroyed": False,  # work may still be queued: its workers must not go on
+    "raised": False,  # the script failed
+    "no-torch-distributed": False,
+}
 
 
-@pytest.mark.parametrize("uses", ["distributed", "nothing"])
-def test_a_rank_using_torch_distributed_lets_its_workers_finish_before_it_exits(
-    tmp_path: Path, uses: str
+@pytest.mark.parametrize("end", sorted(SETTLES))
+def test_a_rank_that_ended_torch_distributed_cleanly_lets_its_workers_finish_before_it_exits(
+    tmp_path: Path, end: str
 ) -> None:
-    """The hook every rank runs holds a torch.distributed rank's interpreter at exit, the
-    GIL released, after the script's own atexit handlers: a gloo worker still dropping
-    its last collective's references must not meet a finalizing interpreter (SIGABRT,
-    "terminate called without an active exception", after a run that ended well)."""
+    """The hook every rank runs holds the interpreter of a rank that destroyed its process
+    group and ended well, the GIL released, after the script's own atexit handlers: a gloo
+    worker still dropping its last collective's references must not meet a finalizing
+    interpreter (SIGABRT, "terminate called without an active exception", after a run
+    that ended well). Nothing waits otherwise."""
     import shutil
     import subprocess
     import sys
@@ -267,8 +277,9 @@ def test_a_rank_using_torch_distributed_lets_its_workers_finish_before_it_exits(
     rank = tmp_path / "rank.py"
     rank.write_text(EXITS)
     try:
-        subprocess.run([sys.executable, str(rank), str(marks), uses], env=env, check=True)
+        done = subprocess.run([sys.executable, str(rank), str(marks), end], env=env)
     finally:
         shutil.rmtree(hook)
-    expected = ["script atexit", "settled 0.2"] if uses == "distributed" else ["script atexit"]
-    assert marks.read_text().splitlines() == expected
+    assert done.returncode == (1 if end == "raised" else 0)
+    settled = ["settled 0.2"] if SETTLES[end] else []
+    assert marks.read_text().splitlines() == ["script atexit", *settled]
