@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -86,6 +87,11 @@ def _say(lines: list[str]) -> None:
         print(f"torchyard tensorboard: {line}", file=sys.stderr, flush=True)
 
 
+def _stop(signum: int, _frame: object) -> None:
+    """SIGTERM as Ctrl-C: TensorBoard is ended with this command."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def cmd_tensorboard(args: argparse.Namespace) -> int:
     if bool(args.run) == bool(args.sweep):
         raise CliError("name a run (RUN) or a sweep (--sweep NAME), one of them", 2)
@@ -105,6 +111,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     url = f"http://{HOST}:{port}"
     folder.mkdir(parents=True, exist_ok=True)
     command = tb.tensorboard_command(binary, folder, port, HOST)
+    signal.signal(signal.SIGTERM, _stop)
     proc = tb.start_tensorboard(command, url, folder.parent / f".{folder.name}.tensorboard.log")
     print(f"torchyard tensorboard: serving {url} over {folder} (Ctrl-C stops it)", flush=True)
     try:
