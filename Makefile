@@ -194,7 +194,7 @@ unit: venv
 integration: venv tools browser mlflow tensorboard
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
-e2e: venv
+e2e: venv tensorboard
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # a real kubelet node (containerd, CNI, CoreDNS, kube-proxy) beside the control plane; root
