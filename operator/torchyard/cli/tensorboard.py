@@ -25,10 +25,13 @@ from torchyard.cli.errors import CliError
 from torchyard.cli.options import connect, registry, registry_options
 from torchyard.sdk import clusters, local_runs, sweeps
 from torchyard.sdk import tensorboard as tb
-from torchyard.sdk.registry import RegistryClient
+from torchyard.sdk.registry import RegistryClient, RegistryError
 from torchyard.sdk.runs import RunNotFound
 
 HOST = "127.0.0.1"
+# What one round of copying may end with and the next may not (a Pod going away, the
+# apiserver or the registry briefly unreachable, a refused exec).
+SYNC_ERRORS = (OSError, clusters.ApiError, clusters.Unreachable, RegistryError)
 INSTALL = "pip install 'torchyard[tensorboard]'"
 
 
@@ -43,6 +46,10 @@ def _binary(args: argparse.Namespace) -> str:
             1,
         )
     return found
+
+
+def _text(err: BaseException) -> str:
+    return err.message if isinstance(err, clusters.ApiError) else str(err)
 
 
 def _free_port() -> int:
@@ -103,8 +110,11 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         live, said = session.step()
         _say(said)
         session.check_found(live)
-    except (RunNotFound, tb.NoEventFiles) as err:
+    except (RunNotFound, tb.NoEventFiles, RegistryError) as err:  # (the archive: no later)
         raise CliError(str(err), 1) from None
+    except SYNC_ERRORS as err:  # a live run's Pod that cannot be read now: said, tried again
+        live = True
+        _say([f"cannot copy the event files now: {_text(err)}"])
     if live and not any(session.mirror.files(r) for r in session.runs):
         _say(["no event files yet: waiting for the run to write them"])
     port = args.port or _free_port()
@@ -120,8 +130,8 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
             if live:
                 try:
                     live, said = session.step()
-                except OSError as err:  # one failed round: said, tried again
-                    said = [f"cannot sync now: {err}"]
+                except SYNC_ERRORS as err:  # one failed round: said, tried again
+                    said = [f"cannot copy the event files now: {_text(err)}"]
                 _say(said)
                 if not live:
                     _say(["every run ended: its event files are all here"])
