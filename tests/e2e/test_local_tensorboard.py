@@ -70,3 +70,34 @@ def test_a_running_runs_scalars_show_live_and_new_ones_within_10s_then_from_the_
     with local_tensorboard(local, tensorboard_venv, "scalars") as served:
         wait_for("the archived scalars", lambda: served.steps("scalars") == list(range(6)), 60)
         assert "the local archive" in served.output()
+
+
+def test_a_sweeps_trials_are_shown_side_by_side(local: Local, tensorboard_venv: Path) -> None:
+    ctl = local.tmp / "ctl"
+    ctl.mkdir()
+    (ctl / "more").touch()
+    (ctl / "end").touch()
+    (local.tmp / "scalars.py").write_text(SCALARS)
+    python = str(tensorboard_venv / "bin" / "python")
+    body = {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "Sweep",
+        "metadata": {"name": "tiny"},
+        "spec": {
+            "objective": {"metric": "loss", "goal": "minimize"},
+            "trial": {"environment": "local", "command": [python, "scalars.py", str(ctl)]},
+            "parameters": {"learning_rate": {"type": "choice", "values": [0.1, 0.2]}},
+            "sampling": "grid",
+            "maxTotalTrials": 2,
+        },
+    }
+    path = local.tmp / "sweep.yaml"
+    path.write_text(yaml.safe_dump(body))
+    # (the trials report no objective to torchyard: the Sweep fails, its trials ran)
+    done = local.command(["sweep", "submit", str(path)])
+    for trial in ("tiny-t0", "tiny-t1"):
+        assert f"archived outputs and logs to {local.registry}/default/runs/{trial}" in done.stderr
+    args = ("--sweep", "tiny", "--local", *local.folders())
+    with tensorboard(tensorboard_venv, local.tmp / "tensorboard", *args) as served:
+        for trial in ("tiny-t0", "tiny-t1"):
+            wait_for(trial, lambda t=trial: served.steps(t) == list(range(6)), 60)  # type: ignore[misc]
