@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from torchyard import api
+from torchyard import api, k8s
 from torchyard.controller import mlflow_rest
 from torchyard.controller.context import Context, Event, Log
 from torchyard.controller.mlflow_rest import Client, TrackingError
@@ -32,6 +32,7 @@ from torchyard.status import trainingruns as run_status
 
 BACKOFF_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 300.0
+OVERRIDE_SECONDS = 10.0  # a namespace's torchyard-tracking ConfigMap is read this often
 _PARENT_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_LOCK = threading.Lock()
 
@@ -44,6 +45,37 @@ class Mirrored:
     state: dict[str, Any] | None
     events: list[Event] = field(default_factory=list)
     retry: float | None = None
+
+
+def scoped(ctx: Context, namespace: str, logger: Log) -> Context:
+    """``ctx`` with the tracking settings of ``namespace``: the chart's, or what the
+    namespace's ``torchyard-tracking`` ConfigMap sets instead (``planning.tracking
+    .override``), read at most every :data:`OVERRIDE_SECONDS` per namespace. The
+    operator's own calls carry its own credentials (it never reads a namespace's
+    Secrets); the ranks take the namespace's ``credentialsSecret`` by reference."""
+    now = ctx.clock()
+    held = ctx.tracking_overrides.get(namespace)
+    if held is None or (now - held[0]).total_seconds() >= OVERRIDE_SECONDS:
+        found = ctx.k8s.get_or_none(k8s.CONFIGMAPS, namespace, plan.OVERRIDE_CONFIGMAP)
+        data = None if found is None else dict(found.get("data") or {})
+        held = ctx.tracking_overrides[namespace] = (now, data)
+    chart = ctx.chart_tracking or ctx.settings.tracking
+    settings, unknown = plan.override(chart, held[1])
+    if unknown and held[0] == now:
+        logger.warning(
+            "ConfigMap %s/%s: keys %s mean nothing (the keys: %s)",
+            namespace,
+            plan.OVERRIDE_CONFIGMAP,
+            ", ".join(unknown),
+            ", ".join(plan.OVERRIDE_KEYS),
+        )
+    if settings == ctx.settings.tracking:
+        return ctx
+    return replace(
+        ctx,
+        settings=replace(ctx.settings, tracking=settings),
+        chart_tracking=chart,
+    )
 
 
 def client(ctx: Context) -> Client:

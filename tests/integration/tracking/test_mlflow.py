@@ -99,7 +99,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield uri
     finally:
         server.terminate()
-        server.wait(30)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:  # (its gunicorn workers, slow to end under load)
+            server.kill()
+            server.wait(30)
         log.close()
 
 
@@ -322,3 +326,46 @@ def test_a_run_ended_while_the_server_failed_is_cleaned_up_and_ended_in_mlflow_l
         assert conditions({"status": done})["TrackingReady"]["status"] == "True"
     (ended,) = runs_tagged(mlflow_server, ids["experimentId"], "torchyard.run", "later")
     assert ended["info"]["run_id"] == ids["runId"] and ended["info"]["status"] == "FINISHED"
+
+
+def override(namespace: str, **data: str) -> None:
+    """The namespace's torchyard-tracking ConfigMap, created or replaced."""
+    k8s.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": plan.OVERRIDE_CONFIGMAP, "namespace": namespace},
+            "data": data,
+        }
+    )
+
+
+def test_a_namespaces_configmap_takes_precedence_over_the_charts_server(
+    env: str, operator: InProcessOperator, mlflow_server: str
+) -> None:
+    ns = env
+    # the chart's server is one that is not there; the namespace names the real one
+    override(ns, mlflowUri=mlflow_server, credentialsSecret="team-mlflow")
+    with tracking_to(operator, f"http://127.0.0.1:{_free_port()}"):
+        k8s.create(TrainingRunBuilder("own", ns).environment("pytorch").pool("cpu").obj())
+        ids = wait_status(k8s.TRAININGRUNS, ns, "own", tracked)["status"]["tracking"]
+        (pod,) = run_pods(ns, "own")
+        variables = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert variables["MLFLOW_TRACKING_URI"]["value"] == mlflow_server
+        secret = variables["MLFLOW_TRACKING_TOKEN"]["valueFrom"]["secretKeyRef"]
+        assert secret["name"] == "team-mlflow"
+        (found,) = runs_tagged(mlflow_server, ids["experimentId"], "torchyard.run", "own")
+        assert found["info"]["run_id"] == ids["runId"]
+
+    # mlflowUri "": no tracking in this namespace, whatever the chart says (an operator
+    # started afresh reads it at once; a running one within OVERRIDE_SECONDS)
+    override(ns, mlflowUri="")
+    with tracking_to(operator, mlflow_server):
+        k8s.create(TrainingRunBuilder("untracked", ns).environment("pytorch").pool("cpu").obj())
+        running = wait_status(
+            k8s.TRAININGRUNS, ns, "untracked", lambda s: s.get("phase") == "Running", timeout=60
+        )["status"]
+    assert "tracking" not in running
+    assert "TrackingReady" not in conditions({"status": running})
+    for pod in run_pods(ns, "untracked"):
+        assert not any(k.startswith("MLFLOW_") for k in trainer_env(pod))
