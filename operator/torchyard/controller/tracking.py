@@ -192,12 +192,14 @@ def _send(
     progress = new.get("progress") or {}
     step = progress.get("step")
     ended = new.get("phase") in run_status.TERMINAL
+    registered = ""
     try:
         if step is not None and step != state.get("step"):
             c.log_batch(plan.log_batch(run_id, metrics=plan.progress_metrics(progress, _ms(now))))
         if ended:
             c.log_batch(plan.log_batch(run_id, tags_=plan.final_tags(new)))
             c.update_run(plan.update_run(run_id, str(new["phase"]), _ms(now)))
+            registered = _register(c, run, new, run_id)
     except TrackingError as err:
         wait = _backoff(ctx, run, now)
         logger.warning(
@@ -210,7 +212,23 @@ def _send(
         out["step"] = step
     if ended:
         out["ended"] = True
+        if registered:
+            out["modelVersion"] = registered
     return out
+
+
+def _register(c: Client, run: api.TrainingRun, new: Mapping[str, Any], run_id: str) -> str:
+    """The run's new model version in MLflow's model registry, when its
+    ``outputs.register.mlflowRegistry`` asks and it registered one; "" otherwise."""
+    asked = run.spec.outputs.register_
+    model = new.get("model") or {}
+    if asked is None or not asked.mlflow_registry or not model.get("name"):
+        return ""
+    name, version = str(model["name"]), model.get("version", "")
+    return c.register_version(
+        plan.registered_model(name, run.namespace),
+        plan.model_version(name, version, run_id, run.namespace),
+    )
 
 
 def unfinished(ctx: Context, previous: Mapping[str, Any]) -> bool:

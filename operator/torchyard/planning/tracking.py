@@ -206,6 +206,27 @@ def final_tags(status: Mapping[str, Any]) -> list[dict[str, str]]:
     return [{"key": k, "value": v} for k, v in out.items()]
 
 
+def registered_model(name: str, namespace: str) -> dict[str, Any]:
+    """The body of ``registered-models/create`` for a torchyard model."""
+    return {"name": name, "tags": [{"key": "torchyard.namespace", "value": namespace}]}
+
+
+def model_version(name: str, version: int | str, run_id: str, namespace: str) -> dict[str, Any]:
+    """The body of ``model-versions/create``: the ModelVersion ``name``/``version`` made
+    by the MLflow run ``run_id``; its source is the torchyard URI of its files (the URI a
+    run's ``spec.inputs`` takes)."""
+    return {
+        "name": name,
+        "source": f"model://{name}/{version}",
+        "run_id": run_id,
+        "tags": [
+            {"key": "torchyard.namespace", "value": namespace},
+            {"key": "torchyard.model_version", "value": f"{name}/{version}"},
+        ],
+        "description": f"torchyard ModelVersion {namespace}/{name}-v{version}",
+    }
+
+
 def update_run(run_id: str, phase: str, end_ms: int) -> dict[str, Any]:
     """The body of ``runs/update`` that ends the MLflow run as the TrainingRun ended."""
     return {"run_id": run_id, "status": FINAL_STATUS.get(phase, "FINISHED"), "end_time": end_ms}

@@ -16,8 +16,9 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -369,3 +370,68 @@ def test_a_namespaces_configmap_takes_precedence_over_the_charts_server(
     assert "TrackingReady" not in conditions({"status": running})
     for pod in run_pods(ns, "untracked"):
         assert not any(k.startswith("MLFLOW_") for k in trainer_env(pod))
+
+
+def registering(
+    uri: str, model: str, version: int, **register: Any
+) -> tuple[dict[str, Any], Callable[[], dict[str, Any]]]:
+    """A run that registers ``model`` (``outputs.register`` with ``register``), tracked
+    through ``controller.tracking`` as a reconcile calls it: its started MLflow run, and
+    what ending it once it registered ``model``/``version`` leaves (each call from that
+    started state: an operator that restarted before it wrote the status)."""
+    settings = pods.Settings(tracking=plan.Settings(uri=uri))
+    ctx = context.Context(k8s=None, settings=settings)  # type: ignore[arg-type]
+    body = TrainingRunBuilder("reg", "tracking-registry").register(model, **register).obj()
+    body["metadata"]["uid"] = f"uid-{time.monotonic_ns()}"
+    run = api.parse_trainingrun(body)
+    log = logging.getLogger("test")
+    now = datetime.now(timezone.utc)
+    started = tracking.start(ctx, run, {}, "img", now, log)
+    assert started is not None and started["runId"]
+    done = {"phase": "Succeeded", "model": {"name": model, "version": version}}
+
+    def end() -> dict[str, Any]:
+        state = tracking.mirror(ctx, run, {"tracking": started}, done, None, now, log).state
+        assert state is not None
+        return state
+
+    return started, end
+
+
+def test_a_registered_model_version_is_registered_in_mlflows_model_registry_once(
+    mlflow_server: str,
+) -> None:
+    """``controller.tracking`` against the real server as a reconcile calls it: a run
+    that registered ModelVersion birds/3 with ``mlflowRegistry`` asked."""
+    model = f"birds-{time.monotonic_ns()}"
+    started, end = registering(mlflow_server, model, 3, mlflowRegistry=True)
+    assert end()["ended"] and end()["modelVersion"] == "1"
+    # an operator that restarted before it wrote that status registers no second version
+    assert end()["modelVersion"] == "1"
+
+    (version,) = mlflow_get(mlflow_server, "model-versions/search", {"filter": f"name='{model}'"})[
+        "model_versions"
+    ]
+    assert version["run_id"] == started["runId"] and version["source"] == f"model://{model}/3"
+    tags = by_key(version["tags"])
+    assert tags["torchyard.model_version"] == f"{model}/3"
+    assert tags["torchyard.namespace"] == "tracking-registry"
+    registered = mlflow_get(mlflow_server, "registered-models/get", {"name": model})
+    assert by_key(registered["registered_model"]["tags"]) == {
+        "torchyard.namespace": "tracking-registry"
+    }
+
+
+def test_no_model_registry_version_unless_asked(mlflow_server: str) -> None:
+    model = f"plain-{time.monotonic_ns()}"
+    _, end = registering(mlflow_server, model, 1)
+    ended = end()
+    assert ended["ended"] and "modelVersion" not in ended
+    found = mlflow_get(mlflow_server, "model-versions/search", {"filter": f"name='{model}'"})
+    assert not found.get("model_versions")
+
+
+def mlflow_get(uri: str, path: str, query: dict[str, str]) -> dict[str, Any]:
+    url = f"{uri}/api/2.0/mlflow/{path}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return dict(json.loads(answer.read()))

@@ -176,3 +176,16 @@ def test_a_namespaces_configmap_takes_precedence_over_the_chart(
 ) -> None:
     assert plan.override(SERVER, data) == (settings, unknown)
     assert plan.override(SERVER, data)[0].enabled == bool(settings.uri)
+
+
+def test_a_model_version_points_at_its_mlflow_run_and_its_torchyard_files() -> None:
+    assert plan.registered_model("birds", "team-a") == {
+        "name": "birds",
+        "tags": [{"key": "torchyard.namespace", "value": "team-a"}],
+    }
+    body = plan.model_version("birds", 3, "r1", "team-a")
+    assert (body["name"], body["run_id"], body["source"]) == ("birds", "r1", "model://birds/3")
+    assert {t["key"]: t["value"] for t in body["tags"]} == {
+        "torchyard.namespace": "team-a",
+        "torchyard.model_version": "birds/3",
+    }
