@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.cli.errors import CliError
-from torchyard.cli.options import connect, registry, registry_options
+from torchyard.cli.options import connect, port_number, registry, registry_options
 from torchyard.sdk import clusters, local_runs, sweeps
 from torchyard.sdk import tensorboard as tb
 from torchyard.sdk.registry import RegistryClient, RegistryError
@@ -151,12 +151,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535; got {text!r}")
-    return int(text)
-
-
 def add_tensorboard(sub: Any) -> None:
     p = sub.add_parser(
         "tensorboard",
@@ -194,7 +188,9 @@ def add_tensorboard(sub: Any) -> None:
         help="where the event files are kept for TensorBoard, a subfolder per run "
         "(default: ~/.torchyard/tensorboard/NAME)",
     )
-    p.add_argument("--port", type=_port, default=0, help="TensorBoard's port (default: a free one)")
+    p.add_argument(
+        "--port", type=port_number, default=0, help="TensorBoard's port (default: a free one)"
+    )
     p.add_argument(
         "--interval",
         type=_seconds,
