@@ -360,6 +360,7 @@ class Session:
     resolve: Callable[[str], Source]
     mirror: Mirror
     where: dict[str, str] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)  # runs read whole from a source that ended
 
     def step(self) -> tuple[bool, list[str]]:
         """One round: every run synced; whether any is live, and what to say (where a
@@ -367,6 +368,8 @@ class Session:
         said: list[str] = []
         live = False
         for run in self.runs:
+            if run in self.done:
+                continue
             source = self.resolve(run)
             live = live or source.live
             if self.where.get(run) != source.where:
@@ -375,6 +378,8 @@ class Session:
             before = sum(self.mirror.sizes.get(run, {}).values())
             left = self.mirror.sync(run, source)
             said += [f"left out (not a plain file inside the event folder): {n}" for n in left]
+            if not source.live:
+                self.done.add(run)
             grown = sum(self.mirror.sizes.get(run, {}).values()) - before
             if grown:
                 said.append(f"{run}: {self.mirror.files(run)} event file(s), +{grown} bytes")

@@ -198,3 +198,18 @@ def test_a_sweeps_trials_are_a_subfolder_each(tmp_path: Path) -> None:
         "s-t0/ev": b"s-t0",
         "s-t1/ev": b"s-t1",
     }
+
+
+def test_a_run_read_whole_from_a_source_that_ended_is_not_asked_again(tmp_path: Path) -> None:
+    asked: list[str] = []
+    (tmp_path / "tb").mkdir()
+    (tmp_path / "tb" / "ev").write_bytes(b"x")
+
+    def resolve(run: str) -> tb.Source:
+        asked.append(run)
+        return tb.FolderSource(tmp_path / "tb", "the archive", False)
+
+    session = tb.Session(["r"], resolve, tb.Mirror(tmp_path / "kept"))
+    assert session.step()[0] is False
+    assert session.step() == (False, [])
+    assert asked == ["r"]
