@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import SweepBuilder, TrainingRunBuilder
+from tests.builders import SweepBuilder, TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
@@ -37,6 +37,9 @@ from tests.integration.helpers import (
     wait_for,
     wait_status,
 )
+from tests.integration.test_archiving import TRAIN, allow_default_service_account, run_node
+from tests.integration.test_archiving import archiving_operator as archiving_operator
+from tests.integration.test_registry_service import Service
 from torchyard import api, k8s
 from torchyard.controller import context, tracking
 from torchyard.planning import pods
@@ -435,3 +438,40 @@ def mlflow_get(uri: str, path: str, query: dict[str, str]) -> dict[str, Any]:
     url = f"{uri}/api/2.0/mlflow/{path}?{urllib.parse.urlencode(query)}"
     with urllib.request.urlopen(url, timeout=10) as answer:
         return dict(json.loads(answer.read()))
+
+
+def test_the_operator_registers_a_runs_model_version_in_mlflow_when_asked(
+    cluster: Cluster,
+    namespace: str,
+    operator: InProcessOperator,
+    archiving_operator: Service,
+    mlflow_server: str,
+    tmp_path: Path,
+) -> None:
+    """The whole way: the node archives its outputs, the operator promotes them to
+    ModelVersion birds-v1 and registers that version in MLflow's model registry."""
+    ns = namespace
+    allow_default_service_account(ns)
+    k8s.create(environment("pytorch", ns))
+    run = TrainingRunBuilder("birds", ns).environment("pytorch").pool("cpu")
+    with tracking_to(operator, mlflow_server):
+        k8s.create(run.register("birds", path="outputs", mlflowRegistry=True).obj())
+        wait_status(k8s.TRAININGRUNS, ns, "birds", tracked)
+        [pod] = run_pods(ns, "birds")
+        done = run_node(pod, tmp_path, TRAIN)
+        assert done.returncode == 0, done.stderr
+        finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+        ended = wait_status(
+            k8s.TRAININGRUNS,
+            ns,
+            "birds",
+            lambda s: s.get("phase") == "Succeeded" and s.get("tracking", {}).get("ended"),
+            timeout=60,
+        )["status"]
+    assert ended["model"] == {"name": "birds", "version": 1}
+    assert ended["tracking"]["modelVersion"]
+    found = mlflow_get(mlflow_server, "model-versions/search", {"filter": "name='birds'"})
+    mine = [v for v in found["model_versions"] if v["run_id"] == ended["tracking"]["runId"]]
+    assert [(v["version"], v["source"]) for v in mine] == [
+        (ended["tracking"]["modelVersion"], "model://birds/1")
+    ]
