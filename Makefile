@@ -36,8 +36,13 @@ PYTEST_ARGS ?=
 MLFLOW_LOCK := tests/integration/tracking/requirements.lock
 MLFLOW_LOCK_HASH := $(shell sha256sum $(MLFLOW_LOCK) | cut -c1-12)
 export TORCHYARD_MLFLOW_VENV ?= $(TORCHYARD_CACHE)/mlflow-venv-py$(PYVER)-$(MLFLOW_LOCK_HASH)
+# The TensorBoard 'torchyard tensorboard' starts in the tests, pinned in
+# tests/integration/tracking/tensorboard.lock, in a venv of its own (keyed by that file's hash).
+TENSORBOARD_LOCK := tests/integration/tracking/tensorboard.lock
+TENSORBOARD_LOCK_HASH := $(shell sha256sum $(TENSORBOARD_LOCK) | cut -c1-12)
+export TORCHYARD_TENSORBOARD_VENV ?= $(TORCHYARD_CACHE)/tensorboard-venv-py$(PYVER)-$(TENSORBOARD_LOCK_HASH)
 
-.PHONY: all venv docs-venv browser browser-link mutants mlflow tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
+.PHONY: all venv docs-venv browser browser-link mutants mlflow tensorboard tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
@@ -112,6 +117,11 @@ $(TORCHYARD_MLFLOW_VENV)/.complete:
 
 mlflow: $(TORCHYARD_MLFLOW_VENV)/.complete
 
+$(TORCHYARD_TENSORBOARD_VENV)/.complete:
+	$(call locked_venv,$(TORCHYARD_TENSORBOARD_VENV),$(TENSORBOARD_LOCK),TensorBoard of the tracking tests)
+
+tensorboard: $(TORCHYARD_TENSORBOARD_VENV)/.complete
+
 browser-link:
 	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
 	  deps=$$("$(BROWSER_DEPS)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
@@ -181,10 +191,10 @@ layers: venv
 unit: venv
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-integration: venv tools browser mlflow
+integration: venv tools browser mlflow tensorboard
 	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
-e2e: venv
+e2e: venv tensorboard
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # a real kubelet node (containerd, CNI, CoreDNS, kube-proxy) beside the control plane; root

@@ -46,7 +46,12 @@ RANK_CONTRACT_VARIABLES = (
     "PET_MASTER_PORT",
     "TORCHYARD_OUTPUTS",
     "TORCHYARD_LOGS",
+    "TORCHYARD_TENSORBOARD_DIR",
 )
+# Where a rank writes its TensorBoard event files (``TORCHYARD_TENSORBOARD_DIR``): this
+# folder of its outputs, so that node 0's are archived with them and ``torchyard
+# tensorboard`` finds them in the node Pod while the run runs and in the archive after.
+TENSORBOARD_DIR_NAME = "tensorboard"
 # An input's folder (``spec.inputs``): TORCHYARD_INPUT_<NAME>, which arguments may name
 # too, as the guide's ``dataset.as_named_input('birds').as_mount()`` argument.
 INPUT_VARIABLE_PREFIX = "TORCHYARD_INPUT_"

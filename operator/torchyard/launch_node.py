@@ -23,6 +23,7 @@ from typing import IO, Any
 from torchyard.launch_contract import (
     COOKIE_VARIABLE,
     LOG_LIMIT_BYTES,
+    TENSORBOARD_DIR_NAME,
     LaunchError,
     expand_arguments,
     int_env,
@@ -183,6 +184,9 @@ class Launcher:
             env["PYTHONPATH"] = os.pathsep.join([shipped, *(p for p in paths if p != shipped)])
         for name, default in (("TORCHYARD_LOGS", "logs"), ("TORCHYARD_OUTPUTS", "outputs")):
             env[name] = writable_folder(name, env.get(name) or os.path.abspath(default), self.say)
+        env["TORCHYARD_TENSORBOARD_DIR"] = os.path.join(
+            env["TORCHYARD_OUTPUTS"], TENSORBOARD_DIR_NAME
+        )
         return launch, nproc, node_rank, env["TORCHYARD_LOGS"]
 
     def _handle_signals(self) -> None:

@@ -25,6 +25,8 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
                                either one that cannot be created (a working directory
                                this user may not write) moves under the temporary
                                directory, and the launcher says so
+    (it sets TORCHYARD_TENSORBOARD_DIR, every process's, to <TORCHYARD_OUTPUTS>/tensorboard:
+    the TensorBoard event files that ``torchyard tensorboard`` serves)
     TORCHYARD_TERMINATION_LOG  JSON termination message (default /dev/termination-log)
     TORCHYARD_DNS_TIMEOUT      seconds to wait for MASTER_ADDR to resolve (default 300)
     TORCHYARD_GRACE_PERIOD     seconds between SIGTERM and SIGKILL of the others (default 10)

@@ -22,6 +22,10 @@ class Local:
         self.workdir = tmp / "runs"
         self.tmp = tmp
 
+    def folders(self) -> list[str]:
+        """The options that name this test's registry and runs folders."""
+        return ["--registry", str(self.registry), "--workdir", str(self.workdir)]
+
     def run(self, yaml_file: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         return self.command(["run", str(yaml_file)], *extra)
 

@@ -184,6 +184,11 @@ class TrackingStatus(Model):
     )
     step: int | None = Field(default=None, description="The last progress step mirrored into it.")
     ended: bool | None = Field(default=None, description="Whether its end was sent (runs/update).")
+    model_version: str | None = Field(
+        default=None,
+        description="The version of the run's model in MLflow's model registry "
+        "(outputs.register.mlflowRegistry), once registered.",
+    )
     error: str | None = Field(
         default=None, description="The last error of the tracking server (TrackingReady=False)."
     )

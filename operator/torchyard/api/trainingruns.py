@@ -448,6 +448,12 @@ class Register(ModelOutput):
         default=False,
         description="Also export the trained model to outputs/model.onnx and check it runs.",
     )
+    mlflow_registry: bool = Field(
+        default=False,
+        description="With an MLflow tracking server: also register the new version in "
+        "MLflow's model registry, as a version of the registered model of the same name "
+        "made from the run's MLflow run (its source model://<model>/<version>).",
+    )
 
 
 class Outputs(Model):

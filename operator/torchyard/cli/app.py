@@ -8,7 +8,8 @@ Each command lives in the module of its concern and adds its own parser: ``serve
 describe`` and the parser of ``describe``, which falls back to a gone run's record),
 ``suspension`` (``suspend``, ``resume``),
 ``models`` (``models ...``, ``runs download``), ``sweeps`` (``sweep ...``), ``ui``
-(``ui``: the web view). Commands
+(``ui``: the web view), ``tensorboard`` (``tensorboard``: TensorBoard over a run's event
+files). Commands
 raise :class:`CliError` or let the SDK's errors through; :func:`main` catches them once
 (:data:`EXITS`), so no command shows a traceback for a missing kubeconfig, a cluster that
 is down, a file that is not there or a refusal.
@@ -39,6 +40,7 @@ from torchyard.cli import (
     submit,
     suspension,
     sweeps,
+    tensorboard,
     ui,
 )
 from torchyard.cli.errors import CliError
@@ -91,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_runs(sub)
     sweeps.add_sweep(sub)
     ui.add_ui(sub)
+    tensorboard.add_tensorboard(sub)
     submit.add_crds(sub)
     submit.add_validate(sub)
     return parser

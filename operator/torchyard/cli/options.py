@@ -63,6 +63,13 @@ def registry_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def port_number(text: str) -> int:
+    """A ``--port`` value (0: a free one)."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535; got {text!r}")
+    return int(text)
+
+
 def connect(args: argparse.Namespace) -> None:
     """Use the command's --kubeconfig and --context, when given."""
     clusters.connect(getattr(args, "kubeconfig", None), getattr(args, "context", None))

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from torchyard.cli.errors import CliError
-from torchyard.cli.options import connect, registry, registry_options
+from torchyard.cli.options import connect, port_number, registry, registry_options
 from torchyard.sdk.registry import RegistryClient
 
 HOST = "127.0.0.1"
@@ -62,12 +62,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535; got {text!r}")
-    return int(text)
-
-
 def add_ui(sub: Any) -> None:
     p = sub.add_parser(
         "ui",
@@ -80,7 +74,7 @@ def add_ui(sub: Any) -> None:
         "without one the pages say so.",
     )
     p.add_argument(
-        "--port", type=_port, default=0, help="the port to listen on (default: a free one)"
+        "--port", type=port_number, default=0, help="the port to listen on (default: a free one)"
     )
     p.add_argument(
         "--in-cluster",

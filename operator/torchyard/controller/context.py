@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from torchyard import k8s, status
 from torchyard.controller import cache as caches
 from torchyard.planning import pods
+from torchyard.planning import tracking as run_tracking
 from torchyard.status.conditions import parse_time as parse_time  # the controller's name
 
 Clock = Callable[[], datetime]
@@ -119,6 +120,14 @@ class Context:
     recorded: dict[Key, str] = field(default_factory=dict)
     # run uid -> (failed MLflow calls in a row, when to try again) (``tracking``)
     tracking_tries: dict[str, tuple[int, datetime]] = field(default_factory=dict)
+    # namespace -> (when read, the data of its torchyard-tracking ConfigMap or None)
+    # (``tracking.scoped``)
+    tracking_overrides: dict[str, tuple[datetime, dict[str, Any] | None]] = field(
+        default_factory=dict
+    )
+    # the chart's tracking settings, in a Context ``tracking.scoped`` made for a
+    # namespace of its own (None: ``settings.tracking`` is the chart's)
+    chart_tracking: run_tracking.Settings | None = None
 
 
 @dataclass

@@ -118,6 +118,26 @@ class Client:
     def update_run(self, body: Mapping[str, Any]) -> None:
         self.call("POST", "runs/update", body)
 
+    def register_version(self, model: Mapping[str, Any], version: Mapping[str, Any]) -> str:
+        """The model registry's version of ``version["name"]`` made by run
+        ``version["run_id"]``: found (a restarted operator registers once) or created, its
+        registered model created first when missing."""
+        name, run_id = str(version["name"]), str(version["run_id"])
+        try:
+            self.call("POST", "registered-models/create", model)
+        except TrackingError as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        found = self.call(
+            "GET", "model-versions/search", {"filter": f"name='{name}' and run_id='{run_id}'"}
+        )
+        for existing in found.get("model_versions") or []:
+            if existing.get("run_id") == run_id and existing.get("name") == name:
+                return field(existing, "version")
+        return field(
+            self.call("POST", "model-versions/create", version), "model_version", "version"
+        )
+
 
 def field(answer: Any, *keys: str) -> str:
     """``answer[k1][k2]...`` as text; a TrackingError when the server answered otherwise."""

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from torchyard import api
+from torchyard import api, k8s
 from torchyard.controller import mlflow_rest
 from torchyard.controller.context import Context, Event, Log
 from torchyard.controller.mlflow_rest import Client, TrackingError
@@ -32,6 +32,7 @@ from torchyard.status import trainingruns as run_status
 
 BACKOFF_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 300.0
+OVERRIDE_SECONDS = 10.0  # a namespace's torchyard-tracking ConfigMap is read this often
 _PARENT_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_LOCK = threading.Lock()
 
@@ -44,6 +45,37 @@ class Mirrored:
     state: dict[str, Any] | None
     events: list[Event] = field(default_factory=list)
     retry: float | None = None
+
+
+def scoped(ctx: Context, namespace: str, logger: Log) -> Context:
+    """``ctx`` with the tracking settings of ``namespace``: the chart's, or what the
+    namespace's ``torchyard-tracking`` ConfigMap sets instead (``planning.tracking
+    .override``), read at most every :data:`OVERRIDE_SECONDS` per namespace. The
+    operator's own calls carry its own credentials (it never reads a namespace's
+    Secrets); the ranks take the namespace's ``credentialsSecret`` by reference."""
+    now = ctx.clock()
+    held = ctx.tracking_overrides.get(namespace)
+    if held is None or (now - held[0]).total_seconds() >= OVERRIDE_SECONDS:
+        found = ctx.k8s.get_or_none(k8s.CONFIGMAPS, namespace, plan.OVERRIDE_CONFIGMAP)
+        data = None if found is None else dict(found.get("data") or {})
+        held = ctx.tracking_overrides[namespace] = (now, data)
+    chart = ctx.chart_tracking or ctx.settings.tracking
+    settings, unknown = plan.override(chart, held[1])
+    if unknown and held[0] == now:
+        logger.warning(
+            "ConfigMap %s/%s: keys %s mean nothing (the keys: %s)",
+            namespace,
+            plan.OVERRIDE_CONFIGMAP,
+            ", ".join(unknown),
+            ", ".join(plan.OVERRIDE_KEYS),
+        )
+    if settings == ctx.settings.tracking:
+        return ctx
+    return replace(
+        ctx,
+        settings=replace(ctx.settings, tracking=settings),
+        chart_tracking=chart,
+    )
 
 
 def client(ctx: Context) -> Client:
@@ -160,12 +192,14 @@ def _send(
     progress = new.get("progress") or {}
     step = progress.get("step")
     ended = new.get("phase") in run_status.TERMINAL
+    registered = ""
     try:
         if step is not None and step != state.get("step"):
             c.log_batch(plan.log_batch(run_id, metrics=plan.progress_metrics(progress, _ms(now))))
         if ended:
             c.log_batch(plan.log_batch(run_id, tags_=plan.final_tags(new)))
             c.update_run(plan.update_run(run_id, str(new["phase"]), _ms(now)))
+            registered = _register(c, run, new, run_id)
     except TrackingError as err:
         wait = _backoff(ctx, run, now)
         logger.warning(
@@ -178,7 +212,23 @@ def _send(
         out["step"] = step
     if ended:
         out["ended"] = True
+        if registered:
+            out["modelVersion"] = registered
     return out
+
+
+def _register(c: Client, run: api.TrainingRun, new: Mapping[str, Any], run_id: str) -> str:
+    """The run's new model version in MLflow's model registry, when its
+    ``outputs.register.mlflowRegistry`` asks and it registered one; "" otherwise."""
+    asked = run.spec.outputs.register_
+    model = new.get("model") or {}
+    if asked is None or not asked.mlflow_registry or not model.get("name"):
+        return ""
+    name, version = str(model["name"]), model.get("version", "")
+    return c.register_version(
+        plan.registered_model(name, run.namespace),
+        plan.model_version(name, version, run_id, run.namespace),
+    )
 
 
 def unfinished(ctx: Context, previous: Mapping[str, Any]) -> bool:

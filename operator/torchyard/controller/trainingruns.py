@@ -141,6 +141,7 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         return _invalid(meta.get("generation"), str(err), previous, now), Result()
     if meta.get("deletionTimestamp"):
         return None, Result()  # being deleted: owner references take the children away
+    ctx = tracking.scoped(ctx, run.namespace, logger)  # the namespace's tracking server
 
     seen = observe(ctx, run, previous)
     seen = seen.without(lost_nodes.release(ctx, body, seen.children))

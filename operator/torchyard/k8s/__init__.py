@@ -9,6 +9,7 @@
 - ``watches``: a list with its resourceVersion and a watch stream from it (outside Kopf)
 - ``events``, ``logs``, ``reviews``: Events, Pod logs, Token/SubjectAccessReview and
   TokenRequest
+- ``execs``: a command's output from a Pod's container (the exec API)
 
 Callers use the package (``from torchyard import k8s; k8s.apply(...)``): the SDK, the CLI
 and the registry's authorizer; the controller only through a ``k8s.Client`` of its own.
@@ -20,6 +21,7 @@ from torchyard.k8s.clients import *  # noqa: F403
 from torchyard.k8s.connections import *  # noqa: F403
 from torchyard.k8s.errors import *  # noqa: F403
 from torchyard.k8s.events import *  # noqa: F403
+from torchyard.k8s.execs import *  # noqa: F403
 from torchyard.k8s.logs import *  # noqa: F403
 from torchyard.k8s.resources import *  # noqa: F403
 from torchyard.k8s.rest import *  # noqa: F403

@@ -43,6 +43,25 @@ class Settings:
         return bool(self.uri)
 
 
+# A namespace's own tracking server, over the chart's: this ConfigMap in the run's namespace,
+# with the keys of OVERRIDE_KEYS (``mlflowUri`` "": no tracking in that namespace).
+OVERRIDE_CONFIGMAP = "torchyard-tracking"
+OVERRIDE_KEYS = ("mlflowUri", "credentialsSecret")
+
+
+def override(chart: Settings, data: Mapping[str, Any] | None) -> tuple[Settings, list[str]]:
+    """The tracking settings of a namespace: the chart's, with what the namespace's
+    :data:`OVERRIDE_CONFIGMAP` (its ``data``, None when there is none) sets instead; and
+    the keys it has that mean nothing here (said, not applied). A URI that is no server's
+    is kept as it is: calling it fails, and the run says so (``TrackingReady=False``)."""
+    if data is None:
+        return chart, []
+    unknown = sorted(str(k) for k in data if k not in OVERRIDE_KEYS)
+    uri = str(data.get("mlflowUri", chart.uri)).strip()
+    secret = str(data.get("credentialsSecret", chart.secret if uri == chart.uri else "")).strip()
+    return Settings(uri=uri, secret=secret), unknown
+
+
 def experiment_name(run: TrainingRun) -> str:
     """The run's experiment label, else its namespace."""
     labels = run.metadata.get("labels") or {}
@@ -185,6 +204,27 @@ def final_tags(status: Mapping[str, Any]) -> list[dict[str, str]]:
     if model.get("name"):
         out["torchyard.model_version"] = f"{model['name']}/{model.get('version', '')}"
     return [{"key": k, "value": v} for k, v in out.items()]
+
+
+def registered_model(name: str, namespace: str) -> dict[str, Any]:
+    """The body of ``registered-models/create`` for a torchyard model."""
+    return {"name": name, "tags": [{"key": "torchyard.namespace", "value": namespace}]}
+
+
+def model_version(name: str, version: int | str, run_id: str, namespace: str) -> dict[str, Any]:
+    """The body of ``model-versions/create``: the ModelVersion ``name``/``version`` made
+    by the MLflow run ``run_id``; its source is the torchyard URI of its files (the URI a
+    run's ``spec.inputs`` takes)."""
+    return {
+        "name": name,
+        "source": f"model://{name}/{version}",
+        "run_id": run_id,
+        "tags": [
+            {"key": "torchyard.namespace", "value": namespace},
+            {"key": "torchyard.model_version", "value": f"{name}/{version}"},
+        ],
+        "description": f"torchyard ModelVersion {namespace}/{name}-v{version}",
+    }
 
 
 def update_run(run_id: str, phase: str, end_ms: int) -> dict[str, Any]:

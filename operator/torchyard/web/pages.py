@@ -110,6 +110,18 @@ def _record_mark(obj: Obj) -> str:
     return ' <span class="badge gone" title="its record is kept">recorded</span>'
 
 
+def tensorboard_hint(ns: str, name: str, *, sweep: bool = False) -> str:
+    """The command that serves the run's (or the sweep's trials') TensorBoard event files
+    on the reader's own machine (``torchyard tensorboard``: a local process, not a page of
+    this view)."""
+    target = f"--sweep {name}" if sweep else name
+    command = f"torchyard tensorboard {target} -n {ns}"
+    return (
+        f'<p class="hint" data-tensorboard="{e(command)}">TensorBoard (the event files the '
+        f"scripts wrote to $TORCHYARD_TENSORBOARD_DIR): <code>{e(command)}</code></p>"
+    )
+
+
 def _note(note: str) -> str:
     return f'<p class="note" role="note">{e(note)}</p>' if note else ""
 
@@ -152,7 +164,11 @@ def _the_rest(
     """The sections a run's page and a record's page share, after the failure."""
     spec = yaml.safe_dump(run.get("spec") or {}, sort_keys=True)
     return [
-        section("Metrics", charts, ident="metrics"),
+        section(
+            "Metrics",
+            Markup(str(charts) + tensorboard_hint(ns, run["metadata"]["name"])),
+            ident="metrics",
+        ),
         section("Logs", logs, ident="logs"),
         section("Events", _events(events), ident="events"),
         section("Outputs and model", _outputs(ns, run, archive), ident="outputs"),
@@ -494,6 +510,7 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
             ),
             ident="curves",
         )
+        + tensorboard_hint(ns, sweep["metadata"]["name"], sweep=True)
         + section("Trials", table(head, rows, caption="Trials, best first"), ident="trials")
     )
 

@@ -16,8 +16,9 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import SweepBuilder, TrainingRunBuilder
+from tests.builders import SweepBuilder, TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
@@ -36,6 +37,9 @@ from tests.integration.helpers import (
     wait_for,
     wait_status,
 )
+from tests.integration.test_archiving import TRAIN, allow_default_service_account, run_node
+from tests.integration.test_archiving import archiving_operator as archiving_operator
+from tests.integration.test_registry_service import Service
 from torchyard import api, k8s
 from torchyard.controller import context, tracking
 from torchyard.planning import pods
@@ -99,7 +103,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield uri
     finally:
         server.terminate()
-        server.wait(30)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:  # (its gunicorn workers, slow to end under load)
+            server.kill()
+            server.wait(30)
         log.close()
 
 
@@ -322,3 +330,148 @@ def test_a_run_ended_while_the_server_failed_is_cleaned_up_and_ended_in_mlflow_l
         assert conditions({"status": done})["TrackingReady"]["status"] == "True"
     (ended,) = runs_tagged(mlflow_server, ids["experimentId"], "torchyard.run", "later")
     assert ended["info"]["run_id"] == ids["runId"] and ended["info"]["status"] == "FINISHED"
+
+
+def override(namespace: str, **data: str) -> None:
+    """The namespace's torchyard-tracking ConfigMap, created or replaced."""
+    k8s.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": plan.OVERRIDE_CONFIGMAP, "namespace": namespace},
+            "data": data,
+        }
+    )
+
+
+def test_a_namespaces_configmap_takes_precedence_over_the_charts_server(
+    env: str, operator: InProcessOperator, mlflow_server: str
+) -> None:
+    ns = env
+    # the chart's server is one that is not there; the namespace names the real one
+    override(ns, mlflowUri=mlflow_server, credentialsSecret="team-mlflow")
+    with tracking_to(operator, f"http://127.0.0.1:{_free_port()}"):
+        k8s.create(TrainingRunBuilder("own", ns).environment("pytorch").pool("cpu").obj())
+        ids = wait_status(k8s.TRAININGRUNS, ns, "own", tracked)["status"]["tracking"]
+        (pod,) = run_pods(ns, "own")
+        variables = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert variables["MLFLOW_TRACKING_URI"]["value"] == mlflow_server
+        secret = variables["MLFLOW_TRACKING_TOKEN"]["valueFrom"]["secretKeyRef"]
+        assert secret["name"] == "team-mlflow"
+        (found,) = runs_tagged(mlflow_server, ids["experimentId"], "torchyard.run", "own")
+        assert found["info"]["run_id"] == ids["runId"]
+
+    # mlflowUri "": no tracking in this namespace, whatever the chart says (an operator
+    # started afresh reads it at once; a running one within OVERRIDE_SECONDS)
+    override(ns, mlflowUri="")
+    with tracking_to(operator, mlflow_server):
+        k8s.create(TrainingRunBuilder("untracked", ns).environment("pytorch").pool("cpu").obj())
+        running = wait_status(
+            k8s.TRAININGRUNS, ns, "untracked", lambda s: s.get("phase") == "Running", timeout=60
+        )["status"]
+    assert "tracking" not in running
+    assert "TrackingReady" not in conditions({"status": running})
+    for pod in run_pods(ns, "untracked"):
+        assert not any(k.startswith("MLFLOW_") for k in trainer_env(pod))
+
+
+def registering(
+    uri: str, model: str, version: int, **register: Any
+) -> tuple[dict[str, Any], Callable[[], dict[str, Any]]]:
+    """A run that registers ``model`` (``outputs.register`` with ``register``), tracked
+    through ``controller.tracking`` as a reconcile calls it: its started MLflow run, and
+    what ending it once it registered ``model``/``version`` leaves (each call from that
+    started state: an operator that restarted before it wrote the status)."""
+    settings = pods.Settings(tracking=plan.Settings(uri=uri))
+    ctx = context.Context(k8s=None, settings=settings)  # type: ignore[arg-type]
+    body = TrainingRunBuilder("reg", "tracking-registry").register(model, **register).obj()
+    body["metadata"]["uid"] = f"uid-{time.monotonic_ns()}"
+    run = api.parse_trainingrun(body)
+    log = logging.getLogger("test")
+    now = datetime.now(timezone.utc)
+    started = tracking.start(ctx, run, {}, "img", now, log)
+    assert started is not None and started["runId"]
+    done = {"phase": "Succeeded", "model": {"name": model, "version": version}}
+
+    def end() -> dict[str, Any]:
+        state = tracking.mirror(ctx, run, {"tracking": started}, done, None, now, log).state
+        assert state is not None
+        return state
+
+    return started, end
+
+
+def test_a_registered_model_version_is_registered_in_mlflows_model_registry_once(
+    mlflow_server: str,
+) -> None:
+    """``controller.tracking`` against the real server as a reconcile calls it: a run
+    that registered ModelVersion birds/3 with ``mlflowRegistry`` asked."""
+    model = f"birds-{time.monotonic_ns()}"
+    started, end = registering(mlflow_server, model, 3, mlflowRegistry=True)
+    assert end()["ended"] and end()["modelVersion"] == "1"
+    # an operator that restarted before it wrote that status registers no second version
+    assert end()["modelVersion"] == "1"
+
+    (version,) = mlflow_get(mlflow_server, "model-versions/search", {"filter": f"name='{model}'"})[
+        "model_versions"
+    ]
+    assert version["run_id"] == started["runId"] and version["source"] == f"model://{model}/3"
+    tags = by_key(version["tags"])
+    assert tags["torchyard.model_version"] == f"{model}/3"
+    assert tags["torchyard.namespace"] == "tracking-registry"
+    registered = mlflow_get(mlflow_server, "registered-models/get", {"name": model})
+    assert by_key(registered["registered_model"]["tags"]) == {
+        "torchyard.namespace": "tracking-registry"
+    }
+
+
+def test_no_model_registry_version_unless_asked(mlflow_server: str) -> None:
+    model = f"plain-{time.monotonic_ns()}"
+    _, end = registering(mlflow_server, model, 1)
+    ended = end()
+    assert ended["ended"] and "modelVersion" not in ended
+    found = mlflow_get(mlflow_server, "model-versions/search", {"filter": f"name='{model}'"})
+    assert not found.get("model_versions")
+
+
+def mlflow_get(uri: str, path: str, query: dict[str, str]) -> dict[str, Any]:
+    url = f"{uri}/api/2.0/mlflow/{path}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return dict(json.loads(answer.read()))
+
+
+def test_the_operator_registers_a_runs_model_version_in_mlflow_when_asked(
+    cluster: Cluster,
+    namespace: str,
+    operator: InProcessOperator,
+    archiving_operator: Service,
+    mlflow_server: str,
+    tmp_path: Path,
+) -> None:
+    """The whole way: the node archives its outputs, the operator promotes them to
+    ModelVersion birds-v1 and registers that version in MLflow's model registry."""
+    ns = namespace
+    allow_default_service_account(ns)
+    k8s.create(environment("pytorch", ns))
+    run = TrainingRunBuilder("birds", ns).environment("pytorch").pool("cpu")
+    with tracking_to(operator, mlflow_server):
+        k8s.create(run.register("birds", path="outputs", mlflowRegistry=True).obj())
+        wait_status(k8s.TRAININGRUNS, ns, "birds", tracked)
+        [pod] = run_pods(ns, "birds")
+        done = run_node(pod, tmp_path, TRAIN)
+        assert done.returncode == 0, done.stderr
+        finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+        ended = wait_status(
+            k8s.TRAININGRUNS,
+            ns,
+            "birds",
+            lambda s: s.get("phase") == "Succeeded" and s.get("tracking", {}).get("ended"),
+            timeout=60,
+        )["status"]
+    assert ended["model"] == {"name": "birds", "version": 1}
+    assert ended["tracking"]["modelVersion"]
+    found = mlflow_get(mlflow_server, "model-versions/search", {"filter": "name='birds'"})
+    mine = [v for v in found["model_versions"] if v["run_id"] == ended["tracking"]["runId"]]
+    assert [(v["version"], v["source"]) for v in mine] == [
+        (ended["tracking"]["modelVersion"], "model://birds/1")
+    ]

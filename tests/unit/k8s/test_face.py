@@ -25,10 +25,12 @@ FACE = {
     "events_of", "record_event", "pod_log_lines", "allowed", "request_token", "review_token",
     # watches
     "WatchStream", "list_versioned",
+    # execs
+    "ExecResult", "OutputTooLarge", "pod_exec_output",
 }  # fmt: skip
 MODULES = {
-    "clients", "connections", "errors", "events", "logs", "resources", "rest", "reviews",
-    "watches",
+    "clients", "connections", "errors", "events", "execs", "logs", "resources", "rest",
+    "reviews", "watches",
 }  # fmt: skip
 
 

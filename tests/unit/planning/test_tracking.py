@@ -152,3 +152,40 @@ def test_no_mlflow_variables_without_a_tracked_run(
     )
     assert not [e for e in pod["spec"]["containers"][0]["env"] if e["name"].startswith("MLFLOW_")]
     assert pod == pods.pod(run(), 0, image="img")
+
+
+@pytest.mark.parametrize(
+    ("data", "settings", "unknown"),
+    [
+        (None, SERVER, []),  # no ConfigMap: the chart's
+        ({}, SERVER, []),
+        ({"mlflowUri": "http://mlflow:5000"}, SERVER, []),  # the same server, its credentials
+        ({"mlflowUri": "http://team:5000"}, plan.Settings(uri="http://team:5000"), []),
+        (
+            {"mlflowUri": " http://team:5000 ", "credentialsSecret": "team-mlflow"},
+            plan.Settings(uri="http://team:5000", secret="team-mlflow"),
+            [],
+        ),
+        ({"credentialsSecret": "other"}, plan.Settings(SERVER.uri, "other"), []),
+        ({"mlflowUri": ""}, plan.Settings(uri=""), []),  # no tracking in this namespace
+        ({"mlflowUri": "http://t:1", "uri": "x"}, plan.Settings("http://t:1"), ["uri"]),
+    ],
+)
+def test_a_namespaces_configmap_takes_precedence_over_the_chart(
+    data: dict[str, str] | None, settings: plan.Settings, unknown: list[str]
+) -> None:
+    assert plan.override(SERVER, data) == (settings, unknown)
+    assert plan.override(SERVER, data)[0].enabled == bool(settings.uri)
+
+
+def test_a_model_version_points_at_its_mlflow_run_and_its_torchyard_files() -> None:
+    assert plan.registered_model("birds", "team-a") == {
+        "name": "birds",
+        "tags": [{"key": "torchyard.namespace", "value": "team-a"}],
+    }
+    body = plan.model_version("birds", 3, "r1", "team-a")
+    assert (body["name"], body["run_id"], body["source"]) == ("birds", "r1", "model://birds/3")
+    assert {t["key"]: t["value"] for t in body["tags"]} == {
+        "torchyard.namespace": "team-a",
+        "torchyard.model_version": "birds/3",
+    }

@@ -138,6 +138,16 @@ def test_the_run_page_shows_failure_stacks_queue_and_nodes() -> None:
     call(fixture_source(), body)
 
 
+def test_a_run_and_a_sweep_say_the_command_that_serves_their_tensorboard() -> None:
+    async def body(client: TestClient[Any, Any]) -> None:
+        run = await (await client.get("/ns/team-a/runs/broken")).text()
+        assert "<code>torchyard tensorboard broken -n team-a</code>" in run
+        sweep = await (await client.get("/ns/team-a/sweeps/sw")).text()
+        assert "<code>torchyard tensorboard --sweep sw -n team-a</code>" in sweep
+
+    call(fixture_source(), body)
+
+
 def test_a_log_tail_is_json_by_rank_and_a_metric_comes_downsampled() -> None:
     async def body(client: TestClient[Any, Any]) -> None:
         tail = await (await client.get("/api/ns/team-a/runs/broken/log?node=1&rank=3")).json()

@@ -1,0 +1,92 @@
+"""``torchyard tensorboard`` against the real control plane and the registry service: a
+finished run's event files (written to ``$TORCHYARD_TENSORBOARD_DIR`` by its rank 0,
+archived by the launcher run here as the node Pod's process) are served by a real
+TensorBoard, its scalars read over TensorBoard's HTTP API; a Sweep's trials side by side,
+each a TensorBoard run of its own; a run that is nowhere is an error that says so.
+
+(The live path copies out of node 0's Pod through the exec API, which a KWOK Pod does not
+serve: the live scalars are shown in local mode, tests/e2e/test_local_tensorboard.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.builders import TrainingRunBuilder, environment
+from tests.cluster.harness import Cluster
+from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
+from tests.integration.test_archiving import allow_default_service_account, run_node
+from tests.integration.test_archiving import archiving_operator as archiving_operator
+from tests.integration.test_registry_service import Service
+from tests.tensorboards import SCALARS, tensorboard
+from tests.tensorboards import tensorboard_venv as tensorboard_venv
+from torchyard import k8s
+
+
+def finished_run(cluster: Cluster, ns: str, name: str, tmp: Path, python: Path) -> None:
+    """A TrainingRun whose node ran SCALARS here (all six steps, on the TensorBoard venv's
+    Python) and archived, then ended."""
+    ctl = tmp / f"ctl-{name}"
+    ctl.mkdir()
+    (ctl / "more").touch()
+    (ctl / "end").touch()
+    (tmp / "scalars.py").write_text(SCALARS)
+    k8s.create(TrainingRunBuilder(name, ns).environment("pytorch").pool("cpu").obj())
+    wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("nodes", {}).get("running") == 1)
+    [pod] = run_pods(ns, name)
+    argv = [str(python), str(tmp / "scalars.py"), str(ctl)]
+    rank = f"import subprocess; subprocess.run({argv!r}, check=True)"
+    done = run_node(pod, tmp, rank)
+    assert done.returncode == 0, done.stderr
+    finish_pod(cluster, ns, pod["metadata"]["name"], 0)
+    wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Succeeded")
+
+
+def test_a_finished_runs_scalars_come_from_its_archive(
+    cluster: Cluster,
+    namespace: str,
+    archiving_operator: Service,
+    tmp_path: Path,
+    tensorboard_venv: Path,
+) -> None:
+    ns = namespace
+    allow_default_service_account(ns)
+    k8s.create(environment("pytorch", ns))
+    python = tensorboard_venv / "bin" / "python"
+    finished_run(cluster, ns, "birds", tmp_path, python)
+    archived = archiving_operator.root / ns / "runs" / "birds" / "outputs" / "tensorboard"
+    assert list(archived.glob("events.out.tfevents.*"))
+    options = [
+        "-n",
+        ns,
+        "--registry-url",
+        archiving_operator.url,
+        "--service-account",
+        "default",
+    ]
+    env = {"KUBECONFIG": str(cluster.kubeconfig)}
+    with tensorboard(tensorboard_venv, tmp_path / "kept", "birds", *options, env=env) as served:
+        wait_for("the archived scalars", lambda: served.steps("birds") == list(range(6)), 60)
+        assert "birds: event files from the run's archive in the registry" in served.output()
+
+    binary = str(tensorboard_venv / "bin" / "tensorboard")
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchyard",
+            "tensorboard",
+            "ghost",
+            *options,
+            "--tensorboard",
+            binary,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    assert missing.returncode == 1
+    assert f"TrainingRun {ns}/ghost not found, nor an archive of it" in missing.stderr
