@@ -1,7 +1,8 @@
 """``spec.inputs`` of a TrainingRun: data and models fetched before the gang is admitted.
 
 Each input names a URI (``https://`` pinned by its sha256, ``model://<model>/<version>``
-of the model registry, or ``pvc://<claim>[/subpath]``), how the ranks see it (``mount``:
+of the model registry, ``pvc://<claim>[/subpath]``, ``s3://<bucket>[/prefix]`` or
+``hf://[datasets/]<org>/<repo>[@revision]``), how the ranks see it (``mount``:
 read-only, as the cache holds it; ``download``: a writable copy in the node Pod) and
 where (``path``, by default ``/torchyard/inputs/<name>``); every process gets the folder
 in ``TORCHYARD_INPUT_<NAME>``, which the command's arguments may name. Typed, with the CEL
@@ -31,11 +32,13 @@ URI_PATTERN = (
     + _LABEL
     + r"(/[1-9][0-9]{0,8})?|pvc://"
     + _LABEL
-    + r"(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?)$"
+    + r"(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?"
+    + r"|hf://(datasets/)?([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*"
+    + r"(@[A-Za-z0-9_][A-Za-z0-9._/-]*)?)$"
 )
 URI_RULE = (
     "uri must be https://host/path (with sha256), model://<model>/<version> or "
-    "pvc://<claim>[/subpath] or s3://<bucket>[/prefix]"
+    "pvc://<claim>[/subpath], s3://<bucket>[/prefix] or hf://[datasets/]<org>/<repo>[@revision]"
 )
 _DOTS = r"(^|/)(\.|%2[eE]){1,2}(/|$)"
 # Folders a mount may not cover: the system's, the launcher's and the token's.
@@ -49,7 +52,10 @@ REVISION_RULE = (
     "revision is a model:// input's version, when its uri has none (model://birds with "
     "revision '3' is model://birds/3); an https input is pinned by sha256"
 )
-SECRET_RULE = "secretRef is for s3:// inputs only: the Secret with the store's credentials"
+SECRET_RULE = (
+    "secretRef is for s3:// and hf:// inputs only: the Secret with the store's or the "
+    "Hub's credentials"
+)
 PATTERN_RULE = (
     "include and exclude patterns are relative to the input's folder: not empty, no leading '/'"
 )
@@ -100,7 +106,8 @@ class Input(Model):
             "fieldPath": ".uri",
         },
         {
-            "rule": "!has(self.secretRef) || self.uri.startsWith('s3://')",
+            "rule": "!has(self.secretRef) || self.uri.startsWith('s3://') || "
+            "self.uri.startsWith('hf://')",
             "message": SECRET_RULE,
             "fieldPath": ".secretRef",
         },
@@ -132,7 +139,9 @@ class Input(Model):
         "ModelVersion of the model registry, read with the run's ServiceAccount) or "
         "pvc://<claim>[/subpath] (a PersistentVolumeClaim of the namespace, mounted "
         "read-only; nothing is fetched) or s3://<bucket>[/prefix] (every object under the "
-        "prefix of an S3-compatible store; see secretRef).",
+        "prefix of an S3-compatible store; see secretRef) or "
+        "hf://[datasets/]<org>/<repo>[@revision] (a repository of the Hugging Face Hub at a "
+        "branch, tag or commit, default main; see secretRef).",
     )
     mode: Literal["mount", "download"] = Field(
         default="mount",
@@ -175,10 +184,12 @@ class Input(Model):
         default=None,
         pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
         max_length=253,
-        description="An s3:// input's Secret in the run's namespace, given to the fetch Job "
-        "only (never to the run's Pods): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and "
-        "optionally AWS_ENDPOINT_URL (an S3-compatible store; default AWS) and AWS_REGION. "
-        "None: the bucket is read unsigned.",
+        description="An s3:// or hf:// input's Secret in the run's namespace, given to the "
+        "fetch Job only (never to the run's Pods). s3://: AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, and optionally AWS_ENDPOINT_URL (an S3-compatible store; "
+        "default AWS) and AWS_REGION; none: the bucket is read unsigned. hf://: HF_TOKEN, "
+        "and optionally HF_ENDPOINT (default https://huggingface.co); none: the repository "
+        "is read anonymously.",
     )
 
     @property
@@ -216,7 +227,7 @@ class Input(Model):
             uris.patterns_valid([*self.include, *self.exclude])
         except uris.InputError as err:
             raise ValueError(f"input {self.name}: {err}") from None
-        if self.secret_ref is not None and self.scheme != "s3":
+        if self.secret_ref is not None and self.scheme not in ("s3", "hf"):
             raise ValueError(f"input {self.name}: {SECRET_RULE}")
         if self.path is not None and not _path_ok(self.path):
             raise ValueError(f"input {self.name}: {PATH_RULE}; got {self.path!r}")
