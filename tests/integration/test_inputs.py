@@ -2,8 +2,9 @@
 while one fetch Job fills the namespace's cache, holds no Pod (so no GPU) meanwhile, and
 is admitted only after the Job succeeded; a second run fetches nothing; concurrent runs
 share one Job; a failed fetch fails the runs that waited with the input, its URI and the
-fetcher's error; an s3:// input's Secret reaches its fetch Job only; a pvc:// input waits
-for its claim."""
+fetcher's error; an s3:// or hf:// input's Secret reaches its fetch Job only, and an hf://
+input's status records the commit its revision resolved to; a pvc:// input waits for its
+claim."""
 
 from __future__ import annotations
 
@@ -244,3 +245,46 @@ def test_an_s3_fetch_reads_its_secret_and_the_run_never_sees_it(
     wait_status(k8s.TRAININGRUNS, ns, "again", lambda s: s.get("phase") == "Running", timeout=60)
     [node] = run_pods(ns, "again")
     assert "birds-store" not in json.dumps(node["spec"])
+
+
+BASE = {"name": "base", "uri": "hf://acme/tiny@main", "secretRef": "hub", "include": ["*.json"]}
+COMMIT = "5f" * 20
+
+
+def test_an_hf_fetch_reads_its_secret_and_the_run_records_the_commit(
+    cluster: Cluster, prepared: str
+) -> None:
+    ns = prepared
+    k8s.create(run("tuned", ns, BASE))
+    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "hub"}}]
+    assert container["args"][container["args"].index("--uri") + 1] == BASE["uri"]
+    error = "hf://acme/tiny@main: acme/tiny has no revision 'main': check the branch, tag or commit"
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 1, json.dumps({"error": error}))
+    failed = wait_status(
+        k8s.TRAININGRUNS, ns, "tuned", lambda s: s.get("phase") == "Failed", timeout=60
+    )
+    assert failed["status"]["failure"]["message"] == f"input base ({BASE['uri']}): {error}"
+    assert conditions(failed)["InputsReady"]["reason"] == "InputFetchFailed"
+
+    body = run("again", ns, BASE)
+    k8s.create(body)
+    [job] = wait_for(
+        "a new fetch Job",
+        lambda: [j for j in fetch_jobs(ns) if j["metadata"]["uid"] != job["metadata"]["uid"]],
+        timeout=60,
+    )
+    key = key_of(body, "base")
+    entry = {"key": key, "uri": BASE["uri"], "revision": COMMIT, "digest": "sha256:" + "e" * 64}
+    said = json.dumps({"entry": {**entry, "bytes": 42}, "fetchedBytes": 42})
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 0, said)
+    admitted = wait_status(
+        k8s.TRAININGRUNS, ns, "again", lambda s: s.get("phase") == "Running", timeout=60
+    )
+    [status] = admitted["status"]["inputs"]
+    assert (status["uri"], status["revision"], status["fetchedBytes"]) == (BASE["uri"], COMMIT, 42)
+    [node] = run_pods(ns, "again")
+    assert '"hub"' not in json.dumps(node["spec"]) and "HF_" not in json.dumps(node["spec"])
+    mounts = {m["mountPath"]: m for m in node["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["/torchyard/inputs/base"]["subPath"] == f"entries/{key}/data"

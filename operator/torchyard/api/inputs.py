@@ -27,14 +27,24 @@ MAX_INPUTS = 16
 URI_MAX_LENGTH = 2048
 # What CEL checks of a URI (the Python validator asks ``uris.parse``, which says more).
 _LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_HUB_PART = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9_])?"
+# What an hf:// URI may not hold after its scheme: '..', '--', an empty or '.'-led segment.
+_HUB_HOSTILE = r"^hf://.*(\.\.|--|[^:]//|/\.|@\.|\.lock$)"
+HUB_RULE = (
+    "an hf:// uri names a repository and a revision of the Hub: no '..', '--', empty or "
+    "'.'-led segment, and a revision not ending in '.lock'"
+)
 URI_PATTERN = (
     r"^(https?://[^/@\s]+(/\S*)?|model://"
     + _LABEL
     + r"(/[1-9][0-9]{0,8})?|pvc://"
     + _LABEL
     + r"(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?"
-    + r"|hf://(datasets/)?([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*"
-    + r"(@[A-Za-z0-9_][A-Za-z0-9._/-]*)?)$"
+    + r"|hf://(datasets/)?("
+    + _HUB_PART
+    + "/)?"
+    + _HUB_PART
+    + r"(@[A-Za-z0-9_]([A-Za-z0-9._/-]*[A-Za-z0-9_])?)?)$"
 )
 URI_RULE = (
     "uri must be https://host/path (with sha256), model://<model>/<version> or "
@@ -104,6 +114,12 @@ class Input(Model):
             "self.uri.matches(r'^model://[^/]+/[^/]+$')",
             "message": "a model:// input needs its version: model://<model>/<version>, or revision",
             "fieldPath": ".uri",
+        },
+        {
+            "rule": f"!self.uri.matches(r'{_HUB_HOSTILE}')",
+            "message": HUB_RULE,
+            "fieldPath": ".uri",
+            "reason": "FieldValueInvalid",
         },
         {
             "rule": "!has(self.secretRef) || self.uri.startsWith('s3://') || "

@@ -85,7 +85,8 @@ def fetch_all(
     if claims:
         raise uris.InputError(
             f"input {claims[0]}: a pvc:// input names a claim of the cluster, which local "
-            "mode cannot mount; use an https://, model:// or s3:// input, or run in the cluster"
+            "mode cannot mount; use an https://, model://, s3:// or hf:// input, or run in "
+            "the cluster"
         )
     wanted = planned.fetched(run)
     keys = [source.key for _, source in wanted]

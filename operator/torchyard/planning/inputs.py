@@ -8,8 +8,8 @@ emptyDir at the input's path (``TORCHYARD_INPUTS_COPIES``); a ``pvc://`` input i
 claim, read-only. The fetch Job runs ``python -m torchyard.inputs.fetch`` in the torchyard
 image: CPU only, non-root, Pod Security "restricted", no Kubernetes API token (a
 ``model://`` input gets the reading ServiceAccount's registry token, for the registry's
-audience only; an ``s3://`` input gets its Secret's keys as variables, in this Pod
-only). Called by ``controller.inputs`` and ``planning.pods``; tested in
+audience only; an ``s3://`` or ``hf://`` input gets its Secret's keys as variables, in
+this Pod only). Called by ``controller.inputs`` and ``planning.pods``; tested in
 tests/unit/planning/test_inputs.py.
 """
 
@@ -201,8 +201,13 @@ def _fetch_pod(
             env.append({"name": "TORCHYARD_REGISTRY_CA", "value": registry_ca})
         mounts.append({"name": "registry-token", "mountPath": TOKEN_DIR, "readOnly": True})
         volumes.append(_registry_token())
+    if source.scheme == "hf":  # the client's own cache and settings, in the Pod's /tmp
+        env += [
+            {"name": "HF_HOME", "value": "/tmp/huggingface"},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        ]
     container = {**container, "env": env, "volumeMounts": mounts}
-    if source.secret:  # an s3:// input's store and credentials: this Pod's only
+    if source.secret:  # an s3:// or hf:// input's store and credentials: this Pod's only
         container["envFrom"] = [{"secretRef": {"name": source.secret}}]
     return {
         "serviceAccountName": source.reader if model else "default",
