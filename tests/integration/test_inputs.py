@@ -3,8 +3,9 @@ while one fetch Job fills the namespace's cache, holds no Pod (so no GPU) meanwh
 is admitted only after the Job succeeded; a second run fetches nothing; concurrent runs
 share one Job; a failed fetch fails the runs that waited with the input, its URI and the
 fetcher's error; an s3:// or hf:// input's Secret reaches its fetch Job only, and an hf://
-input's status records the commit its revision resolved to; a pvc:// input waits for its
-claim."""
+input's status records the commit its revision resolved to; a model:// input with no
+version is pinned to the model's latest version (none: the run fails naming it); a pvc://
+input waits for its claim."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder, environment, model_version
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import operator_instead
@@ -286,5 +287,47 @@ def test_an_hf_fetch_reads_its_secret_and_the_run_records_the_commit(
     assert (status["uri"], status["revision"], status["fetchedBytes"]) == (BASE["uri"], COMMIT, 42)
     [node] = run_pods(ns, "again")
     assert '"hub"' not in json.dumps(node["spec"]) and "HF_" not in json.dumps(node["spec"])
+    mounts = {m["mountPath"]: m for m in node["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["/torchyard/inputs/base"]["subPath"] == f"entries/{key}/data"
+
+
+def test_a_model_input_without_a_version_starts_from_the_latest_and_keeps_it(
+    cluster: Cluster, prepared: str
+) -> None:
+    ns = prepared
+    latest = {"name": "base", "uri": "model://birds"}
+    k8s.create(run("early", ns, latest))
+    failed = wait_status(
+        k8s.TRAININGRUNS, ns, "early", lambda s: s.get("phase") == "Failed", timeout=60
+    )
+    assert failed["status"]["failure"]["message"] == (
+        f"input base (model://birds): model birds has no version in namespace {ns} to start "
+        "from: register one first (torchyard models list)"
+    )
+    assert fetch_jobs(ns) == []
+
+    for version in (1, 3, 2):
+        k8s.create(model_version(f"birds-v{version}", ns, "birds", version))
+    k8s.create(model_version("other-v9", ns, "other", 9))
+    k8s.create(run("tuned", ns, latest))
+    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--uri") + 1] == "model://birds/3"
+    preparing = k8s.get(k8s.TRAININGRUNS, ns, "tuned")
+    assert preparing["status"]["inputs"][0]["uri"] == "model://birds/3"
+
+    k8s.create(model_version("birds-v4", ns, "birds", 4))  # the run keeps the one it took
+    pinned = api.parse_trainingrun(run("tuned", ns, {**latest, "revision": "3"}))
+    key = inputs.keys(pinned)["base"]
+    entry = {"key": key, "uri": "model://birds/3", "revision": "3", "digest": "sha256:" + "f" * 64}
+    said = json.dumps({"entry": {**entry, "bytes": 3}, "fetchedBytes": 3})
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 0, said)
+    admitted = wait_status(
+        k8s.TRAININGRUNS, ns, "tuned", lambda s: s.get("phase") == "Running", timeout=60
+    )
+    assert [(i["uri"], i["revision"]) for i in admitted["status"]["inputs"]] == [
+        ("model://birds/3", "3")
+    ]
+    [node] = run_pods(ns, "tuned")
     mounts = {m["mountPath"]: m for m in node["spec"]["containers"][0]["volumeMounts"]}
     assert mounts["/torchyard/inputs/base"]["subPath"] == f"entries/{key}/data"

@@ -53,7 +53,6 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
     ("https without sha256", run_with({"name": "a", "uri": "https://h/x"}), "sha256 is required"),
     ("sha256 on a claim", run_with({"name": "a", "uri": "pvc://d", "sha256": SHA}), "sha256"),
     ("short sha256", run_with(web(sha256="abc")), "spec.inputs[0].sha256"),
-    ("model without version", run_with({"name": "a", "uri": "model://birds"}), "its version"),
     ("revision on https", run_with(web(revision="3")), "revision is a model"),
     (
         "revision and version",
@@ -97,6 +96,7 @@ ACCEPTED = [
     ("http file", run_with(web(uri="http://files.svc:8080/x.bin"))),
     ("model version", run_with({"name": "base", "uri": "model://birds/3", "mode": "download"})),
     ("model revision", run_with({"name": "base", "uri": "model://birds", "revision": "3"})),
+    ("model latest", run_with({"name": "base", "uri": "model://birds"})),
     ("claim", run_with({"name": "data", "uri": "pvc://datasets/birds", "path": "/data"})),
     ("several", run_with(web(), {"name": "data", "uri": "pvc://datasets"})),
     ("s3 prefix", run_with({"name": "shots", "uri": "s3://birds/train", "secretRef": "store"})),

@@ -128,10 +128,32 @@ def test_a_model_input_comes_from_the_local_registry_as_a_copy(
     assert (run / "inputs" / "base" / "weights.pt").read_text() == "W", "a writable copy"
 
 
+def test_a_model_input_without_a_version_is_the_latest_in_the_local_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchyard.registry import Store
+
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "src").mkdir()
+    src = project(
+        tmp_path / "src", [{"name": "base", "uri": "model://birds"}], ["$TORCHYARD_INPUT_BASE"]
+    )
+    monkeypatch.chdir(src)
+    assert cli.main(local_argv(tmp_path)) == 1, "no version yet"
+    for text in ("one", "two"):
+        model = tmp_path / f"model-{text}"
+        model.mkdir()
+        (model / "weights.pt").write_text(text)
+        Store(tmp_path / "registry").publish("default", "birds", model)
+        assert cli.main(local_argv(tmp_path)) == 0
+        assert seen(tmp_path / "runs") == [f"weights.pt={text}"]
+
+
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
         ({"name": "base", "uri": "model://nothing/1"}, "input base (model://nothing/1): "),
+        ({"name": "base", "uri": "model://nothing"}, "input base (model://nothing): "),
         ({"name": "data", "uri": "pvc://datasets"}, "local mode cannot mount"),
     ],
 )

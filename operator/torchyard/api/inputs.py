@@ -1,7 +1,8 @@
 """``spec.inputs`` of a TrainingRun: data and models fetched before the gang is admitted.
 
-Each input names a URI (``https://`` pinned by its sha256, ``model://<model>/<version>``
-of the model registry, ``pvc://<claim>[/subpath]``, ``s3://<bucket>[/prefix]`` or
+Each input names a URI (``https://`` pinned by its sha256,
+``model://<model>[/<version>]`` of the model registry (no version: the latest, pinned when
+the run is prepared), ``pvc://<claim>[/subpath]``, ``s3://<bucket>[/prefix]`` or
 ``hf://[datasets/]<org>/<repo>[@revision]``), how the ranks see it (``mount``:
 read-only, as the cache holds it; ``download``: a writable copy in the node Pod) and
 where (``path``, by default ``/torchyard/inputs/<name>``); every process gets the folder
@@ -110,12 +111,6 @@ class Input(Model):
             "fieldPath": ".revision",
         },
         {
-            "rule": "!self.uri.startsWith('model://') || has(self.revision) || "
-            "self.uri.matches(r'^model://[^/]+/[^/]+$')",
-            "message": "a model:// input needs its version: model://<model>/<version>, or revision",
-            "fieldPath": ".uri",
-        },
-        {
             "rule": f"!self.uri.matches(r'{_HUB_HOSTILE}')",
             "message": HUB_RULE,
             "fieldPath": ".uri",
@@ -151,8 +146,9 @@ class Input(Model):
         min_length=1,
         max_length=URI_MAX_LENGTH,
         description="Where the input comes from: https://host/path (a file, or an archive "
-        ".tar, .tar.gz, .tgz, .zip unpacked; needs sha256), model://<model>/<version> (a "
-        "ModelVersion of the model registry, read with the run's ServiceAccount) or "
+        ".tar, .tar.gz, .tgz, .zip unpacked; needs sha256), model://<model>[/<version>] (a "
+        "ModelVersion of the model registry, read with the run's ServiceAccount; no "
+        "version: the latest when the run is prepared) or "
         "pvc://<claim>[/subpath] (a PersistentVolumeClaim of the namespace, mounted "
         "read-only; nothing is fetched) or s3://<bucket>[/prefix] (every object under the "
         "prefix of an S3-compatible store; see secretRef) or "
@@ -187,7 +183,8 @@ class Input(Model):
     revision: str | None = Field(
         default=None,
         pattern=r"^[1-9][0-9]{0,8}$",
-        description="A model:// input's version, when its uri has none.",
+        description="A model:// input's version, when its uri has none (neither: the "
+        "model's latest version when the run is prepared, recorded in status.inputs).",
     )
     sha256: str | None = Field(
         default=None,

@@ -35,7 +35,7 @@ SCHEMES = (*FETCHED_SCHEMES, "pvc")
 NAME = r"^[a-z][a-z0-9_]{0,31}$"
 SHA256 = r"^[a-f0-9]{64}$"
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_MODEL = re.compile(r"^model://(" + _DNS1123_LABEL + r")/([1-9][0-9]{0,8})$")
+_MODEL = re.compile(r"^model://(" + _DNS1123_LABEL + r")(?:/([1-9][0-9]{0,8}))?$")
 # A bucket name as S3 allows it (3-63 of a-z 0-9 . -), then an optional key prefix.
 _BUCKET = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(.*))?$")
 _CLAIM = re.compile(r"^pvc://(" + _DNS1123_LABEL + r")(/(.*))?$")
@@ -100,14 +100,17 @@ def env_name(name: str) -> str:
 
 
 def model_of(uri: str) -> tuple[str, str]:
-    """(model, version) of a model:// URI; InputError when it is not one."""
+    """(model, version) of a model:// URI, the version '' when it names none (the
+    latest, which the operator or local mode pins before the fetch); InputError when it
+    is not one."""
     match = _MODEL.match(uri)
     if match is None:
         raise InputError(
-            f"{uri!r} is not a model input: write model://<model>/<version>, the model's "
-            "name as registered (a DNS-1123 label) and a version number (e.g. model://birds/3)"
+            f"{uri!r} is not a model input: write model://<model>[/<version>], the model's "
+            "name as registered (a DNS-1123 label) and a version number (e.g. model://birds/3; "
+            "none: the latest)"
         )
-    return match.group(1), match.group(3)
+    return match.group(1), match.group(3) or ""
 
 
 def bucket_of(uri: str) -> tuple[str, str]:

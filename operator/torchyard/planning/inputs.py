@@ -55,6 +55,41 @@ def fetched(run: TrainingRun) -> list[tuple[Input, uris.Source]]:
     return [(i, i.source(reader)) for i in run.spec.inputs if i.scheme != "pvc"]
 
 
+def unversioned(run: TrainingRun) -> list[Input]:
+    """The model:// inputs that name no version (the latest, pinned before the fetch)."""
+    return [
+        i for i in run.spec.inputs if i.scheme == "model" and not uris.model_of(i.canonical_uri)[1]
+    ]
+
+
+def recorded_versions(status: Mapping[str, Any]) -> dict[str, str]:
+    """The model versions a run's status recorded for its inputs, by name."""
+    found = {}
+    for entry in status.get("inputs") or []:
+        try:
+            version = uris.model_of(str(entry.get("uri") or ""))[1]
+        except uris.InputError:
+            continue
+        if version:
+            found[str(entry.get("name"))] = version
+    return found
+
+
+def pinned(run: TrainingRun, versions: Mapping[str, str]) -> TrainingRun:
+    """``run`` with each unversioned model:// input pinned to ``versions[name]`` (those
+    without one stay as they are)."""
+    loose = {i.name for i in unversioned(run)}
+    if not loose & set(versions):
+        return run
+    inputs = [
+        i.model_copy(update={"revision": versions[i.name]})
+        if i.name in loose and i.name in versions
+        else i
+        for i in run.spec.inputs
+    ]
+    return run.model_copy(update={"spec": run.spec.model_copy(update={"inputs": inputs})})
+
+
 def claims(run: TrainingRun) -> list[str]:
     """The claims of the run's pvc:// inputs (they must exist before its Pods do)."""
     return sorted({uris.claim_of(i.uri)[0] for i in run.spec.inputs if i.scheme == "pvc"})

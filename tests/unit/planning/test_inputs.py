@@ -193,3 +193,20 @@ def test_an_hf_fetch_gets_its_secret_and_a_writable_client_home_and_the_runs_pod
     pod = json.dumps(pods.pod(run(HF), 0, image="img"))
     assert '"hub"' not in pod and "secretRef" not in pod and "HF_HOME" not in pod
     assert inputs.keys(run(HF))["base"] != inputs.keys(run({**HF, "secretRef": "other"}))["base"]
+
+
+def test_a_model_input_without_a_version_is_pinned_to_the_one_given_or_recorded() -> None:
+    body = run({"name": "base", "uri": "model://birds"}, {**BIRDS, "name": "other"})
+    assert [i.name for i in inputs.unversioned(body)] == ["base"]
+    assert inputs.pinned(body, {}) is body
+    pinned = inputs.pinned(body, {"base": "4", "other": "9"})
+    assert [i.canonical_uri for i in pinned.spec.inputs] == ["model://birds/4", BIRDS["uri"]]
+    assert inputs.unversioned(pinned) == []
+    assert (
+        inputs.keys(pinned)["base"]
+        == inputs.keys(run({"name": "base", "uri": "model://birds/4"}))["base"]
+    )
+    status = {
+        "inputs": [{"name": "base", "uri": "model://birds/4"}, {"name": "x", "uri": "s3://b/x"}]
+    }
+    assert inputs.recorded_versions(status) == {"base": "4"}
