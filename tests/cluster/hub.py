@@ -93,25 +93,20 @@ def _handler(hub: Hub) -> type[http.server.BaseHTTPRequestHandler]:
             pass
 
         def _fail(self, status: int, code: str = "", message: str = "") -> None:
-            body = json.dumps({"error": message or code}).encode()
+            headers = {"X-Error-Code": code, "X-Error-Message": message}
+            self._json({"error": message or code}, status, {k: v for k, v in headers.items() if v})
+
+        def _json(
+            self, value: object, status: int = 200, headers: dict[str, str] | None = None
+        ) -> None:
+            body = json.dumps(value).encode()
             self.send_response(status)
-            if code:
-                self.send_header("X-Error-Code", code)
-            if message:
-                self.send_header("X-Error-Message", message)
-            self.send_header("Content-Type", "application/json")
+            for name, text in {**(headers or {}), "Content-Type": "application/json"}.items():
+                self.send_header(name, text)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
-
-        def _json(self, value: object) -> None:
-            body = json.dumps(value).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def _repo(self, kind: str, repo_id: str) -> Repo | None:
             repo = hub.repos.get((kind, repo_id))
@@ -124,11 +119,13 @@ def _handler(hub: Hub) -> type[http.server.BaseHTTPRequestHandler]:
                 return None
             return repo
 
-        def _commit(self, repo: Repo, revision: str) -> str | None:
-            commit = repo.resolve(urllib.parse.unquote(revision))
-            if commit is None:
+        def _at(self, kind: str, repo_id: str, revision: str) -> tuple[str, dict[str, bytes]]:
+            """The commit the revision names and its files (('', {}): answered with an error)."""
+            repo = self._repo(kind, repo_id)
+            commit = repo.resolve(urllib.parse.unquote(revision)) if repo else None
+            if repo is not None and commit is None:
                 self._fail(404, "RevisionNotFound", f"Invalid rev id: {revision}")
-            return commit
+            return (commit, repo.commits[commit]) if repo and commit else ("", {})
 
         def do_GET(self) -> None:
             self._serve()
@@ -155,32 +152,22 @@ def _handler(hub: Hub) -> type[http.server.BaseHTTPRequestHandler]:
             self._fail(404, message=f"the stand-in hub does not serve {path}")
 
         def _api(self, kind: str, repo_id: str, what: str, revision: str) -> None:
-            repo = self._repo(kind, repo_id)
-            commit = self._commit(repo, revision) if repo else None
-            if repo is None or commit is None:
+            commit, files = self._at(kind, repo_id, revision)
+            if not commit:
                 return
-            files = repo.commits[commit]
             if what == "revision":
                 siblings = [{"rfilename": p} for p in sorted(files)]
-                self._json(
-                    {
-                        "id": repo_id,
-                        "sha": commit,
-                        "siblings": siblings,
-                        "private": bool(repo.token),
-                    }
-                )
+                self._json({"id": repo_id, "sha": commit, "siblings": siblings})
             elif what == "tree":
                 self._json([_entry(p, files[p]) for p in sorted(files)])
             else:
                 self._fail(404, message=f"the stand-in hub does not serve /api/.../{what}")
 
         def _file(self, kind: str, repo_id: str, revision: str, name: str) -> None:
-            repo = self._repo(kind, repo_id)
-            commit = self._commit(repo, revision) if repo else None
-            if repo is None or commit is None:
+            commit, files = self._at(kind, repo_id, revision)
+            data = files.get(name)
+            if not commit:
                 return
-            data = repo.commits[commit].get(name)
             if data is None:
                 self._fail(404, "EntryNotFound", f"{name} does not exist at {commit}")
                 return

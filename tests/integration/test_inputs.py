@@ -83,6 +83,33 @@ def fetch_pod(namespace: str, job: str) -> str:
     return str(pods[0]["metadata"]["name"])
 
 
+def submitted_fetch(
+    ns: str, name: str, spec: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Submit run ``name`` with the input ``spec``: its fetch Job, and the Job's container."""
+    k8s.create(run(name, ns, spec))
+    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
+    return job, job["spec"]["template"]["spec"]["containers"][0]
+
+
+def fail_fetch(
+    cluster: Cluster, ns: str, name: str, job: dict[str, Any], error: str
+) -> dict[str, Any]:
+    """End ``job``'s Pod as a fetcher that failed with ``error``; the run ``name``, Failed."""
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 1, json.dumps({"error": error}))
+    return wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Failed", timeout=60)
+
+
+def next_fetch_job(ns: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The fetch Job started after ``job``."""
+    [new] = wait_for(
+        "a new fetch Job",
+        lambda: [j for j in fetch_jobs(ns) if j["metadata"]["uid"] != job["metadata"]["uid"]],
+        timeout=60,
+    )
+    return dict(new)
+
+
 def key_of(body: dict[str, Any], name: str = "birds") -> str:
     return inputs.keys(api.parse_trainingrun(body))[name]
 
@@ -217,30 +244,21 @@ def test_an_s3_fetch_reads_its_secret_and_the_run_never_sees_it(
     cluster: Cluster, prepared: str
 ) -> None:
     ns = prepared
-    k8s.create(run("shots", ns, SHOTS))
-    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    job, container = submitted_fetch(ns, "shots", SHOTS)
     assert container["envFrom"] == [{"secretRef": {"name": "birds-store"}}]
     error = (
         "s3://birds/train: S3 answered HTTP 403 (InvalidAccessKeyId: The AWS Access Key Id "
         "you provided does not exist in our records.): the access key is not one the store "
         "knows: check AWS_ACCESS_KEY_ID in the input's Secret"
     )
-    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 1, json.dumps({"error": error}))
-    failed = wait_status(
-        k8s.TRAININGRUNS, ns, "shots", lambda s: s.get("phase") == "Failed", timeout=60
-    )
+    failed = fail_fetch(cluster, ns, "shots", job, error)
     assert failed["status"]["failure"]["message"] == f"input shots ({SHOTS['uri']}): {error}"
     assert run_pods(ns, "shots") == []
 
     # Fetched: the run's Pods mount the entry and get nothing of the Secret.
     body = run("again", ns, SHOTS)
     k8s.create(body)
-    [job] = wait_for(
-        "a new fetch Job",
-        lambda: [j for j in fetch_jobs(ns) if j["metadata"]["uid"] != job["metadata"]["uid"]],
-        timeout=60,
-    )
+    job = next_fetch_job(ns, job)
     key = key_of(body, "shots")
     finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 0, done(key, 1234))
     wait_status(k8s.TRAININGRUNS, ns, "again", lambda s: s.get("phase") == "Running", timeout=60)
@@ -256,26 +274,17 @@ def test_an_hf_fetch_reads_its_secret_and_the_run_records_the_commit(
     cluster: Cluster, prepared: str
 ) -> None:
     ns = prepared
-    k8s.create(run("tuned", ns, BASE))
-    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    job, container = submitted_fetch(ns, "tuned", BASE)
     assert container["envFrom"] == [{"secretRef": {"name": "hub"}}]
     assert container["args"][container["args"].index("--uri") + 1] == BASE["uri"]
     error = "hf://acme/tiny@main: acme/tiny has no revision 'main': check the branch, tag or commit"
-    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 1, json.dumps({"error": error}))
-    failed = wait_status(
-        k8s.TRAININGRUNS, ns, "tuned", lambda s: s.get("phase") == "Failed", timeout=60
-    )
+    failed = fail_fetch(cluster, ns, "tuned", job, error)
     assert failed["status"]["failure"]["message"] == f"input base ({BASE['uri']}): {error}"
     assert conditions(failed)["InputsReady"]["reason"] == "InputFetchFailed"
 
     body = run("again", ns, BASE)
     k8s.create(body)
-    [job] = wait_for(
-        "a new fetch Job",
-        lambda: [j for j in fetch_jobs(ns) if j["metadata"]["uid"] != job["metadata"]["uid"]],
-        timeout=60,
-    )
+    job = next_fetch_job(ns, job)
     key = key_of(body, "base")
     entry = {"key": key, "uri": BASE["uri"], "revision": COMMIT, "digest": "sha256:" + "e" * 64}
     said = json.dumps({"entry": {**entry, "bytes": 42}, "fetchedBytes": 42})
@@ -313,8 +322,12 @@ def test_a_model_input_without_a_version_starts_from_the_latest_and_keeps_it(
     [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][container["args"].index("--uri") + 1] == "model://birds/3"
-    preparing = k8s.get(k8s.TRAININGRUNS, ns, "tuned")
-    assert preparing["status"]["inputs"][0]["uri"] == "model://birds/3"
+    wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "tuned",
+        lambda s: [i.get("uri") for i in s.get("inputs") or []] == ["model://birds/3"],
+    )
 
     k8s.create(model_version("birds-v4", ns, "birds", 4))  # the run keeps the one it took
     pinned = api.parse_trainingrun(run("tuned", ns, {**latest, "revision": "3"}))

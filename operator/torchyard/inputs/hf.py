@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard.inputs import archives, patterns
-from torchyard.inputs.cache import DATA, sha256_file
+from torchyard.inputs.cache import DATA, prune, sha256_file
 from torchyard.inputs.uris import COMMIT, InputError, Source, hub_repo_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -189,15 +189,6 @@ def _partial_bytes(downloads: str) -> int:
     return held
 
 
-def _forget_others(data: str, paths: set[str]) -> None:
-    """Remove what a killed fetch of another commit left in ``data`` that this one keeps not."""
-    for folder, _, names in os.walk(data):
-        for name in names:
-            path = os.path.join(folder, name)
-            if os.path.relpath(path, data).replace(os.sep, "/") not in paths:
-                os.unlink(path)
-
-
 def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) -> int:
     """Fill ``staging/data`` with the repository's kept files at the revision's commit;
     the bytes of the files downloaded this time."""
@@ -212,7 +203,7 @@ def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) 
             "bytes: narrow it with include patterns or ask for a larger cache"
         )
     data = os.path.join(staging, DATA)
-    _forget_others(data, {f.path for f in kept})
+    prune(data, {f.path for f in kept})
     pending = [f for f in kept if not _intact(os.path.join(data, f.path), f)]
     downloads = os.path.join(staging, DOWNLOADS)
     received = sum(f.size for f in pending if not _intact(os.path.join(downloads, f.path), f))

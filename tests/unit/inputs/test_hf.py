@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import hub as hub_server
+from tests.unit.inputs.server import entry_files
 from torchyard.inputs import cache, hf
 from torchyard.inputs.fetch import fetch, main
 from torchyard.inputs.uris import HubRepo, InputError, Source, cache_key, hub_repo_of, parse
@@ -106,17 +107,6 @@ def _env(hub: hub_server.Hub, token: str = "") -> dict[str, str]:
     return {"HF_ENDPOINT": hub.url, **({"HF_TOKEN": token} if token else {})}
 
 
-def _tree(root: str, key: str) -> dict[str, bytes]:
-    data = cache.data_dir(root, key)
-    found = {}
-    for folder, _, names in os.walk(data):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, data)] = f.read()
-    return found
-
-
 def _files_asked(hub: hub_server.Hub) -> list[str]:
     return sorted(
         p.split("/resolve/", 1)[1].split("/", 1)[1]
@@ -130,7 +120,7 @@ def test_a_repository_is_fetched_at_its_commit_once_then_served_from_the_cache(
 ) -> None:
     source = Source("hf://acme/tiny")
     first = fetch(source, str(tmp_path), LIMIT, _env(hub))
-    assert _tree(str(tmp_path), source.key) == FILES
+    assert entry_files(str(tmp_path), source.key) == FILES
     assert first.entry.revision == hub.repos[("models", "acme/tiny")].refs["main"]
     assert first.fetched_bytes == sum(len(v) for v in FILES.values())
     assert not os.path.exists(os.path.join(cache.entry_dir(str(tmp_path), source.key), "hf"))
@@ -144,7 +134,7 @@ def test_patterns_become_the_clients_allow_list_and_only_those_files_are_asked_f
 ) -> None:
     source = Source("hf://acme/tiny", include=("*.json", "*.txt"), exclude=("tokenizer/*",))
     fetch(source, str(tmp_path), LIMIT, _env(hub))
-    assert _tree(str(tmp_path), source.key) == {"config.json": FILES["config.json"]}
+    assert entry_files(str(tmp_path), source.key) == {"config.json": FILES["config.json"]}
     assert _files_asked(hub) == ["config.json"]
 
 
@@ -153,7 +143,7 @@ def test_a_data_set_repository_is_read_from_the_datasets_kind(
 ) -> None:
     source = Source("hf://datasets/acme/birds", include=("train/*",))
     fetch(source, str(tmp_path), LIMIT, _env(hub))
-    assert _tree(str(tmp_path), source.key) == {"train/a.jpg": b"jpg"}
+    assert entry_files(str(tmp_path), source.key) == {"train/a.jpg": b"jpg"}
 
 
 @pytest.mark.parametrize(
@@ -196,7 +186,7 @@ def test_a_private_repository_needs_its_token_and_a_wrong_one_is_named(
     with pytest.raises(InputError, match="it does not take the token: check HF_TOKEN"):
         fetch(source, str(tmp_path), LIMIT, _env(hub, "hf_wrong"))
     fetch(source, str(tmp_path), LIMIT, _env(hub, "hf_right"))
-    assert _tree(str(tmp_path), source.key) == {"secret.txt": b"s"}
+    assert entry_files(str(tmp_path), source.key) == {"secret.txt": b"s"}
 
 
 def test_an_unreachable_hub_names_its_endpoint(tmp_path: Path) -> None:
@@ -214,10 +204,10 @@ def test_a_moved_branch_is_fetched_again_at_its_new_commit(
     moved = repo.push({**FILES, "config.json": b'{"hidden": 16}'})
     second = fetch(source, str(tmp_path), LIMIT, _env(hub))
     assert (first.entry.revision != moved, second.entry.revision) == (True, moved)
-    assert _tree(str(tmp_path), source.key) == {"config.json": b'{"hidden": 16}'}
+    assert entry_files(str(tmp_path), source.key) == {"config.json": b'{"hidden": 16}'}
     pinned = Source(f"hf://acme/tiny@{first.entry.revision}", include=("config.json",))
     fetch(pinned, str(tmp_path), LIMIT, _env(hub))
-    assert _tree(str(tmp_path), pinned.key) == {"config.json": FILES["config.json"]}
+    assert entry_files(str(tmp_path), pinned.key) == {"config.json": FILES["config.json"]}
 
 
 def test_an_input_over_the_limit_is_refused_before_a_byte(
@@ -239,7 +229,7 @@ def test_a_killed_fetch_goes_on_without_fetching_finished_files_again(
     hub.cut_after = None
     before = hub.sent
     done = fetch(source, str(tmp_path), LIMIT, _env(hub))
-    assert _tree(str(tmp_path), source.key) == FILES
+    assert entry_files(str(tmp_path), source.key) == FILES
     assert hub.sent - before < sum(len(v) for v in FILES.values())
     assert done.fetched_bytes == hub.sent - before
 

@@ -57,7 +57,7 @@ class Datastore:
     @staticmethod
     def get(workspace: Any, datastore_name: str) -> Datastore:
         found = workspace.datastores.get(datastore_name)
-        if found is None:
+        if not isinstance(found, Datastore):
             raise TorchyardSdkError(
                 f"no datastore {datastore_name!r} is registered on this Workspace object: "
                 "datastores live in this Python process; Datastore.register_s3(...) it first"
