@@ -2,8 +2,10 @@
 while one fetch Job fills the namespace's cache, holds no Pod (so no GPU) meanwhile, and
 is admitted only after the Job succeeded; a second run fetches nothing; concurrent runs
 share one Job; a failed fetch fails the runs that waited with the input, its URI and the
-fetcher's error; an s3:// input's Secret reaches its fetch Job only; a pvc:// input waits
-for its claim."""
+fetcher's error; an s3:// or hf:// input's Secret reaches its fetch Job only, and an hf://
+input's status records the commit its revision resolved to; a model:// input with no
+version is pinned to the model's latest version (none: the run fails naming it); a pvc://
+input waits for its claim."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder, environment, model_version
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import operator_instead
@@ -79,6 +81,33 @@ def fetch_pod(namespace: str, job: str) -> str:
         timeout=60,
     )
     return str(pods[0]["metadata"]["name"])
+
+
+def submitted_fetch(
+    ns: str, name: str, spec: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Submit run ``name`` with the input ``spec``: its fetch Job, and the Job's container."""
+    k8s.create(run(name, ns, spec))
+    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
+    return job, job["spec"]["template"]["spec"]["containers"][0]
+
+
+def fail_fetch(
+    cluster: Cluster, ns: str, name: str, job: dict[str, Any], error: str
+) -> dict[str, Any]:
+    """End ``job``'s Pod as a fetcher that failed with ``error``; the run ``name``, Failed."""
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 1, json.dumps({"error": error}))
+    return wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Failed", timeout=60)
+
+
+def next_fetch_job(ns: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The fetch Job started after ``job``."""
+    [new] = wait_for(
+        "a new fetch Job",
+        lambda: [j for j in fetch_jobs(ns) if j["metadata"]["uid"] != job["metadata"]["uid"]],
+        timeout=60,
+    )
+    return dict(new)
 
 
 def key_of(body: dict[str, Any], name: str = "birds") -> str:
@@ -215,32 +244,103 @@ def test_an_s3_fetch_reads_its_secret_and_the_run_never_sees_it(
     cluster: Cluster, prepared: str
 ) -> None:
     ns = prepared
-    k8s.create(run("shots", ns, SHOTS))
-    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    job, container = submitted_fetch(ns, "shots", SHOTS)
     assert container["envFrom"] == [{"secretRef": {"name": "birds-store"}}]
     error = (
         "s3://birds/train: S3 answered HTTP 403 (InvalidAccessKeyId: The AWS Access Key Id "
         "you provided does not exist in our records.): the access key is not one the store "
         "knows: check AWS_ACCESS_KEY_ID in the input's Secret"
     )
-    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 1, json.dumps({"error": error}))
-    failed = wait_status(
-        k8s.TRAININGRUNS, ns, "shots", lambda s: s.get("phase") == "Failed", timeout=60
-    )
+    failed = fail_fetch(cluster, ns, "shots", job, error)
     assert failed["status"]["failure"]["message"] == f"input shots ({SHOTS['uri']}): {error}"
     assert run_pods(ns, "shots") == []
 
     # Fetched: the run's Pods mount the entry and get nothing of the Secret.
     body = run("again", ns, SHOTS)
     k8s.create(body)
-    [job] = wait_for(
-        "a new fetch Job",
-        lambda: [j for j in fetch_jobs(ns) if j["metadata"]["uid"] != job["metadata"]["uid"]],
-        timeout=60,
-    )
+    job = next_fetch_job(ns, job)
     key = key_of(body, "shots")
     finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 0, done(key, 1234))
     wait_status(k8s.TRAININGRUNS, ns, "again", lambda s: s.get("phase") == "Running", timeout=60)
     [node] = run_pods(ns, "again")
     assert "birds-store" not in json.dumps(node["spec"])
+
+
+BASE = {"name": "base", "uri": "hf://acme/tiny@main", "secretRef": "hub", "include": ["*.json"]}
+COMMIT = "5f" * 20
+
+
+def test_an_hf_fetch_reads_its_secret_and_the_run_records_the_commit(
+    cluster: Cluster, prepared: str
+) -> None:
+    ns = prepared
+    job, container = submitted_fetch(ns, "tuned", BASE)
+    assert container["envFrom"] == [{"secretRef": {"name": "hub"}}]
+    assert container["args"][container["args"].index("--uri") + 1] == BASE["uri"]
+    error = "hf://acme/tiny@main: acme/tiny has no revision 'main': check the branch, tag or commit"
+    failed = fail_fetch(cluster, ns, "tuned", job, error)
+    assert failed["status"]["failure"]["message"] == f"input base ({BASE['uri']}): {error}"
+    assert conditions(failed)["InputsReady"]["reason"] == "InputFetchFailed"
+
+    body = run("again", ns, BASE)
+    k8s.create(body)
+    job = next_fetch_job(ns, job)
+    key = key_of(body, "base")
+    entry = {"key": key, "uri": BASE["uri"], "revision": COMMIT, "digest": "sha256:" + "e" * 64}
+    said = json.dumps({"entry": {**entry, "bytes": 42}, "fetchedBytes": 42})
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 0, said)
+    admitted = wait_status(
+        k8s.TRAININGRUNS, ns, "again", lambda s: s.get("phase") == "Running", timeout=60
+    )
+    [status] = admitted["status"]["inputs"]
+    assert (status["uri"], status["revision"], status["fetchedBytes"]) == (BASE["uri"], COMMIT, 42)
+    [node] = run_pods(ns, "again")
+    assert '"hub"' not in json.dumps(node["spec"]) and "HF_" not in json.dumps(node["spec"])
+    mounts = {m["mountPath"]: m for m in node["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["/torchyard/inputs/base"]["subPath"] == f"entries/{key}/data"
+
+
+def test_a_model_input_without_a_version_starts_from_the_latest_and_keeps_it(
+    cluster: Cluster, prepared: str
+) -> None:
+    ns = prepared
+    latest = {"name": "base", "uri": "model://birds"}
+    k8s.create(run("early", ns, latest))
+    failed = wait_status(
+        k8s.TRAININGRUNS, ns, "early", lambda s: s.get("phase") == "Failed", timeout=60
+    )
+    assert failed["status"]["failure"]["message"] == (
+        f"input base (model://birds): model birds has no version in namespace {ns} to start "
+        "from: register one first (torchyard models list)"
+    )
+    assert fetch_jobs(ns) == []
+
+    for version in (1, 3, 2):
+        k8s.create(model_version(f"birds-v{version}", ns, "birds", version))
+    k8s.create(model_version("other-v9", ns, "other", 9))
+    k8s.create(run("tuned", ns, latest))
+    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--uri") + 1] == "model://birds/3"
+    wait_status(
+        k8s.TRAININGRUNS,
+        ns,
+        "tuned",
+        lambda s: [i.get("uri") for i in s.get("inputs") or []] == ["model://birds/3"],
+    )
+
+    k8s.create(model_version("birds-v4", ns, "birds", 4))  # the run keeps the one it took
+    pinned = api.parse_trainingrun(run("tuned", ns, {**latest, "revision": "3"}))
+    key = inputs.keys(pinned)["base"]
+    entry = {"key": key, "uri": "model://birds/3", "revision": "3", "digest": "sha256:" + "f" * 64}
+    said = json.dumps({"entry": {**entry, "bytes": 3}, "fetchedBytes": 3})
+    finish_pod(cluster, ns, fetch_pod(ns, job["metadata"]["name"]), 0, said)
+    admitted = wait_status(
+        k8s.TRAININGRUNS, ns, "tuned", lambda s: s.get("phase") == "Running", timeout=60
+    )
+    assert [(i["uri"], i["revision"]) for i in admitted["status"]["inputs"]] == [
+        ("model://birds/3", "3")
+    ]
+    [node] = run_pods(ns, "tuned")
+    mounts = {m["mountPath"]: m for m in node["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["/torchyard/inputs/base"]["subPath"] == f"entries/{key}/data"

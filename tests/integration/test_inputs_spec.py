@@ -30,6 +30,19 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
     ("s3 short bucket", run_with({"name": "a", "uri": "s3://ab"}), "uri must be"),
     ("s3 with a host", run_with({"name": "a", "uri": "s3://user@birds/x"}), "uri must be"),
     ("secret on https", run_with(web(secretRef="store")), "secretRef is for s3"),
+    ("secret on a model", run_with({"name": "a", "uri": "model://b/1", "secretRef": "s"}), "s3"),
+    ("hf absolute", run_with({"name": "a", "uri": "hf:///etc/passwd"}), "uri must be"),
+    ("hf parent repo", run_with({"name": "a", "uri": "hf://acme/../etc"}), "uri must be"),
+    ("hf three parts", run_with({"name": "a", "uri": "hf://acme/tiny/x"}), "uri must be"),
+    ("hf encoded repo", run_with({"name": "a", "uri": "hf://acme/%2e%2e"}), "uri must be"),
+    ("hf double dash", run_with({"name": "a", "uri": "hf://acme/ti--ny"}), "an hf:// uri"),
+    ("hf parent revision", run_with({"name": "a", "uri": "hf://a/b@main/../x"}), "an hf:// uri"),
+    ("hf dot revision", run_with({"name": "a", "uri": "hf://a/b@refs/.x"}), "an hf:// uri"),
+    ("hf empty segment", run_with({"name": "a", "uri": "hf://a/b@refs//x"}), "an hf:// uri"),
+    ("hf lock revision", run_with({"name": "a", "uri": "hf://a/b@x.lock"}), "an hf:// uri"),
+    ("hf encoded revision", run_with({"name": "a", "uri": "hf://a/b@%2e%2e"}), "uri must be"),
+    ("hf sha256", run_with({"name": "a", "uri": "hf://a/b", "sha256": SHA}), "sha256"),
+    ("hf revision field", run_with({"name": "a", "uri": "hf://a/b", "revision": "3"}), "revision"),
     (
         "secret not a name",
         run_with({"name": "a", "uri": "s3://birds", "secretRef": "../x"}),
@@ -40,7 +53,6 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
     ("https without sha256", run_with({"name": "a", "uri": "https://h/x"}), "sha256 is required"),
     ("sha256 on a claim", run_with({"name": "a", "uri": "pvc://d", "sha256": SHA}), "sha256"),
     ("short sha256", run_with(web(sha256="abc")), "spec.inputs[0].sha256"),
-    ("model without version", run_with({"name": "a", "uri": "model://birds"}), "its version"),
     ("revision on https", run_with(web(revision="3")), "revision is a model"),
     (
         "revision and version",
@@ -84,10 +96,18 @@ ACCEPTED = [
     ("http file", run_with(web(uri="http://files.svc:8080/x.bin"))),
     ("model version", run_with({"name": "base", "uri": "model://birds/3", "mode": "download"})),
     ("model revision", run_with({"name": "base", "uri": "model://birds", "revision": "3"})),
+    ("model latest", run_with({"name": "base", "uri": "model://birds"})),
     ("claim", run_with({"name": "data", "uri": "pvc://datasets/birds", "path": "/data"})),
     ("several", run_with(web(), {"name": "data", "uri": "pvc://datasets"})),
     ("s3 prefix", run_with({"name": "shots", "uri": "s3://birds/train", "secretRef": "store"})),
     ("s3 public bucket", run_with({"name": "shots", "uri": "s3://open.data-1"})),
+    ("hf model", run_with({"name": "base", "uri": "hf://acme/tiny", "include": ["*.json"]})),
+    ("hf pinned", run_with({"name": "base", "uri": "hf://acme/tiny@" + "a" * 40})),
+    ("hf refs", run_with({"name": "base", "uri": "hf://Acme-AI/tiny_v2.1@refs/pr/1"})),
+    (
+        "hf data set",
+        run_with({"name": "d", "uri": "hf://datasets/acme/birds@v1", "secretRef": "h"}),
+    ),
 ]
 
 

@@ -11,6 +11,7 @@ ours would. The images are made by ``tests/cluster/images.py`` and
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import subprocess
 import textwrap
@@ -66,7 +67,7 @@ def logs(pods: Pods, pod: str, container: str) -> str:
 CHECK = textwrap.dedent(
     """\
     import hashlib, json, os, shutil
-    import torchyard.launcher
+    import huggingface_hub, torchyard.inputs.hf, torchyard.launcher
     def sha(path):
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
@@ -75,6 +76,7 @@ CHECK = textwrap.dedent(
         "installed": sha(os.environ["INSTALLED"]),
         "packaged": sha(torchyard.launcher.__file__),
         "entrypoint": shutil.which("torchyard"),
+        "huggingface_hub": huggingface_hub.__version__,
     }))
     """
 )
@@ -130,6 +132,8 @@ def test_the_torchyard_image_runs_as_its_non_root_user_with_cli_and_launcher(
     ours = hashlib.sha256(LAUNCHER.read_bytes()).hexdigest()
     assert seen["installed"] == seen["packaged"] == ours
     assert seen["entrypoint"] == "/usr/local/bin/torchyard"
+    # the fetch Job's hf:// client, at the version the lock pins (and the tests ran with)
+    assert seen["huggingface_hub"] == importlib.metadata.version("huggingface_hub")
 
 
 WORKER = textwrap.dedent(

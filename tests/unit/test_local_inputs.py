@@ -2,7 +2,8 @@
 cache under the cluster's keys before the launchers start, the script reads it through
 ``$TORCHYARD_INPUT_<NAME>`` in its arguments, a second run fetches nothing, a model://
 input comes from the local registry, an s3:// input from a real S3 store (SeaweedFS) with
-the shell's credentials, and a bad input stops the run naming it. The runs
+the shell's credentials, an hf:// input through huggingface_hub from a stand-in hub
+(HF_ENDPOINT) with the shell's token, and a bad input stops the run naming it. The runs
 are real launcher processes over tiny scripts; the web input is served by a local HTTP
 server the test starts."""
 
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from tests.builders import TrainingRunBuilder
+from tests.cluster import hub as hub_server
 from tests.cluster import s3 as store_server
 from tests.unit.inputs.server import Files, serving
 from torchyard import api, cli
@@ -126,10 +128,32 @@ def test_a_model_input_comes_from_the_local_registry_as_a_copy(
     assert (run / "inputs" / "base" / "weights.pt").read_text() == "W", "a writable copy"
 
 
+def test_a_model_input_without_a_version_is_the_latest_in_the_local_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchyard.registry import Store
+
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "src").mkdir()
+    src = project(
+        tmp_path / "src", [{"name": "base", "uri": "model://birds"}], ["$TORCHYARD_INPUT_BASE"]
+    )
+    monkeypatch.chdir(src)
+    assert cli.main(local_argv(tmp_path)) == 1, "no version yet"
+    for text in ("one", "two"):
+        model = tmp_path / f"model-{text}"
+        model.mkdir()
+        (model / "weights.pt").write_text(text)
+        Store(tmp_path / "registry").publish("default", "birds", model)
+        assert cli.main(local_argv(tmp_path)) == 0
+        assert seen(tmp_path / "runs") == [f"weights.pt={text}"]
+
+
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
         ({"name": "base", "uri": "model://nothing/1"}, "input base (model://nothing/1): "),
+        ({"name": "base", "uri": "model://nothing"}, "input base (model://nothing): "),
         ({"name": "data", "uri": "pvc://datasets"}, "local mode cannot mount"),
     ],
 )
@@ -172,3 +196,32 @@ def test_an_s3_input_reads_the_store_with_the_shells_credentials(
         assert cli.main(local_argv(tmp_path)) != 0
     err = capsys.readouterr().err
     assert "input shots (s3://local-birds/train)" in err and "SignatureDoesNotMatch" in err
+
+
+def test_an_hf_input_is_read_through_the_hub_client_with_the_shells_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    hub = hub_server.Hub()
+    commit = hub.repo("acme/tiny", token="hf_local").push(
+        {"config.json": b"{}", "model.bin": b"W" * 2048, "README.md": b"r"}
+    )
+    spec = {"name": "base", "uri": "hf://acme/tiny@main", "exclude": ["*.md"]}
+    (tmp_path / "src").mkdir()
+    src = project(tmp_path / "src", [spec], ["$TORCHYARD_INPUT_BASE"])
+    monkeypatch.chdir(src)
+    with hub_server.serving(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        monkeypatch.setenv("HF_TOKEN", "hf_local")
+        assert cli.main(local_argv(tmp_path)) == 0
+        assert seen(tmp_path / "runs") == ["config.json={}", "model.bin=" + "W" * 2048]
+        assert cli.main(local_argv(tmp_path)) == 0
+        assert "input base: 2050 bytes ready (0 fetched)" in capsys.readouterr().err
+        run = api.parse_trainingrun(yaml.safe_load((src / "run.yaml").read_text()))
+        entry = cache.read(str(tmp_path / "cache"), planned.keys(run)["base"])
+        assert entry is not None and entry.revision == commit
+        monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+        hub.repos[("models", "acme/tiny")].push({"config.json": b"{1}"})  # main moved
+        assert cli.main(local_argv(tmp_path)) != 0
+    err = capsys.readouterr().err
+    assert "input base (hf://acme/tiny@main): hf://acme/tiny@main: the Hub answered HTTP 401" in err

@@ -185,10 +185,11 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
   resources: ["trainingruns/finalizers", "sweeps/finalizers"]
   verbs: ["update"]
 # A promoted model is recorded as a ModelVersion (server-side apply creates it); the
-# registry also checks `create` on modelversions for the operator's token.
+# registry also checks `create` on modelversions for the operator's token. A model://
+# input that names no version starts from the model's latest one (controller/inputs.py).
 - apiGroups: ["torchyard.dev"]
   resources: ["modelversions"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "create", "patch"]
 # Run records: no object has this resource; the registry asks SubjectAccessReview whether
 # the writer of a run's record may create it, and only the operator may
 # (controller/recording.py, registry/records.py).

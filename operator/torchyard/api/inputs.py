@@ -1,7 +1,9 @@
 """``spec.inputs`` of a TrainingRun: data and models fetched before the gang is admitted.
 
-Each input names a URI (``https://`` pinned by its sha256, ``model://<model>/<version>``
-of the model registry, or ``pvc://<claim>[/subpath]``), how the ranks see it (``mount``:
+Each input names a URI (``https://`` pinned by its sha256,
+``model://<model>[/<version>]`` of the model registry (no version: the latest, pinned when
+the run is prepared), ``pvc://<claim>[/subpath]``, ``s3://<bucket>[/prefix]`` or
+``hf://[datasets/]<org>/<repo>[@revision]``), how the ranks see it (``mount``:
 read-only, as the cache holds it; ``download``: a writable copy in the node Pod) and
 where (``path``, by default ``/torchyard/inputs/<name>``); every process gets the folder
 in ``TORCHYARD_INPUT_<NAME>``, which the command's arguments may name. Typed, with the CEL
@@ -26,16 +28,28 @@ MAX_INPUTS = 16
 URI_MAX_LENGTH = 2048
 # What CEL checks of a URI (the Python validator asks ``uris.parse``, which says more).
 _LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_HUB_PART = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9_])?"
+# What an hf:// URI may not hold after its scheme: '..', '--', an empty or '.'-led segment.
+_HUB_HOSTILE = r"^hf://.*(\.\.|--|[^:]//|/\.|@\.|\.lock$)"
+HUB_RULE = (
+    "an hf:// uri names a repository and a revision of the Hub: no '..', '--', empty or "
+    "'.'-led segment, and a revision not ending in '.lock'"
+)
 URI_PATTERN = (
     r"^(https?://[^/@\s]+(/\S*)?|model://"
     + _LABEL
     + r"(/[1-9][0-9]{0,8})?|pvc://"
     + _LABEL
-    + r"(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?)$"
+    + r"(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?"
+    + r"|hf://(datasets/)?("
+    + _HUB_PART
+    + "/)?"
+    + _HUB_PART
+    + r"(@[A-Za-z0-9_]([A-Za-z0-9._/-]*[A-Za-z0-9_])?)?)$"
 )
 URI_RULE = (
     "uri must be https://host/path (with sha256), model://<model>/<version> or "
-    "pvc://<claim>[/subpath] or s3://<bucket>[/prefix]"
+    "pvc://<claim>[/subpath], s3://<bucket>[/prefix] or hf://[datasets/]<org>/<repo>[@revision]"
 )
 _DOTS = r"(^|/)(\.|%2[eE]){1,2}(/|$)"
 # Folders a mount may not cover: the system's, the launcher's and the token's.
@@ -49,7 +63,10 @@ REVISION_RULE = (
     "revision is a model:// input's version, when its uri has none (model://birds with "
     "revision '3' is model://birds/3); an https input is pinned by sha256"
 )
-SECRET_RULE = "secretRef is for s3:// inputs only: the Secret with the store's credentials"
+SECRET_RULE = (
+    "secretRef is for s3:// and hf:// inputs only: the Secret with the store's or the "
+    "Hub's credentials"
+)
 PATTERN_RULE = (
     "include and exclude patterns are relative to the input's folder: not empty, no leading '/'"
 )
@@ -94,13 +111,14 @@ class Input(Model):
             "fieldPath": ".revision",
         },
         {
-            "rule": "!self.uri.startsWith('model://') || has(self.revision) || "
-            "self.uri.matches(r'^model://[^/]+/[^/]+$')",
-            "message": "a model:// input needs its version: model://<model>/<version>, or revision",
+            "rule": f"!self.uri.matches(r'{_HUB_HOSTILE}')",
+            "message": HUB_RULE,
             "fieldPath": ".uri",
+            "reason": "FieldValueInvalid",
         },
         {
-            "rule": "!has(self.secretRef) || self.uri.startsWith('s3://')",
+            "rule": "!has(self.secretRef) || self.uri.startsWith('s3://') || "
+            "self.uri.startsWith('hf://')",
             "message": SECRET_RULE,
             "fieldPath": ".secretRef",
         },
@@ -128,11 +146,14 @@ class Input(Model):
         min_length=1,
         max_length=URI_MAX_LENGTH,
         description="Where the input comes from: https://host/path (a file, or an archive "
-        ".tar, .tar.gz, .tgz, .zip unpacked; needs sha256), model://<model>/<version> (a "
-        "ModelVersion of the model registry, read with the run's ServiceAccount) or "
+        ".tar, .tar.gz, .tgz, .zip unpacked; needs sha256), model://<model>[/<version>] (a "
+        "ModelVersion of the model registry, read with the run's ServiceAccount; no "
+        "version: the latest when the run is prepared) or "
         "pvc://<claim>[/subpath] (a PersistentVolumeClaim of the namespace, mounted "
         "read-only; nothing is fetched) or s3://<bucket>[/prefix] (every object under the "
-        "prefix of an S3-compatible store; see secretRef).",
+        "prefix of an S3-compatible store; see secretRef) or "
+        "hf://[datasets/]<org>/<repo>[@revision] (a repository of the Hugging Face Hub at a "
+        "branch, tag or commit, default main; see secretRef).",
     )
     mode: Literal["mount", "download"] = Field(
         default="mount",
@@ -162,7 +183,8 @@ class Input(Model):
     revision: str | None = Field(
         default=None,
         pattern=r"^[1-9][0-9]{0,8}$",
-        description="A model:// input's version, when its uri has none.",
+        description="A model:// input's version, when its uri has none (neither: the "
+        "model's latest version when the run is prepared, recorded in status.inputs).",
     )
     sha256: str | None = Field(
         default=None,
@@ -175,10 +197,12 @@ class Input(Model):
         default=None,
         pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
         max_length=253,
-        description="An s3:// input's Secret in the run's namespace, given to the fetch Job "
-        "only (never to the run's Pods): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and "
-        "optionally AWS_ENDPOINT_URL (an S3-compatible store; default AWS) and AWS_REGION. "
-        "None: the bucket is read unsigned.",
+        description="An s3:// or hf:// input's Secret in the run's namespace, given to the "
+        "fetch Job only (never to the run's Pods). s3://: AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, and optionally AWS_ENDPOINT_URL (an S3-compatible store; "
+        "default AWS) and AWS_REGION; none: the bucket is read unsigned. hf://: HF_TOKEN, "
+        "and optionally HF_ENDPOINT (default https://huggingface.co); none: the repository "
+        "is read anonymously.",
     )
 
     @property
@@ -216,7 +240,7 @@ class Input(Model):
             uris.patterns_valid([*self.include, *self.exclude])
         except uris.InputError as err:
             raise ValueError(f"input {self.name}: {err}") from None
-        if self.secret_ref is not None and self.scheme != "s3":
+        if self.secret_ref is not None and self.scheme not in ("s3", "hf"):
             raise ValueError(f"input {self.name}: {SECRET_RULE}")
         if self.path is not None and not _path_ok(self.path):
             raise ValueError(f"input {self.name}: {PATH_RULE}; got {self.path!r}")

@@ -51,6 +51,24 @@ def _index(ctx: Context, namespace: str) -> dict[str, dict[str, Any]]:
     return found
 
 
+def pin_models(ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any]) -> api.TrainingRun:
+    """``run`` with each model:// input that names no version pinned: to the version its
+    status recorded, else to the model's latest ModelVersion now (one the run then keeps;
+    a model with none stays unpinned, and :func:`prepare` fails the run)."""
+    loose = planned.unversioned(run)
+    if not loose:
+        return run
+    versions = planned.recorded_versions(previous)
+    for inp in loose:
+        if inp.name not in versions:
+            model = uris.model_of(inp.uri)[0]
+            specs = [v.get("spec") or {} for v in ctx.k8s.list_(k8s.MODELVERSIONS, run.namespace)]
+            numbers = [int(s.get("version") or 0) for s in specs if s.get("model") == model]
+            if max(numbers, default=0) > 0:
+                versions[inp.name] = str(max(numbers))
+    return planned.pinned(run, versions)
+
+
 def prepare(
     ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any], logger: Log, now: datetime
 ) -> input_status.InputsObserved | None:
@@ -66,6 +84,10 @@ def prepare(
     for inp, source in wanted:
         before = seen.get(inp.name)
         key = source.key
+        if _no_version(source, run.namespace):
+            said = _no_version(source, run.namespace)
+            failure = failure or input_status.failure(inp.name, source.uri, said)
+            continue
         if key in index:
             entries.append(_ready(ctx, run, inp, index[key], before, now))
             continue
@@ -79,6 +101,16 @@ def prepare(
         else:
             waiting[inp.name] = said
     return input_status.InputsObserved(entries, waiting, failure)
+
+
+def _no_version(source: uris.Source, namespace: str) -> str:
+    """What fails a model:// input that :func:`pin_models` could not pin ('' otherwise)."""
+    if source.scheme != "model" or uris.model_of(source.uri)[1]:
+        return ""
+    return (
+        f"model {uris.model_of(source.uri)[0]} has no version in namespace {namespace} to "
+        "start from: register one first (torchyard models list)"
+    )
 
 
 def carried(previous: Mapping[str, Any]) -> input_status.InputsObserved | None:
@@ -200,7 +232,9 @@ def _pinned(ctx: Context, namespace: str) -> set[str]:
         if (body.get("status") or {}).get("phase") in TERMINAL or not body["spec"].get("inputs"):
             continue
         try:
-            keys.update(planned.keys(api.parse_trainingrun(body)).values())
+            run = api.parse_trainingrun(body)
+            versions = planned.recorded_versions(body.get("status") or {})
+            keys.update(planned.keys(planned.pinned(run, versions)).values())
         except api.InvalidSpec:
             continue
     return keys

@@ -173,6 +173,7 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
     result = Result(requeue_after=verdict.deadline_seconds_left)
     applied = prepared = tracked = None
     if seen.environment_ready and verdict.failure is None and not verdict.deadline_exceeded:
+        run = inputs.pin_models(ctx, run, seen.previous)  # model:// with no version: the latest
         if not seen.current:  # before a gang's Pods: its inputs must be in the cache
             prepared = inputs.prepare(ctx, run, seen.previous, logger, now)
         else:  # the gang has its Pods: its inputs were ready

@@ -103,6 +103,16 @@ def _listing(data: str) -> list[dict[str, Any]]:
     return files
 
 
+def prune(data: str, paths: set[str]) -> None:
+    """Take away what an earlier try of a fetch left in ``data`` that this one keeps not
+    (the listing or the commit changed in between)."""
+    for folder, _, names in os.walk(data):
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.relpath(path, data).replace(os.sep, "/") not in paths:
+                os.unlink(path)
+
+
 def digest_of(files: Sequence[dict[str, Any]]) -> str:
     blob = json.dumps(
         [[f["path"], f["size"], f["sha256"]] for f in files], separators=(",", ":")

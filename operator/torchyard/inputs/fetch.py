@@ -5,7 +5,7 @@ fetched); else the scheme's fetcher (``SCHEMES``: a module with ``fetch(source, 
 env, max_bytes) -> bytes received``) fills ``partial/<key>/data`` (and may write the
 revision it resolved to ``partial/<key>/revision``), and ``cache.commit`` lists, hashes
 and renames it into ``entries/<key>`` in one step. A scheme whose content may change
-under one URI (``s3``: a module with ``revision(source, env)``) is asked for its revision
+under one URI (``s3``, ``hf``: a module with ``revision(source, env)``) is asked for its revision
 first, and an entry of another revision is fetched again. A failed fetch leaves the
 staging folder for the next try to go on from (the fetchers never keep a file that
 failed its check) and nothing in ``entries/``.
@@ -14,7 +14,8 @@ failed its check) and nothing in ``entries/``.
 CPU only, no Kubernetes API token): it evicts the keys the operator chose, fetches, and
 writes the outcome as JSON to the termination log, which the operator reads
 (``{"entry": {...}, "fetchedBytes": N}`` or ``{"error": "..."}``). Local mode calls
-:func:`fetch` itself. Standard library only; tested in tests/unit/inputs/.
+:func:`fetch` itself. Standard library only, but for ``hf`` (which imports
+``huggingface_hub`` when it fetches); tested in tests/unit/inputs/.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
-from torchyard.inputs import cache, models, s3, web
+from torchyard.inputs import cache, hf, models, s3, web
 from torchyard.inputs.uris import InputError, Source, parse
 
-SCHEMES: dict[str, ModuleType] = {"https": web, "http": web, "model": models, "s3": s3}
+SCHEMES: dict[str, ModuleType] = {"https": web, "http": web, "model": models, "s3": s3, "hf": hf}
 TERMINATION_LOG = "/dev/termination-log"
 
 
@@ -95,7 +96,7 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--include", action="append", default=[])
     p.add_argument("--exclude", action="append", default=[])
     p.add_argument("--reader", default="", help="the ServiceAccount reading a model://")
-    p.add_argument("--secret", default="", help="the Secret an s3:// input is read with")
+    p.add_argument("--secret", default="", help="the Secret an s3:// or hf:// input is read with")
     p.add_argument("--max-bytes", type=int, required=True)
     p.add_argument("--key", required=True, help="the key the operator expects")
     p.add_argument("--evict", action="append", default=[], help="keys to take away first")

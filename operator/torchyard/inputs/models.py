@@ -67,6 +67,11 @@ def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) 
         )
     ns = env.get("TORCHYARD_NAMESPACE", "default")
     model, version = model_of(source.uri)
+    if not version:
+        raise InputError(
+            f"{source.uri} names no version: the operator pins a model:// input to the "
+            "model's latest version before its fetch"
+        )
     base = f"{url}/v1/namespaces/{ns}/models/{model}/versions/{version}"
     headers = {"Authorization": "Bearer " + _token(env, source.uri)}
     ctx = _context(env)

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torchyard.inputs import patterns, transfer
-from torchyard.inputs.cache import DATA
+from torchyard.inputs.cache import DATA, prune
 from torchyard.inputs.uris import InputError, Source, bucket_of
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -345,7 +345,7 @@ def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) 
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
-    _prune(os.path.join(staging, DATA), {path for path, _ in kept})
+    prune(os.path.join(staging, DATA), {path for path, _ in kept})
     with open(os.path.join(staging, REVISION), "w") as f:
         f.write(revision_of(kept))
     return received
@@ -355,12 +355,3 @@ def _save(path: str, done: Mapping[str, str]) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(done, f)
     os.replace(path + ".tmp", path)
-
-
-def _prune(data: str, paths: set[str]) -> None:
-    """Take away what an earlier try left that the listing no longer holds."""
-    for folder, _, names in os.walk(data):
-        for name in names:
-            path = os.path.join(folder, name)
-            if os.path.relpath(path, data).replace(os.sep, "/") not in paths:
-                os.unlink(path)

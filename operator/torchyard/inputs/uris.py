@@ -4,13 +4,15 @@ One parser for every side that reads an input: the API (a spec's input is refuse
 :func:`parse` refuses it), planning (the fetch Job, the mounts), the fetch Job itself and
 local mode. The schemes: ``https://`` and ``http://`` (a file or an archive, pinned by
 its sha256), ``model://<name>/<version>`` (a ModelVersion of the torchyard registry) and
-``pvc://<claim>[/subpath]`` (a claim mounted read-only, nothing fetched) and
-``s3://<bucket>[/prefix]`` (the objects under a prefix of an S3-compatible store).
+``pvc://<claim>[/subpath]`` (a claim mounted read-only, nothing fetched),
+``s3://<bucket>[/prefix]`` (the objects under a prefix of an S3-compatible store) and
+``hf://[datasets/]<org>/<repo>[@revision]`` (a repository of the Hugging Face Hub).
 
 The cache key is a sha256 of what decides an entry's content: the URI, the resolved
 revision (an https input's sha256; a model's version, which the registry never changes,
 and the ServiceAccount that reads it; an s3 input's Secret, which names the store and
-the credentials), the include and exclude patterns and the layout's
+the credentials; an hf input's revision as written, and its Secret), the include and
+exclude patterns and the layout's
 FORMAT. Standard library only; tested in tests/unit/inputs/test_uris.py.
 """
 
@@ -27,16 +29,26 @@ from torchyard.launch_contract import INPUT_VARIABLE_PREFIX
 
 # Bump when an entry's layout changes: every key changes with it.
 FORMAT = "1"
-FETCHED_SCHEMES = ("https", "http", "model", "s3")
+FETCHED_SCHEMES = ("https", "http", "model", "s3", "hf")
 SCHEMES = (*FETCHED_SCHEMES, "pvc")
 # An input's name: what TORCHYARD_INPUT_<NAME> is made of (upper-cased).
 NAME = r"^[a-z][a-z0-9_]{0,31}$"
 SHA256 = r"^[a-f0-9]{64}$"
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_MODEL = re.compile(r"^model://(" + _DNS1123_LABEL + r")/([1-9][0-9]{0,8})$")
+_MODEL = re.compile(r"^model://(" + _DNS1123_LABEL + r")(?:/([1-9][0-9]{0,8}))?$")
 # A bucket name as S3 allows it (3-63 of a-z 0-9 . -), then an optional key prefix.
 _BUCKET = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(.*))?$")
 _CLAIM = re.compile(r"^pvc://(" + _DNS1123_LABEL + r")(/(.*))?$")
+# A Hub repository: [datasets/][<org>/]<name>, each part of letters, digits, '.', '_', '-'
+# (not starting or ending with '.' or '-'), then an optional @revision: a branch, a tag
+# or a commit, which may hold '/' (refs/pr/1) but no '.'-only or empty segment.
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+_HUB = re.compile(
+    r"^hf://(datasets/)?((?:" + _HUB_PART + r"/)?" + _HUB_PART + r")(?:@([A-Za-z0-9._/-]{1,200}))?$"
+)
+_HUB_REVISION = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._/-]*[A-Za-z0-9_])?$")
+DEFAULT_HUB_REVISION = "main"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # A path segment that is '.' or '..', written plainly or %-encoded, after either slash.
 _DOT_SEGMENT = re.compile(r"(^|[/\\])(\.|%2[eE]){1,2}([/\\]|$)")
 
@@ -65,9 +77,12 @@ class Source:
 
     @property
     def revision(self) -> str:
-        """What pins the content: the sha256 (web) or the model's version."""
+        """What pins the content: the sha256 (web), the model's version, or the Hub
+        revision as written (a branch, a tag or a commit; the fetcher resolves it)."""
         if self.scheme == "model":
             return model_of(self.uri)[1]
+        if self.scheme == "hf":
+            return hub_repo_of(self.uri).revision
         return self.sha256
 
     @property
@@ -85,14 +100,17 @@ def env_name(name: str) -> str:
 
 
 def model_of(uri: str) -> tuple[str, str]:
-    """(model, version) of a model:// URI; InputError when it is not one."""
+    """(model, version) of a model:// URI, the version '' when it names none (the
+    latest, which the operator or local mode pins before the fetch); InputError when it
+    is not one."""
     match = _MODEL.match(uri)
     if match is None:
         raise InputError(
-            f"{uri!r} is not a model input: write model://<model>/<version>, the model's "
-            "name as registered (a DNS-1123 label) and a version number (e.g. model://birds/3)"
+            f"{uri!r} is not a model input: write model://<model>[/<version>], the model's "
+            "name as registered (a DNS-1123 label) and a version number (e.g. model://birds/3; "
+            "none: the latest)"
         )
-    return match.group(1), match.group(3)
+    return match.group(1), match.group(3) or ""
 
 
 def bucket_of(uri: str) -> tuple[str, str]:
@@ -111,6 +129,42 @@ def bucket_of(uri: str) -> tuple[str, str]:
             "%-encoded, nor a backslash"
         )
     return match.group(1), prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """What an hf:// URI names: a repository of the Hub at a revision."""
+
+    kind: str  # "model" or "dataset", as huggingface_hub's repo_type
+    repo_id: str
+    revision: str
+
+
+def hub_repo_of(uri: str) -> HubRepo:
+    """The repository and revision of an hf:// URI; InputError when it is not one or a
+    part would not stay a name on the Hub ('..', '--', '%', an empty segment)."""
+    match = _HUB.match(uri)
+    if match is None or "--" in match.group(2) or ".." in match.group(2):
+        raise InputError(
+            f"{uri!r} is not a Hub input: write hf://<org>/<repo>[@revision] (a model) or "
+            "hf://datasets/<org>/<repo>[@revision], the names of letters, digits, '.', '_' "
+            "and '-' (no '..' nor '--')"
+        )
+    revision = match.group(3)
+    if revision is not None and (
+        not _HUB_REVISION.match(revision)
+        or _DOT_SEGMENT.search(revision)
+        or ".." in revision
+        or "//" in revision
+        or revision.endswith(".lock")
+        or any(part.startswith(".") for part in revision.split("/"))
+    ):
+        raise InputError(
+            f"{uri!r}: the revision must be a branch, a tag or a commit (letters, digits, "
+            "'.', '_', '-' and '/' between names; no '..', empty or '.'-led segment)"
+        )
+    kind = "dataset" if match.group(1) else "model"
+    return HubRepo(kind, match.group(2), revision or DEFAULT_HUB_REVISION)
 
 
 def claim_of(uri: str) -> tuple[str, str]:
@@ -160,11 +214,13 @@ def parse(uri: str, sha256: str = "") -> str:
         claim_of(uri)
     elif scheme == "s3":
         bucket_of(uri)
+    elif scheme == "hf":
+        hub_repo_of(uri)
     else:
         raise InputError(
             f"{uri!r}: unknown scheme {scheme + '://' if scheme else '(none)'}; an input is "
-            "https:// (with sha256), model://<model>/<version>, pvc://<claim>[/subpath] or "
-            "s3://<bucket>[/prefix]"
+            "https:// (with sha256), model://<model>/<version>, pvc://<claim>[/subpath], "
+            "s3://<bucket>[/prefix] or hf://<org>/<repo>[@revision]"
         )
     if sha256 and scheme not in ("https", "http"):
         raise InputError(f"{uri!r}: sha256 is for https:// inputs only")
@@ -182,7 +238,7 @@ def cache_key(source: Source) -> str:
     }
     if source.scheme == "model":
         parts["reader"] = source.reader
-    if source.scheme == "s3":
+    if source.scheme in ("s3", "hf"):
         parts["secret"] = source.secret
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()

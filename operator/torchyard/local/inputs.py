@@ -5,7 +5,8 @@ through the same fetcher as the cluster's fetch Job (``torchyard.inputs.fetch``)
 cache folder of the same layout (TORCHYARD_INPUTS_CACHE, default ``~/.torchyard/inputs``)
 under the same keys, kept under TORCHYARD_INPUTS_CACHE_LIMIT (least recently used
 entries go first). A ``model://`` input is read from the local registry (the folder
-local runs register into), each file checked against its manifest's sha256. A ``mount``
+local runs register into), each file checked against its manifest's sha256; one that
+names no version is the latest version there. A ``mount``
 input is the cache entry itself; a ``download`` input a copy in the run's folder. A
 ``pvc://`` input names a claim of the cluster, which this machine cannot mount: refused.
 Called by ``local.runs``; tested in tests/unit/test_local_inputs.py.
@@ -44,6 +45,8 @@ def _from_store(store: Store, namespace: str) -> fetch.Fetcher:
     ) -> int:
         model, version = uris.model_of(source.uri)
         try:
+            if not version:
+                raise KeyError(f"model {namespace}/{model} has no versions")
             found = store.get(namespace, model, int(version))
         except KeyError as err:
             raise uris.InputError(
@@ -71,6 +74,16 @@ def _from_store(store: Store, namespace: str) -> fetch.Fetcher:
     return fetch_model
 
 
+def _latest(store: Store, run: TrainingRun) -> dict[str, str]:
+    """The local registry's latest version of each model:// input that names none."""
+    found = {}
+    for inp in planned.unversioned(run):
+        numbers = store.versions(run.namespace, uris.model_of(inp.uri)[0])
+        if numbers:
+            found[inp.name] = str(numbers[-1])
+    return found
+
+
 def fetch_all(
     run: TrainingRun,
     workdir: Path,
@@ -85,8 +98,10 @@ def fetch_all(
     if claims:
         raise uris.InputError(
             f"input {claims[0]}: a pvc:// input names a claim of the cluster, which local "
-            "mode cannot mount; use an https://, model:// or s3:// input, or run in the cluster"
+            "mode cannot mount; use an https://, model://, s3:// or hf:// input, or run in "
+            "the cluster"
         )
+    run = planned.pinned(run, _latest(store, run))
     wanted = planned.fetched(run)
     keys = [source.key for _, source in wanted]
     for key in cache.local_evictions(str(root), cache_limit(), 0, keys) if keys else []:

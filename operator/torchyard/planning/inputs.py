@@ -8,8 +8,8 @@ emptyDir at the input's path (``TORCHYARD_INPUTS_COPIES``); a ``pvc://`` input i
 claim, read-only. The fetch Job runs ``python -m torchyard.inputs.fetch`` in the torchyard
 image: CPU only, non-root, Pod Security "restricted", no Kubernetes API token (a
 ``model://`` input gets the reading ServiceAccount's registry token, for the registry's
-audience only; an ``s3://`` input gets its Secret's keys as variables, in this Pod
-only). Called by ``controller.inputs`` and ``planning.pods``; tested in
+audience only; an ``s3://`` or ``hf://`` input gets its Secret's keys as variables, in
+this Pod only). Called by ``controller.inputs`` and ``planning.pods``; tested in
 tests/unit/planning/test_inputs.py.
 """
 
@@ -53,6 +53,41 @@ def fetched(run: TrainingRun) -> list[tuple[Input, uris.Source]]:
     """The inputs the cache holds (all but pvc://), each with its fetcher's source."""
     reader = run.spec.service_account_name
     return [(i, i.source(reader)) for i in run.spec.inputs if i.scheme != "pvc"]
+
+
+def unversioned(run: TrainingRun) -> list[Input]:
+    """The model:// inputs that name no version (the latest, pinned before the fetch)."""
+    return [
+        i for i in run.spec.inputs if i.scheme == "model" and not uris.model_of(i.canonical_uri)[1]
+    ]
+
+
+def recorded_versions(status: Mapping[str, Any]) -> dict[str, str]:
+    """The model versions a run's status recorded for its inputs, by name."""
+    found = {}
+    for entry in status.get("inputs") or []:
+        try:
+            version = uris.model_of(str(entry.get("uri") or ""))[1]
+        except uris.InputError:
+            continue
+        if version:
+            found[str(entry.get("name"))] = version
+    return found
+
+
+def pinned(run: TrainingRun, versions: Mapping[str, str]) -> TrainingRun:
+    """``run`` with each unversioned model:// input pinned to ``versions[name]`` (those
+    without one stay as they are)."""
+    loose = {i.name for i in unversioned(run)}
+    if not loose & set(versions):
+        return run
+    inputs = [
+        i.model_copy(update={"revision": versions[i.name]})
+        if i.name in loose and i.name in versions
+        else i
+        for i in run.spec.inputs
+    ]
+    return run.model_copy(update={"spec": run.spec.model_copy(update={"inputs": inputs})})
 
 
 def claims(run: TrainingRun) -> list[str]:
@@ -201,8 +236,13 @@ def _fetch_pod(
             env.append({"name": "TORCHYARD_REGISTRY_CA", "value": registry_ca})
         mounts.append({"name": "registry-token", "mountPath": TOKEN_DIR, "readOnly": True})
         volumes.append(_registry_token())
+    if source.scheme == "hf":  # the client's own cache and settings, in the Pod's /tmp
+        env += [
+            {"name": "HF_HOME", "value": "/tmp/huggingface"},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        ]
     container = {**container, "env": env, "volumeMounts": mounts}
-    if source.secret:  # an s3:// input's store and credentials: this Pod's only
+    if source.secret:  # an s3:// or hf:// input's store and credentials: this Pod's only
         container["envFrom"] = [{"secretRef": {"name": source.secret}}]
     return {
         "serviceAccountName": source.reader if model else "default",

@@ -1,14 +1,29 @@
 """A local HTTP server for the fetcher's tests: files from a dict, Range requests served
 (or not), the bytes it sent counted, and a way to cut a body short (a fetch killed half
-way)."""
+way); and :func:`entry_files`, what a cache entry holds."""
 
 from __future__ import annotations
 
 import http.server
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from torchyard.inputs import cache
+
+
+def entry_files(root: str, key: str) -> dict[str, bytes]:
+    """The files of the cache entry ``key`` under ``root``, by path in the entry."""
+    data = cache.data_dir(root, key)
+    found = {}
+    for folder, _, names in os.walk(data):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, data)] = f.read()
+    return found
 
 
 @dataclass

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cluster import s3 as store_server
+from tests.unit.inputs.server import entry_files
 from torchyard.inputs import cache, s3
 from torchyard.inputs.fetch import fetch
 from torchyard.inputs.uris import InputError, Source, bucket_of, cache_key
@@ -233,21 +234,10 @@ def store() -> Iterator[store_server.Store]:
         yield running
 
 
-def _tree(root: str, key: str) -> dict[str, bytes]:
-    data = cache.data_dir(root, key)
-    found = {}
-    for folder, _, names in os.walk(data):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, data)] = f.read()
-    return found
-
-
 def test_a_prefix_is_fetched_once_then_served_from_the_cache(store, tmp_path) -> None:
     source = Source("s3://birds/train", secret="store")
     first = fetch(source, str(tmp_path), LIMIT, store.env())
-    assert _tree(str(tmp_path), source.key) == {
+    assert entry_files(str(tmp_path), source.key) == {
         k.removeprefix("train/"): v for k, v in FILES.items()
     }
     assert first.fetched_bytes == sum(len(v) for v in FILES.values())
@@ -260,7 +250,7 @@ def test_a_prefix_is_fetched_once_then_served_from_the_cache(store, tmp_path) ->
 def test_patterns_keep_their_keys_and_a_pattern_that_keeps_none_fails(store, tmp_path) -> None:
     jpg = Source("s3://birds/train", include=("*.jpg",), exclude=("sub/*",))
     fetch(jpg, str(tmp_path), LIMIT, store.env())
-    assert _tree(str(tmp_path), jpg.key) == {"a.jpg": FILES["train/a.jpg"]}
+    assert entry_files(str(tmp_path), jpg.key) == {"a.jpg": FILES["train/a.jpg"]}
     none = Source("s3://birds/train", include=("*.png",))
     with pytest.raises(
         InputError, match=r"s3://birds/train holds no file matching include \['\*.png'\]"
@@ -314,7 +304,7 @@ def test_a_killed_fetch_resumes_where_it_stopped(store, tmp_path) -> None:
     assert 0 < kept < len(BIG)
     done = fetch(source, str(tmp_path), LIMIT, store.env())
     assert done.fetched_bytes == len(BIG) - kept
-    assert _tree(str(tmp_path), source.key) == {"blob.bin": BIG}
+    assert entry_files(str(tmp_path), source.key) == {"blob.bin": BIG}
 
 
 def test_a_changed_listing_is_fetched_again(store, tmp_path) -> None:
@@ -324,7 +314,7 @@ def test_a_changed_listing_is_fetched_again(store, tmp_path) -> None:
     store.put("birds", "changing/two.txt", b"22")
     second = fetch(source, str(tmp_path), LIMIT, store.env())
     assert second.entry.revision != first.entry.revision
-    assert _tree(str(tmp_path), source.key) == {"one.txt": b"1", "two.txt": b"22"}
+    assert entry_files(str(tmp_path), source.key) == {"one.txt": b"1", "two.txt": b"22"}
     assert second.fetched_bytes == 3
 
 

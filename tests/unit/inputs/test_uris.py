@@ -36,11 +36,10 @@ BAD = [
     ("https:///x.tgz", SHA, "names no host"),
     ("https://example.org/a b.tgz", SHA, "white space"),
     ("https://example.org/a\x00.tgz", SHA, "NUL"),
-    ("model://birds", "", "model://<model>/<version>"),
-    ("model://birds/latest", "", "model://<model>/<version>"),
-    ("model://birds/0", "", "model://<model>/<version>"),
-    ("model://Birds/1", "", "model://<model>/<version>"),
-    ("model://birds/1/extra", "", "model://<model>/<version>"),
+    ("model://birds/latest", "", r"model://<model>\[/<version>\]"),
+    ("model://birds/0", "", r"model://<model>\[/<version>\]"),
+    ("model://Birds/1", "", r"model://<model>\[/<version>\]"),
+    ("model://birds/1/extra", "", r"model://<model>\[/<version>\]"),
     ("model://birds/1", SHA, "sha256 is for https"),
     ("pvc://Data", "", "pvc://<claim>"),
     ("pvc://data/../other", "", "stay inside the claim"),
@@ -67,3 +66,13 @@ def test_a_claim_uri_names_the_claim_and_its_subpath() -> None:
 def test_the_variable_of_an_input() -> None:
     assert uris.env_name("birds") == "TORCHYARD_INPUT_BIRDS"
     assert uris.env_name("base_model") == "TORCHYARD_INPUT_BASE_MODEL"
+
+
+def test_a_model_uri_without_a_version_names_the_latest_which_is_never_fetched_unpinned() -> None:
+    assert uris.model_of("model://birds") == ("birds", "")
+    assert uris.model_of("model://birds/12") == ("birds", "12")
+    from torchyard.inputs import models
+
+    env = {"TORCHYARD_REGISTRY_URL": "https://registry.invalid"}
+    with pytest.raises(InputError, match="names no version: the operator pins"):
+        models.fetch(uris.Source("model://birds"), "/nonexistent", env, 1)

@@ -175,6 +175,38 @@ def test_an_s3_key_depends_on_its_secret() -> None:
     assert inputs.keys(run(S3))["shots"] != inputs.keys(run(other))["shots"]
 
 
-def test_a_secret_is_for_s3_inputs_only() -> None:
-    with pytest.raises(ValueError, match="secretRef is for s3:// inputs only"):
+def test_a_secret_is_for_s3_and_hf_inputs_only() -> None:
+    with pytest.raises(ValueError, match="secretRef is for s3:// and hf:// inputs only"):
         run({**BIRDS, "secretRef": "birds-store"})
+
+
+HF = {"name": "base", "uri": "hf://acme/tiny@v1", "secretRef": "hub", "include": ["*.json"]}
+
+
+def test_an_hf_fetch_gets_its_secret_and_a_writable_client_home_and_the_runs_pods_do_not() -> None:
+    container = job(HF, evict=[])["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "hub"}}]
+    assert container["args"][container["args"].index("--uri") + 1] == "hf://acme/tiny@v1"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HF_HOME"].startswith("/tmp/")
+    assert "HF_TOKEN" not in env and "HF_ENDPOINT" not in env  # the Secret's, not the spec's
+    pod = json.dumps(pods.pod(run(HF), 0, image="img"))
+    assert '"hub"' not in pod and "secretRef" not in pod and "HF_HOME" not in pod
+    assert inputs.keys(run(HF))["base"] != inputs.keys(run({**HF, "secretRef": "other"}))["base"]
+
+
+def test_a_model_input_without_a_version_is_pinned_to_the_one_given_or_recorded() -> None:
+    body = run({"name": "base", "uri": "model://birds"}, {**BIRDS, "name": "other"})
+    assert [i.name for i in inputs.unversioned(body)] == ["base"]
+    assert inputs.pinned(body, {}) is body
+    pinned = inputs.pinned(body, {"base": "4", "other": "9"})
+    assert [i.canonical_uri for i in pinned.spec.inputs] == ["model://birds/4", BIRDS["uri"]]
+    assert inputs.unversioned(pinned) == []
+    assert (
+        inputs.keys(pinned)["base"]
+        == inputs.keys(run({"name": "base", "uri": "model://birds/4"}))["base"]
+    )
+    status = {
+        "inputs": [{"name": "base", "uri": "model://birds/4"}, {"name": "x", "uri": "s3://b/x"}]
+    }
+    assert inputs.recorded_versions(status) == {"base": "4"}

@@ -94,6 +94,7 @@ AZURE_NAMES = sorted(
         "ComputeTarget",
         "ComputeTargetException",
         "Dataset",
+        "Datastore",
         "Environment",
         "Experiment",
         "Model",

@@ -6,6 +6,7 @@ the arguments) submits a TrainingRun with ``spec.inputs`` and the argument
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from tests.unit.sdk.test_azureml_arguments import src, submitted, ws  # noqa: F401
 from torchyard import api
-from torchyard.sdk import Dataset, Experiment, Run, TorchyardSdkError
+from torchyard.sdk import Dataset, Datastore, Experiment, Run, TorchyardSdkError
 
 SHA = "ab" * 32
 
@@ -53,12 +54,72 @@ def test_a_named_mount_among_the_arguments_becomes_an_input(
     api.parse_trainingrun(body)  # what the apiserver gets is a valid run
 
 
+def test_a_path_on_a_datastore_is_an_s3_input_read_with_its_secret(
+    submitted: list[dict[str, Any]],  # noqa: F811
+) -> None:
+    workspace = ws()
+    Datastore.register_s3(workspace, "birds_store", bucket_name="birds", secret_name="birds-s3")
+    store = Datastore.get(workspace, "birds_store")
+    assert workspace.datastores == {"birds_store": store}
+    birds = Dataset.File.from_files(path=(store, "birds/"), include=["*.jpg"])
+    shots = Dataset.File.from_files(path=[(store, "shots/2026")])
+    arguments = [birds.as_named_input("birds").as_mount(), shots.as_named_input("s").as_download()]
+    Experiment(workspace, "birds").submit(src(arguments=arguments))
+    [body] = submitted
+    assert body["spec"]["inputs"] == [
+        {
+            "name": "birds",
+            "uri": "s3://birds/birds",
+            "mode": "mount",
+            "include": ["*.jpg"],
+            "secretRef": "birds-s3",
+        },
+        {"name": "s", "uri": "s3://birds/shots/2026", "mode": "download", "secretRef": "birds-s3"},
+    ]
+    api.parse_trainingrun(body)
+
+
+@pytest.mark.parametrize(
+    ("bucket", "secret", "path", "says"),
+    [
+        ("Birds", "birds-s3", "x", "is not an s3 input"),
+        ("birds", "../x", "x", "is not a Secret's name"),
+        ("birds", "Birds_S3", "x", "is not a Secret's name"),
+        ("birds", "birds-s3", "/etc/passwd", "without a leading '/'"),
+        ("birds", "birds-s3", "../other", "'..'"),
+        ("birds", "birds-s3", "a/%2e%2e/b", "'..'"),
+        ("birds", "birds-s3", "a//b", "empty segment"),
+        ("birds", "birds-s3", "a\\b", "backslash"),
+        ("birds", "birds-s3", "a/./b", "'.'"),
+    ],
+)
+def test_a_datastore_refuses_buckets_secrets_and_paths_that_leave_it(
+    bucket: str, secret: str, path: str, says: str
+) -> None:
+    with pytest.raises(TorchyardSdkError, match=re.escape(says)):
+        store = Datastore.register_s3(ws(), "d", bucket_name=bucket, secret_name=secret)
+        Dataset.File.from_files((store, path))
+
+
+def test_a_datastore_path_takes_no_sha256() -> None:
+    store = Datastore.register_s3(ws(), "d", bucket_name="birds", secret_name="birds-s3")
+    dataset = Dataset.File.from_files((store, "birds/"), sha256="ab" * 32)
+    with pytest.raises(TorchyardSdkError, match="sha256 is for https:// inputs only"):
+        dataset.as_named_input("birds").as_mount()
+
+
 REFUSED: list[tuple[str, Callable[[], Any], str]] = [
     (
-        "a datastore",
+        "not a datastore",
         lambda: Dataset.File.from_files((object(), "birds/")),
-        "(datastore, path) has no counterpart",
+        "(datastore, path) takes a Datastore of Datastore.register_s3",
     ),
+    (
+        "an Azure blob container",
+        lambda: Datastore.register_azure_blob_container(ws(), "d", "c", "account"),
+        "register an S3-compatible store instead: Datastore.register_s3",
+    ),
+    ("an unregistered datastore", lambda: Datastore.get(ws(), "nothing"), "no datastore"),
     ("two paths", lambda: Dataset.File.from_files(["a", "b"]), "one URI"),
     (
         "validate=False",

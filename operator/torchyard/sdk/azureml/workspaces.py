@@ -67,6 +67,7 @@ class Workspace:
         self.service_account = service_account
         self.registry_service = registry_service
         self.registry_url = registry_url
+        self.datastores: dict[str, Any] = {}  # Datastore.register_s3: this process's
 
     @classmethod
     def from_config(cls, path: str | None = None, _file_name: str | None = None) -> Workspace:
