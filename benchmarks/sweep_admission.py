@@ -1,24 +1,26 @@
 """Trial admission of a large sweep: N trials queued on 8 GPUs, against N plain TrainingRuns.
 
-Against the test control plane with one KWOK node of 8 GPUs (tests/cluster/harness.py),
-the operator of this tree runs as a subprocess (``benchmarks/scale.py``'s ``Operator``: its
-CPU time and RSS read from /proc), a fresh one for each of two rounds, each on a namespace
-of its own after the other's Pods are gone:
+Against the test control plane with two KWOK pools of one 8-GPU node each
+(tests/cluster/harness.py), two arms, each on a namespace and a pool of its own with an
+operator of this tree watching only that namespace (``benchmarks/scale.py``'s
+``Operator``, a subprocess: its CPU time and RSS read from /proc):
 
 - baseline: N one-GPU TrainingRuns applied directly (the gang queue holds N - 8 of them);
 - sweep: one Sweep of N trials (random sampling, no early termination, no
   ``maxConcurrentTrials``: every trial is made and waits in the same queue), its trial
   template the same run.
 
-For each: the time from the first apply until every run (trial) has a phase (8 Running,
-the rest Queued) and the operator's CPU meanwhile; then ``--refills`` times, the oldest
-run whose Pod runs is ended by KWOK (exit 0: the run Succeeds, its GPU frees) and the time
-from that Pod's phase Succeeded to the next run's Pod ungated (admitted: its gang placed),
-both as this process's watches see them, p50 and p95; the operator's CPU (% of one core)
-over ``--idle`` seconds where nothing changes, with the queue full, and its RSS (now and
-peak). Printed: each figure for both rounds and the sweep's over the baseline's; the
-target: the sweep's admission p95 <= 2 s after a slot frees. The full run writes
-benchmarks/results/sweep_admission.json.
+Each arm is queued in turn: the time from the first apply until every run (trial) has a
+phase (8 Running, the rest Queued) and its operator's CPU meanwhile. Then, both queues
+full: each operator's CPU (% of one core) over ``--idle`` seconds where nothing changes;
+``--refills`` times, taking turns (so that both arms are timed under the same load of a
+shared machine), the oldest run whose Pod runs is ended by KWOK (exit 0: the run
+Succeeds, its GPU frees) and the time from that Pod's phase Succeeded to the next run's
+Pod ungated (admitted: its gang placed), both as this process's watches see them, p50
+and p95; each operator's RSS (now and peak) and Sweep reconciles per refill with their
+mean duration (its /metrics). Printed: each figure for both arms and the sweep's over the
+baseline's; the target: the sweep's admission p95 <= 2 s after a slot frees. The full
+run writes benchmarks/results/sweep_admission.json.
 
     .venv/bin/python benchmarks/sweep_admission.py [--trials 500] [--refills 40] [--idle 20]
         [--profile DIR]   # the operator under benchmarks/sampler.py: where time goes
@@ -30,9 +32,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -58,8 +62,12 @@ from tests.cluster.harness import DEFAULT_POOLS, Cluster  # noqa: E402
 
 from torchyard import k8s  # noqa: E402
 
-POOL = dataclasses.replace(DEFAULT_POOLS[0], nodes=1)  # a100: 1 node x 8 GPUs
-SLOTS = POOL.nodes * POOL.gpus
+# two pools of 1 node x 8 GPUs: the plain runs' and the sweep's trials'
+POOLS = (
+    dataclasses.replace(DEFAULT_POOLS[0], name="a100", nodes=1),
+    dataclasses.replace(DEFAULT_POOLS[0], name="a100-sweep", nodes=1),
+)
+SLOTS = POOLS[0].nodes * POOLS[0].gpus
 SWEEP = "many"
 TARGET_P95 = 2.0
 
@@ -78,14 +86,21 @@ class Seen(World):
                 self.pod_ended_at.setdefault(run, time.monotonic())
 
 
-def sweep_body(ns: str, n: int) -> dict[str, Any]:
+def one_gpu(ns: str, name: str, pool: str) -> dict[str, Any]:
+    """``scale.run_body`` on ``pool``."""
+    body = run_body(ns, name)
+    body["spec"]["compute"]["pool"] = pool
+    return body
+
+
+def sweep_body(ns: str, pool: str, n: int) -> dict[str, Any]:
     """N trials of the baseline's run, all made at once (no maxConcurrentTrials)."""
     return {
         "apiVersion": "torchyard.dev/v1alpha1",
         "kind": "Sweep",
         "metadata": {"name": SWEEP, "namespace": ns},
         "spec": {
-            "trial": run_body(ns, "trial")["spec"],
+            "trial": one_gpu(ns, "trial", pool)["spec"],
             "parameters": {
                 "learning_rate": {"type": "uniform", "minValue": 0.0005, "maxValue": 0.005},
                 "momentum": {"type": "uniform", "minValue": 0.9, "maxValue": 0.99},
@@ -98,18 +113,32 @@ def sweep_body(ns: str, n: int) -> dict[str, Any]:
     }
 
 
-def apply_runs(ns: str, n: int) -> None:
+def apply_runs(ns: str, pool: str, n: int) -> None:
     """N TrainingRuns applied server-side, 16 at a time (as benchmarks/scale.py does)."""
 
     def one(i: int) -> None:
-        k8s.apply(run_body(ns, f"r{i:05d}"), field_manager="sweep-admission-bench")
+        k8s.apply(one_gpu(ns, f"r{i:05d}", pool), field_manager="sweep-admission-bench")
 
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(one, range(n)))
+    with ThreadPoolExecutor(16) as threads:
+        list(threads.map(one, range(n)))
 
 
-def apply_sweep(ns: str, n: int) -> None:
-    k8s.create(sweep_body(ns, n))
+def apply_sweep(ns: str, pool: str, n: int) -> None:
+    k8s.create(sweep_body(ns, pool, n))
+
+
+def sweep_reconciles(op: Operator) -> tuple[float, float]:
+    """The operator's Sweep reconciles so far and the seconds they took (its /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{op.port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    found = [
+        re.search(
+            rf'^torchyard_reconcile_duration_seconds_{part}\{{kind="Sweep"\}} (\S+)', text, re.M
+        )
+        for part in ("count", "sum")
+    ]
+    count, total = (float(f.group(1)) if f else 0.0 for f in found)
+    return count, total
 
 
 def refill(cluster: Cluster, ns: str, world: Seen, timeout: float) -> float | None:
@@ -140,62 +169,88 @@ def refill(cluster: Cluster, ns: str, world: Seen, timeout: float) -> float | No
     return took
 
 
-def measure(
-    label: str,
-    make: Callable[[str, int], None],
-    cluster: Cluster,
-    args: argparse.Namespace,
-    workdir: Path,
-) -> dict[str, Any]:
-    """One round: ``make`` queues N runs (or trials) on a namespace of its own."""
-    ns = cluster.create_namespace(f"admit-{label}")
+@dataclasses.dataclass
+class Arm:
+    """One side of the comparison: its pool, namespace, watches and operator."""
+
+    label: str
+    pool: str
+    make: Callable[[str, str, int], None]
+    ns: str = ""
+    world: Seen = dataclasses.field(default_factory=Seen)
+    op: Operator | None = None
+    figures: dict[str, Any] = dataclasses.field(default_factory=dict)
+    took: list[float] = dataclasses.field(default_factory=list)
+
+
+def queue(arm: Arm, cluster: Cluster, args: argparse.Namespace, workdir: Path) -> Operator:
+    """The arm's namespace, its operator (watching only it), and its N runs queued."""
+    arm.ns = cluster.create_namespace(f"admit-{arm.label}")
     k8s.create(
         {
             "apiVersion": "torchyard.dev/v1alpha1",
             "kind": "Environment",
-            "metadata": {"name": "pytorch", "namespace": ns},
+            "metadata": {"name": "pytorch", "namespace": arm.ns},
             "spec": {"image": "img"},
         }
     )
-    world = Seen()
-    start_watches(world, ns)
-    profile = args.profile / f"profile-{label}" if args.profile else None
-    log = (args.profile or workdir) / f"operator-{label}.log"
-    op = Operator(str(REPO / "operator"), cluster.kubeconfig, log, profile)
+    start_watches(arm.world, arm.ns)
+    profile = args.profile / f"profile-{arm.label}" if args.profile else None
+    log = (args.profile or workdir) / f"operator-{arm.label}.log"
+    op = Operator(str(REPO / "operator"), cluster.kubeconfig, log, profile, ("--namespace", arm.ns))
+    arm.op = op
     op.start()
-    n, figures = args.trials, {}
-    try:
-        print(f"[{label}] queueing {n}", flush=True)
-        cpu0, started = op.cpu_seconds(), time.monotonic()
-        make(ns, n)
-        phased = wait("every run has a phase", lambda: world.count() >= n, args.timeout)
-        figures["phased"] = None if phased is None else time.monotonic() - started
-        wait(f"{SLOTS} Running", lambda: len(world.pod_running_at) >= SLOTS, args.timeout)
-        figures["queue_cpu"] = op.cpu_seconds() - cpu0
-        op.cut()  # profile window 1: queueing
-        time.sleep(2)
-        cpu1, t0 = op.cpu_seconds(), time.monotonic()
-        time.sleep(args.idle)
-        figures["idle_cpu"] = 100 * (op.cpu_seconds() - cpu1) / (time.monotonic() - t0)
+    n, world = args.trials, arm.world
+    print(f"[{arm.label}] queueing {n}", flush=True)
+    cpu0, started = op.cpu_seconds(), time.monotonic()
+    arm.make(arm.ns, arm.pool, n)
+    phased = wait("every run has a phase", lambda: world.count() >= n, args.timeout)
+    arm.figures["phased"] = None if phased is None else time.monotonic() - started
+    wait(f"{SLOTS} Running", lambda: len(world.pod_running_at) >= SLOTS, args.timeout)
+    arm.figures["queue_cpu"] = op.cpu_seconds() - cpu0
+    op.cut()  # profile window 1: queueing
+    return op
+
+
+def measure(arms: list[Arm], cluster: Cluster, args: argparse.Namespace, workdir: Path) -> None:
+    """Queue each arm in turn; then, both queues full, the idle window and the refills,
+    taking turns (one refill of each arm after the other), so that both are timed under
+    the same load of the machine."""
+    ops = [queue(arm, cluster, args, workdir) for arm in arms]
+    time.sleep(2)
+    cpu, t0 = [op.cpu_seconds() for op in ops], time.monotonic()
+    time.sleep(args.idle)
+    for arm, op, used in zip(arms, ops, cpu, strict=True):
+        arm.figures["idle_cpu"] = 100 * (op.cpu_seconds() - used) / (time.monotonic() - t0)
         op.cut()  # profile window 2: idle
-        took: list[float] = []
-        for i in range(args.refills):
-            found = refill(cluster, ns, world, args.refill_timeout)
-            took.append(float("inf") if found is None else found)
-            print(f"[{label}] refill {i + 1}: admitted {show(took[-1], 's')}", flush=True)
-            if found is None:
-                break
+    before = [sweep_reconciles(op) for op in ops]
+    for i in range(args.refills):
+        for arm in arms:
+            found = refill(cluster, arm.ns, arm.world, args.refill_timeout)
+            arm.took.append(float("inf") if found is None else found)
+            print(f"[{arm.label}] refill {i + 1}: admitted {show(arm.took[-1], 's')}", flush=True)
+        if float("inf") in (arm.took[-1] for arm in arms):
+            break
+    for arm, op, was in zip(arms, ops, before, strict=True):
         op.cut()  # profile window 3: refills
-        figures["admit_p50"] = percentile(took, 0.5) if took else None
-        figures["admit_p95"] = percentile(took, 0.95) if took else None
-        figures["admit_max"] = max(took) if took else None
+        took, figures = arm.took, arm.figures
+        count, seconds = (a - b for a, b in zip(sweep_reconciles(op), was, strict=True))
+        figures["sweep_reconciles"] = count / len(took)
+        figures["sweep_reconcile_s"] = seconds / count if count else None
+        figures["admit_p50"] = percentile(took, 0.5)
+        figures["admit_p95"] = percentile(took, 0.95)
+        figures["admit_max"] = max(took)
         figures["refills"] = took
         figures["rss"], figures["rss_peak"] = op.memory_mib()
-    finally:
-        op.stop()
-        world.stop.set()
-        cleanup(cluster, ns)
-    return figures
+
+
+def stop(arms: list[Arm], cluster: Cluster) -> None:
+    for arm in arms:
+        if arm.op is not None:
+            arm.op.stop()
+        arm.world.stop.set()
+        if arm.ns:
+            cleanup(cluster, arm.ns)
 
 
 ROWS = [
@@ -204,6 +259,8 @@ ROWS = [
     ("admit_p50", "slot freed -> next gang admitted p50", "s"),
     ("admit_p95", "slot freed -> next gang admitted p95", "s"),
     ("admit_max", "slot freed -> next gang admitted max", "s"),
+    ("sweep_reconciles", "Sweep reconciles per refill", ""),
+    ("sweep_reconcile_s", "Sweep reconcile, mean", "s"),
     ("idle_cpu", "idle CPU, queue full (% of a core)", "%"),
     ("rss", "RSS (MiB)", ""),
     ("rss_peak", "RSS peak (MiB)", ""),
@@ -215,7 +272,8 @@ def report(
 ) -> None:
     n = args.trials
     print(
-        f"\nsweep admission: {n} one-GPU trials queued, pool {POOL.name} ({SLOTS} GPUs), "
+        f"\nsweep admission: {n} one-GPU trials queued, {SLOTS} GPUs each (pools "
+        f"{POOLS[0].name}, {POOLS[1].name}), "
         f"{len(sweep['refills'])} refills each"
     )
     print(f"{'figure':40s} {'sweep':>10s} {f'{n} TrainingRuns':>16s} {'ratio':>7s}")
@@ -268,14 +326,18 @@ def main() -> int:
     rec.version("kubernetes", KUBERNETES_VERSION)
     if args.trials <= SLOTS + args.refills or args.refills < 1 or args.idle <= 0:
         parser.error(f"--trials must exceed {SLOTS} + --refills, --refills >= 1, --idle > 0")
+    arms = [Arm("runs", POOLS[0].name, apply_runs), Arm("sweep", POOLS[1].name, apply_sweep)]
     with (
         tempfile.TemporaryDirectory(prefix="torchyard-admission-") as tmp,
-        Cluster(pools=(POOL,)) as cluster,
+        Cluster(pools=POOLS) as cluster,
     ):
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
         k8s.reset()
-        base = measure("runs", apply_runs, cluster, args, Path(tmp))
-        sweep = measure("sweep", apply_sweep, cluster, args, Path(tmp))
+        try:
+            measure(arms, cluster, args, Path(tmp))
+        finally:
+            stop(arms, cluster)
+    base, sweep = arms[0].figures, arms[1].figures
     report(args, sweep, base, rec)
     return 0
 

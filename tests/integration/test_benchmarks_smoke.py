@@ -118,7 +118,8 @@ BENCHMARKS = [
     (
         "sweep_admission.py",
         [
-            r"sweep admission: 40 one-GPU trials queued, pool a100 \(8 GPUs\), 5 refills each",
+            r"sweep admission: 40 one-GPU trials queued, 8 GPUs each "
+            r"\(pools a100, a100-sweep\), 5 refills each",
             # each figure for the sweep and the plain TrainingRuns, and the ratio
             r"\nevery run has a phase +\d+\.\d+s +\d+\.\d+s +\d+\.\d+\n",
             r"\nslot freed -> next gang admitted p95 +\d+\.\d+s +\d+\.\d+s +\d+\.\d+\n",
