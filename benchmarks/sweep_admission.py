@@ -45,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
-from benchmarks import record  # noqa: E402
+from benchmarks import record, scale  # noqa: E402
 from benchmarks.scale import (  # noqa: E402
     LABEL_RUN,
     Operator,
@@ -261,9 +261,7 @@ ROWS = [
     ("admit_max", "slot freed -> next gang admitted max", "s"),
     ("sweep_reconciles", "Sweep reconciles per refill", ""),
     ("sweep_reconcile_s", "Sweep reconcile, mean", "s"),
-    ("idle_cpu", "idle CPU, queue full (% of a core)", "%"),
-    ("rss", "RSS (MiB)", ""),
-    ("rss_peak", "RSS peak (MiB)", ""),
+    *(row for row in scale.ROWS if row[0] in ("idle_cpu", "rss", "rss_peak")),
 ]
 
 
