@@ -203,9 +203,15 @@ class Operator:
     """The operator as a subprocess from ``pythonpath``, with its /metrics on a free port."""
 
     def __init__(
-        self, pythonpath: str, kubeconfig: Path, log: Path, profile: Path | None = None
+        self,
+        pythonpath: str,
+        kubeconfig: Path,
+        log: Path,
+        profile: Path | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.pythonpath, self.kubeconfig, self.log = pythonpath, kubeconfig, log
+        self.args = args  # the controller's command-line arguments (--namespace NS)
         self.profile = profile  # where benchmarks/sampler.py writes its counts, if at all
         self.starts = 0
         self.port = free_port()
@@ -222,7 +228,7 @@ class Operator:
         )
         self.started = time.monotonic()
         self.starts += 1
-        command = [sys.executable, "-m", "torchyard.controller"]
+        command = [sys.executable, "-m", "torchyard.controller", *self.args]
         if self.profile is not None:
             out_file = f"{self.profile}-{self.starts}.txt"
             command[1:1] = [str(REPO / "benchmarks" / "sampler.py"), out_file]

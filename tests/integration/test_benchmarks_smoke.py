@@ -119,6 +119,19 @@ BENCHMARKS = [
         ],
     ),
     (
+        "sweep_admission.py",
+        [
+            r"sweep admission: 40 one-GPU trials queued, 8 GPUs each "
+            r"\(pools a100, a100-sweep\), 5 refills each",
+            # each figure for the sweep and the plain TrainingRuns, and the ratio
+            r"\nevery run has a phase +\d+\.\d+s +\d+\.\d+s +\d+\.\d+\n",
+            r"\nslot freed -> next gang admitted p95 +\d+\.\d+s +\d+\.\d+s +\d+\.\d+\n",
+            r"\nRSS \(MiB\) +\d+\.\d+ +\d+\.\d+ +\d+\.\d+\n",
+            r"target: a sweep's trial admitted within 2 s of a freed slot, p95: \d+\.\d+s "
+            r"\((met|not met); ratio to plain TrainingRuns \d+\.\d+\)",
+        ],
+    ),
+    (
         "sweeps.py",
         [
             r"sweeps: 16 trials, 4 at a time, up to 9 epochs each",

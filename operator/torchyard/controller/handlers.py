@@ -44,6 +44,7 @@ from torchyard.planning import inputs as run_inputs
 from torchyard.planning import names, pods
 from torchyard.planning import tracking as run_tracking
 from torchyard.status import exclusions
+from torchyard.tuning import sweep_trials
 
 # Work queue workers: a reconcile mostly waits on the apiserver (a new run's is about six
 # calls), so more of them than cores; 16 phased a queue of 1000 runs in 55 s where 8 took
@@ -170,6 +171,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         ) from err
     memo.queue = queue
     memo.ctx = ctx
+    memo.sweep_reads = {}  # (namespace, trial) -> sweep_trials.sweep_reads of its last event
     memo.admission_wake = asyncio.Event()
     memo.admission_wake.set()
     memo.tasks = [asyncio.create_task(workqueue.worker(queue, ctx)) for _ in range(WORKERS)]
@@ -300,8 +302,8 @@ async def trainingrun_event(
 ) -> None:
     _seen(memo, k8s.TRAININGRUNS, type, body)
     sweep = (meta.get("labels") or {}).get(wire.LABEL_SWEEP)
-    if sweep:  # a trial: its Sweep reads its status (its own writes of it included)
-        _enqueue(memo, "Sweep", namespace, str(sweep))
+    if sweep and _trial_changed(memo, type, namespace, name, body):
+        _enqueue(memo, "Sweep", namespace, str(sweep))  # it reads its trials' status
     if namespace:
         phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
         telemetry.run_phase(namespace, name, phase)
@@ -309,6 +311,25 @@ async def trainingrun_event(
         _deleted(memo, "TrainingRun", namespace, name, body)
     elif not _own_write(memo, ("TrainingRun", namespace or "", name), meta):
         _enqueue(memo, "TrainingRun", namespace, name)
+
+
+def _trial_changed(
+    memo: Any, type_: str | None, namespace: str | None, name: str, body: Mapping[str, Any]
+) -> bool:
+    """Whether a trial's event changed what its Sweep reads of it (the operator's own
+    writes included; a deleted or first-seen trial always): a trial moving up the queue
+    does not queue a Sweep that would list all its trials for nothing."""
+    held = memo.get("sweep_reads")
+    key = (namespace or "", name)
+    if held is None or type_ == "DELETED":
+        if held is not None:
+            held.pop(key, None)
+        return True
+    digest = sweep_trials.sweep_reads(body)
+    if held.get(key) == digest:
+        return False
+    held[key] = digest
+    return True
 
 
 def _deleted(

@@ -18,6 +18,7 @@ and, through the reconcile, tests/unit/controller/test_sweeps.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -219,6 +220,26 @@ def seen(trial_run: Mapping[str, Any], index: int, metric: str) -> Seen:
         metrics=tuple(sorted(str(k) for k in metrics)),
         failure=_failure(st) if phase == "Failed" else "",
     )
+
+
+def sweep_reads(trial_run: Mapping[str, Any]) -> bytes:
+    """A digest of what the trial's Sweep reads of it (:func:`seen`, its index, owner and
+    spec; every part of its status but its place in the queue and the conditions other
+    than ``Failed``): an event that leaves it as it was (a queued trial moved up, a
+    condition's message changed) need not queue the Sweep."""
+    meta = trial_run.get("metadata") or {}
+    st = trial_run.get("status") or {}
+    read = {
+        "labels": meta.get("labels"),
+        "annotations": meta.get("annotations"),
+        "owners": meta.get("ownerReferences"),
+        "deleting": meta.get("deletionTimestamp"),
+        "spec": trial_run.get("spec"),
+        "status": {k: v for k, v in st.items() if k not in ("queue", "conditions")},
+        "failed": [c for c in st.get("conditions") or [] if c.get("type") == "Failed"],
+    }
+    text = json.dumps(read, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def _thin(

@@ -4,6 +4,7 @@ the test on any call, and leaves behind the keys it queued and nothing else."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import kopf
@@ -11,6 +12,7 @@ import kopf
 from tests.unit.controller.test_admission_pass import gang_pod
 from tests.unit.controller.world import NS, env, gpu_node
 from torchyard import k8s
+from torchyard.api import wire
 from torchyard.controller import context, handlers, reads, workqueue
 
 
@@ -30,6 +32,7 @@ def operator_memo(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ko
     memo.ctx.cache.prime(nodes, pods)
     memo.queue = workqueue.WorkQueue()
     memo.admission_wake = asyncio.Event()
+    memo.sweep_reads = {}
     return memo
 
 
@@ -88,3 +91,61 @@ def test_a_fetch_job_queues_the_runs_with_inputs_the_watch_holds_that_wait_for_t
         memo.reads.seen(k8s.TRAININGRUNS, "ADDED", run)
     asyncio.run(handlers.input_fetch_event(namespace=NS, memo=memo))
     assert queued(memo) == [("TrainingRun", NS, "waits")]
+
+
+def trial(phase: str, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchyard.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {
+            "name": "tune-t7",
+            "namespace": NS,
+            "resourceVersion": "1",
+            "labels": {wire.LABEL_SWEEP: "tune", wire.LABEL_TRIAL: "7"},
+        },
+        "spec": {"command": ["python", "train.py"]},
+        "status": {"phase": phase, **status},
+    }
+
+
+def trial_event(memo: kopf.Memo, body: dict[str, Any], type_: str = "MODIFIED") -> list[Any]:
+    meta = body["metadata"]
+    body["metadata"]["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+    asyncio.run(
+        handlers.trainingrun_event(
+            type=type_,
+            name=meta["name"],
+            namespace=NS,
+            meta=meta,
+            status=body["status"],
+            body=copy.deepcopy(body),
+            memo=memo,
+        )
+    )
+    keys = queued(memo)
+    for key in keys:
+        memo.queue.done(key)  # reconciled: the next event queues it again
+    return [key for key in keys if key[0] == "Sweep"]
+
+
+def test_a_trial_queues_its_sweep_only_when_what_the_sweep_reads_of_it_changed() -> None:
+    memo = operator_memo([], [])
+    sweep = [("Sweep", NS, "tune")]
+    waiting = trial("Queued", queue={"pool": "a100", "position": 9})
+    assert trial_event(memo, waiting, "ADDED") == sweep  # first seen
+    # moved up the queue, its Admitted condition's message with it: nothing the Sweep reads
+    waiting["status"]["queue"]["position"] = 8
+    waiting["status"]["conditions"] = [{"type": "Admitted", "status": "False", "message": "8th"}]
+    assert trial_event(memo, waiting) == []
+    assert trial_event(memo, waiting) == []  # the same again (a watch that listed anew)
+    running = trial("Running", startTime="2026-11-27T10:00:00Z")
+    assert trial_event(memo, running) == sweep
+    running["status"]["progress"] = {"step": 1, "metrics": {"best_val_acc": 0.5}}
+    assert trial_event(memo, running) == sweep
+    running["metadata"]["annotations"] = {wire.ANNOTATION_DECISION: "stopped"}
+    assert trial_event(memo, running) == sweep
+    failed = {"type": "Failed", "status": "True", "message": "rank 0 exited with 1"}
+    running["status"]["conditions"] = [failed]
+    assert trial_event(memo, running) == sweep
+    assert trial_event(memo, running, "DELETED") == sweep
+    assert trial_event(memo, running, "ADDED") == sweep  # a namesake made again
