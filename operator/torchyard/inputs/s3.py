@@ -43,6 +43,10 @@ DONE = "s3-done.json"
 REVISION = "revision"
 PARTS = "s3-parts"
 WORKERS = 8  # objects fetched at once, as an S3 client's managed transfer does
+# The keys an input's Secret must hold (its fetch Pod does not start without them), and
+# those it may hold.
+CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+STORE_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION")
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _ADVICE = {
     "InvalidAccessKeyId": "the access key is not one the store knows: check "

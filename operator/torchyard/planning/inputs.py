@@ -9,8 +9,8 @@ claim, read-only. The fetch Job runs ``python -m torchyard.inputs.fetch`` in the
 image: CPU only, non-root, Pod Security "restricted", no Kubernetes API token (a
 ``model://`` input gets the reading ServiceAccount's registry token, for the registry's
 audience only; an ``s3://`` input gets its Secret's keys as variables, in this Pod
-only). Called by ``controller.inputs`` and ``planning.pods``; tested in
-tests/unit/planning/test_inputs.py.
+only: the credentials required, the kubelet holds the Pod back without them). Called by
+``controller.inputs`` and ``planning.pods``; tested in tests/unit/planning/test_inputs.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard.api import Input, TrainingRun, wire
-from torchyard.inputs import uris
+from torchyard.inputs import s3, uris
 from torchyard.inputs.cache import DATA
 from torchyard.planning import checkpoints, names
 
@@ -201,9 +201,9 @@ def _fetch_pod(
             env.append({"name": "TORCHYARD_REGISTRY_CA", "value": registry_ca})
         mounts.append({"name": "registry-token", "mountPath": TOKEN_DIR, "readOnly": True})
         volumes.append(_registry_token())
-    container = {**container, "env": env, "volumeMounts": mounts}
     if source.secret:  # an s3:// input's store and credentials: this Pod's only
-        container["envFrom"] = [{"secretRef": {"name": source.secret}}]
+        env += _secret_env(source.secret)
+    container = {**container, "env": env, "volumeMounts": mounts}
     return {
         "serviceAccountName": source.reader if model else "default",
         "automountServiceAccountToken": False,
@@ -219,6 +219,21 @@ def _fetch_pod(
         "containers": [container],
         "volumes": volumes,
     }
+
+
+def _secret_env(secret: str) -> list[dict[str, Any]]:
+    """The Secret's keys as the fetcher's variables: the credentials are required (the
+    kubelet holds the Pod back, CreateContainerConfigError, when one is missing), the
+    store's address and region optional."""
+    required = [(key, False) for key in s3.CREDENTIALS]
+    optional = [(key, True) for key in s3.STORE_KEYS]
+    return [
+        {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": maybe}},
+        }
+        for key, maybe in required + optional
+    ]
 
 
 def _registry_token() -> dict[str, Any]:
