@@ -12,8 +12,9 @@ limit. A Job that failed fails the runs that waited for it; a run that comes lat
 a new one. A fetch Pod the kubelet holds back (an s3:// input's Secret, or a key of it,
 missing: CreateContainerConfigError) keeps the runs waiting with the Secret and the fix
 in their condition; the operator does not read Secrets itself (least privilege: the
-chart grants no ``get`` on them cluster-wide). Called by ``trainingruns`` before admission; tested against a real control
-plane in tests/integration/test_inputs.py.
+chart grants no ``get`` on them cluster-wide). Called by ``trainingruns`` before
+admission; tested against a real control plane in tests/integration/test_inputs.py and
+on the real node in tests/node/test_s3_inputs_on_node.py.
 """
 
 from __future__ import annotations

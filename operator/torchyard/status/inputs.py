@@ -8,7 +8,8 @@ in progress keeps it ``Preparing`` (no Pod, so no GPU, is held), and once every 
 ready the run goes on to admission. A fetch Pod the kubelet holds back until someone
 fixes something (an s3:// input's Secret missing or without its credentials; its image)
 keeps the run ``Preparing`` with the reason and the fix (``InputSecretNotReady``,
-``FetchPodNotStarting``), as a Pod waits for its Secret. Tested as tables in tests/unit/status/test_inputs.py.
+``FetchPodNotStarting``), as a Pod waits for its Secret. Tested as tables in
+tests/unit/status/test_inputs.py.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def stuck_fetch(
             if said not in STUCK_REASONS:
                 continue
             name = pod.get("metadata", {}).get("name", "")
-            what = f"{uri}: the fetch Pod {name} cannot start ({said}: {waiting.get('message', '')})"
+            what = (
+                f"{uri}: the fetch Pod {name} cannot start ({said}: {waiting.get('message', '')})"
+            )
             if said == "CreateContainerConfigError" and secret:
                 return SECRET_NOT_READY, f"{what}: " + _secret_fix(secret, namespace)
             return POD_NOT_STARTING, (
@@ -98,7 +101,9 @@ def decide(observed: InputsObserved, generation: int | None) -> Decision:
     if observed.blocked:
         found = sorted(observed.blocked.items())
         message = "; ".join(f"input {n}: {what}" for n, (_, what) in found)
-        cond = condition("InputsReady", False, found[0][1][0], message, observed_generation=generation)
+        cond = condition(
+            "InputsReady", False, found[0][1][0], message, observed_generation=generation
+        )
         return Decision(cond, waiting=True)
     if observed.waiting:
         message = "; ".join(f"input {n}: {what}" for n, what in sorted(observed.waiting.items()))
