@@ -50,6 +50,10 @@ REVISION_RULE = (
     "revision '3' is model://birds/3); an https input is pinned by sha256"
 )
 SECRET_RULE = "secretRef is for s3:// inputs only: the Secret with the store's credentials"
+S3_PREFIX_RULE = (
+    "an s3:// prefix may not hold a '.', '..' or empty segment (nor start with '/'), plain "
+    "or %-encoded, a backslash, a NUL or a control character"
+)
 PATTERN_RULE = (
     "include and exclude patterns are relative to the input's folder: not empty, no leading '/'"
 )
@@ -98,6 +102,13 @@ class Input(Model):
             "self.uri.matches(r'^model://[^/]+/[^/]+$')",
             "message": "a model:// input needs its version: model://<model>/<version>, or revision",
             "fieldPath": ".uri",
+        },
+        {
+            "rule": "!self.uri.startsWith('s3://') || "
+            f"!self.uri.matches(r'{uris.S3_PREFIX_REFUSED}')",
+            "message": S3_PREFIX_RULE,
+            "fieldPath": ".uri",
+            "reason": "FieldValueInvalid",
         },
         {
             "rule": "!has(self.secretRef) || self.uri.startsWith('s3://')",
