@@ -94,6 +94,8 @@ def test_ready_inputs_are_recorded_in_the_status() -> None:
 
 
 URI = "s3://birds/train"
+
+
 def pod(reason: str, message: str = "") -> dict[str, Any]:
     waiting = {"reason": reason, "message": message}
     return {
