@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,7 +173,7 @@ class CuttingProxy:
         self.sent = 0
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._server.getsockname()[1])
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=_accept, args=(self._server, self._serve), daemon=True).start()
 
     @property
     def endpoint(self) -> str:
@@ -181,14 +181,6 @@ class CuttingProxy:
 
     def close(self) -> None:
         self._server.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
         upstream = socket.create_connection(self.upstream)
@@ -210,6 +202,16 @@ class CuttingProxy:
                 client.sendall(block)
                 passed += len(block)
                 self.sent += len(block)
+
+
+def _accept(server: socket.socket, serve: Callable[[socket.socket], None]) -> None:
+    """Serve each connection ``server`` accepts in a thread of its own, until it is closed."""
+    while True:
+        try:
+            client, _ = server.accept()
+        except OSError:
+            return
+        threading.Thread(target=serve, args=(client,), daemon=True).start()
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
@@ -248,7 +250,7 @@ class CountingProxy:
         self._lock = threading.Lock()
         self._server = socket.create_server(("0.0.0.0", 0))
         self.port = int(self._server.getsockname()[1])
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=_accept, args=(self._server, self._serve), daemon=True).start()
 
     def release(self) -> None:
         self._released.set()
@@ -264,14 +266,6 @@ class CountingProxy:
     def gets(self, key: str) -> list[Served]:
         with self._lock:
             return [s for s in self.served if not s.listing and s.key == key]
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _record(self, head: bytes) -> Served:
         lines = head.decode("latin-1").split("\r\n")
