@@ -187,11 +187,7 @@ class CuttingProxy:
         threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
         passed = 0
         with client, upstream:
-            while True:
-                try:
-                    block = upstream.recv(1 << 16)
-                except OSError:
-                    return
+            for block in _received(upstream):
                 if not block:
                     return
                 if self.cut_after is not None and passed + len(block) > self.cut_after:
@@ -202,6 +198,19 @@ class CuttingProxy:
                 client.sendall(block)
                 passed += len(block)
                 self.sent += len(block)
+
+
+def _received(sock: socket.socket) -> Iterator[bytes]:
+    """The blocks ``sock`` receives until it closes: b"" last when it closed cleanly,
+    nothing more after an error."""
+    while True:
+        try:
+            block = sock.recv(1 << 16)
+        except OSError:
+            return
+        yield block
+        if not block:
+            return
 
 
 def _accept(server: socket.socket, serve: Callable[[socket.socket], None]) -> None:
@@ -294,11 +303,7 @@ class CountingProxy:
 
     def _answer(self, served: Served, upstream: socket.socket, client: socket.socket) -> None:
         held = served.key == self.hold_key and not served.listing
-        while True:
-            try:
-                block = upstream.recv(1 << 16)
-            except OSError:
-                return
+        for block in _received(upstream):
             if not block:
                 served.finished = True
                 return
