@@ -7,7 +7,11 @@ everything). :class:`Store` creates buckets and puts objects with requests signe
 fetcher's own Signature V4 code (``torchyard.inputs.s3``); the fetches under test read
 them as any S3 client would. :class:`CuttingProxy` stands between a fetch and the store
 and closes a connection after some bytes of its answer, as a fetch killed half way sees
-it. Used by tests/unit/inputs/test_s3.py and benchmarks/inputs.py.
+it. :class:`CountingProxy` stands on an address the real node's Pods reach and records
+every request (a listing, or the object and Range it asked for) and the bytes of each
+answer; it can hold an object's answer half way until the test releases it, as a slow
+store would. Used by tests/unit/inputs/test_s3.py, tests/node/test_s3_inputs_on_node.py
+and benchmarks/inputs.py.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cluster import binaries
@@ -169,7 +173,7 @@ class CuttingProxy:
         self.sent = 0
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._server.getsockname()[1])
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=_accept, args=(self._server, self._serve), daemon=True).start()
 
     @property
     def endpoint(self) -> str:
@@ -178,24 +182,12 @@ class CuttingProxy:
     def close(self) -> None:
         self._server.close()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
     def _serve(self, client: socket.socket) -> None:
         upstream = socket.create_connection(self.upstream)
         threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
         passed = 0
         with client, upstream:
-            while True:
-                try:
-                    block = upstream.recv(1 << 16)
-                except OSError:
-                    return
+            for block in _received(upstream):
                 if not block:
                     return
                 if self.cut_after is not None and passed + len(block) > self.cut_after:
@@ -208,9 +200,127 @@ class CuttingProxy:
                 self.sent += len(block)
 
 
+def _received(sock: socket.socket) -> Iterator[bytes]:
+    """The blocks ``sock`` receives until it closes: b"" last when it closed cleanly,
+    nothing more after an error."""
+    while True:
+        try:
+            block = sock.recv(1 << 16)
+        except OSError:
+            return
+        yield block
+        if not block:
+            return
+
+
+def _accept(server: socket.socket, serve: Callable[[socket.socket], None]) -> None:
+    """Serve each connection ``server`` accepts in a thread of its own, until it is closed."""
+    while True:
+        try:
+            client, _ = server.accept()
+        except OSError:
+            return
+        threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+
 def _pump(src: socket.socket, dst: socket.socket) -> None:
     try:
         while block := src.recv(1 << 16):
             dst.sendall(block)
     except OSError:
         pass
+
+
+@dataclass
+class Served:
+    """One request the store answered through a :class:`CountingProxy`."""
+
+    listing: bool  # a ListObjectsV2 (else a GET of ``key``)
+    key: str
+    range: str  # the Range header ('' when it asked for the whole object)
+    answered: int = 0  # the bytes of the answer passed on (head and body)
+    finished: bool = False  # the store's answer ended and was all passed on
+
+
+@dataclass
+class CountingProxy:
+    """An HTTP proxy on ``host`` (all addresses: the node's Pods reach it) to the store at
+    ``upstream``, one request per connection (the fetcher sends ``Connection: close``).
+    ``served``: every request, in order. While ``hold_key`` is set and not released, the
+    answer for that key stops after ``hold_after`` bytes until :meth:`release`."""
+
+    upstream: tuple[str, int]
+    hold_key: str = ""
+    hold_after: int = 0
+    served: list[Served] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("0.0.0.0", 0))
+        self.port = int(self._server.getsockname()[1])
+        threading.Thread(target=_accept, args=(self._server, self._serve), daemon=True).start()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def close(self) -> None:
+        self._released.set()
+        self._server.close()
+
+    def listings(self) -> int:
+        with self._lock:
+            return sum(1 for s in self.served if s.listing)
+
+    def gets(self, key: str) -> list[Served]:
+        with self._lock:
+            return [s for s in self.served if not s.listing and s.key == key]
+
+    def _record(self, head: bytes) -> Served:
+        lines = head.decode("latin-1").split("\r\n")
+        target = lines[0].split(" ")[1]
+        path, _, query = target.partition("?")
+        headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+        ranged = {k.strip().lower(): v.strip() for k, v in headers.items()}.get("range", "")
+        key = urllib.request.unquote(path.lstrip("/").partition("/")[2])
+        served = Served("list-type=2" in query, key, ranged)
+        with self._lock:
+            self.served.append(served)
+        return served
+
+    def _serve(self, client: socket.socket) -> None:
+        head = b""
+        with client:
+            while b"\r\n\r\n" not in head:
+                block = client.recv(1 << 16)
+                if not block:
+                    return
+                head += block
+            served = self._record(head)
+            with socket.create_connection(self.upstream) as upstream:
+                upstream.sendall(head)
+                self._answer(served, upstream, client)
+
+    def _answer(self, served: Served, upstream: socket.socket, client: socket.socket) -> None:
+        held = served.key == self.hold_key and not served.listing
+        for block in _received(upstream):
+            if not block:
+                served.finished = True
+                return
+            if held and not self._released.is_set():
+                room = max(0, self.hold_after - served.answered)
+                if len(block) > room:
+                    if not self._send(client, served, block[:room]):
+                        return
+                    block = block[room:]
+                    self._released.wait()
+            if not self._send(client, served, block):
+                return
+
+    def _send(self, client: socket.socket, served: Served, block: bytes) -> bool:
+        try:
+            client.sendall(block)
+        except OSError:
+            return False
+        served.answered += len(block)
+        return True

@@ -238,14 +238,23 @@ def test_a_claim_input_waits_for_its_claim(prepared: str) -> None:
 
 
 SHOTS = {"name": "shots", "uri": "s3://birds/train", "secretRef": "birds-store"}
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "YWtpZA==", "AWS_SECRET_ACCESS_KEY": "c2VjcmV0"}
+
+
+def secret(namespace: str, data: dict[str, str], name: str = "birds-store") -> dict[str, Any]:
+    meta = {"name": name, "namespace": namespace}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": data}
 
 
 def test_an_s3_fetch_reads_its_secret_and_the_run_never_sees_it(
     cluster: Cluster, prepared: str
 ) -> None:
     ns = prepared
+    k8s.create(secret(ns, CREDENTIALS))
     job, container = submitted_fetch(ns, "shots", SHOTS)
-    assert container["envFrom"] == [{"secretRef": {"name": "birds-store"}}]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert {ref["name"] for ref in refs.values()} == {"birds-store"}
+    assert {k for k, ref in refs.items() if not ref["optional"]} == set(CREDENTIALS)
     error = (
         "s3://birds/train: S3 answered HTTP 403 (InvalidAccessKeyId: The AWS Access Key Id "
         "you provided does not exist in our records.): the access key is not one the store "

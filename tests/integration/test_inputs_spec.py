@@ -43,6 +43,24 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
     ("hf encoded revision", run_with({"name": "a", "uri": "hf://a/b@%2e%2e"}), "uri must be"),
     ("hf sha256", run_with({"name": "a", "uri": "hf://a/b", "sha256": SHA}), "sha256"),
     ("hf revision field", run_with({"name": "a", "uri": "hf://a/b", "revision": "3"}), "revision"),
+    *[
+        (f"s3 prefix {what}", run_with({"name": "a", "uri": uri}), "an s3:// prefix may not")
+        for what, uri in [
+            ("parent", "s3://birds/a/../b"),
+            ("ending in a parent", "s3://birds/a/.."),
+            ("encoded parent", "s3://birds/a/%2E%2e/b"),
+            ("half-encoded parent", "s3://birds/.%2e/b"),
+            ("dot segment", "s3://birds/./a"),
+            ("absolute", "s3://birds//etc/passwd"),
+            ("empty segment", "s3://birds/a//b"),
+            ("backslash", "s3://birds/a\\b"),
+            ("encoded backslash", "s3://birds/a%5C..%5Cb"),
+            ("encoded NUL", "s3://birds/a%00b"),
+            ("control character", "s3://birds/a\x01b"),
+        ]
+    ],
+    ("s3 no bucket", run_with({"name": "a", "uri": "s3:///etc/passwd"}), "uri must be"),
+    ("s3 oversize uri", run_with({"name": "a", "uri": "s3://birds/" + "p" * 2040}), "uri"),
     (
         "secret not a name",
         run_with({"name": "a", "uri": "s3://birds", "secretRef": "../x"}),

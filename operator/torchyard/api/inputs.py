@@ -67,6 +67,10 @@ SECRET_RULE = (
     "secretRef is for s3:// and hf:// inputs only: the Secret with the store's or the "
     "Hub's credentials"
 )
+S3_PREFIX_RULE = (
+    "an s3:// prefix may not hold a '.', '..' or empty segment (nor start with '/'), plain "
+    "or %-encoded, a backslash, a NUL or a control character"
+)
 PATTERN_RULE = (
     "include and exclude patterns are relative to the input's folder: not empty, no leading '/'"
 )
@@ -113,6 +117,13 @@ class Input(Model):
         {
             "rule": f"!self.uri.matches(r'{_HUB_HOSTILE}')",
             "message": HUB_RULE,
+            "fieldPath": ".uri",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!self.uri.startsWith('s3://') || "
+            f"!self.uri.matches(r'{uris.S3_PREFIX_REFUSED}')",
+            "message": S3_PREFIX_RULE,
             "fieldPath": ".uri",
             "reason": "FieldValueInvalid",
         },

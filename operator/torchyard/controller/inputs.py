@@ -9,8 +9,12 @@ fetches nothing; else the key's one fetch Job (shared by every run that asks for
 meanwhile) is started, after taking the least recently used entries that no unfinished
 run uses out of the index (the Job deletes their folders) until the cache is under its
 limit. A Job that failed fails the runs that waited for it; a run that comes later starts
-a new one. Called by ``trainingruns`` before admission; tested against a real control
-plane in tests/integration/test_inputs.py.
+a new one. A fetch Pod the kubelet holds back (an s3:// input's Secret, or a key of it,
+missing: CreateContainerConfigError) keeps the runs waiting with the Secret and the fix
+in their condition; the operator does not read Secrets itself (least privilege: the
+chart grants no ``get`` on them cluster-wide). Called by ``trainingruns`` before
+admission; tested against a real control plane in tests/integration/test_inputs.py and
+on the real node in tests/node/test_s3_inputs_on_node.py.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ def prepare(
     index = _index(ctx, run.namespace)
     entries: list[dict[str, Any]] = []
     waiting: dict[str, str] = {}
+    blocked: dict[str, tuple[str, str]] = {}
     failure = None
     for inp, source in wanted:
         before = seen.get(inp.name)
@@ -95,12 +100,14 @@ def prepare(
         state, said = _fetch(ctx, run, source, index, before is not None, logger)
         if state == "Failed":
             failure = failure or input_status.failure(inp.name, source.uri, said)
+        elif state == "Blocked":
+            blocked[inp.name] = said
         elif state == "Complete":
             index[key] = _commit(ctx, run.namespace, said, now)
             entries[-1] = _ready(ctx, run, inp, index[key], before or {}, now)
         else:
             waiting[inp.name] = said
-    return input_status.InputsObserved(entries, waiting, failure)
+    return input_status.InputsObserved(entries, waiting, failure, blocked)
 
 
 def _no_version(source: uris.Source, namespace: str) -> str:
@@ -182,9 +189,13 @@ def _fetch(
         )
         logger.info("input %s: fetching it in Job %s/%s", source.uri, run.namespace, name)
         return "Running", f"fetching {source.uri} (Job {name})"
+    pods = ctx.k8s.list_(k8s.PODS, run.namespace, label_selector=f"job-name={name}")
     if state == "Running":
+        stuck = input_status.stuck_fetch(source.uri, source.secret, run.namespace, pods)
+        if stuck is not None:
+            return "Blocked", stuck
         return "Running", f"fetching {source.uri} (Job {name})"
-    said = _said(ctx, run.namespace, name)
+    said = _said(pods)
     if state == "Complete" and isinstance(said.get("entry"), dict):
         return "Complete", said
     error = said.get("error") or (
@@ -194,9 +205,9 @@ def _fetch(
     return "Failed", str(error)
 
 
-def _said(ctx: Context, namespace: str, job: str) -> dict[str, Any]:
+def _said(pods: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON the fetcher wrote to its termination log (the last Pod's), else {}."""
-    for pod in reversed(ctx.k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")):
+    for pod in reversed(pods):
         for cs in pod.get("status", {}).get("containerStatuses", []) or []:
             message = ((cs.get("state") or {}).get("terminated") or {}).get("message") or ""
             try:

@@ -36,13 +36,19 @@ from dataclasses import dataclass
 
 from torchyard.inputs import patterns, transfer
 from torchyard.inputs.cache import DATA, prune
-from torchyard.inputs.uris import InputError, Source, bucket_of
+from torchyard.inputs.uris import S3_KEY_MAX_BYTES, InputError, Source, bucket_of
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 DONE = "s3-done.json"
 REVISION = "revision"
 PARTS = "s3-parts"
 WORKERS = 8  # objects fetched at once, as an S3 client's managed transfer does
+# The keys an input's Secret must hold (its fetch Pod does not start without them), and
+# those it may hold.
+CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+STORE_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION")
+MAX_OBJECTS = 1_000_000  # a listing longer than this is refused, not held in memory
+NAME_MAX = 255  # the longest file name the cache's file systems hold
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _ADVICE = {
     "InvalidAccessKeyId": "the access key is not one the store knows: check "
@@ -204,9 +210,11 @@ def parse_listing(body: bytes) -> tuple[list[Object], str]:
 
 
 def listing(store: Store, bucket: str, prefix: str, uri: str) -> list[Object]:
-    """Every object under ``prefix``, page after page."""
+    """Every object under ``prefix``, page after page; InputError when the store gives a
+    page token twice (it would list for ever) or more than MAX_OBJECTS objects."""
     found: list[Object] = []
     token = ""
+    seen: set[str] = set()
     while True:
         query = {"list-type": "2", "prefix": prefix}
         if token:
@@ -214,28 +222,46 @@ def listing(store: Store, bucket: str, prefix: str, uri: str) -> list[Object]:
         url = f"{store.endpoint}/{_quote(bucket)}?{canonical_query(query)}"
         page, token = parse_listing(_get(store, url, uri))
         found += page
+        if len(found) > MAX_OBJECTS:
+            raise InputError(
+                f"{uri} lists more than {MAX_OBJECTS} objects: narrow the prefix, or "
+                "pack the objects into fewer"
+            )
+        if token in seen:
+            raise InputError(
+                f"{uri}: the store gave the listing's continuation token {token[:40]!r} "
+                "twice, so the listing would not end: check the endpoint is an S3 store"
+            )
+        seen.add(token)
         if not token:
             return found
 
 
 def relative(key: str, prefix: str) -> str:
     """The object's path below the prefix; InputError when it could land outside the
-    input's folder (an absolute part, '.' or '..', a backslash, a NUL, an empty part)."""
+    input's folder (an absolute part, '.' or '..', plain or %-encoded, a backslash, a NUL
+    or another control character, an empty part) or is longer than a key or a file name
+    may be."""
     rel = key[len(prefix) :] if key.startswith(prefix) else ""
     parts = rel.split("/")
     bad = (
         not rel
-        or "\x00" in rel
-        or "\\" in rel
+        or re.search(r"[\x00-\x1f\x7f\\]", rel)
         or any(p in ("", ".", "..") for p in parts)
-        or re.search(r"%2e|%2f|%5c", rel, re.IGNORECASE)
+        or re.search(r"%2e|%2f|%5c|%00", rel, re.IGNORECASE)
         or rel[1:2] == ":"
     )
     if bad:
         raise InputError(
-            f"the bucket holds key {key!r}, whose path below {prefix!r} would not stay "
-            "inside the input's folder: rename the object or exclude it with the "
+            f"the bucket holds key {key[:200]!r}, whose path below {prefix!r} would not "
+            "stay inside the input's folder: rename the object or exclude it with the "
             "prefix or patterns"
+        )
+    if len(key.encode()) > S3_KEY_MAX_BYTES or any(len(p.encode()) > NAME_MAX for p in parts):
+        raise InputError(
+            f"the bucket lists key {key[:200]!r}..., longer than an S3 key "
+            f"({S3_KEY_MAX_BYTES} bytes) or with a part longer than a file name "
+            f"({NAME_MAX} bytes): rename the object or exclude it with the prefix or patterns"
         )
     return rel
 

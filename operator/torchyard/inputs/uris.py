@@ -51,6 +51,15 @@ DEFAULT_HUB_REVISION = "main"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # A path segment that is '.' or '..', written plainly or %-encoded, after either slash.
 _DOT_SEGMENT = re.compile(r"(^|[/\\])(\.|%2[eE]){1,2}([/\\]|$)")
+# An s3:// URI whose prefix could name a path outside the input's folder, or that a
+# store would read otherwise than it is written: a '.' or '..' segment (plain or
+# %-encoded), an empty segment (a leading '/' or '//'), a backslash (plain or %-encoded),
+# a NUL or a control character. One rule for the CRD's CEL (RE2) and :func:`bucket_of`.
+S3_PREFIX_REFUSED = (
+    r"^s3://[^/]+/((.*/)?((\.|%2[eE]){1,2}(/.*)?|/.*)|.*(\\|%5[cC]|%00|[\x00-\x1f\x7f]).*)$"
+)
+# S3's longest key: a longer prefix names nothing.
+S3_KEY_MAX_BYTES = 1024
 
 
 class InputError(ValueError):
@@ -123,10 +132,15 @@ def bucket_of(uri: str) -> tuple[str, str]:
             "3 to 63 of a-z, 0-9, '.' and '-'"
         )
     prefix = match.group(3) or ""
-    if _DOT_SEGMENT.search(prefix) or "\\" in prefix or "//" in prefix:
+    if re.match(S3_PREFIX_REFUSED, uri, re.DOTALL):
         raise InputError(
-            f"{uri!r}: the prefix may not hold a '.', '..' or empty segment, plain or "
-            "%-encoded, nor a backslash"
+            f"{uri!r}: the prefix may not hold a '.', '..' or empty segment (nor start "
+            "with '/'), plain or %-encoded, a backslash, a NUL or a control character"
+        )
+    if len(prefix.encode()) > S3_KEY_MAX_BYTES:
+        raise InputError(
+            f"{uri[:80]!r}...: the prefix is {len(prefix.encode())} bytes; an S3 key is at "
+            f"most {S3_KEY_MAX_BYTES}"
         )
     return match.group(1), prefix.rstrip("/") + "/" if prefix.strip("/") else ""
 

@@ -9,7 +9,8 @@ claim, read-only. The fetch Job runs ``python -m torchyard.inputs.fetch`` in the
 image: CPU only, non-root, Pod Security "restricted", no Kubernetes API token (a
 ``model://`` input gets the reading ServiceAccount's registry token, for the registry's
 audience only; an ``s3://`` or ``hf://`` input gets its Secret's keys as variables, in
-this Pod only). Called by ``controller.inputs`` and ``planning.pods``; tested in
+this Pod only: an s3 input's credentials required, the kubelet holds the Pod back
+without them). Called by ``controller.inputs`` and ``planning.pods``; tested in
 tests/unit/planning/test_inputs.py.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard.api import Input, TrainingRun, wire
-from torchyard.inputs import uris
+from torchyard.inputs import s3, uris
 from torchyard.inputs.cache import DATA
 from torchyard.planning import checkpoints, names
 
@@ -241,8 +242,10 @@ def _fetch_pod(
             {"name": "HF_HOME", "value": "/tmp/huggingface"},
             {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         ]
+    if source.secret and source.scheme == "s3":  # the store's credentials: this Pod's only
+        env += _secret_env(source.secret)
     container = {**container, "env": env, "volumeMounts": mounts}
-    if source.secret:  # an s3:// or hf:// input's store and credentials: this Pod's only
+    if source.secret and source.scheme == "hf":  # the Hub's token: this Pod's only
         container["envFrom"] = [{"secretRef": {"name": source.secret}}]
     return {
         "serviceAccountName": source.reader if model else "default",
@@ -259,6 +262,21 @@ def _fetch_pod(
         "containers": [container],
         "volumes": volumes,
     }
+
+
+def _secret_env(secret: str) -> list[dict[str, Any]]:
+    """The Secret's keys as the fetcher's variables: the credentials are required (the
+    kubelet holds the Pod back, CreateContainerConfigError, when one is missing), the
+    store's address and region optional."""
+    required = [(key, False) for key in s3.CREDENTIALS]
+    optional = [(key, True) for key in s3.STORE_KEYS]
+    return [
+        {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": maybe}},
+        }
+        for key, maybe in required + optional
+    ]
 
 
 def _registry_token() -> dict[str, Any]:

@@ -5,7 +5,11 @@ fetch Jobs, and the ``InputsReady`` condition it makes, as pure functions.
 :func:`decide` after the Environment: a failed fetch fails the run (reason
 ``InputFetchFailed``, the input, its URI and the fetcher's error with its fix), a fetch
 in progress keeps it ``Preparing`` (no Pod, so no GPU, is held), and once every input is
-ready the run goes on to admission. Tested as tables in tests/unit/status/test_inputs.py.
+ready the run goes on to admission. A fetch Pod the kubelet holds back until someone
+fixes something (an s3:// input's Secret missing or without its credentials; its image)
+keeps the run ``Preparing`` with the reason and the fix (``InputSecretNotReady``,
+``FetchPodNotStarting``), as a Pod waits for its Secret. Tested as tables in
+tests/unit/status/test_inputs.py.
 """
 
 from __future__ import annotations
@@ -14,23 +18,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchyard.inputs import s3
 from torchyard.status.conditions import condition
+from torchyard.status.failures import STUCK_REASONS
 
 INPUT_FETCH_FAILED = "InputFetchFailed"
+SECRET_NOT_READY = "InputSecretNotReady"
+POD_NOT_STARTING = "FetchPodNotStarting"
 
 
 @dataclass(frozen=True)
 class InputsObserved:
     """The run's fetched inputs this time: their status entries (``status.inputs``), the
-    ones still being fetched (name -> what is going on) and the first failure."""
+    ones still being fetched (name -> what is going on), the ones whose fetch cannot
+    start until something is fixed (name -> (reason, what and the fix)) and the first
+    failure."""
 
     entries: Sequence[Mapping[str, Any]] = ()
     waiting: Mapping[str, str] = field(default_factory=dict)
     failure: Mapping[str, Any] | None = None
+    blocked: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
-        return not self.waiting and self.failure is None
+        return not self.waiting and not self.blocked and self.failure is None
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,39 @@ def failure(name: str, uri: str, error: str) -> dict[str, Any]:
     return {"reason": INPUT_FETCH_FAILED, "message": f"input {name} ({uri}): {error}"}
 
 
+def _secret_fix(secret: str, namespace: str) -> str:
+    literals = " ".join(f"--from-literal={key}=..." for key in s3.CREDENTIALS)
+    return (
+        f"the input's Secret {secret} must hold {' and '.join(s3.CREDENTIALS)}: "
+        f"kubectl create secret generic {secret} -n {namespace} {literals} (and "
+        "AWS_ENDPOINT_URL for a store that is not AWS's); the run waits for it"
+    )
+
+
+def stuck_fetch(
+    uri: str, secret: str, namespace: str, pods: Sequence[Mapping[str, Any]]
+) -> tuple[str, str] | None:
+    """(reason, message) when the kubelet holds a fetch Pod back for good (its Secret or
+    a key of it missing: CreateContainerConfigError; its image not pulled); else None."""
+    for pod in pods:
+        for cs in pod.get("status", {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            said = str(waiting.get("reason") or "")
+            if said not in STUCK_REASONS:
+                continue
+            name = pod.get("metadata", {}).get("name", "")
+            what = (
+                f"{uri}: the fetch Pod {name} cannot start ({said}: {waiting.get('message', '')})"
+            )
+            if said == "CreateContainerConfigError" and secret:
+                return SECRET_NOT_READY, f"{what}: " + _secret_fix(secret, namespace)
+            return POD_NOT_STARTING, (
+                f"{what}: check the operator's fetch image (the chart's initImage) and that "
+                "the node may pull it; the run waits"
+            )
+    return None
+
+
 def decide(observed: InputsObserved, generation: int | None) -> Decision:
     if observed.failure is not None:
         message = str(observed.failure["message"])
@@ -54,6 +98,13 @@ def decide(observed: InputsObserved, generation: int | None) -> Decision:
             "InputsReady", False, INPUT_FETCH_FAILED, message, observed_generation=generation
         )
         return Decision(cond, failure=observed.failure)
+    if observed.blocked:
+        found = sorted(observed.blocked.items())
+        message = "; ".join(f"input {n}: {what}" for n, (_, what) in found)
+        cond = condition(
+            "InputsReady", False, found[0][1][0], message, observed_generation=generation
+        )
+        return Decision(cond, waiting=True)
     if observed.waiting:
         message = "; ".join(f"input {n}: {what}" for n, what in sorted(observed.waiting.items()))
         cond = condition("InputsReady", False, "Fetching", message, observed_generation=generation)

@@ -3,9 +3,12 @@ keys and URIs refused, and fetches from a real S3 store (SeaweedFS's S3 gateway)
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
+import http.server
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +17,7 @@ from tests.cluster import s3 as store_server
 from tests.unit.inputs.server import entry_files
 from torchyard.inputs import cache, s3
 from torchyard.inputs.fetch import fetch
-from torchyard.inputs.uris import InputError, Source, bucket_of, cache_key
+from torchyard.inputs.uris import InputError, Source, bucket_of, cache_key, parse
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 SUITE_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
@@ -157,6 +160,21 @@ def test_an_error_document_gives_its_code_and_message() -> None:
         "data/C:/windows",
         "data/a\x00b",
         "data/",
+        # encoded traversal, any case, any mix
+        "data/%2E%2E/b",
+        "data/.%2e/b",
+        "data/%2e./b",
+        "data/a%2f..%2fb",
+        "data/a%5C..%5Cb",
+        "data/a%00b",
+        # control characters (a file name that rewrites a log line)
+        "data/a\nb",
+        "data/a\rb",
+        "data/a\x1bb",
+        "data/a\x7fb",
+        # a trailing dot segment
+        "data/a/..",
+        "data/a/.",
     ],
 )
 def test_keys_that_would_leave_the_folder_are_refused(key: str) -> None:
@@ -164,18 +182,79 @@ def test_keys_that_would_leave_the_folder_are_refused(key: str) -> None:
         s3.relative(key, "data/")
 
 
-def test_a_key_that_is_also_a_folder_of_another_is_refused() -> None:
-    objects = [s3.Object("d/a", 1, "x"), s3.Object("d/a/b", 1, "y")]
-    with pytest.raises(InputError, match="cannot be a file and a folder"):
-        s3._kept(Source("s3://birds/d"), objects, "d/")
-    assert [p for p, _ in s3._kept(Source("s3://birds/d", exclude=("a",)), objects, "d/")] == [
-        "a/b"
-    ]
+@pytest.mark.parametrize("key", ["/etc/passwd", "../x", "..", "./x", "C:/x", "C:\\x", "\\x"])
+def test_keys_of_a_bucket_read_whole_may_not_be_absolute_or_leave_it(key: str) -> None:
+    with pytest.raises(InputError, match="would not stay inside"):
+        s3.relative(key, "")
 
 
-def test_a_key_below_the_prefix_keeps_its_folders() -> None:
-    assert s3.relative("data/train/a.jpg", "data/") == "train/a.jpg"
-    assert s3.relative("a.jpg", "") == "a.jpg"
+@pytest.mark.parametrize(
+    "key",
+    [
+        "data/" + "a" * 256,  # a file name longer than a file system holds
+        "data/ok/" + "é" * 128,  # 256 bytes in 128 characters
+        "data/" + "b/" * 510 + "c",  # longer than an S3 key
+    ],
+)
+def test_oversize_keys_are_refused(key: str) -> None:
+    with pytest.raises(InputError, match="rename the object or exclude it"):
+        s3.relative(key, "data/")
+
+
+def test_the_longest_names_a_key_may_have_are_kept() -> None:
+    name = "a" * 255
+    assert s3.relative("data/" + name, "data/") == name
+    deep = "/".join(["b" * 100] * 10)  # 1009 bytes below the prefix, 1014 in all
+    assert s3.relative("data/" + deep, "data/") == deep
+
+
+class _Paging(http.server.BaseHTTPRequestHandler):
+    """A store whose listing never ends: every page holds one object and says there is
+    one more, with the same token (``server.same``) or a new one each time;
+    ``server.pages`` counts the pages asked for."""
+
+    def do_GET(self) -> None:
+        self.server.pages += 1  # type: ignore[attr-defined]
+        token = b"again" if self.server.same else str(self.server.pages).encode()  # type: ignore[attr-defined]
+        body = (
+            b"<ListBucketResult><Contents><Key>k</Key><Size>1</Size><ETag>e</ETag></Contents>"
+            b"<IsTruncated>true</IsTruncated>"
+            b"<NextContinuationToken>" + token + b"</NextContinuationToken></ListBucketResult>"
+        )
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def endless(same: bool) -> Iterator[tuple[s3.Store, http.server.ThreadingHTTPServer]]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Paging)
+    server.pages, server.same = 0, same  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield s3.Store(f"http://127.0.0.1:{server.server_port}", "us-east-1"), server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_listing_that_gives_a_token_twice_is_refused() -> None:
+    twice = "gave the listing's continuation token 'again' twice"
+    with endless(same=True) as (store, server), pytest.raises(InputError, match=twice):
+        s3.listing(store, "birds", "", "s3://birds")
+    assert server.pages == 2  # type: ignore[attr-defined]
+
+
+def test_a_listing_over_the_object_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(s3, "MAX_OBJECTS", 5)
+    over = "s3://birds lists more than 5 objects: narrow"
+    with endless(same=False) as (store, server), pytest.raises(InputError, match=over):
+        s3.listing(store, "birds", "", "s3://birds")
+    assert server.pages == 6  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -204,11 +283,52 @@ def test_an_s3_uri_names_a_bucket_and_a_prefix(uri: str, bucket: str, prefix: st
         "s3://birds/a//b",
         "s3://birds/a\\b",
         "s3://birds/./a",
+        # absolute: no bucket, or a prefix that starts with '/'
+        "s3:///etc/passwd",
+        "s3://birds//etc/passwd",
+        # '..' and '.' anywhere in the prefix, plain or %-encoded in any case
+        "s3://birds/..",
+        "s3://birds/a/..",
+        "s3://birds/a/.",
+        "s3://birds/a/../b/",
+        "s3://birds/%2e%2e/b",
+        "s3://birds/a/%2E%2e/b",
+        "s3://birds/a/.%2E/b",
+        "s3://birds/a/%2e./b",
+        # a backslash %-encoded, a NUL, control characters
+        "s3://birds/a%5c..%5cb",
+        "s3://birds/a%5C..%5Cb",
+        "s3://birds/a%00b",
+        "s3://birds/a\x01b",
+        "s3://birds/a\x7f",
+        # oversize: a prefix longer than any S3 key
+        "s3://birds/" + "p" * 1025,
     ],
 )
 def test_s3_uris_that_name_no_bucket_or_leave_the_prefix_are_refused(uri: str) -> None:
     with pytest.raises(InputError):
         bucket_of(uri)
+    with pytest.raises(InputError):
+        parse(uri)
+
+
+@pytest.mark.parametrize("uri", ["s3://birds/a\nb", "s3://birds/a b", "s3://birds/a\x00b"])
+def test_s3_uris_with_white_space_or_a_nul_are_refused_by_the_parser(uri: str) -> None:
+    with pytest.raises(InputError, match="may not hold a NUL byte or white space"):
+        parse(uri)
+
+
+@pytest.mark.parametrize(
+    ("uri", "prefix"),
+    [
+        ("s3://birds/a/.../b", "a/.../b/"),  # '...' is a name, not a parent
+        ("s3://birds/.hidden/x", ".hidden/x/"),
+        ("s3://birds/x.", "x./"),
+        ("s3://birds/" + "p" * 1024, "p" * 1024 + "/"),
+    ],
+)
+def test_s3_prefixes_that_only_look_odd_are_kept(uri: str, prefix: str) -> None:
+    assert bucket_of(uri) == ("birds", prefix)
 
 
 def test_the_secret_is_part_of_an_s3_key() -> None:

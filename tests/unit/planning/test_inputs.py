@@ -160,14 +160,32 @@ def test_one_job_per_key() -> None:
 S3 = {"name": "shots", "uri": "s3://birds/train", "secretRef": "birds-store", "include": ["*.jpg"]}
 
 
+def secret_env(container: dict[str, Any]) -> dict[str, tuple[str, str, bool]]:
+    return {
+        e["name"]: (ref["name"], ref["key"], ref["optional"])
+        for e in container["env"]
+        if (ref := e.get("valueFrom", {}).get("secretKeyRef"))
+    }
+
+
 def test_an_s3_fetch_gets_its_secret_and_the_runs_pods_do_not() -> None:
     manifest = job(S3, evict=[])
     container = manifest["spec"]["template"]["spec"]["containers"][0]
-    assert container["envFrom"] == [{"secretRef": {"name": "birds-store"}}]
+    # The credentials are required: without them the kubelet holds the Pod back, and the
+    # operator says which key of which Secret is missing.
+    assert secret_env(container) == {
+        "AWS_ACCESS_KEY_ID": ("birds-store", "AWS_ACCESS_KEY_ID", False),
+        "AWS_SECRET_ACCESS_KEY": ("birds-store", "AWS_SECRET_ACCESS_KEY", False),
+        "AWS_ENDPOINT_URL": ("birds-store", "AWS_ENDPOINT_URL", True),
+        "AWS_ENDPOINT_URL_S3": ("birds-store", "AWS_ENDPOINT_URL_S3", True),
+        "AWS_REGION": ("birds-store", "AWS_REGION", True),
+        "AWS_DEFAULT_REGION": ("birds-store", "AWS_DEFAULT_REGION", True),
+    }
     assert container["args"][container["args"].index("--secret") + 1] == "birds-store"
     pod = json.dumps(pods.pod(run(S3), 0, image="img"))
-    assert "birds-store" not in pod and "secretRef" not in pod
-    assert "envFrom" not in job(BIRDS, evict=[])["spec"]["template"]["spec"]["containers"][0]
+    assert "birds-store" not in pod and "secretKeyRef" not in pod
+    https = job(BIRDS, evict=[])["spec"]["template"]["spec"]["containers"][0]
+    assert secret_env(https) == {} and "envFrom" not in https
 
 
 def test_an_s3_key_depends_on_its_secret() -> None:

@@ -53,6 +53,20 @@ CASES = [
         ("False", "InputFetchFailed"),
     ),
     ("all ready", inputs.InputsObserved([ENTRY]), "Pending", ("True", "Ready")),
+    (
+        "a Secret to fix",
+        inputs.InputsObserved([], {}, None, {"shots": ("InputSecretNotReady", "s3://b: no")}),
+        "Preparing",
+        ("False", "InputSecretNotReady"),
+    ),
+    (
+        "a Secret to fix beside a fetch",
+        inputs.InputsObserved(
+            [ENTRY], {"birds": "fetching"}, None, {"shots": ("FetchPodNotStarting", "pull")}
+        ),
+        "Preparing",
+        ("False", "FetchPodNotStarting"),
+    ),
 ]
 
 
@@ -77,3 +91,40 @@ def test_ready_inputs_are_recorded_in_the_status() -> None:
     st = compute(inputs.InputsObserved([ENTRY]))
     assert st["inputs"] == [ENTRY]
     assert "1 input(s) ready" in status.find(st["conditions"], "InputsReady")["message"]
+
+
+URI = "s3://birds/train"
+
+
+def pod(reason: str, message: str = "") -> dict[str, Any]:
+    waiting = {"reason": reason, "message": message}
+    return {
+        "metadata": {"name": "fetch-abc"},
+        "status": {"containerStatuses": [{"name": "fetch", "state": {"waiting": waiting}}]},
+    }
+
+
+def test_a_fetch_pod_held_back_by_its_secret_says_which_and_the_fix() -> None:
+    held = pod("CreateContainerConfigError", 'secret "birds-store" not found')
+    reason_, message = inputs.stuck_fetch(URI, "birds-store", "team", [held]) or ("", "")
+    assert reason_ == "InputSecretNotReady"
+    assert message.startswith(
+        f"{URI}: the fetch Pod fetch-abc cannot start (CreateContainerConfigError: "
+        'secret "birds-store" not found): the input\'s Secret birds-store must hold '
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: kubectl create secret generic "
+        "birds-store -n team --from-literal=AWS_ACCESS_KEY_ID=... "
+        "--from-literal=AWS_SECRET_ACCESS_KEY=..."
+    )
+    assert message.endswith("the run waits for it")
+
+
+def test_a_fetch_pod_that_cannot_pull_waits_with_its_reason() -> None:
+    stuck = inputs.stuck_fetch(URI, "", "team", [pod("ImagePullBackOff", "back-off")])
+    assert stuck is not None and stuck[0] == "FetchPodNotStarting"
+    assert "(ImagePullBackOff: back-off)" in stuck[1] and "initImage" in stuck[1]
+
+
+@pytest.mark.parametrize("state", [{"running": {}}, {"waiting": {"reason": "ContainerCreating"}}])
+def test_a_fetch_pod_starting_or_running_is_not_stuck(state: dict[str, Any]) -> None:
+    running = {"metadata": {"name": "p"}, "status": {"containerStatuses": [{"state": state}]}}
+    assert inputs.stuck_fetch(URI, "birds-store", "team", [running, {}]) is None
