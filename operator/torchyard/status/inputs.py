@@ -6,9 +6,10 @@ fetch Jobs, and the ``InputsReady`` condition it makes, as pure functions.
 ``InputFetchFailed``, the input, its URI and the fetcher's error with its fix), a fetch
 in progress keeps it ``Preparing`` (no Pod, so no GPU, is held), and once every input is
 ready the run goes on to admission. A fetch Pod the kubelet holds back until someone
-fixes something (an s3:// input's Secret missing or without its credentials; its image)
-keeps the run ``Preparing`` with the reason and the fix (``InputSecretNotReady``,
-``FetchPodNotStarting``), as a Pod waits for its Secret. Tested as tables in
+fixes something (an s3:// or hf:// input's Secret missing or without its credentials; its
+image), or that no node takes, keeps the run ``Preparing`` with the reason and the fix
+(``InputSecretNotReady``, ``FetchPodNotStarting``, ``FetchPodNotScheduled``), as a Pod
+waits for its Secret. Tested as tables in
 tests/unit/status/test_inputs.py.
 """
 
@@ -25,6 +26,7 @@ from torchyard.status.failures import STUCK_REASONS
 INPUT_FETCH_FAILED = "InputFetchFailed"
 SECRET_NOT_READY = "InputSecretNotReady"
 POD_NOT_STARTING = "FetchPodNotStarting"
+POD_NOT_SCHEDULED = "FetchPodNotScheduled"
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,13 @@ def failure(name: str, uri: str, error: str) -> dict[str, Any]:
     return {"reason": INPUT_FETCH_FAILED, "message": f"input {name} ({uri}): {error}"}
 
 
-def _secret_fix(secret: str, namespace: str) -> str:
+def _secret_fix(uri: str, secret: str, namespace: str) -> str:
+    if uri.startswith("hf://"):
+        return (
+            f"the input's Secret {secret} must exist, with HF_TOKEN (and HF_ENDPOINT for a "
+            f"Hub other than huggingface.co): kubectl create secret generic {secret} -n "
+            f"{namespace} --from-literal=HF_TOKEN=...; the run waits for it"
+        )
     literals = " ".join(f"--from-literal={key}=..." for key in s3.CREDENTIALS)
     return (
         f"the input's Secret {secret} must hold {' and '.join(s3.CREDENTIALS)}: "
@@ -67,23 +75,40 @@ def _secret_fix(secret: str, namespace: str) -> str:
     )
 
 
+def _unscheduled(pod: Mapping[str, Any]) -> str:
+    """The scheduler's message when it found no node for the Pod (else '')."""
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+            return str(cond.get("message") or "no node fits it")
+    return ""
+
+
 def stuck_fetch(
     uri: str, secret: str, namespace: str, pods: Sequence[Mapping[str, Any]]
 ) -> tuple[str, str] | None:
-    """(reason, message) when the kubelet holds a fetch Pod back for good (its Secret or
-    a key of it missing: CreateContainerConfigError; its image not pulled); else None."""
+    """(reason, message) when a fetch Pod cannot go on until something is fixed: the
+    kubelet holds it back (its Secret or a key of it missing: CreateContainerConfigError;
+    its image not pulled), or the scheduler finds no node for it (a claim that never
+    binds, a quota, a taint); else None."""
     for pod in pods:
+        name = pod.get("metadata", {}).get("name", "")
+        unscheduled = _unscheduled(pod)
+        if unscheduled:
+            return POD_NOT_SCHEDULED, (
+                f"{uri}: the fetch Pod {name} is not scheduled ({unscheduled}): it asks for "
+                "no GPU; check the cache's claim (the chart's inputs cache) binds and that "
+                "a node without taints it does not tolerate has CPU to spare; the run waits"
+            )
         for cs in pod.get("status", {}).get("containerStatuses") or []:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             said = str(waiting.get("reason") or "")
             if said not in STUCK_REASONS:
                 continue
-            name = pod.get("metadata", {}).get("name", "")
             what = (
                 f"{uri}: the fetch Pod {name} cannot start ({said}: {waiting.get('message', '')})"
             )
             if said == "CreateContainerConfigError" and secret:
-                return SECRET_NOT_READY, f"{what}: " + _secret_fix(secret, namespace)
+                return SECRET_NOT_READY, f"{what}: " + _secret_fix(uri, secret, namespace)
             return POD_NOT_STARTING, (
                 f"{what}: check the operator's fetch image (the chart's initImage) and that "
                 "the node may pull it; the run waits"

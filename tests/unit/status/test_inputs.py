@@ -124,6 +124,37 @@ def test_a_fetch_pod_that_cannot_pull_waits_with_its_reason() -> None:
     assert "(ImagePullBackOff: back-off)" in stuck[1] and "initImage" in stuck[1]
 
 
+def test_an_hf_fetch_pod_held_back_by_its_secret_gets_the_hubs_fix() -> None:
+    held = pod("CreateContainerConfigError", 'secret "hub" not found')
+    reason_, message = inputs.stuck_fetch("hf://acme/tiny", "hub", "team", [held]) or ("", "")
+    assert reason_ == "InputSecretNotReady"
+    assert "kubectl create secret generic hub -n team --from-literal=HF_TOKEN=..." in message
+    assert "AWS_" not in message
+
+
+def test_a_fetch_pod_no_node_takes_waits_with_the_schedulers_words() -> None:
+    said = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+    unscheduled = {
+        "metadata": {"name": "fetch-abc"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": said,
+                }
+            ],
+        },
+    }
+    stuck = inputs.stuck_fetch(URI, "", "team", [unscheduled])
+    assert stuck is not None and stuck[0] == "FetchPodNotScheduled"
+    assert stuck[1].startswith(f"{URI}: the fetch Pod fetch-abc is not scheduled ({said})")
+    scheduled = {"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    assert inputs.stuck_fetch(URI, "", "team", [scheduled]) is None
+
+
 @pytest.mark.parametrize("state", [{"running": {}}, {"waiting": {"reason": "ContainerCreating"}}])
 def test_a_fetch_pod_starting_or_running_is_not_stuck(state: dict[str, Any]) -> None:
     running = {"metadata": {"name": "p"}, "status": {"containerStatuses": [{"state": state}]}}
