@@ -51,7 +51,7 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("torchyard.dev", "trainingruns/finalizers"): {"update"},
     ("torchyard.dev", "sweeps/finalizers"): {"update"},
     # finalize.register: server-side apply creates the ModelVersion.
-    ("torchyard.dev", "modelversions"): {"create", "patch"},
+    ("torchyard.dev", "modelversions"): {"create", "list", "patch"},  # list: model:// latest
     # recording: the registry asks SubjectAccessReview whether the writer of a run record
     # may create runrecords (no object has this resource).
     ("torchyard.dev", "runrecords"): {"create"},
