@@ -91,6 +91,7 @@ MODULES: dict[str, Module] = {
             "planning/test_admission.py",
             "planning/test_admission_scan.py",
             "planning/test_admission_fit.py",
+            "planning/test_admission_queue.py",
             "planning/test_exclusions.py",
         ),
     ),
