@@ -295,3 +295,17 @@ def test_a_gang_that_fits_once_the_pods_before_it_are_placed_is_admitted(pending
     assert decided[("ns", "g00")] == admission.Decision(
         True, 3 - pending, f"{3 - pending} node(s) with 8 nvidia.com/gpu in pool a100: all fit"
     )
+
+
+def test_a_bound_pod_holds_room_only_where_it_is_bound() -> None:
+    nodes = [node("a100-0"), node("a100-1")]
+    assert admission.decide([gang("g00", 1)], nodes, [busy("a100-1")])[("ns", "g00")].admit
+
+
+def test_an_admitted_pod_holds_room_off_its_own_bad_nodes() -> None:
+    """It will be bound on a100-1 (its run avoids a100-0): a100-0 stays free for a gang
+    that avoids a100-1."""
+    nodes = [node("a100-0"), node("a100-1")]
+    admitted = pod("y", gated=False, affinity=not_on("a100-0"))
+    waiting = gang("g00", 1, excluded=frozenset({"a100-1"}))
+    assert admission.decide([waiting], nodes, [admitted])[("ns", "g00")].admit
