@@ -82,7 +82,7 @@ MODULES: dict[str, Module] = {
     "registry.access": Module("registry/access.py", REGISTRY, ONE_AUDIENCE),
     "registry.archives": Module("registry/archives.py", REGISTRY, ONE_AUDIENCE),
     "checkpoint": Module(
-        "checkpoint.py", ("test_checkpoint.py", "test_checkpoint_launcher.py"), (SOURCE_CHECK,)
+        "checkpoint.py", ("test_checkpoint.py", "test_checkpoint_coordination.py"), (SOURCE_CHECK,)
     ),
     "checkpoint_store": Module("checkpoint_store.py", ("test_checkpoint.py",), (SOURCE_CHECK,)),
     "planning.admission": Module(

@@ -1,8 +1,9 @@
 """torchyard.checkpoint, the launcher's side and what the ranks tell it: which rank wrote
 what, the periodic and the just-in-time save, the step and save timings, and
 ``NodeCheckpoints`` (progress, the target saved, what goes into the termination
-message, the quarantine after attempts without progress). The completeness contract:
-tests/unit/test_checkpoint.py."""
+message, the quarantine after attempts without progress), in this process. The
+completeness contract: tests/unit/test_checkpoint.py; the real launcher with ranks that
+use it: tests/unit/launcher/test_checkpoint_launcher.py."""
 
 from __future__ import annotations
 
