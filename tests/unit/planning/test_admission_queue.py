@@ -299,7 +299,8 @@ def test_a_gang_that_fits_once_the_pods_before_it_are_placed_is_admitted(pending
 
 def test_a_bound_pod_holds_room_only_where_it_is_bound() -> None:
     nodes = [node("a100-0"), node("a100-1")]
-    assert admission.decide([gang("g00", 1)], nodes, [busy("a100-1")])[("ns", "g00")].admit
+    bound = pod("b", gated=False, nodeName="a100-1")
+    assert admission.decide([gang("g00", 1)], nodes, [bound])[("ns", "g00")].admit
 
 
 def test_an_admitted_pod_holds_room_off_its_own_bad_nodes() -> None:
