@@ -81,7 +81,9 @@ MODULES: dict[str, Module] = {
     "registry.store": Module("registry/store.py", REGISTRY, ONE_AUDIENCE),
     "registry.access": Module("registry/access.py", REGISTRY, ONE_AUDIENCE),
     "registry.archives": Module("registry/archives.py", REGISTRY, ONE_AUDIENCE),
-    "checkpoint": Module("checkpoint.py", ("test_checkpoint.py",), (SOURCE_CHECK,)),
+    "checkpoint": Module(
+        "checkpoint.py", ("test_checkpoint.py", "test_checkpoint_coordination.py"), (SOURCE_CHECK,)
+    ),
     "checkpoint_store": Module("checkpoint_store.py", ("test_checkpoint.py",), (SOURCE_CHECK,)),
     "planning.admission": Module(
         "planning/admission.py",
@@ -89,6 +91,7 @@ MODULES: dict[str, Module] = {
             "planning/test_admission.py",
             "planning/test_admission_scan.py",
             "planning/test_admission_fit.py",
+            "planning/test_admission_queue.py",
             "planning/test_exclusions.py",
         ),
     ),

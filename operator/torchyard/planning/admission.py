@@ -96,7 +96,7 @@ def free_nodes(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
     for node in nodes:
         if not _ready(node):
             continue
-        alloc = node.get("status", {}).get("allocatable", {})
+        alloc = node["status"].get("allocatable", {})  # a Ready node has a status
         free = {k: quantity(alloc[k]) for k in TRACKED if k in alloc}
         name = node["metadata"]["name"]
         out[name] = Node(
@@ -221,7 +221,7 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[Gang]:
 
 
 def describe_need(gang: Gang) -> str:
-    gpus = gang.request.get(GPU_RESOURCE, Decimal(0))
+    gpus = gang.request.get(GPU_RESOURCE)
     what = f"{gang.size} node(s)"
     if gpus:
         what += f" with {gpus:f} nvidia.com/gpu"
@@ -359,7 +359,7 @@ class _Pass:
                 1 for n in self.free if eligible(n, gang.selector, gang.tolerations, gang.excluded)
             )
             idle = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in self.empty]
-            self.statics[shape] = (matching, matching > 0 and place(gang, idle) == gang.size)
+            self.statics[shape] = (matching, place(gang, idle) == gang.size)
         matching, holds = self.statics[shape]
         if not matching:
             return Decision(

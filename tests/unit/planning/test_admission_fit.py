@@ -134,6 +134,14 @@ NO_SCHEDULE = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedul
             NO_SCHEDULE,
             True,
         ),
+        (  # one toleration of another effect does not end the search
+            [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"},
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            ],
+            NO_SCHEDULE,
+            True,
+        ),
     ],
 )
 def test_taints_are_tolerated_as_kubernetes_tolerates_them(

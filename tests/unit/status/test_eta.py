@@ -1,7 +1,8 @@
 """The ETA's accuracy, with a synthetic clock: a steady run (steps that vary around their
 mean, after a long first step) reported through the launcher's ``ProgressTracker`` and
 merged by ``status.steps``: from 10 % of the run on, the ETA is within 10 % of the time
-that is really left. The same through the real launcher: tests/e2e/test_eta.py."""
+that is really left. Through the real launcher (the rate it timed, the ETA from it):
+tests/e2e/test_eta.py."""
 
 from __future__ import annotations
 
