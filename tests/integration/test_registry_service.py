@@ -410,7 +410,8 @@ def test_no_path_variable_of_any_route_reaches_another_namespace(
     try:
         for run in hostile.RUNS:
             training_run(namespace, run, "trainer")
-        planted = hostile.plant(registry.root, namespace, other)
+        linked = k8s.get(k8s.TRAININGRUNS, namespace, "linked")["metadata"]["uid"]
+        planted = hostile.plant(registry.root, namespace, other, linked_uid=linked)
         own = f"/v1/namespaces/{namespace}/models/own/versions/1/files/model.pt"
         assert registry.call("GET", own, token) == (200, hostile.OWN)  # the setup is sound
         # Out of the namespace through an encoded '..' in the model name.

@@ -66,9 +66,10 @@ def _summary(namespace: str, uid: str) -> bytes:
     ).encode()
 
 
-def plant(root: Path, a: str, b: str) -> Planted:
+def plant(root: Path, a: str, b: str, linked_uid: str = "uid-linked") -> Planted:
     """b's secret (a run archive, a model version, a snapshot); a's own model; links from
-    a's runs, models and snapshots into b."""
+    a's runs, models and snapshots into b. ``linked_uid``: the uid of a's run ``linked``,
+    whose archive (with a link in it) it owns."""
     sha_b = hashlib.sha256(SECRET).hexdigest()
     files = {
         f"{b}/runs/secret/outputs/model.pt": SECRET,
@@ -79,7 +80,7 @@ def plant(root: Path, a: str, b: str) -> Planted:
         f"{a}/runs/own/outputs/model.pt": OWN,
         f"{a}/runs/linked/outputs/notes.txt": b"mine",
         # the archive is run linked's own (run_owner): its link is refused, not moved aside
-        f"{a}/runs/linked@owner": b"uid-linked",
+        f"{a}/runs/linked@owner": linked_uid.encode(),
         f"{a}/models/own/1/model.pt": OWN,
         f"{a}/models/own/1/manifest.json": _manifest("own", a, OWN).encode(),
         f"{a}/models/m/1/manifest.json": _manifest("m", a, SECRET).encode(),
