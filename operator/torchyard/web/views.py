@@ -165,22 +165,26 @@ async def with_records(
     return recorded.with_records(live, page), ""
 
 
-async def runs_list(request: web.Request) -> web.Response:
+async def _runs_page(
+    request: web.Request,
+) -> tuple[str, queries.RunFilter, list[Obj], int, str]:
+    """The runs page's rows, live and recorded, as its query asks (for HTML and JSON)."""
     ns = ns_of(request)
     filt = queries.run_filter(request.query, request.query.getall)
     live = await read(request, _source(request).runs, ns)
     every, note = await with_records(request, "runs", live, filt)
     items, total = queries.select_runs(every, filt)
+    return ns, filt, items, total, note
+
+
+async def runs_list(request: web.Request) -> web.Response:
+    ns, filt, items, total, note = await _runs_page(request)
     body = pages.runs_list(ns, items, total, filt, note)
     return respond(request, f"Runs in {ns}", body, "runs")
 
 
 async def runs_json(request: web.Request) -> web.Response:
-    ns = ns_of(request)
-    filt = queries.run_filter(request.query, request.query.getall)
-    live = await read(request, _source(request).runs, ns)
-    every, note = await with_records(request, "runs", live, filt)
-    items, total = queries.select_runs(every, filt)
+    _, _, items, total, note = await _runs_page(request)
     return web.json_response({"total": total, "items": [brief(r) for r in items], "note": note})
 
 
