@@ -113,7 +113,36 @@ class Access:
             ) from None
 
     def run_file(self, request: web.Request) -> Path:
-        """The file of a ``runs/{run}/{kind}/{path}`` route."""
+        """The file of a ``runs/{run}/{kind}/{path}`` route (the archive as it is now: the
+        one its node Pods write)."""
         info = request.match_info
         ns = info["ns"]
         return self.inside(ns, self.store.run_dir(ns, info["run"]) / info["kind"] / info["path"])
+
+    def archive_folder(self, request: web.Request) -> tuple[Path, str]:
+        """The folder of ``runs/{run}`` a reader asks for, with its recorded owner ('' when
+        none is recorded): the archive of the run of ``?uid=`` when given
+        (``run_owner.archive_of``: moved aside when a later run of the name took the
+        name's archive), else the name's archive as it is now. 404 when that uid's archive
+        is in neither place; 400 for a ``uid`` that is not one."""
+        info = request.match_info
+        ns, run = info["ns"], info["run"]
+        uid = request.query.get("uid")
+        if uid is None:
+            return self.store.run_dir(ns, run), run_owner.owner(self.store, ns, run)
+        if not run_owner.UID.fullmatch(uid) or uid == "owner":
+            raise web.HTTPBadRequest(text=f"not a uid: {uid[:80]!r}")
+        folder, owner = run_owner.archive_of(self.store, ns, run, uid)
+        if folder is None:
+            raise web.HTTPNotFound(
+                text=f"the registry holds no archive of run {run} with uid {uid}: it uploaded "
+                f"nothing, or it is gone (runs/{run} is the archive of uid {owner})"
+            )
+        return folder, owner
+
+    def archived_file(self, request: web.Request) -> Path:
+        """The file of a ``runs/{run}/{kind}/{path}`` route a reader asks for (``?uid=``:
+        :meth:`archive_folder`)."""
+        info = request.match_info
+        folder, _ = self.archive_folder(request)
+        return self.inside(info["ns"], folder / info["kind"] / info["path"])

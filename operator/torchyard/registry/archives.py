@@ -108,10 +108,12 @@ class Archives:
         )
 
     async def list_run(self, request: web.Request) -> web.StreamResponse:
-        """GET ``runs/{run}``: the paths of its files (``files``), and each with its size
-        in bytes (``entries``: ``{"path", "size"}``)."""
+        """GET ``runs/{run}[?uid=]``: the paths of its files (``files``), each with its size
+        in bytes (``entries``: ``{"path", "size"}``), and the uid of the run they are of
+        (``owner``; '' when none is recorded)."""
         ns = await self.access.namespace(request, "get")
-        base = self.access.inside(ns, self.store.run_dir(ns, request.match_info["run"]))
+        folder, owner = self.access.archive_folder(request)
+        base = self.access.inside(ns, folder)
         if not base.is_dir():
             raise web.HTTPNotFound(text="no such run in the registry")
         found = sorted(
@@ -120,12 +122,13 @@ class Archives:
             if p.is_file() and not p.is_symlink() and not p.name.startswith(TMP_PREFIX)
         )
         entries = [{"path": rel, "size": p.stat().st_size} for rel, p in found]
-        return web.json_response({"files": [rel for rel, _ in found], "entries": entries})
+        files = [rel for rel, _ in found]
+        return web.json_response({"files": files, "entries": entries, "owner": owner})
 
     async def download(self, request: web.Request) -> web.StreamResponse:
-        """GET a run file (Range)."""
+        """GET a run file (Range; ``?uid=``: of that run's archive)."""
         await self.access.namespace(request, "get")
-        return bodies.file_response(self.access.run_file(request))
+        return bodies.file_response(self.access.archived_file(request))
 
     async def put_snapshot(self, request: web.Request) -> web.StreamResponse:
         """A source snapshot, stored under its sha256 (which the body must match)."""

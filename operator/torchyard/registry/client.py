@@ -143,22 +143,34 @@ class RegistryClient(Records):
         files: list[str] = self._json(f"/v1/namespaces/{namespace}/runs/{run}")["files"]
         return files
 
-    def run_entries(self, namespace: str, run: str) -> list[tuple[str, int | None]]:
+    def run_entries(
+        self, namespace: str, run: str, uid: str | None = None
+    ) -> list[tuple[str, int | None]]:
         """Every archived file of a run with its size in bytes (None from a service that
-        lists no sizes)."""
-        data = self._json(f"/v1/namespaces/{namespace}/runs/{run}")
-        if isinstance(data.get("entries"), list):
-            return [(str(f["path"]), int(f["size"])) for f in data["entries"]]
-        return [(str(f), None) for f in data["files"]]
+        lists no sizes); ``uid``: of that run's archive (:meth:`run_archive`)."""
+        return self.run_archive(namespace, run, uid)[0]
 
-    def read_run_file(self, namespace: str, run: str, path: str) -> str:
-        with self.open_run_file(namespace, run, path) as resp:
+    def run_archive(
+        self, namespace: str, run: str, uid: str | None = None
+    ) -> tuple[list[tuple[str, int | None]], str]:
+        """A run's archived files with their sizes, and the uid of the run they are of ('' when
+        the registry recorded none). ``uid``: the archive of that run, even when a later
+        run of the name took ``runs/<run>`` (the registry moved it aside); RegistryError
+        (404) when the registry holds none of that uid."""
+        data = self._json(f"/v1/namespaces/{namespace}/runs/{run}", query=_uid_query(uid))
+        owner = str(data.get("owner") or "")
+        if isinstance(data.get("entries"), list):
+            return [(str(f["path"]), int(f["size"])) for f in data["entries"]], owner
+        return [(str(f), None) for f in data["files"]], owner
+
+    def read_run_file(self, namespace: str, run: str, path: str, uid: str | None = None) -> str:
+        with self.open_run_file(namespace, run, path, uid) as resp:
             return str(resp.read().decode("utf-8", "replace"))
 
-    def open_run_file(self, namespace: str, run: str, path: str) -> Any:
-        """The registry's answer for an archived file, to read (``read(n)``) and close:
-        its ``Content-Length`` header is the file's size."""
-        return self._open(f"/v1/namespaces/{namespace}/runs/{run}/{path}")
+    def open_run_file(self, namespace: str, run: str, path: str, uid: str | None = None) -> Any:
+        """The registry's answer for an archived file (``uid``: of that run's archive), to
+        read (``read(n)``) and close: its ``Content-Length`` header is the file's size."""
+        return self._open(f"/v1/namespaces/{namespace}/runs/{run}/{path}", query=_uid_query(uid))
 
     # -- records (``torchyard.records.Records`` over HTTP) --------------------------------
 
@@ -207,3 +219,7 @@ class RegistryClient(Records):
             if err.status == 404:
                 return []
             raise
+
+
+def _uid_query(uid: str | None) -> str:
+    return "" if uid is None else urllib.parse.urlencode({"uid": uid})

@@ -40,8 +40,9 @@ Tested in ``tests/unit/registry/`` (``test_service.py`` with the hostile request
          ?commit=later: 202 with the sha256 the service computed and an upload id;
     POST /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}?upload=ID  with the
          client's X-Content-SHA256: renames it into place (a one-pass client)
-    GET  /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}    download (Range)
-    GET  /v1/namespaces/{ns}/runs/{run}                          its files
+    GET  /v1/namespaces/{ns}/runs/{run}/{outputs|logs}/{path}    download (Range; ?uid=: of
+                                            that run, where a later run moved it)
+    GET  /v1/namespaces/{ns}/runs/{run}                          its files (?uid=, likewise)
     POST /v1/namespaces/{ns}/models/{model}/versions             promote {"run", "path"}
     GET  /v1/namespaces/{ns}/models                              models and versions
     GET  /v1/namespaces/{ns}/models/{model}/versions/{v}         manifest

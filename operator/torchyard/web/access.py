@@ -127,14 +127,16 @@ class AuthorizedSource:
         self.need("get", namespace, "pods", "", "log")
         return self.inner.log_tail(namespace, pod, lines)
 
-    def archive(self, namespace: str, name: str) -> Archive:
+    def archive(self, namespace: str, name: str, uid: str | None = None) -> Archive:
         if not self._may_read_registry(namespace):
             return Archive(note="the run's archive: not allowed (get modelversions)")
-        return self.inner.archive(namespace, name)
+        return self.inner.archive(namespace, name, uid)
 
-    def archived_file(self, namespace: str, name: str, path: str) -> Download:
+    def archived_file(
+        self, namespace: str, name: str, path: str, uid: str | None = None
+    ) -> Download:
         self.need("get", namespace, "modelversions")
-        return self.inner.archived_file(namespace, name, path)
+        return self.inner.archived_file(namespace, name, path, uid)
 
     def _may_read_registry(self, namespace: str) -> bool:
         """The registry's rule for a run's archive and records: get on modelversions in

@@ -423,10 +423,14 @@ def _outputs(ns: str, run: Obj, archive: source.Archive) -> Markup:
         label = f"{model.get('name')} version {model.get('version')}"
         href = path("ns", ns, "models") + "#model-" + str(model.get("name"))
         shown = f"<p>Model version: {link(href, label)}</p>"
-    name = run["metadata"]["name"]
+    name, uid = run["metadata"]["name"], run["metadata"].get("uid") or ""
     rows = [
         [
-            link(path("ns", ns, "runs", name, "files", *f.path.split("/")), f.path, download=""),
+            link(
+                with_query(path("ns", ns, "runs", name, "files", *f.path.split("/")), {"uid": uid}),
+                f.path,
+                download="",
+            ),
             "-" if f.size is None else human_size(f.size),
         ]
         for f in archive.files[:FILES_SHOWN]

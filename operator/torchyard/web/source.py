@@ -64,6 +64,7 @@ class Archive:
     stacks: dict[str, str] = field(default_factory=dict)  # "node-0/rank-1.pid-7.txt" -> text
     files: list[ArchivedFile] = field(default_factory=list)  # outputs first, then logs
     note: str = ""  # why there is none (no registry, refused, not archived yet)
+    owner: str = ""  # the uid of the run the files are of ('' when the registry cannot tell)
 
 
 @dataclass
@@ -93,8 +94,10 @@ class RunSource(Protocol):
     def pods(self, namespace: str, name: str) -> list[Obj]: ...
     def events(self, run: Obj) -> list[Obj]: ...
     def log_tail(self, namespace: str, pod: str, lines: int) -> list[str]: ...
-    def archive(self, namespace: str, name: str) -> Archive: ...
-    def archived_file(self, namespace: str, name: str, path: str) -> Download: ...
+    def archive(self, namespace: str, name: str, uid: str | None = None) -> Archive: ...
+    def archived_file(
+        self, namespace: str, name: str, path: str, uid: str | None = None
+    ) -> Download: ...
     def sweeps(self, namespace: str) -> list[Obj]: ...
     def sweep(self, namespace: str, name: str) -> tuple[Obj, list[sweep_sdk.Trial]] | None: ...
     def models(self, namespace: str) -> list[Obj]: ...
@@ -116,7 +119,7 @@ class LiveSource:
     def __init__(self, registry: Callable[[str], RegistryClient | None] | None = None) -> None:
         self.registry = registry
         self.informers = informers.Informers()
-        self._archives: dict[tuple[str, str], tuple[float, Archive]] = {}
+        self._archives: dict[tuple[str, str, str | None], tuple[float, Archive]] = {}
         self._lock = threading.Lock()
 
     def runs(self, namespace: str) -> list[Obj]:
@@ -135,33 +138,36 @@ class LiveSource:
     def log_tail(self, namespace: str, pod: str, lines: int) -> list[str]:
         return list(k8s.pod_log_lines(namespace, pod, container="trainer", tail_lines=lines))
 
-    def archive(self, namespace: str, name: str) -> Archive:
-        """The run's archive, read (and its metrics parsed) once per :data:`ARCHIVE_TTL`."""
+    def archive(self, namespace: str, name: str, uid: str | None = None) -> Archive:
+        """The run's archive (``uid``: of the run of that uid, wherever the registry keeps
+        it), read (and its metrics parsed) once per :data:`ARCHIVE_TTL`."""
+        key = (namespace, name, uid)
         with self._lock:
-            cached = self._archives.get((namespace, name))
+            cached = self._archives.get(key)
         if cached and time.monotonic() - cached[0] < ARCHIVE_TTL:
             return cached[1]
-        found = self._read_archive(namespace, name)
+        found = self._read_archive(namespace, name, uid)
         with self._lock:
             if len(self._archives) > 256:
                 self._archives.clear()
-            self._archives[(namespace, name)] = (time.monotonic(), found)
+            self._archives[key] = (time.monotonic(), found)
         return found
 
-    def _read_archive(self, namespace: str, name: str) -> Archive:
+    def _read_archive(self, namespace: str, name: str, uid: str | None) -> Archive:
         try:
             client = self.registry(namespace) if self.registry else None
             if client is None:
                 return Archive(note=NO_REGISTRY)
-            entries = client.run_entries(namespace, name)
-            found = Archive(files=[ArchivedFile(*f) for f in entries])
+            entries, owner = client.run_archive(namespace, name, uid)
+            found = Archive(files=[ArchivedFile(*f) for f in entries], owner=owner)
             found.files.sort(key=lambda f: (not f.path.startswith("outputs/"), f.path))
             for path, _ in entries:
                 parts = path.split("/")
                 if parts[-1] == METRICS_FILE and parts[0] == "logs":
-                    add_metrics(found.metrics, client.read_run_file(namespace, name, path))
+                    text = client.read_run_file(namespace, name, path, uid)
+                    add_metrics(found.metrics, text)
                 elif len(parts) == 4 and parts[0] == "logs" and parts[2] == STACKS_FOLDER:
-                    text = client.read_run_file(namespace, name, path)
+                    text = client.read_run_file(namespace, name, path, uid)
                     found.stacks["/".join(parts[1:])] = text[:ARCHIVE_BYTES]
         except RegistryError as err:
             return Archive(note=f"the run's archive: {err}")
@@ -169,16 +175,18 @@ class LiveSource:
             return Archive(note=f"the run's archive: {_why(err)}")
         return found
 
-    def archived_file(self, namespace: str, name: str, path: str) -> Download:
+    def archived_file(
+        self, namespace: str, name: str, path: str, uid: str | None = None
+    ) -> Download:
         """A file the run's archive lists (:meth:`archive`: nothing else is asked of the
         registry), to stream; Unavailable when it is not there or cannot be read."""
-        if path not in {f.path for f in self.archive(namespace, name).files}:
+        if path not in {f.path for f in self.archive(namespace, name, uid).files}:
             raise Unavailable(f"the archive of run {name} has no file {path[:200]!r}")
         try:
             client = self.registry(namespace) if self.registry else None
             if client is None:
                 raise Unavailable(NO_REGISTRY)
-            answer = client.open_run_file(namespace, name, path)
+            answer = client.open_run_file(namespace, name, path, uid)
         except RegistryError as err:
             raise Unavailable(f"{path[:200]}: {str(err)[:300]}") from None
         except (k8s.ApiError, k8s.Unreachable) as err:

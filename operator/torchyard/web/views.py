@@ -214,7 +214,7 @@ async def run_page(request: web.Request) -> web.Response:
     pods, events, archive = await asyncio.gather(
         read(request, src.pods, ns, name),
         read(request, src.events, run),
-        read(request, src.archive, ns, name),
+        read(request, src.archive, ns, name, run["metadata"].get("uid")),
     )
     phase = (run.get("status") or {}).get("phase")
     if phase in runs.TERMINAL and not pods:  # (its Pods collected by its TTL)
@@ -289,11 +289,14 @@ async def show_record(
         body = pages.record_note(record) + pages.environment_page(env, log, "", pages.RECORD_BADGE)
         return respond(request, f"Environment {record['name']} (record)", body, section)
     found = await _record_metrics(request, record)
-    why = await _archive_elsewhere(request, record, live)
+    uid = str(record["uid"])
+    archive = await read(request, _source(request).archive, ns, str(record["name"]), uid)
+    # The registry says whose its archive is; where it cannot (no owner recorded), the
+    # live run or a later record of the name tells.
+    why = "" if archive.owner == uid else await _archive_elsewhere(request, record, live)
     if why:
         found.note = why
     else:
-        archive = await read(request, _source(request).archive, ns, str(record["name"]))
         found.files, found.note = archive.files, archive.note
     body = pages.record_page(ns, record, found)
     return respond(request, f"Run {record['name']} (record)", body, "runs", scripts=CHARTS)
@@ -338,10 +341,11 @@ async def archived_file(request: web.Request) -> web.StreamResponse:
     """A file of the run's archive (one its listing names), streamed from the registry
     with the caller's rights to read it (the registry's: get modelversions)."""
     ns, name = ns_of(request), name_of(request, "run name")
-    queries.only(request.query, ())
+    queries.only(request.query, ("uid",), request.query.getall)
     rel = queries.archive_path(request.match_info["path"])
+    uid = queries.uid(request.query["uid"]) if "uid" in request.query else None
     try:
-        got = await read(request, _source(request).archived_file, ns, name, rel)
+        got = await read(request, _source(request).archived_file, ns, name, rel, uid)
     except Unavailable as err:
         raise Refusal(str(err), 404) from None
     try:
@@ -403,8 +407,8 @@ async def metric(request: web.Request) -> web.Response:
     if "uid" in request.match_info:
         archive = await _record_metrics(request, await the_record(request, "runs"))
     else:
-        await found(request, src.run, "TrainingRun")
-        archive = await read(request, src.archive, ns, name)
+        run = await found(request, src.run, "TrainingRun")
+        archive = await read(request, src.archive, ns, name, run["metadata"].get("uid"))
     if wanted not in archive.metrics:
         raise Refusal(f"run {name} has no metric {wanted!r}", 404)
     series = archive.metrics[wanted]

@@ -96,6 +96,8 @@ def plant(root: Path, a: str, b: str, linked_uid: str = "uid-linked") -> Planted
     links = {
         f"{a}/runs/linked/outputs/model.pt": root / b / "runs/secret/outputs/model.pt",
         f"{a}/runs/linkdir": root / b / "runs/secret",
+        # looks like run linked's archive moved aside (run_owner): a link, never read
+        f"{a}/runs/linked@{UID_B}": root / b / "runs/secret",
         f"{a}/models/linked": root / b / "models/secret",
         f"{a}/models/m/1/model.pt": root / b / "models/secret/1/model.pt",
         f"{a}/snapshots/{sha_b}.tar.gz": root / b / f"snapshots/{sha_b}.tar.gz",
@@ -215,6 +217,7 @@ def cases(p: Planted) -> list[Case]:
         body = json.dumps({"run": run, "path": path}).encode()
         table.append(Case("POST", promote, body, f"promote {run} {path}"))
     a, sha = f"/v1/namespaces/{p.a}", p.sha_b
+    table += _archive_uids(p)
     for method, path in (
         ("GET", f"{a}/runs/linked/outputs/model.pt"),
         ("GET", f"{a}/runs/linkdir/outputs/model.pt"),
@@ -244,6 +247,33 @@ def cases(p: Planted) -> list[Case]:
     ):
         table.append(Case(method, path, SECRET if method == "PUT" else b"", "symbolic link"))
     return table
+
+
+def _archive_uids(p: Planted) -> list[Case]:
+    """A reader's ``?uid=`` (the archive of one run, wherever it is): traversal, the owner
+    file's own suffix, and the planted link that looks like a moved archive."""
+    b, a = p.b, f"/v1/namespaces/{p.a}/runs"
+    values = [
+        f"..%2F..%2F{b}%2Fruns%2Fsecret",
+        f"..%2F..%2F..%2F{b}%2Fruns%2Fsecret",
+        "%2F" + "%2F".join((p.root / b / "runs/secret").parts[1:]),
+        "..",
+        ".",
+        "%2e%2e",
+        "owner",
+        "x%2Fy",
+        "%5C",
+        "%00",
+        f"{UID_B}%00",
+        "",
+        "u" * 80,
+        UID_B,  # runs/linked@<UID_B> is a link into b
+    ]
+    return [
+        Case("GET", f"{a}/linked{route}?uid={value}", b"", f"uid={value[:40]}")
+        for route in ("", "/outputs/model.pt", "/outputs/notes.txt")
+        for value in values
+    ]
 
 
 def raw_request(

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from tests.unit.registry import hostile
 from torchyard.registry import Store, service
-from torchyard.registry.client import TOKEN_HEADER
+from torchyard.registry.client import TOKEN_HEADER, RegistryClient
 from torchyard.registry.service import CachingAuthorizer, Limits, RunIdentity
 from torchyard.registry.store import TMP_PREFIX
 
@@ -293,7 +293,11 @@ def test_a_reader_lists_and_downloads_a_run_and_its_snapshots_but_stores_none(
     assert served.call("GET", f"/v1/namespaces/{A}/runs/r", READER) == (
         200,
         json.dumps(
-            {"files": ["outputs/model.pt"], "entries": [{"path": "outputs/model.pt", "size": 1}]}
+            {
+                "files": ["outputs/model.pt"],
+                "entries": [{"path": "outputs/model.pt", "size": 1}],
+                "owner": "uid-r",  # the run the archive is of
+            }
         ).encode(),
     )
 
@@ -314,6 +318,7 @@ def test_a_runs_listing_names_its_files_but_no_link_temporary_or_folder(served: 
                 {"path": "outputs/model.pt", "size": 1},
                 {"path": "outputs/sub/deep.pt", "size": 1},
             ],
+            "owner": "uid-r",
         },
     )
     assert served.call("GET", f"/v1/namespaces/{A}/runs/none") == (
@@ -431,6 +436,25 @@ def test_a_later_run_of_the_same_name_gets_an_archive_of_its_own_and_the_earlier
     assert served.promote({"run": "r"}, token=USER)[0] == 201  # from the new run's files only
     manifest = json.loads(next((served.root / A / "models").glob("*/1/*.json")).read_text())
     assert "old-only.pt" not in json.dumps(manifest)
+    # A reader asks for one run's archive by its uid, wherever it is now.
+    runs = f"/v1/namespaces/{A}/runs/r"
+    for uid, files, model in (
+        ("uid-r", ["outputs/model.pt", "outputs/old-only.pt"], b"v1 again"),
+        ("uid-r-2", ["outputs/model.pt"], b"v2"),
+    ):
+        code, body = served.call("GET", f"{runs}?uid={uid}", READER)
+        assert (code, json.loads(body)["files"], json.loads(body)["owner"]) == (200, files, uid)
+        assert served.call("GET", f"{runs}/outputs/model.pt?uid={uid}", READER) == (200, model)
+    client = RegistryClient(f"http://127.0.0.1:{served.port}", READER)
+    assert client.run_archive(A, "r", "uid-r") == (
+        [("outputs/model.pt", 8), ("outputs/old-only.pt", 3)],
+        "uid-r",
+    )
+    assert client.read_run_file(A, "r", "outputs/model.pt", "uid-r") == "v1 again"
+    assert client.read_run_file(A, "r", "outputs/model.pt") == "v2"  # the name's, as it is now
+    code, text = served.call("GET", f"{runs}?uid=uid-never", READER)
+    assert code == 404 and b"no archive of run r with uid uid-never" in text
+    assert served.call("GET", f"{runs}/outputs/model.pt?uid=uid-never", READER)[0] == 404
 
 
 def test_the_authorizers_caches_are_bounded_and_expire() -> None:

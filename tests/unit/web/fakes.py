@@ -63,7 +63,8 @@ class FakeSource:
     objects: dict[str, list[Obj]] = field(default_factory=dict)
     pods_of: dict[str, list[Obj]] = field(default_factory=dict)
     logs: dict[str, list[str]] = field(default_factory=dict)
-    archives: dict[str, source.Archive] = field(default_factory=dict)
+    archives: dict[Any, source.Archive] = field(default_factory=dict)  # name, or (name, uid)
+    archive_uids: list[str | None] = field(default_factory=list)  # the uids asked for
     contents: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (run, path) -> bytes
     forbidden: set[str] = field(default_factory=set)
     acted: list[tuple[str, str, str, str]] = field(default_factory=list)
@@ -99,15 +100,20 @@ class FakeSource:
         self._check(namespace)
         return self.logs.get(pod, [])[-lines:]
 
-    def archive(self, namespace: str, name: str) -> source.Archive:
+    def archive(self, namespace: str, name: str, uid: str | None = None) -> source.Archive:
+        """``archives`` by (name, uid) for an archive of one run, else by name."""
         self._check(namespace)
-        return self.archives.get(name, source.Archive(note=source.NO_REGISTRY))
+        self.archive_uids.append(uid)
+        kept = self.archives.get((name, uid)) if uid else None
+        return kept or self.archives.get(name, source.Archive(note=source.NO_REGISTRY))
 
-    def archived_file(self, namespace: str, name: str, path: str) -> source.Download:
+    def archived_file(
+        self, namespace: str, name: str, path: str, uid: str | None = None
+    ) -> source.Download:
         """As the live source: only a file the archive lists, its bytes from
         ``contents``."""
         self._check(namespace)
-        if path not in {f.path for f in self.archive(namespace, name).files}:
+        if path not in {f.path for f in self.archive(namespace, name, uid).files}:
             raise source.Unavailable(f"the archive of run {name} has no file {path[:200]!r}")
         data = io.BytesIO(self.contents[(name, path)])
         return source.Download(len(data.getvalue()), data.read, data.close)

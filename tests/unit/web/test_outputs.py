@@ -21,6 +21,7 @@ from torchyard.web import recorded
 from torchyard.web.source import Archive, ArchivedFile
 
 MODEL = b"weights" * 1000
+DONE_UID = "0b0b0b0b-0000-4000-8000-0000000000dd"
 FILES = [
     ArchivedFile("outputs/model.pt", len(MODEL)),
     ArchivedFile(f"outputs/{SCRIPT}.txt", 3),
@@ -38,7 +39,7 @@ def with_outputs(src: FakeSource, name: str) -> FakeSource:
 
 def live_source(tmp_path: Path) -> FakeSource:
     done = run("done", phase="Succeeded", status={"model": {"name": "birds", "version": 3}})
-    done["metadata"]["uid"] = "0b0b0b0b-0000-4000-8000-0000000000dd"
+    done["metadata"]["uid"] = DONE_UID
     src = source_with_records(tmp_path)
     src.objects["team-a"].append(done)
     src.objects["team-b"] = [run(SECRET, ns="team-b")]
@@ -64,11 +65,12 @@ def test_a_runs_page_lists_its_archive_with_sizes_and_downloads(tmp_path: Path, 
         status, page, _ = await _get(client, f"/ns/team-a/runs/{name}")
         assert status == 200, page
         assert "Archived files (3)" in page
-        links = [h.split('"')[0] for h in _files(page, "team-a", name)]
+        links = [html.unescape(h.split('"')[0]) for h in _files(page, "team-a", name)]
+        uid = f"?uid={DONE_UID if name == 'done' else GONE_UID}"  # this run's archive
         assert links == [
-            f"/ns/team-a/runs/{name}/files/outputs/model.pt",
-            f"/ns/team-a/runs/{name}/files/outputs/%3Cscript%3Ealert%28%22x%22%29%3C/script%3E.txt",
-            f"/ns/team-a/runs/{name}/files/logs/node-0/metrics.jsonl",
+            f"/ns/team-a/runs/{name}/files/outputs/model.pt{uid}",
+            f"/ns/team-a/runs/{name}/files/outputs/%3Cscript%3Ealert%28%22x%22%29%3C/script%3E.txt{uid}",
+            f"/ns/team-a/runs/{name}/files/logs/node-0/metrics.jsonl{uid}",
         ]
         assert "6.8 KiB" in page and "3 B" in page  # the sizes
         assert "<script>alert" not in page
@@ -107,6 +109,32 @@ def test_a_records_page_lists_the_archive_only_when_it_is_its_runs(tmp_path: Pat
         assert "holds the live run of that name (uid 0b0b0b0b-0000-4000-8000-0000000000aa)" in page
 
     src = live_source(tmp_path)
+    call(src, body)
+
+
+def test_a_records_page_lists_its_own_runs_archive_where_the_registry_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """A later run of the name took the name's archive, and the registry moved the earlier
+    one aside: the record asks for its uid's and lists it (the registry names its owner),
+    with downloads of that uid's files."""
+
+    async def body(client: TestClient[Any, Any]) -> None:
+        _, page, _ = await _get(client, f"/ns/team-a/runs/gone/records/{GONE_UID}")
+        links = [html.unescape(h.split('"')[0]) for h in _files(page, "team-a", "gone")]
+        assert links == [f"/ns/team-a/runs/gone/files/outputs/old.pt?uid={GONE_UID}"]
+        assert "holds the live run" not in page
+        status, got, _ = await _get(client, links[0])
+        assert (status, got) == (200, "old")
+        assert src.archive_uids[-1] == GONE_UID
+
+    src = live_source(tmp_path)
+    again = run("gone", phase="Running")
+    again["metadata"]["uid"] = "0b0b0b0b-0000-4000-8000-0000000000aa"
+    src.objects["team-a"].append(again)
+    old = Archive(files=[ArchivedFile("outputs/old.pt", 3)], owner=GONE_UID)
+    src.archives[("gone", GONE_UID)] = old
+    src.contents[("gone", "outputs/old.pt")] = b"old"
     call(src, body)
 
 
@@ -152,8 +180,13 @@ HOSTILE = [
     ("/ns/team-a/runs/..%2Fteam-b/files/outputs/model.pt", 400, "not a run name"),
     ("/ns/..%2Fteam-b/runs/done/files/outputs/model.pt", 400, "not a namespace"),
     ("/ns/team-a/runs/" + "d" * 300 + "/files/outputs/model.pt", 400, "not a run name"),
-    # nothing but the path is taken
+    # nothing but the path (and the run's uid) is taken
     (RUN + "outputs/model.pt?path=..%2F..%2Fetc%2Fpasswd", 400, "unknown parameter"),
+    (RUN + "outputs/model.pt?uid=..%2F..%2Fteam-b", 400, "not a uid"),
+    (RUN + "outputs/model.pt?uid=owner", 400, "not a uid"),
+    (RUN + "outputs/model.pt?uid=" + DONE_UID.upper(), 400, "not a uid"),
+    (RUN + "outputs/model.pt?uid=" + DONE_UID + "%00", 400, "not a uid"),
+    (RUN + f"outputs/model.pt?uid={DONE_UID}&uid={GONE_UID}", 400, "more than once"),
 ]
 
 
