@@ -198,12 +198,12 @@ e2e: venv tensorboard
 	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # a real kubelet node (containerd, CNI, CoreDNS, kube-proxy) beside the control plane; root
-node: venv tools
+node: venv tools tensorboard
 	@$(PY) -m pytest -m node $(PYTEST_ARGS)
 
 # The tiers as separate pytest runs: unit+integration beside node (both mostly wait), then
 # e2e alone (tests/tiers.py); TORCHYARD_TEST_SERIAL=1: one plain pytest run instead.
-test: venv tools browser lint typecheck layers site
+test: venv tools browser mlflow tensorboard lint typecheck layers site
 	@$(PY) -m tests.tiers $(PYTEST_ARGS)
 
 # The benchmarks print each figure beside its baseline from the same run and write them to
