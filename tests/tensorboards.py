@@ -47,6 +47,56 @@ after("end")
 writer.close()
 """
 
+# The same scalars with no TensorBoard in the image (the node's PyTorch image has none):
+# event files written with the standard library, records framed as TFRecord (masked
+# CRC-32C) around Event protos encoded by hand. A step a second, ``argv[1]`` of them.
+SCALARS_STDLIB = """\
+import os, socket, struct, sys, time
+def crc32c(data, table=[]):
+    if not table:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            table.append(c)
+    c = 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+def varint(n):
+    out = b""
+    while n > 0x7F:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+def key(num, wire):
+    return varint(num << 3 | wire)
+def text(num, data):
+    return key(num, 2) + varint(len(data)) + data
+def event(step, **scalar):
+    body = key(1, 1) + struct.pack("<d", time.time()) + key(2, 0) + varint(step)
+    if not scalar:
+        return body + text(3, b"brain.Event:2")
+    [(tag, value)] = scalar.items()
+    value = text(1, tag.encode()) + key(2, 5) + struct.pack("<f", value)
+    return body + text(5, text(1, value))
+def record(data):
+    head = struct.pack("<Q", len(data))
+    return head + struct.pack("<I", masked(head)) + data + struct.pack("<I", masked(data))
+folder = os.environ["TORCHYARD_TENSORBOARD_DIR"]
+os.makedirs(folder, exist_ok=True)
+name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+with open(os.path.join(folder, name), "ab") as out:
+    out.write(record(event(0)))
+    for step in range(int(sys.argv[1])):
+        out.write(record(event(step, loss=1.0 / (step + 1))))
+        out.flush()
+        time.sleep(1)
+"""
+
 
 def venv() -> Path:
     """The venv ``make tensorboard`` installed (keyed by the lock's hash, as the Makefile)."""

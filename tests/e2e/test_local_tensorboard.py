@@ -1,6 +1,6 @@
 """``torchyard tensorboard RUN --local`` as a user runs it beside ``torchyard run --local``:
 a real TensorBoard (PyPI's, installed by ``make tensorboard``) shows the scalars a running
-run wrote to ``$TORCHYARD_TENSORBOARD_DIR``, its new ones within 10 s, and after the run
+run wrote to ``$TORCHYARD_TENSORBOARD_DIR``, its new ones as they come, and after the run
 ended the archived ones; asked over TensorBoard's HTTP API.
 
 The script writes event files with TensorBoard's own writer (it runs on the TensorBoard
@@ -39,7 +39,7 @@ def local_tensorboard(local: Local, venv_: Path, run: str) -> AbstractContextMan
     return tensorboard(venv_, local.tmp / "tensorboard", run, "--local", *local.folders())
 
 
-def test_a_running_runs_scalars_show_live_and_new_ones_within_10s_then_from_the_archive(
+def test_a_running_runs_scalars_show_live_and_new_ones_as_written_then_from_the_archive(
     local: Local, tensorboard_venv: Path
 ) -> None:
     ctl = local.tmp / "ctl"
@@ -58,7 +58,8 @@ def test_a_running_runs_scalars_show_live_and_new_ones_within_10s_then_from_the_
             wait_for("the first scalars", lambda: served.steps("scalars") == [0, 1, 2], 60)
             assert "(running)" in served.output()
             (ctl / "more").touch()
-            wait_for("the new scalars", lambda: served.steps("scalars") == list(range(6)), 10)
+            # (how soon: benchmarks/tensorboard_live.py, against TensorBoard alone)
+            wait_for("the new scalars", lambda: served.steps("scalars") == list(range(6)), 60)
         (ctl / "end").touch()
         assert run.wait(300) == 0, (local.tmp / "run.log").read_text()
     finally:

@@ -151,6 +151,15 @@ BENCHMARKS = [
         ],
     ),
     (
+        "tensorboard_live.py",
+        [
+            r"tensorboard live: \d+ steps written after both served, one a second",
+            r"\ntorchyard tensorboard +\d+\.\d\ds +\d+\.\d\ds +\d+\.\d\ds\n",
+            r"\nTensorBoard alone +\d+\.\d\ds +\d+\.\d\ds +\d+\.\d\ds\n",
+            r"target: a new scalar shown within 10 s, p95: \d+\.\d\ds \((met|not met); ratio",
+        ],
+    ),
+    (
         "ui.py",
         [
             r"seeded 200 runs, 16 node Pods, 10000 points",

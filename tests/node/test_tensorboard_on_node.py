@@ -1,21 +1,35 @@
 """``torchyard tensorboard``'s live path on a REAL kubelet: node 0's event folder comes out
 of its running Pod through the exec API as a tar stream (``sdk.tensorboard.PodSource``,
 ``k8s.pod_exec_output``): its plain files, never a link planted there; a file of a size
-already had is not read again; a Pod that has no event folder yet has nothing."""
+already had is not read again; a Pod that has no event folder yet has nothing. And the
+whole of it as a user runs it: a TrainingRun training on the real node, ``torchyard
+tensorboard RUN`` with a real TensorBoard, whose scalars API shows the run's steps and then
+the ones it writes after, while it runs."""
 
 from __future__ import annotations
 
 import textwrap
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import run_pods, wait_for, wait_status
+from tests.node import test_trainingruns as runs
 from tests.node.helpers import Pods
+from tests.node.test_failures import node_run
+from tests.tensorboards import SCALARS_STDLIB, tensorboard
+from tests.tensorboards import tensorboard_venv as tensorboard_venv  # (a fixture)
+from torchyard import k8s
 from torchyard.sdk import tensorboard as tb
 
 pytestmark = pytest.mark.node
+
+real_operator = runs.real_operator
+env = runs.env
 
 WRITER = textwrap.dedent(
     """\
@@ -60,3 +74,33 @@ def test_a_running_pods_event_files_come_out_as_plain_files_only(
 
     trainer(pods, "tb-none", write=False)
     assert tb.PodSource(namespace, "tb-none", "node Pod tb-none").read({}) == ({}, [])
+
+
+def test_a_training_runs_scalars_show_in_tensorboard_and_new_ones_as_it_writes_them(
+    cluster: Cluster, env: str, real_node: RealNode, tmp_path: Path, tensorboard_venv: Path
+) -> None:
+    ns, name = env, "scalars"
+    body = node_run(name, ns, real_node, SCALARS_STDLIB).obj()
+    body["spec"]["command"] += ["600"]  # a step a second, until the test deletes the run
+    k8s.create(body)
+    wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 180)
+    [pod] = run_pods(ns, name)
+    assert pod["spec"]["nodeName"] == real_node.name
+    kube = {"KUBECONFIG": str(cluster.kubeconfig)}
+    try:
+        with tensorboard(tensorboard_venv, tmp_path / "kept", name, "-n", ns, env=kube) as served:
+            first = wait_for("the run's first scalars", lambda: served.steps(name), 120)
+            assert first == list(range(len(first))), first
+            started = time.monotonic()
+            later = wait_for(
+                "scalars the run wrote after TensorBoard read its first ones",
+                lambda: (got := served.steps(name)) and got[-1] > first[-1] + 2 and got,
+                120,
+            )
+            print(f"\n[node] live TensorBoard: steps {first[-1]} -> {later[-1]} seen "
+                  f"{time.monotonic() - started:.1f}s later")  # fmt: skip
+            assert later == list(range(len(later))), later  # every step, in order
+            assert f"{name}: event files from node Pod" in served.output(), served.output()
+        assert k8s.get(k8s.TRAININGRUNS, ns, name)["status"]["phase"] == "Running"
+    finally:
+        k8s.delete(k8s.TRAININGRUNS, ns, name)
