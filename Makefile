@@ -212,7 +212,7 @@ test: venv tools browser mlflow tensorboard lint typecheck layers site
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
 bench: venv tools peers browser tensorboard
-	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead sweeps ui tensorboard_live; do \
+	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead sweeps ui tensorboard_live inputs_cache; do \
 	  extra=$$( [ $$b = scale ] && echo --peers ); \
 	  echo "[bench] $$b $(BENCH_ARGS) $$extra"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) $$extra || exit 1; done
 

@@ -151,6 +151,17 @@ BENCHMARKS = [
         ],
     ),
     (
+        "inputs_cache.py",
+        [
+            r"cold run: no Pod while its input was fetched: yes; node Pod \d+\.\d\ds after",
+            r"warm run created -> admitted: median \d+\.\d\ds, max \d+\.\d\ds; the same run "
+            r"with no input \d+\.\d\ds \(ratio \d+\.\d\d\); fetch Jobs 0, bytes fetched 0",
+            r"sweep of 4 trials: fetch Jobs 1 \(without the cache: 4\), fetch Pods run 1, ",
+            r"target: a warm run admitted within 5 s, fetching nothing: (met|not met); one fetch "
+            r"for the sweep: met",
+        ],
+    ),
+    (
         "tensorboard_live.py",
         [
             r"tensorboard live: \d+ steps written after both served, one a second",
