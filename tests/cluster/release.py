@@ -6,7 +6,7 @@ pushed the same way by ``make images`` / ``make chart``, by the release workflow
 One version: ``torchyard.__version__``. The chart's ``version`` and ``appVersion`` must
 equal it (``chart`` refuses otherwise; ``tests/unit/test_release.py`` checks it), the
 operator image is tagged with it, and the curated PyTorch images with the torch version
-their Dockerfile pins (``2.15-cpu``, ``2.15-cuda12``): the tags the chart's defaults name.
+their Dockerfile pins (``2.15-cpu``, ``2.15-cuda13``): the tags the chart's defaults name.
 
 - ``images``: each image is built with buildah from the local ``python`` base
   (``tests/cluster/buildah.py``: Debian packages, no Docker daemon, nothing pulled but
@@ -91,7 +91,7 @@ def release_images(repo: Path = REPO) -> list[ReleaseImage]:
     return [
         ReleaseImage("torchyard", "torchyard/torchyard", __version__),
         ReleaseImage("pytorch-cpu", "torchyard/pytorch", f"{torch('pytorch-cpu')}-cpu"),
-        ReleaseImage("pytorch-cuda", "torchyard/pytorch", f"{torch('pytorch-cuda')}-cuda12"),
+        ReleaseImage("pytorch-cuda", "torchyard/pytorch", f"{torch('pytorch-cuda')}-cuda13"),
     ]
 
 

@@ -387,7 +387,7 @@ def test_image_registry_replaces_the_registry_of_every_image_the_chart_names(hel
         "TORCHYARD_INIT_IMAGE": f"ghcr.io/torchyard/torchyard:{version}",
         "TORCHYARD_GIT_IMAGE": "alpine/git:2.47.2",
         "Environment pytorch-cpu": "ghcr.io/torchyard/pytorch:2.15-cpu",
-        "Environment pytorch-cuda": "ghcr.io/torchyard/pytorch:2.15-cuda12",
+        "Environment pytorch-cuda": "ghcr.io/torchyard/pytorch:2.15-cuda13",
     }
     # a host (first part with a "." or ":") is replaced; a Docker Hub name gets one
     expected = {

@@ -60,6 +60,22 @@ def test_curated_tags_follow_the_torch_their_dockerfile_pins() -> None:
         assert f"torch=={minor}." in text
 
 
+def test_the_cuda_tag_names_the_cuda_that_the_pinned_torch_brings() -> None:
+    """PyPI's torch wheel pulls its CUDA runtime in as a dependency (nvidia-cuda-runtime):
+    the lock, resolved with the same torch, says which; the tag says the same major."""
+    lock = {}
+    for line in (REPO / "requirements.lock").read_text().splitlines():
+        name, sep, version = line.split(";")[0].strip().partition("==")
+        if sep and not name.startswith("#"):
+            lock[name.lower()] = version.strip()
+    dockerfile = (REPO / buildah.DOCKERFILES["pytorch-cuda"]).read_text()
+    assert f"torch=={lock['torch']} " in dockerfile
+    major = lock["nvidia-cuda-runtime"].split(".")[0]
+    [image] = [i for i in release.release_images() if i.name == "pytorch-cuda"]
+    assert image.tag.endswith(f"-cuda{major}"), (image.tag, lock["nvidia-cuda-runtime"])
+    assert f"CUDA {major}" in dockerfile
+
+
 @pytest.mark.parametrize(
     "text",
     ["RUN pip install torch", "RUN pip install torch==2.1.0 torch==2.2.0", "RUN pip install x"],
