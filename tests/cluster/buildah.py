@@ -61,6 +61,9 @@ DOCKERFILES = {
     # the curated Environments, built by the release (tests/cluster/release.py) only
     "pytorch-cpu": "images/pytorch-cpu/Dockerfile",
     "pytorch-cuda": "images/pytorch-cuda/Dockerfile",
+    # the tests' PyTorch image with an MLflow client (tests/node/test_mlflow_on_node.py),
+    # built over images.ensure_pytorch_image() rather than the python base
+    "pytorch-mlflow": "tests/node/mlflow/Dockerfile",
 }
 # Never part of a build context: caches that Python and the tools leave in the tree.
 IGNORED_NAMES = re.compile(
