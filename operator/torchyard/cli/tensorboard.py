@@ -175,7 +175,12 @@ def add_tensorboard(sub: Any) -> None:
         f"torchyard: {INSTALL}.",
     )
     p.add_argument("run", nargs="?", help="the TrainingRun")
-    p.add_argument("--sweep", metavar="NAME", help="every trial of this Sweep, side by side")
+    p.add_argument(
+        "--sweep",
+        metavar="NAME",
+        help="every trial of this Sweep, side by side (those whose TrainingRun was deleted "
+        "from the registry's run records)",
+    )
     p.add_argument(
         "--local",
         action="store_true",
