@@ -285,7 +285,7 @@ def test_progress_is_mirrored_at_its_step_once_and_a_failure_ends_the_run_failed
     log = logging.getLogger("test")
     now = datetime.now(timezone.utc)
     state = tracking.start(ctx, run, {}, "img", now, log)
-    assert state is not None and state["runId"] and not state.get("error")
+    assert state is not None and state.get("runId") and not state.get("error"), state
     for i, step in enumerate((10, 20, 20)):  # the same step twice: one point
         status = {"phase": "Running", "progress": {"step": step, "metrics": {"loss": 1 / step}}}
         state = tracking.mirror(

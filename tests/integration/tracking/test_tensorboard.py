@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.builders import SweepBuilder, TrainingRunBuilder, environment
 from tests.cluster.harness import Cluster
 from tests.integration.helpers import finish_pod, run_pods, wait_for, wait_status
@@ -53,16 +55,19 @@ def finished_run(cluster: Cluster, ns: str, name: str, tmp: Path, python: Path) 
     wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Succeeded")
 
 
+@pytest.fixture
+def archiving(namespace: str, archiving_operator: Service) -> Service:
+    """The operator archiving to the registry service, the node Pods' uploads allowed,
+    and the Environment ``pytorch``."""
+    allow_default_service_account(namespace)
+    k8s.create(environment("pytorch", namespace))
+    return archiving_operator
+
+
 def test_a_finished_runs_scalars_come_from_its_archive(
-    cluster: Cluster,
-    namespace: str,
-    archiving_operator: Service,
-    tmp_path: Path,
-    tensorboard_venv: Path,
+    cluster: Cluster, namespace: str, archiving: Service, tmp_path: Path, tensorboard_venv: Path
 ) -> None:
-    ns = namespace
-    allow_default_service_account(ns)
-    k8s.create(environment("pytorch", ns))
+    ns, archiving_operator = namespace, archiving
     python = tensorboard_venv / "bin" / "python"
     finished_run(cluster, ns, "birds", tmp_path, python)
     archived = archiving_operator.root / ns / "runs" / "birds" / "outputs" / "tensorboard"
@@ -102,16 +107,10 @@ def test_a_finished_runs_scalars_come_from_its_archive(
 
 
 def test_a_sweeps_deleted_trial_comes_from_its_record_and_archive_beside_a_live_one(
-    cluster: Cluster,
-    namespace: str,
-    archiving_operator: Service,
-    tmp_path: Path,
-    tensorboard_venv: Path,
+    cluster: Cluster, namespace: str, archiving: Service, tmp_path: Path, tensorboard_venv: Path
 ) -> None:
     ns = namespace
-    allow_default_service_account(ns)
     allow_records(ns, "trainer")  # (the operator's identity here)
-    k8s.create(environment("pytorch", ns))
     trial = TrainingRunBuilder("trial").environment("pytorch").pool("cpu")
     k8s.create(SweepBuilder("tune", ns).trial(trial).trials(2, 2).seed(7).obj())
     python = tensorboard_venv / "bin" / "python"
@@ -122,7 +121,7 @@ def test_a_sweeps_deleted_trial_comes_from_its_record_and_archive_beside_a_live_
     # trial 0's TrainingRun deleted: only its record and archive are left
     cluster.kubectl("delete", "trainingrun", "tune-t0", "-n", ns, "--wait=true")
     wait_for("tune-t0 gone", lambda: k8s.get_or_none(k8s.TRAININGRUNS, ns, "tune-t0") is None)
-    options = ["-n", ns, "--registry-url", archiving_operator.url, "--service-account", "default"]
+    options = ["-n", ns, "--registry-url", archiving.url, "--service-account", "default"]
     env = {"KUBECONFIG": str(cluster.kubeconfig)}
     kept = tmp_path / "kept"
     with tensorboard(tensorboard_venv, kept, "--sweep", "tune", *options, env=env) as served:
