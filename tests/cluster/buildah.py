@@ -62,6 +62,9 @@ DOCKERFILES = {
     "pytorch-cpu": "images/pytorch-cpu/Dockerfile",
     "pytorch-cuda": "images/pytorch-cuda/Dockerfile",
 }
+# Images of the tests only (never released), each built over the base its test names: the
+# tests' PyTorch image with an MLflow client (tests/node/test_mlflow_on_node.py).
+TEST_DOCKERFILES = {"pytorch-mlflow": "tests/node/mlflow/Dockerfile"}
 # Never part of a build context: caches that Python and the tools leave in the tree.
 IGNORED_NAMES = re.compile(
     r"^(__pycache__|\.mypy_cache|\.ruff_cache|\.pytest_cache|\.hypothesis|.*\.egg-info|.*\.py[co])$"
@@ -320,10 +323,12 @@ def ensure_project_image(
     repo: Path = REPO,
     log: bool = True,
 ) -> images.Image:
-    """The image built from ``DOCKERFILES[name]`` over the local ``python`` base, cached."""
-    if name not in DOCKERFILES:
-        raise BuildError(f"no Dockerfile for {name!r}: choose one of {sorted(DOCKERFILES)}")
-    dockerfile = repo / DOCKERFILES[name]
+    """The image built from ``DOCKERFILES[name]`` (or ``TEST_DOCKERFILES[name]``) over the
+    local ``python`` base (or ``base``), cached."""
+    known = {**DOCKERFILES, **TEST_DOCKERFILES}
+    if name not in known:
+        raise BuildError(f"no Dockerfile for {name!r}: choose one of {sorted(known)}")
+    dockerfile = repo / known[name]
     base = base or images.ensure_python_image(log=log)
     if not base.is_built():
         raise BuildError(f"the base image {base.ref} is not made: {base.archive} is missing")

@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,23 +71,33 @@ def _session(args: argparse.Namespace, folder: Path) -> tb.Session:
         return tb.Session(runs, lambda r: tb.local_source(reg, work, ns, r), tb.Mirror(folder))
     connect(args)
     ns = args.namespace or clusters.default_namespace(args.kubeconfig, args.context)
-    if args.sweep:
-        sweeps.get(ns, args.sweep)  # (SweepNotFound: exit 1, said)
-        runs = tb.cluster_trials(ns, args.sweep)
-        if not runs:
-            raise CliError(f"Sweep {ns}/{args.sweep} has no trials yet", 1)
-    else:
-        runs = [args.run]
     made: list[RegistryClient] = []
 
-    def archive() -> RegistryClient:  # (only when a run's archive is read)
+    def archive() -> RegistryClient:  # (only when a run's archive or records are read)
         if not made:
             args.namespace = ns
             made.append(registry(args))
             made[0].progress = False
         return made[0]
 
+    runs = _trials(ns, args.sweep, archive) if args.sweep else [args.run]
     return tb.Session(runs, lambda r: tb.cluster_source(ns, r, archive), tb.Mirror(folder))
+
+
+def _trials(ns: str, sweep: str, archive: Callable[[], RegistryClient]) -> list[str]:
+    """A Sweep's trials: those in the cluster and those the registry recorded (their
+    TrainingRuns deleted by their TTL); a registry that cannot be read leaves the latter
+    out, said."""
+    created = sweeps.get(ns, sweep)["metadata"].get("creationTimestamp")  # (SweepNotFound)
+    try:
+        gone = tb.recorded_trials(archive(), ns, sweep, created)
+    except SYNC_ERRORS as err:
+        gone = []
+        _say([f"trials whose TrainingRuns are gone are left out: no records ({_text(err)})"])
+    runs = tb.trial_order([*tb.cluster_trials(ns, sweep), *gone])
+    if not runs:
+        raise CliError(f"Sweep {ns}/{sweep} has no trials yet", 1)
+    return runs
 
 
 def _say(lines: list[str]) -> None:
@@ -164,7 +175,12 @@ def add_tensorboard(sub: Any) -> None:
         f"torchyard: {INSTALL}.",
     )
     p.add_argument("run", nargs="?", help="the TrainingRun")
-    p.add_argument("--sweep", metavar="NAME", help="every trial of this Sweep, side by side")
+    p.add_argument(
+        "--sweep",
+        metavar="NAME",
+        help="every trial of this Sweep, side by side (those whose TrainingRun was deleted "
+        "from the registry's run records)",
+    )
     p.add_argument(
         "--local",
         action="store_true",

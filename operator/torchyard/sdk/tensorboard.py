@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
@@ -37,6 +37,7 @@ from torchyard import k8s
 from torchyard.api import wire
 from torchyard.launch_contract import TENSORBOARD_DIR_NAME
 from torchyard.planning import names
+from torchyard.records import MAX_LIMIT, Records
 from torchyard.sdk.registry import RegistryClient, RegistryError
 from torchyard.sdk.runs import TERMINAL, RunNotFound, node_pods
 
@@ -281,6 +282,36 @@ def cluster_trials(namespace: str, sweep: str) -> list[str]:
     """The trials (TrainingRuns) of a Sweep in the cluster, by name."""
     runs = k8s.list_(k8s.TRAININGRUNS, namespace, label_selector=f"{wire.LABEL_SWEEP}={sweep}")
     return sorted(r["metadata"]["name"] for r in runs)
+
+
+def recorded_trials(records: Records, namespace: str, sweep: str, since: str | None) -> list[str]:
+    """The trials of a Sweep that the registry keeps records of, their TrainingRuns deleted
+    (by their TTL) or not: those labelled with its name and created ``since`` it was (an
+    earlier Sweep of the same name had its own), by name, every page read."""
+    found: set[str] = set()
+    token: str | None = None
+    while True:
+        page = records.list_records(
+            namespace,
+            label_selector=f"{wire.LABEL_SWEEP}={sweep}",
+            since=since,
+            limit=MAX_LIMIT,
+            continue_token=token,
+        )
+        found |= {str(s.get("name")) for s in page.items if s.get("name")}
+        token = page.continue_token
+        if not token:
+            return sorted(found)
+
+
+def trial_order(names: Iterable[str]) -> list[str]:
+    """Trial names (``<sweep>-t<i>``, planning.sweeps) in their index's order."""
+
+    def index(name: str) -> tuple[int, str]:
+        tail = name.rsplit("-t", 1)[-1]
+        return (int(tail) if tail.isdigit() else -1, name)
+
+    return sorted(set(names), key=index)
 
 
 def _running(pod: Mapping[str, object]) -> bool:

@@ -71,12 +71,12 @@ def _get(url: str) -> int:
         return 0
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real MLflow tracking server on this machine, for the session."""
+@contextmanager
+def serving(store: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    """A real MLflow tracking server on ``host`` (the node tests: an address the node's
+    Pods reach), its SQLite store and artifacts in ``store``; yields its URI."""
     venv = _venv()
     assert (venv / ".complete").exists(), f"no MLflow server at {venv}: run 'make mlflow'"
-    store = tmp_path_factory.mktemp("mlflow")
     port = _free_port()
     log = (store / "server.log").open("w")
     server = subprocess.Popen(
@@ -88,16 +88,18 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "--default-artifact-root",
             str(store / "artifacts"),
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
+            "--allowed-hosts",  # (its Host header check: this address, named)
+            f"{host},{host}:{port}",
             "--workers",
             "1",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    uri = f"http://127.0.0.1:{port}"
+    uri = f"http://{host}:{port}"
     try:
         wait_for("the MLflow server", lambda: _get(f"{uri}/health") == 200, timeout=120)
         yield uri
@@ -109,6 +111,13 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             server.kill()
             server.wait(30)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real MLflow tracking server on this machine, for the session."""
+    with serving(tmp_path_factory.mktemp("mlflow")) as uri:
+        yield uri
 
 
 @contextmanager
@@ -276,7 +285,7 @@ def test_progress_is_mirrored_at_its_step_once_and_a_failure_ends_the_run_failed
     log = logging.getLogger("test")
     now = datetime.now(timezone.utc)
     state = tracking.start(ctx, run, {}, "img", now, log)
-    assert state is not None and state["runId"] and not state.get("error")
+    assert state is not None and state.get("runId") and not state.get("error"), state
     for i, step in enumerate((10, 20, 20)):  # the same step twice: one point
         status = {"phase": "Running", "progress": {"step": step, "metrics": {"loss": 1 / step}}}
         state = tracking.mirror(

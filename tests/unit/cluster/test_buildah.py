@@ -30,6 +30,19 @@ def test_the_operator_dockerfile_reads_these_repository_paths() -> None:
     ]
 
 
+def test_the_mlflow_test_image_reads_only_its_pinned_client_and_is_never_released() -> None:
+    path = buildah.TEST_DOCKERFILES["pytorch-mlflow"]
+    assert "pytorch-mlflow" not in buildah.DOCKERFILES  # (the release builds those)
+    assert buildah.dockerfile_sources((REPO / path).read_text()) == [
+        "tests/node/mlflow/requirements.lock"
+    ]
+    pins = (REPO / "tests/node/mlflow/requirements.lock").read_text().splitlines()
+    server = (REPO / "tests/integration/tracking/requirements.lock").read_text().splitlines()
+    [client] = [line for line in server if line.startswith("mlflow-skinny==")]
+    assert client in pins  # the server's own version
+    assert all("==" in line for line in pins if line and not line.startswith("#"))
+
+
 def test_sources_of_other_stages_and_continued_lines() -> None:
     text = "FROM x AS a\nCOPY --chown=1:1 a.txt \\\n  b/ /dst/\nCOPY --from=a /wheels /wheels\n"
     assert buildah.dockerfile_sources(text) == ["a.txt", "b"]

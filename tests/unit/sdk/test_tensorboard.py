@@ -8,10 +8,14 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
+from torchyard import records
+from torchyard.api import wire
+from torchyard.records import FolderRecords
 from torchyard.sdk import tensorboard as tb
 from torchyard.sdk.runs import RunNotFound
 
@@ -213,3 +217,51 @@ def test_a_run_read_whole_from_a_source_that_ended_is_not_asked_again(tmp_path: 
     assert session.step()[0] is False
     assert session.step() == (False, [])
     assert asked == ["r"]
+
+
+def trial_record(name: str, i: int, created: str, **labels: str) -> records.Record:
+    body = {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": f"{i:08d}-0000-4000-8000-000000000000",
+            "creationTimestamp": created,
+            "labels": labels,
+        },
+        "spec": {},
+        "status": {"phase": "Succeeded"},
+    }
+    return records.trainingrun_record(body, [], [], {}, datetime.now(timezone.utc))
+
+
+def test_a_sweeps_recorded_trials_are_its_own_on_every_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records of trials whose TrainingRuns are gone: labelled with the Sweep's name and
+    created since it was (an earlier Sweep of that name had its own), read page by page."""
+    monkeypatch.setattr(tb, "MAX_LIMIT", 2)
+    folder = FolderRecords(tmp_path)
+    sweep = {wire.LABEL_SWEEP: "tune"}
+    for i, (name, created, labels) in enumerate(
+        [
+            ("tune-t0", "2026-03-01T12:00:05Z", sweep),
+            ("tune-t1", "2026-03-01T12:00:06Z", sweep),
+            ("tune-t1", "2026-03-01T12:00:09Z", sweep),  # made again: one trial
+            ("tune-t10", "2026-03-01T12:03:00Z", sweep),
+            ("tune-t2", "2026-03-01T12:00:00Z", sweep),  # the second the Sweep was made
+            ("tune-t3", "2026-03-01T11:59:59Z", sweep),  # the earlier Sweep's
+            ("tune-t4", "2026-03-01T12:00:07Z", {}),  # a run of that name, no trial
+            ("tuned-t0", "2026-03-01T12:00:07Z", {wire.LABEL_SWEEP: "tuned"}),
+        ]
+    ):
+        folder.write(trial_record(name, i, created, **labels))
+    found = tb.recorded_trials(folder, "team-a", "tune", "2026-03-01T12:00:00Z")
+    assert found == ["tune-t0", "tune-t1", "tune-t10", "tune-t2"]
+    assert tb.trial_order([*found, "tune-t1", "tune-t5"]) == [
+        "tune-t0",
+        "tune-t1",
+        "tune-t2",
+        "tune-t5",
+        "tune-t10",
+    ]
+    assert tb.recorded_trials(folder, "team-b", "tune", None) == []
