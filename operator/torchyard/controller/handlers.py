@@ -14,7 +14,10 @@ GPUs are watched for it too), primed by one list at start-up; when what admissio
 changed, :func:`admission_loop` runs an admission pass (``admission.run_pass``) and
 queues the runs it admitted or moved in their pool's queue. An event that only brings
 back this operator's own write (a run's status, a Pod it created: same resourceVersion)
-queues nothing. With ``controller.operators`` the only module that imports kopf.
+queues nothing. The held reads (``reads``) get every TrainingRun from an index handler,
+which Kopf runs for each listed run before any event handler: once an event handler runs,
+a Sweep's trials are read from them. With ``controller.operators`` the only module that
+imports kopf.
 """
 
 from __future__ import annotations
@@ -289,6 +292,22 @@ def _seen(memo: Any, res: k8s.Resource, type_: str | None, body: Mapping[str, An
         held.seen(res, type_, dict(body))
 
 
+@kopf.index(api.GROUP, api.VERSION, "trainingruns")
+async def trainingrun_held(body: Mapping[str, Any], memo: Any, **_: Any) -> None:
+    """Each TrainingRun event but a deletion hands the run to the held reads (``reads``;
+    ``trainingrun_event`` hands over the deletions), and indexes nothing. As an index
+    handler it runs for every run Kopf's watch listed before any event handler runs, so
+    the first event handler may say that the held runs are complete
+    (:func:`_runs_listed`): a Sweep's trials are read from them from then on."""
+    _seen(memo, k8s.TRAININGRUNS, None, body)
+
+
+def _runs_listed(memo: Any) -> None:
+    held = memo.get("reads")
+    if held is not None and not held.runs_listed.is_set():
+        held.runs_listed.set()
+
+
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
 async def trainingrun_event(
     type: str,
@@ -300,7 +319,9 @@ async def trainingrun_event(
     memo: Any,
     **_: Any,
 ) -> None:
-    _seen(memo, k8s.TRAININGRUNS, type, body)
+    _runs_listed(memo)
+    if type == "DELETED":
+        _seen(memo, k8s.TRAININGRUNS, type, body)  # the others came by trainingrun_held
     sweep = (meta.get("labels") or {}).get(wire.LABEL_SWEEP)
     if sweep and _trial_changed(memo, type, namespace, name, body):
         _enqueue(memo, "Sweep", namespace, str(sweep))  # it reads its trials' status
@@ -355,6 +376,7 @@ async def sweep_event(
     memo: Any,
     **_: Any,
 ) -> None:
+    _runs_listed(memo)
     if type == "DELETED":
         _deleted(memo, "Sweep", namespace, name, body)
     elif not _own_write(memo, ("Sweep", namespace or "", name), meta):

@@ -149,3 +149,23 @@ def test_a_trial_queues_its_sweep_only_when_what_the_sweep_reads_of_it_changed()
     assert trial_event(memo, running) == sweep
     assert trial_event(memo, running, "DELETED") == sweep
     assert trial_event(memo, running, "ADDED") == sweep  # a namesake made again
+
+
+def test_runs_are_held_by_the_index_handler_and_trials_read_from_them_once_listed() -> None:
+    """Kopf runs the index handler of every listed run before any event handler, so the
+    first event handler says the held runs are complete: a Sweep's trials are then listed
+    from them (the API here fails on any call)."""
+    memo = operator_memo([], [])
+    waiting = trial("Queued")
+    assert asyncio.run(handlers.trainingrun_held(body=copy.deepcopy(waiting), memo=memo)) is None
+    assert not memo.reads.runs_listed.is_set()
+    assert memo.reads.names(k8s.TRAININGRUNS, NS) == ["tune-t7"]
+    asyncio.run(
+        handlers.sweep_event(type=None, name="tune", namespace=NS, meta={}, body={}, memo=memo)
+    )
+    assert memo.reads.runs_listed.is_set()
+    selector = f"{wire.LABEL_SWEEP}=tune"
+    [held] = memo.reads.list_(k8s.TRAININGRUNS, NS, label_selector=selector)
+    assert held["status"]["phase"] == "Queued"
+    trial_event(memo, waiting, "DELETED")  # the deletion comes by the event handler
+    assert memo.reads.list_(k8s.TRAININGRUNS, NS, label_selector=selector) == []
