@@ -58,6 +58,9 @@ WORKERS = 16
 STATUS_WORKERS = 4
 # After the first event of a burst, the admission pass waits this long for the rest.
 ADMISSION_DEBOUNCE_SECONDS = 0.02
+# How long the runs an admission pass moved in their queue wait when it also admitted a
+# run (``after_pass``): their new place is shown a moment later, the gang is placed first.
+MOVED_DELAY_SECONDS = 2.0
 logger = logging.getLogger("torchyard.controller")
 
 
@@ -239,10 +242,21 @@ async def admission_loop(
         except Exception:  # a bug: say it loudly, and try again on the next event
             logger.exception("the admission pass failed")
             continue
-        for key in passed.admitted:  # their gates are lifted by their reconcile: at once
-            queue.add(key, lane=workqueue.STATUS)
-        for key in passed.moved:  # a new place in the queue: behind the events
-            queue.add(key, lane=workqueue.BACKGROUND)
+        for key, delay, lane in after_pass(passed):
+            queue.add(key, delay, lane)
+
+
+def after_pass(passed: admission.Passed) -> list[tuple[context.Key, float, int]]:
+    """What an admission pass queues, (key, delay, lane): the runs it admitted at once on
+    the status lane (their reconcile lifts their gates), then those it moved in their
+    queue on the background lane (a new ``status.queue.position``), ``MOVED_DELAY_SECONDS``
+    later when it admitted a run: a freed slot moves up to 50 waiting runs, and their
+    status writes would take the CPU the admitted gang's reconcile needs."""
+    delay = MOVED_DELAY_SECONDS if passed.admitted else 0.0
+    return [
+        *((key, 0.0, workqueue.STATUS) for key in passed.admitted),
+        *((key, delay, workqueue.BACKGROUND) for key in passed.moved),
+    ]
 
 
 async def outside_refresh(ctx: context.Context, namespaces: list[str], wake: asyncio.Event) -> None:

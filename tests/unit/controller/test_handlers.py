@@ -13,7 +13,7 @@ from tests.unit.controller.test_admission_pass import gang_pod
 from tests.unit.controller.world import NS, env, gpu_node
 from torchyard import k8s
 from torchyard.api import wire
-from torchyard.controller import context, handlers, reads, workqueue
+from torchyard.controller import admission, context, handlers, reads, workqueue
 
 
 class NoApi:
@@ -169,3 +169,20 @@ def test_runs_are_held_by_the_index_handler_and_trials_read_from_them_once_liste
     assert held["status"]["phase"] == "Queued"
     trial_event(memo, waiting, "DELETED")  # the deletion comes by the event handler
     assert memo.reads.list_(k8s.TRAININGRUNS, NS, label_selector=selector) == []
+
+
+def test_a_pass_that_admitted_a_gang_shows_the_others_new_places_a_moment_later() -> None:
+    """The admitted run's reconcile (its gates lifted) goes first; the runs that moved up
+    the queue (their position written) wait a moment when a gang was admitted, so that
+    their status writes do not take its CPU; with no gang admitted they go at once."""
+    admitted = [("TrainingRun", NS, "next")]
+    moved = [("TrainingRun", NS, f"r{i}") for i in range(3)]
+    delay = handlers.MOVED_DELAY_SECONDS
+    assert delay > 0
+    assert handlers.after_pass(admission.Passed(admitted, moved)) == [
+        (admitted[0], 0.0, workqueue.STATUS),
+        *((key, delay, workqueue.BACKGROUND) for key in moved),
+    ]
+    assert handlers.after_pass(admission.Passed([], moved)) == [
+        (key, 0.0, workqueue.BACKGROUND) for key in moved
+    ]
