@@ -390,11 +390,11 @@ async def sweep_event(
     memo: Any,
     **_: Any,
 ) -> None:
-    _runs_listed(memo)
     if type == "DELETED":
         _deleted(memo, "Sweep", namespace, name, body)
     elif not _own_write(memo, ("Sweep", namespace or "", name), meta):
         _enqueue(memo, "Sweep", namespace, name)
+    _runs_listed(memo)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "environments")
