@@ -47,6 +47,7 @@ from torchyard.planning import inputs as run_inputs
 from torchyard.planning import names, pods
 from torchyard.planning import tracking as run_tracking
 from torchyard.status import exclusions
+from torchyard.status import sweeps as sweep_status
 from torchyard.tuning import sweep_trials
 
 # Work queue workers: a reconcile mostly waits on the apiserver (a new run's is about six
@@ -61,6 +62,9 @@ ADMISSION_DEBOUNCE_SECONDS = 0.02
 # How long the runs an admission pass moved in their queue wait when it also admitted a
 # run (``after_pass``): their new place is shown a moment later, the gang is placed first.
 MOVED_DELAY_SECONDS = 2.0
+# How long a trial's change waits to queue its Sweep when all the Sweep does then is keep
+# its books (``_sweep_delay``).
+SETTLED_SWEEP_DELAY_SECONDS = 2.0
 logger = logging.getLogger("torchyard.controller")
 
 
@@ -178,6 +182,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.queue = queue
     memo.ctx = ctx
     memo.sweep_reads = {}  # (namespace, trial) -> sweep_trials.sweep_reads of its last event
+    memo.settled_sweeps = {}  # (namespace, sweep) -> status.sweeps.settled of its last event
     memo.admission_wake = asyncio.Event()
     memo.admission_wake.set()
     memo.tasks = [asyncio.create_task(workqueue.worker(queue, ctx)) for _ in range(WORKERS)]
@@ -285,11 +290,16 @@ def _cache_event(memo: Any, kind: str, type_: str | None, body: Mapping[str, Any
 
 
 def _enqueue(
-    memo: Any, kind: str, namespace: str | None, name: str, lane: int = workqueue.EVENTS
+    memo: Any,
+    kind: str,
+    namespace: str | None,
+    name: str,
+    lane: int = workqueue.EVENTS,
+    delay: float = 0.0,
 ) -> None:
     queue = memo.get("queue")
     if queue is not None and namespace:
-        queue.add((kind, namespace, name), lane=lane)
+        queue.add((kind, namespace, name), delay, lane)
 
 
 def _own_write(memo: Any, key: context.Key, meta: Mapping[str, Any]) -> bool:
@@ -338,7 +348,7 @@ async def trainingrun_event(
         _seen(memo, k8s.TRAININGRUNS, type, body)  # the others came by trainingrun_held
     sweep = (meta.get("labels") or {}).get(wire.LABEL_SWEEP)
     if sweep and _trial_changed(memo, type, namespace, name, body):
-        _enqueue(memo, "Sweep", namespace, str(sweep))  # it reads its trials' status
+        _enqueue(memo, "Sweep", namespace, str(sweep), delay=_sweep_delay(memo, namespace, sweep))
     if namespace:
         phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
         telemetry.run_phase(namespace, name, phase)
@@ -346,6 +356,16 @@ async def trainingrun_event(
         _deleted(memo, "TrainingRun", namespace, name, body)
     elif not _own_write(memo, ("TrainingRun", namespace or "", name), meta):
         _enqueue(memo, "TrainingRun", namespace, name)
+
+
+def _sweep_delay(memo: Any, namespace: str | None, sweep: str) -> float:
+    """How soon a trial's change queues its Sweep (which reads its trials' status): at
+    once, but ``SETTLED_SWEEP_DELAY_SECONDS`` later for a sweep whose last status said its
+    next reconcile only keeps its books (``status.sweeps.settled``: every trial made, none
+    paused), so that the gang admitted into the slot a trial freed is placed first, and
+    the burst of its trials' events is one reconcile."""
+    settled = memo.get("settled_sweeps") or {}
+    return SETTLED_SWEEP_DELAY_SECONDS if settled.get((namespace or "", sweep)) else 0.0
 
 
 def _trial_changed(
@@ -386,10 +406,14 @@ async def sweep_event(
     name: str,
     namespace: str | None,
     meta: Mapping[str, Any],
+    status: Mapping[str, Any],
     body: Mapping[str, Any],
     memo: Any,
     **_: Any,
 ) -> None:
+    settled = memo.get("settled_sweeps")
+    if settled is not None:
+        settled[(namespace or "", name)] = type != "DELETED" and sweep_status.settled(status)
     if type == "DELETED":
         _deleted(memo, "Sweep", namespace, name, body)
     elif not _own_write(memo, ("Sweep", namespace or "", name), meta):

@@ -33,6 +33,7 @@ def operator_memo(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ko
     memo.queue = workqueue.WorkQueue()
     memo.admission_wake = asyncio.Event()
     memo.sweep_reads = {}
+    memo.settled_sweeps = {}
     return memo
 
 
@@ -161,7 +162,9 @@ def test_runs_are_held_by_the_index_handler_and_trials_read_from_them_once_liste
     assert not memo.reads.runs_listed.is_set()
     assert memo.reads.names(k8s.TRAININGRUNS, NS) == ["tune-t7"]
     asyncio.run(
-        handlers.sweep_event(type=None, name="tune", namespace=NS, meta={}, body={}, memo=memo)
+        handlers.sweep_event(
+            type=None, name="tune", namespace=NS, meta={}, status={}, body={}, memo=memo
+        )
     )
     assert memo.reads.runs_listed.is_set()
     selector = f"{wire.LABEL_SWEEP}=tune"
@@ -186,3 +189,36 @@ def test_a_pass_that_admitted_a_gang_shows_the_others_new_places_a_moment_later(
     assert handlers.after_pass(admission.Passed([], moved)) == [
         (key, 0.0, workqueue.BACKGROUND) for key in moved
     ]
+
+
+def sweep_seen(memo: kopf.Memo, status: dict[str, Any]) -> None:
+    """The Sweep ``tune``'s event with ``status`` (its own status write: nothing queued)."""
+    asyncio.run(
+        handlers.sweep_event(
+            type="MODIFIED",
+            name="tune",
+            namespace=NS,
+            meta={"resourceVersion": "5"},
+            status=status,
+            body={"status": status},
+            memo=memo,
+        )
+    )
+
+
+def test_a_trials_change_queues_a_settled_sweep_a_moment_later_else_at_once() -> None:
+    """A sweep whose every trial is made (none paused) only keeps its books when a trial
+    ends: it is queued a moment later, after the gang admitted into the freed place, and
+    the burst of its trials' events is one reconcile; one with trials left to make is
+    queued at once (it makes the next)."""
+    memo = operator_memo([], [])
+    now = [100.0]
+    memo.queue = workqueue.WorkQueue(clock=lambda: now[0])
+    memo.ctx.written[("Sweep", NS, "tune")] = "5"
+    sweep = [("Sweep", NS, "tune")]
+    sweep_seen(memo, {"phase": "Running", "trials": {"planned": 500, "created": 40}})
+    assert trial_event(memo, trial("Running", startTime="2026-11-27T10:00:00Z")) == sweep
+    sweep_seen(memo, {"phase": "Running", "trials": {"planned": 500, "created": 500}})
+    assert trial_event(memo, trial("Succeeded", startTime="2026-11-27T10:00:00Z")) == []
+    now[0] += handlers.SETTLED_SWEEP_DELAY_SECONDS
+    assert queued(memo) == sweep
