@@ -406,14 +406,14 @@ async def sweep_event(
     name: str,
     namespace: str | None,
     meta: Mapping[str, Any],
-    status: Mapping[str, Any],
     body: Mapping[str, Any],
     memo: Any,
     **_: Any,
 ) -> None:
     settled = memo.get("settled_sweeps")
     if settled is not None:
-        settled[(namespace or "", name)] = type != "DELETED" and sweep_status.settled(status)
+        done = type != "DELETED" and sweep_status.settled(body.get("status"))
+        settled[(namespace or "", name)] = done
     if type == "DELETED":
         _deleted(memo, "Sweep", namespace, name, body)
     elif not _own_write(memo, ("Sweep", namespace or "", name), meta):

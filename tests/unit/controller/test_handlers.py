@@ -162,9 +162,7 @@ def test_runs_are_held_by_the_index_handler_and_trials_read_from_them_once_liste
     assert not memo.reads.runs_listed.is_set()
     assert memo.reads.names(k8s.TRAININGRUNS, NS) == ["tune-t7"]
     asyncio.run(
-        handlers.sweep_event(
-            type=None, name="tune", namespace=NS, meta={}, status={}, body={}, memo=memo
-        )
+        handlers.sweep_event(type=None, name="tune", namespace=NS, meta={}, body={}, memo=memo)
     )
     assert memo.reads.runs_listed.is_set()
     selector = f"{wire.LABEL_SWEEP}=tune"
@@ -199,7 +197,6 @@ def sweep_seen(memo: kopf.Memo, status: dict[str, Any]) -> None:
             name="tune",
             namespace=NS,
             meta={"resourceVersion": "5"},
-            status=status,
             body={"status": status},
             memo=memo,
         )
