@@ -14,7 +14,10 @@ GPUs are watched for it too), primed by one list at start-up; when what admissio
 changed, :func:`admission_loop` runs an admission pass (``admission.run_pass``) and
 queues the runs it admitted or moved in their pool's queue. An event that only brings
 back this operator's own write (a run's status, a Pod it created: same resourceVersion)
-queues nothing. With ``controller.operators`` the only module that imports kopf.
+queues nothing. The held reads (``reads``) get every TrainingRun from an index handler,
+which Kopf runs for each listed run before any event handler: once an event handler runs,
+a Sweep's trials are read from them. With ``controller.operators`` the only module that
+imports kopf.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from torchyard.planning import inputs as run_inputs
 from torchyard.planning import names, pods
 from torchyard.planning import tracking as run_tracking
 from torchyard.status import exclusions
+from torchyard.status import sweeps as sweep_status
 from torchyard.tuning import sweep_trials
 
 # Work queue workers: a reconcile mostly waits on the apiserver (a new run's is about six
@@ -55,6 +59,12 @@ WORKERS = 16
 STATUS_WORKERS = 4
 # After the first event of a burst, the admission pass waits this long for the rest.
 ADMISSION_DEBOUNCE_SECONDS = 0.02
+# How long the runs an admission pass moved in their queue wait when it also admitted a
+# run (``after_pass``): their new place is shown a moment later, the gang is placed first.
+MOVED_DELAY_SECONDS = 2.0
+# How long a trial's change waits to queue its Sweep when all the Sweep does then is keep
+# its books (``_sweep_delay``).
+SETTLED_SWEEP_DELAY_SECONDS = 2.0
 logger = logging.getLogger("torchyard.controller")
 
 
@@ -172,6 +182,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.queue = queue
     memo.ctx = ctx
     memo.sweep_reads = {}  # (namespace, trial) -> sweep_trials.sweep_reads of its last event
+    memo.settled_sweeps = {}  # (namespace, sweep) -> status.sweeps.settled of its last event
     memo.admission_wake = asyncio.Event()
     memo.admission_wake.set()
     memo.tasks = [asyncio.create_task(workqueue.worker(queue, ctx)) for _ in range(WORKERS)]
@@ -236,10 +247,21 @@ async def admission_loop(
         except Exception:  # a bug: say it loudly, and try again on the next event
             logger.exception("the admission pass failed")
             continue
-        for key in passed.admitted:  # their gates are lifted by their reconcile: at once
-            queue.add(key, lane=workqueue.STATUS)
-        for key in passed.moved:  # a new place in the queue: behind the events
-            queue.add(key, lane=workqueue.BACKGROUND)
+        for key, delay, lane in after_pass(passed):
+            queue.add(key, delay, lane)
+
+
+def after_pass(passed: admission.Passed) -> list[tuple[context.Key, float, int]]:
+    """What an admission pass queues, (key, delay, lane): the runs it admitted at once on
+    the status lane (their reconcile lifts their gates), then those it moved in their
+    queue on the background lane (a new ``status.queue.position``), ``MOVED_DELAY_SECONDS``
+    later when it admitted a run: a freed slot moves up to 50 waiting runs, and their
+    status writes would take the CPU the admitted gang's reconcile needs."""
+    delay = MOVED_DELAY_SECONDS if passed.admitted else 0.0
+    return [
+        *((key, 0.0, workqueue.STATUS) for key in passed.admitted),
+        *((key, delay, workqueue.BACKGROUND) for key in passed.moved),
+    ]
 
 
 async def outside_refresh(ctx: context.Context, namespaces: list[str], wake: asyncio.Event) -> None:
@@ -268,11 +290,16 @@ def _cache_event(memo: Any, kind: str, type_: str | None, body: Mapping[str, Any
 
 
 def _enqueue(
-    memo: Any, kind: str, namespace: str | None, name: str, lane: int = workqueue.EVENTS
+    memo: Any,
+    kind: str,
+    namespace: str | None,
+    name: str,
+    lane: int = workqueue.EVENTS,
+    delay: float = 0.0,
 ) -> None:
     queue = memo.get("queue")
     if queue is not None and namespace:
-        queue.add((kind, namespace, name), lane=lane)
+        queue.add((kind, namespace, name), delay, lane)
 
 
 def _own_write(memo: Any, key: context.Key, meta: Mapping[str, Any]) -> bool:
@@ -289,6 +316,22 @@ def _seen(memo: Any, res: k8s.Resource, type_: str | None, body: Mapping[str, An
         held.seen(res, type_, dict(body))
 
 
+@kopf.index(api.GROUP, api.VERSION, "trainingruns")
+async def trainingrun_held(body: Mapping[str, Any], memo: Any, **_: Any) -> None:
+    """Each TrainingRun event but a deletion hands the run to the held reads (``reads``;
+    ``trainingrun_event`` hands over the deletions), and indexes nothing. As an index
+    handler it runs for every run Kopf's watch listed before any event handler runs, so
+    the first event handler may say that the held runs are complete
+    (:func:`_runs_listed`): a Sweep's trials are read from them from then on."""
+    _seen(memo, k8s.TRAININGRUNS, None, body)
+
+
+def _runs_listed(memo: Any) -> None:
+    held = memo.get("reads")
+    if held is not None and not held.runs_listed.is_set():
+        held.runs_listed.set()
+
+
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
 async def trainingrun_event(
     type: str,
@@ -300,10 +343,12 @@ async def trainingrun_event(
     memo: Any,
     **_: Any,
 ) -> None:
-    _seen(memo, k8s.TRAININGRUNS, type, body)
+    _runs_listed(memo)
+    if type == "DELETED":
+        _seen(memo, k8s.TRAININGRUNS, type, body)  # the others came by trainingrun_held
     sweep = (meta.get("labels") or {}).get(wire.LABEL_SWEEP)
     if sweep and _trial_changed(memo, type, namespace, name, body):
-        _enqueue(memo, "Sweep", namespace, str(sweep))  # it reads its trials' status
+        _enqueue(memo, "Sweep", namespace, str(sweep), delay=_sweep_delay(memo, namespace, sweep))
     if namespace:
         phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
         telemetry.run_phase(namespace, name, phase)
@@ -311,6 +356,16 @@ async def trainingrun_event(
         _deleted(memo, "TrainingRun", namespace, name, body)
     elif not _own_write(memo, ("TrainingRun", namespace or "", name), meta):
         _enqueue(memo, "TrainingRun", namespace, name)
+
+
+def _sweep_delay(memo: Any, namespace: str | None, sweep: str) -> float:
+    """How soon a trial's change queues its Sweep (which reads its trials' status): at
+    once, but ``SETTLED_SWEEP_DELAY_SECONDS`` later for a sweep whose last status said its
+    next reconcile only keeps its books (``status.sweeps.settled``: every trial made, none
+    paused), so that the gang admitted into the slot a trial freed is placed first, and
+    the burst of its trials' events is one reconcile."""
+    settled = memo.get("settled_sweeps") or {}
+    return SETTLED_SWEEP_DELAY_SECONDS if settled.get((namespace or "", sweep)) else 0.0
 
 
 def _trial_changed(
@@ -355,10 +410,15 @@ async def sweep_event(
     memo: Any,
     **_: Any,
 ) -> None:
+    settled = memo.get("settled_sweeps")
+    if settled is not None:
+        done = type != "DELETED" and sweep_status.settled(body.get("status"))
+        settled[(namespace or "", name)] = done
     if type == "DELETED":
         _deleted(memo, "Sweep", namespace, name, body)
     elif not _own_write(memo, ("Sweep", namespace or "", name), meta):
         _enqueue(memo, "Sweep", namespace, name)
+    _runs_listed(memo)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "environments")

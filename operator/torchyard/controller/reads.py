@@ -12,7 +12,11 @@ were a third of the apiserver's work. :class:`WatchedReads` wraps ``torchyard.k8
 - ``list_`` of a run's Pods (``labelSelector=torchyard.dev/run=<run>`` in a watched
   namespace) from the Pods the operator's own Pod watch delivered (``pod_watch``, which
   hands them here on its thread before their run is queued) and this operator's writes,
-  once that watch has listed every namespace (:attr:`WatchedReads.pods_listed`).
+  once that watch has listed every namespace (:attr:`WatchedReads.pods_listed`);
+- ``list_`` of a Sweep's trials (TrainingRuns, ``labelSelector=torchyard.dev/sweep=<sweep>``
+  in a watched namespace) from the held TrainingRuns, once Kopf's TrainingRun watch has
+  listed them all (:attr:`WatchedReads.runs_listed`, set by ``handlers``): a Sweep of
+  hundreds of trials does not list and parse them all from the apiserver each reconcile.
 
 Everything else goes to the apiserver. A copy is replaced only by a newer one (by
 ``resourceVersion``), so a watch event that was on its way while this operator wrote
@@ -35,13 +39,16 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from torchyard import k8s
+from torchyard.api import wire
 from torchyard.controller import context
 from torchyard.planning import names
 
 _HELD = {k8s.TRAININGRUNS.plural: k8s.TRAININGRUNS, k8s.ENVIRONMENTS.plural: k8s.ENVIRONMENTS}
 _Key = tuple[str, str, str]  # (plural, namespace, name)
 _TOMBSTONES = 10_000
-_RUN_SELECTOR = f"{names.LABEL_RUN}="
+# The label that groups the held objects of a kind for ``list_``: a Pod by its run, a
+# TrainingRun by its Sweep (a trial).
+_GROUPED_BY = {k8s.PODS.plural: names.LABEL_RUN, k8s.TRAININGRUNS.plural: wire.LABEL_SWEEP}
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
@@ -56,7 +63,7 @@ def _key(plural: str, obj: Mapping[str, Any]) -> _Key:
 
 class _Held(NamedTuple):
     version: int | None
-    run: str | None  # a Pod's run label
+    group: str | None  # a Pod's run label, a trial's Sweep label (``_GROUPED_BY``)
     text: str  # the object (less its managedFields) as compact JSON
 
     def parse(self) -> dict[str, Any]:
@@ -77,10 +84,14 @@ class WatchedReads:
         self.inner = inner
         self.namespaces = frozenset(namespaces)  # empty: every namespace is watched
         self.pods_listed = threading.Event()  # set by ``handlers`` once pod_watch listed
+        # set by ``handlers`` once Kopf's TrainingRun watch listed every run (and each
+        # listed run was handed here)
+        self.runs_listed = threading.Event()
         self._lock = threading.Lock()
         self._objects: dict[_Key, _Held] = {}
         self._gone: dict[_Key, int | None] = {}  # deleted: the version it was deleted at
-        self._by_run: dict[tuple[str, str], set[str]] = {}  # (namespace, run) -> Pod names
+        # (plural, namespace, group label) -> names: a run's Pods, a Sweep's trials
+        self._groups: dict[_Key, set[str]] = {}
         # Pods this operator asked to delete, by key: their uid (a namesake is another Pod)
         self._deleting: dict[_Key, str] = {}
 
@@ -150,15 +161,16 @@ class WatchedReads:
         self, res: k8s.Resource, namespace: str | None = None, **selectors: str | None
     ) -> list[dict[str, Any]]:
         """``k8s.list_`` (``label_selector``, ``field_selector``, passed on as they are): a
-        run's Pods from the held ones when they can answer, else the API's answer."""
-        run = self._run_of(
+        run's Pods or a Sweep's trials from the held ones when they can answer, else the
+        API's answer."""
+        group = self._group_of(
             res, namespace, selectors.get("label_selector"), selectors.get("field_selector")
         )
-        if run is None or namespace is None:
+        if group is None or namespace is None:
             return self.inner.list_(res, namespace, **selectors)
         with self._lock:
-            members = sorted(self._by_run.get((namespace, run), ()))
-            return [self._objects[(k8s.PODS.plural, namespace, n)].parse() for n in members]
+            members = sorted(self._groups.get((res.plural, namespace, group), ()))
+            return [self._objects[(res.plural, namespace, n)].parse() for n in members]
 
     def apply(
         self, manifest: dict[str, Any], *, field_manager: str = k8s.FIELD_MANAGER, **kw: Any
@@ -233,21 +245,24 @@ class WatchedReads:
     def _watches(self, namespace: str | None) -> bool:
         return bool(namespace) and (not self.namespaces or namespace in self.namespaces)
 
-    def _run_of(
+    def _group_of(
         self,
         res: k8s.Resource,
         namespace: str | None,
         label_selector: str | None,
         field_selector: str | None,
     ) -> str | None:
-        """The run whose Pods ``list_`` asks for, when the held Pods can answer it."""
-        if res.plural != k8s.PODS.plural or field_selector or not label_selector:
+        """The run whose Pods, or the Sweep whose trials, ``list_`` asks for, when the
+        held objects can answer it: the selector is that one label, and the watch that
+        feeds them has listed them all."""
+        label = _GROUPED_BY.get(res.plural)
+        if label is None or field_selector or not label_selector:
             return None
-        if not label_selector.startswith(_RUN_SELECTOR) or "," in label_selector:
-            return None
-        if not self.pods_listed.is_set() or not self._watches(namespace):
-            return None
-        return label_selector[len(_RUN_SELECTOR) :] or None
+        return _selected(label, label_selector) if self._listed(res, namespace) else None
+
+    def _listed(self, res: k8s.Resource, namespace: str | None) -> bool:
+        listed = self.pods_listed if res.plural == k8s.PODS.plural else self.runs_listed
+        return listed.is_set() and self._watches(namespace)
 
     def _put(self, plural: str, obj: Mapping[str, Any]) -> None:
         key = _key(plural, obj)
@@ -262,7 +277,6 @@ class WatchedReads:
             if gone is not None and (new is None or new <= gone):
                 return  # a late event of an object already deleted
             del self._gone[key]
-        run = None
         if key in self._deleting:
             meta = obj.get("metadata") or {}
             if self._deleting[key] != str(meta.get("uid") or ""):
@@ -271,11 +285,12 @@ class WatchedReads:
                 # An event that was on its way when this operator deleted the Pod: it
                 # is still being deleted (its delete is not sent again).
                 obj = {**obj, "metadata": {**meta, "deletionTimestamp": _now()}}
-        if plural == k8s.PODS.plural:
-            run = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_RUN)
-            if run:
-                self._by_run.setdefault((key[1], run), set()).add(key[2])
-        self._objects[key] = _Held(new, run, _text(_slim(obj)))
+        group = _group(plural, obj)
+        if held is not None and held.group != group:
+            self._ungroup(plural, key, held.group)
+        if group:
+            self._groups.setdefault((plural, key[1], group), set()).add(key[2])
+        self._objects[key] = _Held(new, group, _text(_slim(obj)))
 
     def _remove(self, plural: str, obj: Mapping[str, Any]) -> None:
         key = _key(plural, obj)
@@ -292,11 +307,33 @@ class WatchedReads:
         self._deleting.pop(key, None)
         versions = [v for v in (_version(obj), held.version if held else None) if v is not None]
         self._gone[key] = max(versions) if versions else None
-        if held is not None and held.run:
-            members = self._by_run.get((key[1], held.run), set())
-            members.discard(key[2])
-            if not members:
-                self._by_run.pop((key[1], held.run), None)
+        if held is not None:
+            self._ungroup(plural, key, held.group)
+
+    def _ungroup(self, plural: str, key: _Key, group: str | None) -> None:
+        if not group:
+            return
+        members = self._groups.get((plural, key[1], group), set())
+        members.discard(key[2])
+        if not members:
+            self._groups.pop((plural, key[1], group), None)
+
+
+def _group(plural: str, obj: Mapping[str, Any]) -> str | None:
+    """The value of the label ``list_`` groups ``obj``'s kind by (None: none)."""
+    label = _GROUPED_BY.get(plural)
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    value = labels.get(label) if label else None
+    return str(value) if value else None
+
+
+def _selected(label: str, selector: str) -> str | None:
+    """The value ``selector`` asks ``label`` to have, when it asks only that
+    (``label=value``); None for any other selector."""
+    if not selector.startswith(f"{label}=") or "," in selector:
+        return None
+    value = selector[len(label) + 1 :]
+    return value if value and not value.startswith("=") else None
 
 
 def _text(obj: Mapping[str, Any]) -> str:

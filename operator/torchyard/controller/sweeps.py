@@ -171,7 +171,12 @@ def _grow(
         unpromoted = sweep_policy.left_paused(book, seen.created, compiled.planned)
         book = _apply_policy(ctx, sweep, book, unpromoted, events)
         result.requeue_after = 0.0 if unpromoted else result.requeue_after
-    book = _create(ctx, sweep, compiled, seen, book, wanted, logger)
+    book, held = _create(ctx, sweep, compiled, seen, book, wanted, logger)
+    if held:  # a trial's name is held by a namesake's trial: look again
+        later = result.requeue_after
+        result.requeue_after = (
+            min(later, NAMESAKE_RETRY_SECONDS) if later else NAMESAKE_RETRY_SECONDS
+        )
     if sweep.spec.max_duration_seconds is not None:
         left = max(0.0, sweep.spec.max_duration_seconds - elapsed) + 0.5
         later = result.requeue_after
@@ -279,22 +284,19 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
         k8s.TRAININGRUNS, sweep.namespace, label_selector=plans.selector(sweep.name)
     ):
         index = plans.index_of(run)
-        if not _owned(run, sweep.uid):
+        if not sweep_trials.owned(run, sweep.uid):
             namesakes.add(str(run["metadata"]["name"]))
         elif index is not None:
             seen[index] = sweep_trials.seen(run, index, metric)
     found = ctx.k8s.get_or_none(k8s.CONFIGMAPS, sweep.namespace, names.sweep_trials(sweep.name))
-    ledger = dict(found.get("data") or {}) if found and _owned(found, sweep.uid) else None
+    ledger = (
+        dict(found.get("data") or {}) if found and sweep_trials.owned(found, sweep.uid) else None
+    )
     entries = sweep_trials.decode(ledger)
     for index, trial in seen.items():
         entry = entries.get(index) or Entry(trial.parameters or tuning.parameters(compiled, index))
         entries[index] = sweep_trials.observed(entry, trial)
     return Observed(seen, entries, ledger, namesakes)
-
-
-def _owned(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid for r in refs)
 
 
 def _planned_intervals(seen: Observed) -> int | None:
@@ -349,9 +351,12 @@ def _create(
     book: trials.Book,
     indices: list[int],
     logger: Log,
-) -> trials.Book:
+) -> tuple[trials.Book, bool]:
     """Make the trials ``indices`` in order (their entries and the book get them); a
-    refusal that a retry cannot fix is :class:`Refused`."""
+    refusal that a retry cannot fix is :class:`Refused`. A trial that exists already
+    (the view its reconcile read was older than the apiserver's) is read, never
+    overwritten: this sweep's keeps its parameters; a namesake's (another Sweep of this
+    name) stops the making, and says so (True)."""
     for index in indices:
         parameters = tuning.parameters(compiled, index, book)
         manifest = plans.trial(
@@ -361,25 +366,43 @@ def _create(
             sampling.arguments(parameters),
             sampling.environment(parameters),
         )
-        try:
-            ctx.k8s.apply(manifest)
-        except k8s.ApiError as err:
-            if err.status in (400, 422):
-                raise Refused(
-                    f"spec.trial: the apiserver refused trial {manifest['metadata']['name']} "
-                    f"as a TrainingRun: {err.message}"
-                ) from None
-            raise
+        name = manifest["metadata"]["name"]
+        found = _create_or_read(ctx, manifest)
+        if found is not None:
+            kept = sweep_trials.existing_parameters(found, sweep.uid, parameters)
+            if kept is None:
+                seen.namesakes.add(name)
+                return book, True
+            parameters = dict(kept)
+        shown = sweep_trials.shown(parameters)
+        said = "made" if found is None else "found made already"
         logger.info(
-            "Sweep %s/%s: trial %s made with %s",
-            sweep.namespace,
-            sweep.name,
-            manifest["metadata"]["name"],
-            sweep_trials.shown(parameters),
+            "Sweep %s/%s: trial %s %s with %s", sweep.namespace, sweep.name, name, said, shown
         )
         seen.entries[index] = Entry(parameters)
         book = trials.fold(book, trials.Created(index, parameters))
-    return book
+    return book, False
+
+
+def _create_or_read(ctx: Context, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """Create the trial ``manifest``: None when made, else the TrainingRun of its name
+    that exists (409 AlreadyExists: read, not overwritten)."""
+    meta = manifest["metadata"]
+    try:
+        ctx.k8s.create(manifest, field_manager=k8s.FIELD_MANAGER)
+        return None
+    except k8s.ApiError as err:
+        if err.status in (400, 422):
+            raise Refused(
+                f"spec.trial: the apiserver refused trial {meta['name']} "
+                f"as a TrainingRun: {err.message}"
+            ) from None
+        if not err.conflict:
+            raise
+        found = ctx.k8s.get_or_none(k8s.TRAININGRUNS, meta["namespace"], meta["name"])
+        if found is None:  # deleted since: the next reconcile makes it
+            raise
+        return found
 
 
 def _write_ledger(

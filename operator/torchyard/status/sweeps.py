@@ -103,6 +103,18 @@ class Observed:
     hints: Sequence[str] = ()
 
 
+def settled(status: Mapping[str, Any] | None) -> bool:
+    """Whether a sweep's status says its next reconcile only keeps its books: every trial
+    made, none paused (waiting for ASHA to promote it), not finished. Its trials' events
+    then queue it a moment later (``controller.handlers``), not at once."""
+    st = status or {}
+    counts = st.get("trials") or {}
+    planned, created = counts.get("planned"), counts.get("created")
+    if not isinstance(planned, int) or not isinstance(created, int):
+        return False
+    return created >= planned and not counts.get("paused") and st.get("phase") not in TERMINAL
+
+
 def _counts(observed: Observed) -> dict[str, int]:
     out = {"planned": observed.planned, "created": observed.created}
     for state, key in COUNTED.items():

@@ -170,41 +170,47 @@ _OUTCOMES = {
 def fold(book: Book, event: Event) -> Book:
     """``book`` with ``event`` applied (see the module's docstring); ValueError for an
     event about a trial that was never created."""
-    if isinstance(event, Created):
-        if book.get(event.trial) is not None:
-            return book
-        parameters = tuple((n, event.parameters[n]) for n in sorted(event.parameters))
-        return _put(book, TrialRecord(event.trial, parameters))
-    index = event.decision.trial if isinstance(event, Decided) else event.trial
+    index = _trial_of(event)
     record = book.get(index)
+    changed = _step(book.goal, record, event)
+    return book if changed is record else _put(book, changed)
+
+
+def _trial_of(event: Event) -> int:
+    return event.decision.trial if isinstance(event, Decided) else event.trial
+
+
+def _step(goal: Goal, record: TrialRecord | None, event: Event) -> TrialRecord:
+    """Trial ``record`` (None: not created yet) with ``event`` about it applied: the
+    record itself when the event changes nothing."""
+    if isinstance(event, Created):
+        if record is not None:
+            return record
+        parameters = tuple((n, event.parameters[n]) for n in sorted(event.parameters))
+        return TrialRecord(event.trial, parameters)
     if record is None:
-        raise ValueError(f"trial {index} was not created")
+        raise ValueError(f"trial {_trial_of(event)} was not created")
     if record.state in ENDED:
-        return book
+        return record
     if isinstance(event, Started):
         if record.state is not TrialState.PENDING:
-            return book
-        return _put(book, replace(record, state=TrialState.RUNNING, reason=""))
+            return record
+        return replace(record, state=TrialState.RUNNING, reason="")
     if isinstance(event, Reported):
         if record.state is not TrialState.RUNNING:
-            return _put(book, replace(record, seconds=max(record.seconds, event.seconds)))
-        return _put(book, _report(book.goal, record, event))
+            return replace(record, seconds=max(record.seconds, event.seconds))
+        return _report(goal, record, event)
     if isinstance(event, Decided):
         if event.epoch is not None and event.epoch != record.promotions:
-            return book  # decided before a promotion since: stale
+            return record  # decided before a promotion since: stale
         action = event.decision.action
         state = _DECIDED.get((action, record.state))
         if state is None:
-            return book
+            return record
         promotions = record.promotions + (action is Action.PROMOTE)
-        return _put(
-            book,
-            replace(record, state=state, reason=event.decision.reason, promotions=promotions),
-        )
+        return replace(record, state=state, reason=event.decision.reason, promotions=promotions)
     seconds = max(record.seconds, event.seconds)
-    return _put(
-        book, replace(record, state=_OUTCOMES[event.outcome], reason=event.reason, seconds=seconds)
-    )
+    return replace(record, state=_OUTCOMES[event.outcome], reason=event.reason, seconds=seconds)
 
 
 def decided(book: Book, decision: Decision) -> Decided:
@@ -214,9 +220,13 @@ def decided(book: Book, decision: Decision) -> Decided:
 
 
 def fold_all(book: Book, events: Iterable[Event]) -> Book:
+    """``fold`` of each event in turn (the book sorted once, at the end: a sweep of
+    thousands of trials is folded afresh each reconcile)."""
+    records = {r.index: r for r in book.trials}
     for event in events:
-        book = fold(book, event)
-    return book
+        index = _trial_of(event)
+        records[index] = _step(book.goal, records.get(index), event)
+    return replace(book, trials=tuple(records[i] for i in sorted(records)))
 
 
 def best(book: Book) -> TrialRecord | None:

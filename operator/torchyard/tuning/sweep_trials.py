@@ -222,6 +222,25 @@ def seen(trial_run: Mapping[str, Any], index: int, metric: str) -> Seen:
     )
 
 
+def owned(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether the Sweep of ``uid`` owns ``obj`` (a trial, the ledger)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid for r in refs)
+
+
+def existing_parameters(
+    trial_run: Mapping[str, Any], uid: str, planned: Mapping[str, Value]
+) -> Mapping[str, Value] | None:
+    """The parameters of a trial that its Sweep's create found made already (409
+    AlreadyExists: the view the reconcile read was older than the apiserver's): those its
+    annotation records when the Sweep of ``uid`` owns it (``planned``, those it would be
+    made with, when the annotation cannot be read); None when another Sweep of the same
+    name made it (a namesake, being garbage collected)."""
+    if not owned(trial_run, uid):
+        return None
+    return _parameters(trial_run.get("metadata") or {}) or planned
+
+
 def sweep_reads(trial_run: Mapping[str, Any]) -> bytes:
     """A digest of what the trial's Sweep reads of it (:func:`seen`, its index, owner and
     spec; every part of its status but its place in the queue and the conditions other

@@ -13,7 +13,7 @@ from tests.unit.controller.test_admission_pass import gang_pod
 from tests.unit.controller.world import NS, env, gpu_node
 from torchyard import k8s
 from torchyard.api import wire
-from torchyard.controller import context, handlers, reads, workqueue
+from torchyard.controller import admission, context, handlers, reads, workqueue
 
 
 class NoApi:
@@ -33,6 +33,7 @@ def operator_memo(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ko
     memo.queue = workqueue.WorkQueue()
     memo.admission_wake = asyncio.Event()
     memo.sweep_reads = {}
+    memo.settled_sweeps = {}
     return memo
 
 
@@ -149,3 +150,72 @@ def test_a_trial_queues_its_sweep_only_when_what_the_sweep_reads_of_it_changed()
     assert trial_event(memo, running) == sweep
     assert trial_event(memo, running, "DELETED") == sweep
     assert trial_event(memo, running, "ADDED") == sweep  # a namesake made again
+
+
+def test_runs_are_held_by_the_index_handler_and_trials_read_from_them_once_listed() -> None:
+    """Kopf runs the index handler of every listed run before any event handler, so the
+    first event handler says the held runs are complete: a Sweep's trials are then listed
+    from them (the API here fails on any call)."""
+    memo = operator_memo([], [])
+    waiting = trial("Queued")
+    assert asyncio.run(handlers.trainingrun_held(body=copy.deepcopy(waiting), memo=memo)) is None
+    assert not memo.reads.runs_listed.is_set()
+    assert memo.reads.names(k8s.TRAININGRUNS, NS) == ["tune-t7"]
+    asyncio.run(
+        handlers.sweep_event(type=None, name="tune", namespace=NS, meta={}, body={}, memo=memo)
+    )
+    assert memo.reads.runs_listed.is_set()
+    selector = f"{wire.LABEL_SWEEP}=tune"
+    [held] = memo.reads.list_(k8s.TRAININGRUNS, NS, label_selector=selector)
+    assert held["status"]["phase"] == "Queued"
+    trial_event(memo, waiting, "DELETED")  # the deletion comes by the event handler
+    assert memo.reads.list_(k8s.TRAININGRUNS, NS, label_selector=selector) == []
+
+
+def test_a_pass_that_admitted_a_gang_shows_the_others_new_places_a_moment_later() -> None:
+    """The admitted run's reconcile (its gates lifted) goes first; the runs that moved up
+    the queue (their position written) wait a moment when a gang was admitted, so that
+    their status writes do not take its CPU; with no gang admitted they go at once."""
+    admitted = [("TrainingRun", NS, "next")]
+    moved = [("TrainingRun", NS, f"r{i}") for i in range(3)]
+    delay = handlers.MOVED_DELAY_SECONDS
+    assert delay > 0
+    assert handlers.after_pass(admission.Passed(admitted, moved)) == [
+        (admitted[0], 0.0, workqueue.STATUS),
+        *((key, delay, workqueue.BACKGROUND) for key in moved),
+    ]
+    assert handlers.after_pass(admission.Passed([], moved)) == [
+        (key, 0.0, workqueue.BACKGROUND) for key in moved
+    ]
+
+
+def sweep_seen(memo: kopf.Memo, status: dict[str, Any]) -> None:
+    """The Sweep ``tune``'s event with ``status`` (its own status write: nothing queued)."""
+    asyncio.run(
+        handlers.sweep_event(
+            type="MODIFIED",
+            name="tune",
+            namespace=NS,
+            meta={"resourceVersion": "5"},
+            body={"status": status},
+            memo=memo,
+        )
+    )
+
+
+def test_a_trials_change_queues_a_settled_sweep_a_moment_later_else_at_once() -> None:
+    """A sweep whose every trial is made (none paused) only keeps its books when a trial
+    ends: it is queued a moment later, after the gang admitted into the freed place, and
+    the burst of its trials' events is one reconcile; one with trials left to make is
+    queued at once (it makes the next)."""
+    memo = operator_memo([], [])
+    now = [100.0]
+    memo.queue = workqueue.WorkQueue(clock=lambda: now[0])
+    memo.ctx.written[("Sweep", NS, "tune")] = "5"
+    sweep = [("Sweep", NS, "tune")]
+    sweep_seen(memo, {"phase": "Running", "trials": {"planned": 500, "created": 40}})
+    assert trial_event(memo, trial("Running", startTime="2026-11-27T10:00:00Z")) == sweep
+    sweep_seen(memo, {"phase": "Running", "trials": {"planned": 500, "created": 500}})
+    assert trial_event(memo, trial("Succeeded", startTime="2026-11-27T10:00:00Z")) == []
+    now[0] += handlers.SETTLED_SWEEP_DELAY_SECONDS
+    assert queued(memo) == sweep

@@ -154,3 +154,75 @@ def test_the_old_pods_delete_event_leaves_its_namesake_the_operator_already_made
     [kept] = held.list_(k8s.PODS, world.NS, label_selector="torchyard.dev/run=r")
     assert kept["metadata"]["uid"] == "uid-new"
     assert inner.calls == []  # answered from the held copy, not listed again
+
+
+def trial_run(name: str, sweep: str, version: int, **status: Any) -> dict[str, Any]:
+    body = versioned(world.run(), version, **status)
+    labels = {"torchyard.dev/sweep": sweep, "torchyard.dev/trial": name.rsplit("-t", 1)[-1]}
+    body["metadata"] = {**body["metadata"], "name": name, "labels": labels}
+    return body
+
+
+SWEEP_SELECTOR = "torchyard.dev/sweep=tune"
+
+
+def listed_trials(held: reads.WatchedReads, selector: str = SWEEP_SELECTOR) -> list[str]:
+    found = held.list_(k8s.TRAININGRUNS, world.NS, label_selector=selector)
+    return [t["metadata"]["name"] for t in found]
+
+
+def test_a_sweeps_trials_are_listed_from_the_held_runs_once_the_run_watch_listed_them() -> None:
+    inner = Counting(trial_run("tune-t0", "tune", 2), trial_run("other-t0", "other", 3))
+    held = reads.WatchedReads(inner)
+    held.seen(k8s.TRAININGRUNS, None, trial_run("tune-t1", "tune", 4))
+    # Kopf's watch has not listed every run yet: what is held may be a part, so asked
+    assert listed_trials(held) == ["tune-t0"]
+    assert inner.calls == ["LIST trainingruns"]
+    for name, sweep, version in (("tune-t0", "tune", 2), ("other-t0", "other", 3)):
+        held.seen(k8s.TRAININGRUNS, None, trial_run(name, sweep, version))
+    held.runs_listed.set()
+    assert listed_trials(held) == ["tune-t0", "tune-t1"]
+    assert listed_trials(held, "torchyard.dev/sweep=other") == ["other-t0"]
+    assert inner.calls == ["LIST trainingruns"]  # answered from the held runs
+    # a newer copy is what is listed; a late older event does not bring the old one back
+    held.seen(k8s.TRAININGRUNS, "MODIFIED", trial_run("tune-t1", "tune", 9, phase="Running"))
+    held.seen(k8s.TRAININGRUNS, "MODIFIED", trial_run("tune-t1", "tune", 5, phase="Queued"))
+    [_, t1] = held.list_(k8s.TRAININGRUNS, world.NS, label_selector=SWEEP_SELECTOR)
+    assert t1["status"] == {"phase": "Running"}
+    # a deleted trial goes; one relabelled leaves its old sweep's list
+    held.seen(k8s.TRAININGRUNS, "DELETED", trial_run("tune-t0", "tune", 10))
+    held.seen(k8s.TRAININGRUNS, "MODIFIED", trial_run("tune-t1", "other", 11))
+    assert listed_trials(held) == []
+    assert listed_trials(held, "torchyard.dev/sweep=other") == ["other-t0", "tune-t1"]
+    assert inner.calls == ["LIST trainingruns"]
+
+
+def test_a_trial_the_operator_made_is_listed_at_once_before_its_watch_event() -> None:
+    inner = Counting()
+    held = reads.WatchedReads(inner)
+    held.runs_listed.set()
+    made = trial_run("tune-t0", "tune", 1)
+    made["metadata"].pop("resourceVersion")
+    held.create(made)
+    assert listed_trials(held) == ["tune-t0"] and inner.calls == []
+
+
+def test_any_other_selector_or_namespace_of_trials_goes_to_the_apiserver() -> None:
+    inner = Counting(trial_run("tune-t0", "tune", 2))
+    held = reads.WatchedReads(inner, namespaces=(world.NS,))
+    held.runs_listed.set()
+    held.seen(k8s.TRAININGRUNS, None, trial_run("tune-t0", "tune", 2))
+    asked = [
+        {"label_selector": f"{SWEEP_SELECTOR},torchyard.dev/trial=0"},
+        {"label_selector": "torchyard.dev/sweep==tune"},
+        {"label_selector": "torchyard.dev/sweep!=tune"},
+        {"label_selector": "torchyard.dev/sweep"},
+        {"label_selector": SWEEP_SELECTOR, "field_selector": "metadata.name=tune-t0"},
+        {"label_selector": "torchyard.dev/run=tune-t0"},
+        {},
+    ]
+    for selectors in asked:
+        held.list_(k8s.TRAININGRUNS, world.NS, **selectors)
+    held.list_(k8s.TRAININGRUNS, "elsewhere", label_selector=SWEEP_SELECTOR)  # not watched
+    held.list_(k8s.TRAININGRUNS, None, label_selector=SWEEP_SELECTOR)  # every namespace
+    assert inner.calls == ["LIST trainingruns"] * (len(asked) + 2)

@@ -206,3 +206,32 @@ def test_median_and_truncation_judge_the_same_way(
     }
     judged = sweep_policy.judge(policy, Goal.MAXIMIZE, entries, running_book(entries))
     assert [d.trial for d in judged.stops] == stopped
+
+
+def made_trial(owner: str, annotation: str | None) -> dict[str, object]:
+    meta: dict[str, object] = {
+        "name": "hd-t4",
+        "ownerReferences": [{"kind": "Sweep", "uid": owner}],
+    }
+    if annotation is not None:
+        meta["annotations"] = {"torchyard.dev/parameters": annotation}
+    return {"metadata": meta}
+
+
+@pytest.mark.parametrize(
+    ("owner", "annotation", "kept"),
+    [
+        ("uid-hd", '{"lr": 0.003}', {"lr": 0.003}),  # ours: the parameters it was made with
+        ("uid-hd", None, {"lr": 0.1}),  # ours, unreadable: the ones it would be made with
+        ("uid-hd", "not json", {"lr": 0.1}),
+        ("uid-hd", "[0.003]", {"lr": 0.1}),
+        ("uid-old", '{"lr": 0.003}', None),  # a namesake's (another Sweep of this name)
+    ],
+)
+def test_a_trial_found_made_at_create_keeps_its_own_parameters_when_ours(
+    owner: str, annotation: str | None, kept: dict[str, float] | None
+) -> None:
+    found = made_trial(owner, annotation)
+    assert sweep_trials.existing_parameters(found, "uid-hd", {"lr": 0.1}) == kept
+    assert sweep_trials.owned(found, "uid-hd") is (owner == "uid-hd")
+    assert sweep_trials.owned({"metadata": {}}, "uid-hd") is False

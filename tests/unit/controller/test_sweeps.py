@@ -477,3 +477,64 @@ def test_bayesian_sampling_of_an_unbounded_expression_is_said_in_accepted() -> N
         "spec.parameters.noise: bayesian sampling takes only choice, randint"
     )
     assert trials(fake) == {}
+
+
+class Behind(FakeK8s):
+    """The fake, its list of trials not showing ``hidden`` yet: the view of a watch cache
+    that has not delivered them (the apiserver holds them)."""
+
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        super().__init__(*objects)
+        self.hidden: set[str] = set()
+
+    def list_(self, res: k8s.Resource, namespace: str | None = None, **kw: Any) -> Any:
+        found = super().list_(res, namespace, **kw)
+        return [o for o in found if o["metadata"]["name"] not in self.hidden]
+
+
+def made_already(fake: Behind, index: int, owner_uid: str, lr: float) -> dict[str, Any]:
+    """Trial ``index`` as the apiserver holds it, made with other parameters than this
+    reconcile would draw, and not in the view the reconcile reads."""
+    body = json.loads(json.dumps(trials(fake)["hd-t3"]))
+    meta = body["metadata"]
+    meta.update(name=f"hd-t{index}", uid=f"uid-t{index}")
+    meta["labels"][wire.LABEL_TRIAL] = str(index)
+    meta["ownerReferences"][0]["uid"] = owner_uid
+    meta["annotations"][wire.ANNOTATION_PARAMETERS] = json.dumps({"learning_rate": lr})
+    body["spec"]["command"] = ["python", "train.py", "--learning_rate", str(lr)]
+    fake.put(body)
+    fake.hidden.add(meta["name"])
+    return json.loads(json.dumps(body))
+
+
+def test_a_trial_made_already_but_not_in_the_view_read_is_read_never_overwritten() -> None:
+    fake = Behind(sweep())
+    reconcile(fake)  # t0..t3
+    there = made_already(fake, 4, UID, 0.0042)
+    set_trial(fake, "hd-t0", phase="Succeeded", startTime="2026-01-01T12:00:00Z")
+    fake.reset_writes()
+    assert reconcile(fake).requeue_after is None
+    assert trials(fake)["hd-t4"] == there  # its spec and parameters as they were made
+    assert [m["metadata"]["name"] for m in fake.applied if m["kind"] == "TrainingRun"] == []
+    assert ledger(fake)["t4"]["parameters"] == {"learning_rate": 0.0042}
+    assert status(fake)["trials"]["created"] == 5
+    fake.hidden.clear()
+    reconcile(fake)  # the view caught up: nothing more is made
+    assert sorted(trials(fake)) == [f"hd-t{i}" for i in range(5)]
+
+
+def test_a_namesakes_trial_found_at_create_is_left_alone_and_looked_at_again() -> None:
+    fake = Behind(sweep())
+    reconcile(fake)
+    there = made_already(fake, 4, "uid-of-a-deleted-sweep", 0.0042)
+    set_trial(fake, "hd-t0", phase="Succeeded", startTime="2026-01-01T12:00:00Z")
+    result = reconcile(fake)
+    assert result.requeue_after == sweeps.NAMESAKE_RETRY_SECONDS
+    assert trials(fake)["hd-t4"] == there
+    assert "t4" not in ledger(fake)
+    assert status(fake)["trials"]["created"] == 4
+    # once the namesake is gone (garbage collected), the trial is made as drawn
+    del fake.objects[("trainingruns", NS, "hd-t4")]
+    reconcile(fake)
+    made = trials(fake)["hd-t4"]
+    assert json.loads(made["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]) == expected(4)

@@ -174,3 +174,27 @@ def test_an_invalid_spec_is_failed_and_not_accepted_naming_the_field() -> None:
     # fixed: valid again, Accepted True
     fixed = sweeps.sweep_status(5, BASE, st, T0)
     assert conditions(fixed)["Accepted"]["status"] == "True" and fixed["phase"] == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("status", "settled"),
+    [
+        ({"phase": "Running", "trials": {"planned": 500, "created": 500, "paused": 0}}, True),
+        ({"phase": "Pending", "trials": {"planned": 500, "created": 500}}, True),
+        # trials left to make: a trial's end makes the next one, at once
+        ({"phase": "Running", "trials": {"planned": 500, "created": 50, "paused": 0}}, False),
+        # a paused trial may be promoted into the freed place (ASHA)
+        ({"phase": "Running", "trials": {"planned": 64, "created": 64, "paused": 2}}, False),
+        # finished: its registration or record may be due
+        ({"phase": "Succeeded", "trials": {"planned": 8, "created": 8, "paused": 0}}, False),
+        ({"phase": "Failed", "trials": {"planned": 8, "created": 8}}, False),
+        # not reconciled yet, or a status it cannot read
+        ({}, False),
+        (None, False),
+        ({"phase": "Running", "trials": {"planned": "500", "created": 500}}, False),
+    ],
+)
+def test_a_sweep_is_settled_when_its_next_reconcile_only_keeps_its_books(
+    status: dict[str, Any] | None, settled: bool
+) -> None:
+    assert sweeps.settled(status) is settled

@@ -215,3 +215,19 @@ def test_created_keeps_the_parameters_in_name_order() -> None:
     for order in itertools.permutations(["b", "a", "c"]):
         book = trials.fold(Book(Goal.MAXIMIZE), Created(0, {n: 1 for n in order}))
         assert [n for n, _ in book.trials[0].parameters] == ["a", "b", "c"]
+
+
+def test_folding_all_at_once_is_folding_one_event_at_a_time() -> None:
+    """``fold_all`` (a sweep's whole book, folded afresh each reconcile) keeps the trials
+    by index whatever order they were created in, as ``fold`` does."""
+    events: list[trials.Event] = [Created(5, {"lr": 0.5}), Started(5)]
+    for e in LIFE:  # trial 0 and 1's lives, with trial 3's interleaved
+        events.append(e)
+        if isinstance(e, Created) and e.trial == 1:
+            events += [Created(3, {"lr": 0.3}), Started(3), Reported(3, 1, 0.9, 4.0)]
+    events += [Ended(3, "failed", 5.0, "rank 0 exited with 1"), decided(5, Action.STOP)]
+    one_by_one = Book(Goal.MAXIMIZE, planned_intervals=3)
+    for e in events:
+        one_by_one = trials.fold(one_by_one, e)
+    assert trials.fold_all(Book(Goal.MAXIMIZE, planned_intervals=3), events) == one_by_one
+    assert [r.index for r in one_by_one.trials] == [0, 1, 3, 5]
