@@ -17,6 +17,9 @@ were a third of the apiserver's work. :class:`WatchedReads` wraps ``torchyard.k8
   in a watched namespace) from the held TrainingRuns, once Kopf's TrainingRun watch has
   listed them all (:attr:`WatchedReads.runs_listed`, set by ``handlers``): a Sweep of
   hundreds of trials does not list and parse them all from the apiserver each reconcile.
+  Once a minute (:data:`VERIFY_SECONDS`) a Sweep's list goes to the apiserver and the held
+  trials are set right by it: a trial deleted while a watch re-listed (whose DELETED event
+  never came) is dropped, so it cannot count as running for ever.
 
 Everything else goes to the apiserver. A copy is replaced only by a newer one (by
 ``resourceVersion``), so a watch event that was on its way while this operator wrote
@@ -34,7 +37,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -46,6 +50,7 @@ from torchyard.planning import names
 _HELD = {k8s.TRAININGRUNS.plural: k8s.TRAININGRUNS, k8s.ENVIRONMENTS.plural: k8s.ENVIRONMENTS}
 _Key = tuple[str, str, str]  # (plural, namespace, name)
 _TOMBSTONES = 10_000
+VERIFY_SECONDS = 60.0  # how often a held group of trials is checked against the apiserver
 # The label that groups the held objects of a kind for ``list_``: a Pod by its run, a
 # TrainingRun by its Sweep (a trial).
 _GROUPED_BY = {k8s.PODS.plural: names.LABEL_RUN, k8s.TRAININGRUNS.plural: wire.LABEL_SWEEP}
@@ -65,6 +70,7 @@ class _Held(NamedTuple):
     version: int | None
     group: str | None  # a Pod's run label, a trial's Sweep label (``_GROUPED_BY``)
     text: str  # the object (less its managedFields) as compact JSON
+    at: float = 0.0  # when it was held (the reads' clock)
 
     def parse(self) -> dict[str, Any]:
         parsed: dict[str, Any] = json.loads(self.text)
@@ -80,8 +86,14 @@ def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
 class WatchedReads:
     """``context.K8s`` over ``inner``, with the reads above answered from held copies."""
 
-    def __init__(self, inner: context.K8s, namespaces: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        inner: context.K8s,
+        namespaces: tuple[str, ...] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.inner = inner
+        self.clock = clock
         self.namespaces = frozenset(namespaces)  # empty: every namespace is watched
         self.pods_listed = threading.Event()  # set by ``handlers`` once pod_watch listed
         # set by ``handlers`` once Kopf's TrainingRun watch listed every run (and each
@@ -94,6 +106,8 @@ class WatchedReads:
         self._groups: dict[_Key, set[str]] = {}
         # Pods this operator asked to delete, by key: their uid (a namesake is another Pod)
         self._deleting: dict[_Key, str] = {}
+        # (plural, namespace, group) of trials -> when the apiserver last listed them
+        self._verified: dict[_Key, float] = {}
 
     # -- fed by the watches -------------------------------------------------------------
 
@@ -168,9 +182,37 @@ class WatchedReads:
         )
         if group is None or namespace is None:
             return self.inner.list_(res, namespace, **selectors)
+        key = (res.plural, namespace, group)
+        if res.plural == k8s.TRAININGRUNS.plural and self._due(key):
+            asked = self.clock()
+            self._verify(res, key, asked, self.inner.list_(res, namespace, **selectors))
         with self._lock:
-            members = sorted(self._groups.get((res.plural, namespace, group), ()))
+            members = sorted(self._groups.get(key, ()))
             return [self._objects[(res.plural, namespace, n)].parse() for n in members]
+
+    def _due(self, key: _Key) -> bool:
+        """Whether the held group ``key`` is to be checked against the apiserver now (a
+        group first asked for counts as checked: the watch has just listed it)."""
+        now = self.clock()
+        with self._lock:
+            last = self._verified.setdefault(key, now)
+        return now - last >= VERIFY_SECONDS
+
+    def _verify(
+        self, res: k8s.Resource, key: _Key, asked: float, found: list[dict[str, Any]]
+    ) -> None:
+        """Set the held group ``key`` right by the apiserver's list of it, ``found`` (asked
+        for at ``asked``): its objects held (newer copies win), and a member held since
+        before the list was asked for that is not in it dropped, as a delete."""
+        listed = {str((obj.get("metadata") or {}).get("name")) for obj in found}
+        with self._lock:
+            for obj in found:
+                self._put(res.plural, obj)
+            for name in sorted(self._groups.get(key, ())):
+                held = self._objects[(res.plural, key[1], name)]
+                if name not in listed and held.at < asked:
+                    self._remove(res.plural, {"metadata": {"namespace": key[1], "name": name}})
+            self._verified[key] = asked
 
     def apply(
         self, manifest: dict[str, Any], *, field_manager: str = k8s.FIELD_MANAGER, **kw: Any
@@ -290,7 +332,7 @@ class WatchedReads:
             self._ungroup(plural, key, held.group)
         if group:
             self._groups.setdefault((plural, key[1], group), set()).add(key[2])
-        self._objects[key] = _Held(new, group, _text(_slim(obj)))
+        self._objects[key] = _Held(new, group, _text(_slim(obj)), self.clock())
 
     def _remove(self, plural: str, obj: Mapping[str, Any]) -> None:
         key = _key(plural, obj)

@@ -226,3 +226,58 @@ def test_any_other_selector_or_namespace_of_trials_goes_to_the_apiserver() -> No
     held.list_(k8s.TRAININGRUNS, "elsewhere", label_selector=SWEEP_SELECTOR)  # not watched
     held.list_(k8s.TRAININGRUNS, None, label_selector=SWEEP_SELECTOR)  # every namespace
     assert inner.calls == ["LIST trainingruns"] * (len(asked) + 2)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_trial_deleted_while_no_watch_saw_it_is_dropped_at_the_next_check() -> None:
+    """A watch that re-lists after a gap never delivers the DELETED event of a trial
+    deleted in the gap: once a minute the Sweep's list goes to the apiserver, which drops
+    it; a trial made after that list was asked for is kept."""
+    clock = Clock()
+    inner = Counting(trial_run("tune-t0", "tune", 2))
+    held = reads.WatchedReads(inner, clock=clock)
+    held.runs_listed.set()
+    for name, version in (("tune-t0", 2), ("tune-t1", 3)):  # t1: deleted, unseen
+        held.seen(k8s.TRAININGRUNS, None, trial_run(name, "tune", version))
+    assert listed_trials(held) == ["tune-t0", "tune-t1"] and inner.calls == []
+    clock.now += reads.VERIFY_SECONDS - 1
+    assert listed_trials(held) == ["tune-t0", "tune-t1"] and inner.calls == []
+    clock.now += 1
+    inner.put(trial_run("tune-t0", "tune", 5, phase="Running"))  # newer at the apiserver
+    [t0] = held.list_(k8s.TRAININGRUNS, world.NS, label_selector=SWEEP_SELECTOR)
+    assert inner.calls == ["LIST trainingruns"]
+    assert (t0["metadata"]["name"], t0["status"]) == ("tune-t0", {"phase": "Running"})
+    assert held.get_or_none(k8s.TRAININGRUNS, world.NS, "tune-t1") is None
+    # a late event of the dropped trial does not bring it back; a new trial is held
+    held.seen(k8s.TRAININGRUNS, "MODIFIED", trial_run("tune-t1", "tune", 3))
+    made = trial_run("tune-t2", "tune", 4)
+    held.seen(k8s.TRAININGRUNS, None, made)
+    assert listed_trials(held) == ["tune-t0", "tune-t2"]
+    assert inner.calls == ["LIST trainingruns"]  # the next check is a minute later
+
+
+def test_a_trial_made_while_the_check_lists_is_kept() -> None:
+    clock = Clock()
+
+    class MadeDuringTheList(Counting):
+        def list_(self, res: k8s.Resource, namespace: str | None = None, **kw: Any) -> Any:
+            found = super().list_(res, namespace, **kw)  # asked for before the trial is made
+            clock.now += 0.5
+            held.create(trial_run("tune-t1", "tune", 7))
+            return found
+
+    inner = MadeDuringTheList(trial_run("tune-t0", "tune", 2))
+    held = reads.WatchedReads(inner, clock=clock)
+    held.runs_listed.set()
+    held.seen(k8s.TRAININGRUNS, None, trial_run("tune-t0", "tune", 2))
+    assert listed_trials(held) == ["tune-t0"]
+    clock.now += reads.VERIFY_SECONDS
+    assert listed_trials(held) == ["tune-t0", "tune-t1"]
+    assert inner.calls == ["LIST trainingruns"]
