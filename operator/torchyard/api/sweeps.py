@@ -619,6 +619,14 @@ class SweepModel(Model):
     trial: str = Field(description="The trial TrainingRun whose outputs it holds.")
 
 
+class PinnedInput(Model):
+    """A model:// input of spec.trial that names no version, as every trial got it."""
+
+    name: str = Field(description="The input's name.")
+    uri: str = Field(description="The input's URI with the version (model://birds/3).")
+    revision: str = Field(description="The version.")
+
+
 class SweepStatus(Model):
     """Observed state of a Sweep, written by the operator."""
 
@@ -661,6 +669,12 @@ class SweepStatus(Model):
     )
     model: SweepModel | None = Field(
         default=None, description="The model version spec.registerBest registered."
+    )
+    inputs: list[PinnedInput] | None = Field(
+        default=None,
+        description="Each model:// input of spec.trial that names no version, pinned to "
+        "the model's latest version when the first trial was made: every trial fetches "
+        "that one, whatever is registered while the sweep runs.",
     )
     start_time: datetime | None = Field(default=None, description="When the sweep started.")
     completion_time: datetime | None = Field(default=None, description="When it finished.")

@@ -174,3 +174,11 @@ def test_an_invalid_spec_is_failed_and_not_accepted_naming_the_field() -> None:
     # fixed: valid again, Accepted True
     fixed = sweeps.sweep_status(5, BASE, st, T0)
     assert conditions(fixed)["Accepted"]["status"] == "True" and fixed["phase"] == "Pending"
+
+
+def test_the_pinned_model_versions_are_listed_and_kept_by_an_invalid_spec() -> None:
+    pins = [{"name": "base", "uri": "model://birds/3", "revision": "3"}]
+    st = sweeps.sweep_status(1, replace(BASE, inputs=pins), None, T0)
+    assert st["inputs"] == pins
+    assert "inputs" not in sweeps.sweep_status(1, BASE, None, T0)
+    assert sweeps.invalid_sweep_status(2, "spec.trial: refused", st, T0)["inputs"] == pins
