@@ -31,6 +31,7 @@ from torchyard.api._base import (
     observed_generation,
     with_rules,
 )
+from torchyard.api.inputs import PinnedInput
 from torchyard.api.trainingruns import RUN_NAME_MAX, ModelOutput, TrainingRunSpec
 from torchyard.api.wire import API_VERSION
 
@@ -617,14 +618,6 @@ class SweepModel(Model):
     name: str = Field(description="The model.")
     version: int = Field(description="Its version (the ModelVersion <name>-v<version>).")
     trial: str = Field(description="The trial TrainingRun whose outputs it holds.")
-
-
-class PinnedInput(Model):
-    """A model:// input of spec.trial that names no version, as every trial got it."""
-
-    name: str = Field(description="The input's name.")
-    uri: str = Field(description="The input's URI with the version (model://birds/3).")
-    revision: str = Field(description="The version.")
 
 
 class SweepStatus(Model):
