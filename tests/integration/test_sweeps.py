@@ -95,6 +95,16 @@ def holding(runs: dict[str, dict[str, Any]]) -> list[str]:
     )
 
 
+def concurrency(namespace: str, sweep: str, trials: int) -> None:
+    """Change the sweep's maxConcurrentTrials (a limit that may change)."""
+    k8s.rest.call(
+        "PATCH",
+        k8s.SWEEPS.path(namespace, sweep),
+        body={"spec": {"maxConcurrentTrials": trials}},
+        content_type="application/merge-patch+json",
+    )
+
+
 def report(namespace: str, sweep: str, trial: str, epoch: int, value: float) -> bool:
     """Write the trial's progress at ``epoch`` as the operator's progress poll would, until
     the Sweep's ledger holds it (a TrainingRun status write that raced with it may have
@@ -439,12 +449,7 @@ def test_the_search_space_and_the_objective_are_immutable(env: str) -> None:
         assert err.value.invalid and f"spec.{field}" in err.value.message, err.value
         assert "is immutable: create another Sweep" in err.value.message
     # the limits may change: one more trial at a time
-    k8s.rest.call(
-        "PATCH",
-        k8s.SWEEPS.path(ns, "fixed"),
-        body={"spec": {"maxConcurrentTrials": 2}},
-        content_type="application/merge-patch+json",
-    )
+    concurrency(ns, "fixed", 2)
     wait_for("a second trial", lambda: len(trial_runs(ns, "fixed")) == 2)
 
 
@@ -546,12 +551,7 @@ def test_every_trial_fetches_the_model_version_the_first_one_took(
     k8s.create(model_version("birds-v3", ns, "birds", 3))  # registered meanwhile
     operator.stop()
     operator.start()
-    k8s.rest.call(
-        "PATCH",
-        k8s.SWEEPS.path(ns, "latest"),
-        body={"spec": {"maxConcurrentTrials": 3}},
-        content_type="application/merge-patch+json",
-    )
+    concurrency(ns, "latest", 3)
     wait_for("three trials", lambda: len(trial_runs(ns, "latest")) == 3)
     runs = trial_runs(ns, "latest")
     assert {

@@ -15,6 +15,7 @@ import importlib
 import json
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,7 @@ def test_the_birds_example_trains_from_s3_and_fine_tunes_its_model_from_a_model_
         TORCHYARD_INPUTS_STORAGE_CLASS=cache_class,
         TORCHYARD_INPUTS_CACHE_SIZE="1Gi",  # the volume's 2Gi hold it
     ):
+        started = time.monotonic()
         submit(cluster, tmp_path, first, source=BIRDS)
         trained = finished(ns, "birds", timeout=300)
         assert trained["status"]["phase"] == "Succeeded", explain(cluster, ns, "birds")
@@ -160,6 +162,8 @@ def test_the_birds_example_trains_from_s3_and_fine_tunes_its_model_from_a_model_
         submit(cluster, tmp_path, tuned, source=BIRDS)
         again = finished(ns, "tuned", timeout=300)
         assert again["status"]["phase"] == "Succeeded", explain(cluster, ns, "tuned")
+    took = time.monotonic() - started
+    print(f"\n[node] birds from s3://, then fine-tuned from model:// in {took:.1f}s")
 
     # 1. trained on the store's images, through the input; registered as birds 1
     [got] = trained["status"]["inputs"]
@@ -234,6 +238,7 @@ def test_a_birds_sweep_registers_its_best_completed_trial_as_a_model_version(
     with operator_with(
         operator, TORCHYARD_REGISTRY_URL=url, TORCHYARD_REGISTRY_TOKEN_FILE=str(token_file)
     ):
+        started = time.monotonic()
         k8s.create(sweep)
         swept = wait_status(
             k8s.SWEEPS,
@@ -242,6 +247,7 @@ def test_a_birds_sweep_registers_its_best_completed_trial_as_a_model_version(
             lambda s: s.get("phase") == "Failed" or "model" in s,
             timeout=420,
         )
+    elapsed = time.monotonic() - started
     assert swept["status"]["phase"] == "Succeeded", json.dumps(swept["status"], indent=1)
 
     trials = ledger(ns, "tune")
@@ -252,6 +258,9 @@ def test_a_birds_sweep_registers_its_best_completed_trial_as_a_model_version(
     assert completed, trials
     best = min(completed, key=lambda i: (completed[i], i))  # the lower index on a tie
     name = f"tune-t{best}"
+    states = ", ".join(f"t{i} {t['state']}" for i, t in sorted(trials.items()))
+    said = f"{name} registered (loss {completed[best]:.4f})"
+    print(f"\n[node] birds sweep in {elapsed:.1f}s: {states}; {said}")
     assert swept["status"]["model"] == {"name": "birds", "version": 1, "trial": name}
     # the losses the Sweep ranked by are the ones the trials' scripts printed
     for index in completed:
