@@ -37,7 +37,7 @@ from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
 from tests.node.test_inputs_on_node import cache_class  # noqa: F401 (fixture)
 from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
     BIRDS,
-    RESOURCES,
+    ddp_run,
     env,
     explain,
     finished,
@@ -94,14 +94,10 @@ def birds_trial(node: RealNode, *args: str) -> TrainingRunBuilder:
     """examples/birds as one Pod of one process on the real node, as ServiceAccount
     ``trainer`` (the registry's reader and the archive's writer)."""
     return (
-        TrainingRunBuilder("birds")
-        .environment("pytorch")
+        ddp_run("birds", "", node)
         .command("python", "pytorch_train.py", "--output_dir", "./outputs", *args)
         .nodes(1)
         .procs(1)
-        .pool(node.pool)
-        .with_("spec.resources", dict(RESOURCES))
-        .with_("spec.runAsUser", 1000)
         .with_("spec.serviceAccountName", "trainer")
     )
 
