@@ -8,7 +8,12 @@ backbone on a related task, classifying procedurally drawn shapes, (2) freezes i
 (``birds_data.py``). Same arguments as the guide: ``--num_epochs``, ``--output_dir``,
 ``--learning_rate``, ``--momentum``; ``--data_dir`` reads the birds from a folder's
 ``birds.npz`` (``images``, ``labels``) instead, such as a run's input
-(``--data_dir $TORCHYARD_INPUT_BIRDS``, ``birds_data.save``).
+(``--data_dir $TORCHYARD_INPUT_BIRDS``, ``birds_data.save``); ``--init_model`` fine-tunes
+a model this script saved before (its ``model.pt``, or a folder holding it, such as a
+``model://`` input's: ``--init_model $TORCHYARD_INPUT_MODEL``) instead of pre-training a
+backbone, and says which file it loaded, with its sha256 and its parameters' checksum.
+Each fine-tuning epoch rank 0 reports ``val_accuracy`` and ``best_val_acc`` through
+``torchyard.progress`` (the metrics a Sweep's objective names).
 
 Distributed with DistributedDataParallel when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU),
 from the rank contract torchyard sets (MASTER_ADDR, RANK, LOCAL_RANK, ...), exactly as
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import inspect
+import io
 import json
 import os
 import time
@@ -40,9 +46,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 try:  # shipped with the launcher into every node Pod, and installed in local mode
-    from torchyard import checkpoint
-except ImportError:  # run by hand, outside torchyard: no checkpoints
-    checkpoint = None
+    from torchyard import checkpoint, progress
+except ImportError:  # run by hand, outside torchyard: no checkpoints, no progress lines
+    checkpoint = progress = None
 
 
 def save(step: int, model: nn.Module, opt: torch.optim.Optimizer, history: list) -> None:
@@ -175,7 +181,25 @@ def train(
         if rank == 0:
             shown = " ".join(f"{k} {v:.3f}" for k, v in extra.items())
             print(f"{label} epoch {epoch + 1}/{epochs} loss {loss:.4f} {shown}", flush=True)
+            if history is not None:
+                report(history, epochs)
         save(first_step + epoch + 1, unwrapped(model), opt, history or [])
+
+
+def report(history: list[dict[str, float]], epochs: int) -> None:
+    """The fine-tuning epoch's metrics as a progress line (the epoch is the step), with
+    the best validation accuracy so far (``best_val_acc``, the guide's sweep objective)."""
+    if progress is None:
+        return
+    last = history[-1]
+    best = max(h["val_accuracy"] for h in history)
+    progress.report(
+        int(last["epoch"]),
+        total=epochs,
+        loss=last["loss"],
+        val_accuracy=last["val_accuracy"],
+        best_val_acc=best,
+    )
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
@@ -197,6 +221,19 @@ def checksum(model: nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def load_model(path: str, model: nn.Module) -> None:
+    """``model``'s weights from ``path``: a ``model.pt`` this script saved, or a folder
+    holding one (a ``model://`` input); says which file, its sha256 and the checksum."""
+    found = Path(path)
+    if found.is_dir():
+        found = found / "model.pt"
+    data = found.read_bytes()
+    saved = torch.load(io.BytesIO(data), map_location="cpu")
+    model.load_state_dict(saved["state_dict"])
+    digest = hashlib.sha256(data).hexdigest()
+    print(f"loaded {found} sha256 {digest} param-checksum {checksum(model)}", flush=True)
 
 
 def export_onnx(model: nn.Module, path: Path) -> None:
@@ -228,6 +265,9 @@ def main() -> None:
     parser.add_argument("--pretrain_epochs", type=int, default=8)
     parser.add_argument("--images", type=int, default=400, help="bird images (80%% train)")
     parser.add_argument("--data_dir", type=str, default="", help="a folder with birds.npz")
+    parser.add_argument(
+        "--init_model", type=str, default="", help="fine-tune this model.pt (or a folder's)"
+    )
     args = parser.parse_args()
 
     started = time.time()
@@ -239,16 +279,17 @@ def main() -> None:
     state = resumed(rank)
     done = int(state["step"]) if state is not None else 0
 
-    # 1. Pre-train a backbone on the related task (shapes).
-    shape_x, shape_y = birds_data.shapes(1600, seed=0)
+    # 1. Pre-train a backbone on the related task (shapes), unless a saved model has one.
+    if args.init_model:
+        args.pretrain_epochs = 0
     backbone = Backbone()
-    pretrain = Classifier(backbone, len(birds_data.SHAPES)).to(device)
-    if world > 1:
-        pretrain = DistributedDataParallel(pretrain)
     print(f"rank {rank}: first training step at {time.time():.3f}", flush=True)
-    if done <= args.pretrain_epochs:  # else the checkpoint holds the pre-trained backbone
+    # else the saved model or the checkpoint holds the pre-trained backbone
+    if done <= args.pretrain_epochs and not args.init_model:
+        shape_x, shape_y = birds_data.shapes(1600, seed=0)
+        pretrain = Classifier(backbone, len(birds_data.SHAPES)).to(device)
         train(
-            pretrain,
+            DistributedDataParallel(pretrain) if world > 1 else pretrain,
             TensorDataset(torch.from_numpy(shape_x), torch.from_numpy(shape_y)),
             args.pretrain_epochs,
             0.003,
@@ -272,7 +313,10 @@ def main() -> None:
     split = int(0.8 * len(bird_y))
     train_set = TensorDataset(torch.from_numpy(bird_x[:split]), torch.from_numpy(bird_y[:split]))
     val_x, val_y = torch.from_numpy(bird_x[split:]), torch.from_numpy(bird_y[split:])
-    model = Classifier(backbone, len(birds_data.BIRDS)).to(device)
+    model = Classifier(backbone, len(birds_data.BIRDS))
+    if args.init_model:
+        load_model(args.init_model, model)
+    model.to(device)
     wrapped: nn.Module = DistributedDataParallel(model) if world > 1 else model
     history: list[dict[str, float]] = []
     train(

@@ -35,23 +35,29 @@ BIRDS = {"name": "birds", "uri": "https://files.example/birds.tgz", "sha256": SH
 
 
 @pytest.fixture
-def prepared(
+def inputs_operator(
     cluster: Cluster,
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
     operator: InProcessOperator,
-) -> Iterator[str]:
+) -> Iterator[tuple[str, InProcessOperator]]:
     """``namespace`` with a volume for its inputs cache (a storage class of its own), an
     operator that claims it instead of the session's (which read its settings before this
-    class existed), and a Ready Environment ``pytorch``."""
+    class existed), and a Ready Environment ``pytorch``; the namespace and that operator."""
     name = f"inputs-{namespace}"[:63]
     host_volume(cluster, name, f"/tmp/{name}", "50Gi")
     monkeypatch.setenv("TORCHYARD_INPUTS_STORAGE_CLASS", name)
-    with operator_instead(operator):
+    with operator_instead(operator) as instead:
         k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
         wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
-        yield namespace
+        yield namespace, instead
     cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def prepared(inputs_operator: tuple[str, InProcessOperator]) -> str:
+    """The namespace of :func:`inputs_operator`."""
+    return inputs_operator[0]
 
 
 def run(name: str, namespace: str, *specs: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import SweepBuilder, TrainingRunBuilder, environment
+from tests.builders import SweepBuilder, TrainingRunBuilder, environment, model_version
 from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import (
@@ -39,6 +39,10 @@ from tests.integration.test_archiving import (  # noqa: F401 (a fixture)
     allow_default_service_account,
     archiving_operator,
     run_node,
+)
+from tests.integration.test_inputs import (  # noqa: F401 (a fixture)
+    fetch_jobs,
+    inputs_operator,
 )
 from torchyard import api, k8s
 from torchyard.api import wire
@@ -88,6 +92,16 @@ def holding(runs: dict[str, dict[str, Any]]) -> list[str]:
         name
         for name, r in runs.items()
         if (r.get("status") or {}).get("phase") not in ("Succeeded", "Failed", "Suspended")
+    )
+
+
+def concurrency(namespace: str, sweep: str, trials: int) -> None:
+    """Change the sweep's maxConcurrentTrials (a limit that may change)."""
+    k8s.rest.call(
+        "PATCH",
+        k8s.SWEEPS.path(namespace, sweep),
+        body={"spec": {"maxConcurrentTrials": trials}},
+        content_type="application/merge-patch+json",
     )
 
 
@@ -435,12 +449,7 @@ def test_the_search_space_and_the_objective_are_immutable(env: str) -> None:
         assert err.value.invalid and f"spec.{field}" in err.value.message, err.value
         assert "is immutable: create another Sweep" in err.value.message
     # the limits may change: one more trial at a time
-    k8s.rest.call(
-        "PATCH",
-        k8s.SWEEPS.path(ns, "fixed"),
-        body={"spec": {"maxConcurrentTrials": 2}},
-        content_type="application/merge-patch+json",
-    )
+    concurrency(ns, "fixed", 2)
     wait_for("a second trial", lambda: len(trial_runs(ns, "fixed")) == 2)
 
 
@@ -518,6 +527,48 @@ def test_the_best_trial_is_registered_as_a_model_version_once_across_restarts(
     assert k8s.get(k8s.SWEEPS, ns, "tuned")["status"]["model"] == swept["status"]["model"]
     versions = k8s.list_(k8s.MODELVERSIONS, ns)
     assert [v["metadata"]["name"] for v in versions] == ["birds-v1"]
+
+
+# -- a model:// input that names no version ----------------------------------------------
+
+
+def test_every_trial_fetches_the_model_version_the_first_one_took(
+    inputs_operator: tuple[str, InProcessOperator],  # noqa: F811
+) -> None:
+    """A version registered while the sweep runs, and an operator restart, leave the trials
+    on the version the sweep took for its first trial: one fetch Job serves them all."""
+    ns, operator = inputs_operator
+    for version in (1, 2):
+        k8s.create(model_version(f"birds-v{version}", ns, "birds", version))
+    base = {"name": "base", "uri": "model://birds"}
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    trial = trial.with_("spec.inputs", [base])
+    k8s.create(SweepBuilder("latest", ns).trial(trial).trials(3, 1).seed(SEED).obj())
+    wait_for("the first trial", lambda: sorted(trial_runs(ns, "latest")) == ["latest-t0"])
+    pinned = [{"name": "base", "uri": "model://birds/2", "revision": "2"}]
+    wait_status(k8s.SWEEPS, ns, "latest", lambda s: s.get("inputs") == pinned)
+
+    k8s.create(model_version("birds-v3", ns, "birds", 3))  # registered meanwhile
+    operator.stop()
+    operator.start()
+    concurrency(ns, "latest", 3)
+    wait_for("three trials", lambda: len(trial_runs(ns, "latest")) == 3)
+    runs = trial_runs(ns, "latest")
+    assert {
+        name: [(i["uri"], i["revision"]) for i in r["spec"]["inputs"]] for name, r in runs.items()
+    } == {f"latest-t{i}": [("model://birds", "2")] for i in range(3)}
+    [job] = wait_for("the fetch Job", lambda: fetch_jobs(ns))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--uri") + 1] == "model://birds/2"
+    for name in runs:
+        wait_status(
+            k8s.TRAININGRUNS,
+            ns,
+            name,
+            lambda s: [i.get("uri") for i in s.get("inputs") or []] == ["model://birds/2"],
+        )
+    assert len(fetch_jobs(ns)) == 1
+    assert k8s.get(k8s.SWEEPS, ns, "latest")["status"]["inputs"] == pinned
 
 
 # -- bayesian sampling -------------------------------------------------------------------

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import SweepBuilder
+from tests.builders import SweepBuilder, TrainingRunBuilder
 from torchyard import api, cli
 from torchyard.local import LocalResult
-from torchyard.local.sweeps import Trial
+from torchyard.local.sweeps import LocalSweep, Trial
+from torchyard.registry import Store
 
 
 class StubRun:
@@ -148,3 +149,42 @@ def test_what_cannot_run_is_refused_before_any_trial_naming_the_field(
     assert code != 0
     assert message in capsys.readouterr().err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_every_local_trial_starts_from_the_model_version_the_first_one_took(
+    tmp_path: Path,
+) -> None:
+    """A trial that publishes a newer version of the model the sweep's trials start from
+    (``model://birds``, no version) does not move the next trials to it."""
+    store = Store(tmp_path / "registry")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "model.pt").write_text("weights")
+    store.publish("default", "birds", weights)
+    made: list[api.TrainingRun] = []
+
+    def make_run(run: api.TrainingRun) -> StubRun:
+        made.append(run)
+        store.publish("default", "birds", weights)  # as a trial's outputs.register would
+        stub = StubRun(tmp_path / run.name)
+        stub.release.set()
+        return stub
+
+    base = {"name": "base", "uri": "model://birds"}
+    trial_run = TrainingRunBuilder("t").with_("spec.inputs", [base])
+    body = SweepBuilder("s").trial(trial_run).trials(3, 1).seed(7).obj()
+    said: list[str] = []
+    LocalSweep(
+        api.parse_sweep(body),
+        body["spec"]["parameters"],
+        make_run,  # type: ignore[arg-type]
+        parallel=1,
+        store=store,
+        environment=None,
+        say=said.append,
+    ).execute()
+    assert [[(i.uri, i.revision) for i in r.spec.inputs] for r in made] == [
+        [("model://birds", "1")]
+    ] * 3
+    assert store.versions("default", "birds") == [1, 2, 3, 4]
+    assert "input base: every trial starts from version 1" in said

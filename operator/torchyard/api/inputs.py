@@ -277,3 +277,11 @@ def check_inputs(inputs: list[Input]) -> None:
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:
             raise ValueError(f"two inputs may not share a {what}: {', '.join(twice)}")
+
+
+class PinnedInput(Model):
+    """A model:// input of a Sweep's trial that names no version, as every trial got it."""
+
+    name: str = Field(description="The input's name.")
+    uri: str = Field(description="The input's URI with the version (model://birds/3).")
+    revision: str = Field(description="The version.")

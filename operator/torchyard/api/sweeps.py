@@ -31,6 +31,7 @@ from torchyard.api._base import (
     observed_generation,
     with_rules,
 )
+from torchyard.api.inputs import PinnedInput
 from torchyard.api.trainingruns import RUN_NAME_MAX, ModelOutput, TrainingRunSpec
 from torchyard.api.wire import API_VERSION
 
@@ -661,6 +662,12 @@ class SweepStatus(Model):
     )
     model: SweepModel | None = Field(
         default=None, description="The model version spec.registerBest registered."
+    )
+    inputs: list[PinnedInput] | None = Field(
+        default=None,
+        description="Each model:// input of spec.trial that names no version, pinned to "
+        "the model's latest version when the first trial was made: every trial fetches "
+        "that one, whatever is registered while the sweep runs.",
     )
     start_time: datetime | None = Field(default=None, description="When the sweep started.")
     completion_time: datetime | None = Field(default=None, description="When it finished.")

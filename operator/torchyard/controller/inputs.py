@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import calendar
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -62,15 +62,26 @@ def pin_models(ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any]) 
     loose = planned.unversioned(run)
     if not loose:
         return run
-    versions = planned.recorded_versions(previous)
-    for inp in loose:
-        if inp.name not in versions:
-            model = uris.model_of(inp.uri)[0]
-            specs = [v.get("spec") or {} for v in ctx.k8s.list_(k8s.MODELVERSIONS, run.namespace)]
-            numbers = [int(s.get("version") or 0) for s in specs if s.get("model") == model]
-            if max(numbers, default=0) > 0:
-                versions[inp.name] = str(max(numbers))
-    return planned.pinned(run, versions)
+    known = planned.recorded_versions(previous)
+    return planned.pinned(run, latest_versions(ctx, run.namespace, loose, known))
+
+
+def latest_versions(
+    ctx: Context, namespace: str, loose: Sequence[api.Input], known: Mapping[str, str]
+) -> dict[str, str]:
+    """``known`` (input name -> version) with each input of ``loose`` that it lacks pinned
+    to its model's latest ModelVersion now (a model with none is left out)."""
+    versions = dict(known)
+    missing = [i for i in loose if i.name not in versions]
+    if not missing:
+        return versions
+    specs = [v.get("spec") or {} for v in ctx.k8s.list_(k8s.MODELVERSIONS, namespace)]
+    for inp in missing:
+        model = uris.model_of(inp.uri)[0]
+        numbers = [int(s.get("version") or 0) for s in specs if s.get("model") == model]
+        if max(numbers, default=0) > 0:
+            versions[inp.name] = str(max(numbers))
+    return versions
 
 
 def prepare(

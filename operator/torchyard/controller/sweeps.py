@@ -18,7 +18,10 @@
 5. **apply**: each decision onto its trial (``spec.suspend`` and the decision's
    annotations: ``planning.sweeps.decided``), each new trial ``<sweep>-t<index>`` with
    the parameters sampled from (seed, index), so a restart makes neither a second trial
-   nor other parameters (server-side apply), and the ledger when it changed;
+   nor other parameters (server-side apply), and the ledger when it changed; a model://
+   input of the trial template that names no version is pinned once, for the first
+   trial, to the model's latest version, kept in ``status.inputs`` (``_pin_models``), so
+   a version registered while the sweep runs does not split its trials;
 6. **write** the status (``status.sweeps``) and its Events once, at the end; once the
    sweep succeeded with ``spec.registerBest``, its best completed trial is registered
    first (``sweep_register``), and a finished sweep whose registration waits for the
@@ -40,7 +43,9 @@ from typing import Any
 from torchyard import api, k8s
 from torchyard.api import sweeps as sweep_api
 from torchyard.controller import context, recording, sweep_register
+from torchyard.controller import inputs as input_fetch
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
+from torchyard.planning import inputs as input_plans
 from torchyard.planning import names
 from torchyard.planning import sweeps as plans
 from torchyard.status import sweeps as sweep_status
@@ -69,6 +74,9 @@ class Observed:
     entries: dict[int, Entry]
     ledger: Mapping[str, str] | None  # the ledger's data, None when it is not there (or not ours)
     namesakes: set[str]  # trial names held by TrainingRuns another Sweep (of this name) owned
+    # the versions its trials were made with, of the trial template's model:// inputs that
+    # name none (by input name)
+    versions: dict[str, str]
 
     @property
     def created(self) -> int:
@@ -99,6 +107,8 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     book = sweep_trials.book(compiled.goal, seen.entries, seen.seen, _planned_intervals(seen))
     if finished:  # only its best trial's registration is left to do
         return _conclude(ctx, body, sweep, book, Outcome(previous, now, []), logger, Result())
+    pins = _pin_models(ctx, sweep, previous, seen)
+    sweep = plans.pinned(sweep, {p["name"]: p["revision"] for p in pins})
     result = Result()
     events: list[Event] = []
 
@@ -128,7 +138,7 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
             return Result()
     _write_ledger(ctx, sweep, seen, book, judged)
 
-    observed = _status_inputs(sweep, compiled, seen, book, verdict)
+    observed = replace(_status_inputs(sweep, compiled, seen, book, verdict), inputs=pins)
     new = sweep_status.sweep_status(sweep.generation, observed, previous, now)
     events = [*context.phase_events(previous, new), *events]
     if verdict is not None:
@@ -278,8 +288,10 @@ def _finished(ctx: Context, body: Mapping[str, Any], logger: Log, now: datetime)
 def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
     """The sweep's trials and ledger, each trial's entry brought up to what it shows."""
     metric = sweep.spec.objective.metric
+    loose = [i.name for i in input_plans.unversioned_of(sweep.spec.trial.inputs)]
     seen: dict[int, Seen] = {}
     namesakes: set[str] = set()
+    versions: dict[str, str] = {}
     for run in ctx.k8s.list_(
         k8s.TRAININGRUNS, sweep.namespace, label_selector=plans.selector(sweep.name)
     ):
@@ -288,6 +300,7 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
             namesakes.add(str(run["metadata"]["name"]))
         elif index is not None:
             seen[index] = sweep_trials.seen(run, index, metric)
+            versions.update(plans.trial_versions(run, loose))
     found = ctx.k8s.get_or_none(k8s.CONFIGMAPS, sweep.namespace, names.sweep_trials(sweep.name))
     ledger = (
         dict(found.get("data") or {}) if found and sweep_trials.owned(found, sweep.uid) else None
@@ -296,7 +309,22 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
     for index, trial in seen.items():
         entry = entries.get(index) or Entry(trial.parameters or tuning.parameters(compiled, index))
         entries[index] = sweep_trials.observed(entry, trial)
-    return Observed(seen, entries, ledger, namesakes)
+    return Observed(seen, entries, ledger, namesakes, versions)
+
+
+def _pin_models(
+    ctx: Context, sweep: api.Sweep, previous: Mapping[str, Any], seen: Observed
+) -> list[dict[str, str]]:
+    """The version each model:// input of the trial template that names none is pinned to,
+    for every trial alike: the one the status keeps (or a trial was made with, when the
+    operator stopped before writing it), else the model's latest ModelVersion now, taken
+    once, for the first trial (a model with none is left unpinned: its trial fails naming
+    it). As ``status.inputs`` lists them."""
+    loose = input_plans.unversioned_of(sweep.spec.trial.inputs)
+    if not loose:
+        return []
+    known = {**seen.versions, **input_plans.recorded_versions(previous)}
+    return input_plans.pins(loose, input_fetch.latest_versions(ctx, sweep.namespace, loose, known))
 
 
 def _planned_intervals(seen: Observed) -> int | None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from torchyard.api import TrainingRun
+from torchyard.api import Input, TrainingRun
 from torchyard.api.quantities import quantity
 from torchyard.inputs import archives, cache, fetch, patterns, uris
 from torchyard.inputs.cache import DATA, sha256_file
@@ -74,11 +74,12 @@ def _from_store(store: Store, namespace: str) -> fetch.Fetcher:
     return fetch_model
 
 
-def _latest(store: Store, run: TrainingRun) -> dict[str, str]:
-    """The local registry's latest version of each model:// input that names none."""
+def latest(store: Store, namespace: str, inputs: Sequence[Input]) -> dict[str, str]:
+    """The local registry's latest version of each model:// input of ``inputs`` that names
+    none (a model with none is left out), by input name."""
     found = {}
-    for inp in planned.unversioned(run):
-        numbers = store.versions(run.namespace, uris.model_of(inp.uri)[0])
+    for inp in planned.unversioned_of(inputs):
+        numbers = store.versions(namespace, uris.model_of(inp.uri)[0])
         if numbers:
             found[inp.name] = str(numbers[-1])
     return found
@@ -101,7 +102,7 @@ def fetch_all(
             "mode cannot mount; use an https://, model://, s3:// or hf:// input, or run in "
             "the cluster"
         )
-    run = planned.pinned(run, _latest(store, run))
+    run = planned.pinned(run, latest(store, run.namespace, run.spec.inputs))
     wanted = planned.fetched(run)
     keys = [source.key for _, source in wanted]
     for key in cache.local_evictions(str(root), cache_limit(), 0, keys) if keys else []:

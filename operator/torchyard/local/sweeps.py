@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from torchyard import api
 from torchyard.api.trainingruns import ModelOutput
+from torchyard.local import inputs as local_inputs
 from torchyard.local.finalize import publish
 from torchyard.local.results import LocalResult
 from torchyard.local.runs import (
@@ -201,6 +202,18 @@ class LocalSweep:
         self.trials: dict[int, Trial] = {}
         self.entries: dict[int, Entry] = {}
         self.started = time.monotonic()
+        self.pins: dict[str, str] | None = None  # taken for the first trial
+
+    def _pinned(self) -> api.Sweep:
+        """The sweep whose trials fetch, each, the version of a model:// input that names
+        none that the registry's latest was when the first trial started (a version
+        published by a trial meanwhile does not split the sweep), as in the cluster."""
+        if self.pins is None:
+            trial = self.sweep.spec.trial
+            self.pins = local_inputs.latest(self.store, self.sweep.namespace, trial.inputs)
+            for name, version in sorted(self.pins.items()):
+                self.say(f"input {name}: every trial starts from version {version}")
+        return plans.pinned(self.sweep, self.pins)
 
     def _book(self) -> tuple[trials.Book, dict[int, Seen]]:
         metric = self.sweep.spec.objective.metric
@@ -216,7 +229,7 @@ class LocalSweep:
     def _start(self, index: int, book: trials.Book) -> trials.Book:
         params = tuning.parameters(self.compiled, index, book)
         manifest = plans.trial(
-            self.sweep,
+            self._pinned(),
             index,
             params,
             sampling.arguments(params),

@@ -17,11 +17,11 @@ tests/unit/planning/test_inputs.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torchyard.api import Input, TrainingRun, wire
+from torchyard.api import Input, TrainingRun, TrainingRunSpec, wire
 from torchyard.inputs import s3, uris
 from torchyard.inputs.cache import DATA
 from torchyard.planning import checkpoints, names
@@ -58,9 +58,12 @@ def fetched(run: TrainingRun) -> list[tuple[Input, uris.Source]]:
 
 def unversioned(run: TrainingRun) -> list[Input]:
     """The model:// inputs that name no version (the latest, pinned before the fetch)."""
-    return [
-        i for i in run.spec.inputs if i.scheme == "model" and not uris.model_of(i.canonical_uri)[1]
-    ]
+    return unversioned_of(run.spec.inputs)
+
+
+def unversioned_of(inputs: Sequence[Input]) -> list[Input]:
+    """The model:// inputs of ``inputs`` that name no version (a run's, a Sweep's trial's)."""
+    return [i for i in inputs if i.scheme == "model" and not uris.model_of(i.canonical_uri)[1]]
 
 
 def recorded_versions(status: Mapping[str, Any]) -> dict[str, str]:
@@ -79,16 +82,37 @@ def recorded_versions(status: Mapping[str, Any]) -> dict[str, str]:
 def pinned(run: TrainingRun, versions: Mapping[str, str]) -> TrainingRun:
     """``run`` with each unversioned model:// input pinned to ``versions[name]`` (those
     without one stay as they are)."""
-    loose = {i.name for i in unversioned(run)}
+    spec = pinned_spec(run.spec, versions)
+    return run if spec is run.spec else run.model_copy(update={"spec": spec})
+
+
+def pinned_spec(spec: TrainingRunSpec, versions: Mapping[str, str]) -> TrainingRunSpec:
+    """A run's spec (or a Sweep's trial template) with each unversioned model:// input
+    pinned to ``versions[name]``; the same object when none is."""
+    loose = {i.name for i in unversioned_of(spec.inputs)}
     if not loose & set(versions):
-        return run
+        return spec
     inputs = [
         i.model_copy(update={"revision": versions[i.name]})
         if i.name in loose and i.name in versions
         else i
-        for i in run.spec.inputs
+        for i in spec.inputs
     ]
-    return run.model_copy(update={"spec": run.spec.model_copy(update={"inputs": inputs})})
+    return spec.model_copy(update={"inputs": inputs})
+
+
+def pins(inputs: Sequence[Input], versions: Mapping[str, str]) -> list[dict[str, str]]:
+    """The unversioned model:// inputs of ``inputs`` that ``versions`` pins, as a status
+    lists them (name, the pinned URI, the version): what :func:`recorded_versions` reads."""
+    return [
+        {
+            "name": i.name,
+            "uri": f"{i.uri.rstrip('/')}/{versions[i.name]}",
+            "revision": versions[i.name],
+        }
+        for i in unversioned_of(inputs)
+        if i.name in versions
+    ]
 
 
 def claims(run: TrainingRun) -> list[str]:

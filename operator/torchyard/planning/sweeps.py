@@ -6,9 +6,11 @@ parameters appended to its command (``--learning_rate 0.0031``, as HyperDrive pa
 them) and set as ``TORCHYARD_PARAM_<NAME>`` variables (both formatted by the sweeps core,
 ``sweeps.sampling.arguments`` and ``environment``, which the caller passes in: this layer
 does not import that one), labelled with the sweep and the index, its parameters in an
-annotation, owned by the Sweep. :func:`decided` stops a trial the Sweep stopped or
-canceled: ``spec.suspend: true`` and the decision in two annotations, so the one apply
-that stops it also records why (a restarted operator reads the decision back from it).
+annotation, owned by the Sweep; :func:`pinned` gives every trial the same version of a
+model:// input that names none (the one the Sweep took for its first trial).
+:func:`decided` stops a trial the Sweep stopped or canceled: ``spec.suspend: true`` and
+the decision in two annotations, so the one apply that stops it also records why (a
+restarted operator reads the decision back from it).
 :func:`ledger` is the ConfigMap ``<sweep>-trials`` with one key per trial. The same
 inputs give the same manifests: an operator that restarts applies what it applied before.
 Called by ``controller.sweeps``; tested as tables in tests/unit/planning/test_sweeps.py.
@@ -17,12 +19,12 @@ Called by ``controller.sweeps``; tested as tables in tests/unit/planning/test_sw
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from torchyard.api import Sweep, wire
-from torchyard.planning import names
+from torchyard.planning import inputs, names
 
 # A parameter's value as the trial receives it (sweeps.space.Value).
 Value = int | float | str | bool
@@ -91,6 +93,28 @@ def trial(
         "ownerReferences": [owner_reference(sweep)],
     }
     return _trial_run(sweep, index, metadata, spec)
+
+
+def pinned(sweep: Sweep, versions: Mapping[str, str]) -> Sweep:
+    """``sweep`` whose trial template has each model:// input that names no version pinned
+    to ``versions[name]``: every trial fetches the same version, whatever is registered
+    while the sweep runs."""
+    trial = inputs.pinned_spec(sweep.spec.trial, versions)
+    if trial is sweep.spec.trial:
+        return sweep
+    return sweep.model_copy(update={"spec": sweep.spec.model_copy(update={"trial": trial})})
+
+
+def trial_versions(trial_run: Mapping[str, Any], loose: Iterable[str]) -> dict[str, str]:
+    """The versions a trial TrainingRun was made with for the inputs named ``loose`` (the
+    trial template's model:// inputs that name none), by name."""
+    wanted = set(loose)
+    found = {}
+    for entry in (trial_run.get("spec") or {}).get("inputs") or []:
+        name, revision = entry.get("name"), entry.get("revision")
+        if name in wanted and isinstance(revision, str) and revision:
+            found[str(name)] = revision
+    return found
 
 
 def decided(sweep: Sweep, index: int, decision: Decision) -> dict[str, Any]:

@@ -5,7 +5,8 @@ state, the best trial, the bounded summary rows, the trial-seconds, whether the 
 reported, and the verdict once the sweep finished, decided by ``tuning.sweep_policy``
 and carried here, never computed again) into the status the controller writes when it
 changed: phase ``Pending`` (no trial started yet), ``Running``, ``Succeeded`` or
-``Failed``; conditions ``Accepted``, ``MetricReported``, ``Running``, ``Succeeded`` /
+``Failed``; ``inputs``, the model versions its trials were pinned to; conditions
+``Accepted``, ``MetricReported``, ``Running``, ``Succeeded`` /
 ``Failed`` and the kstatus ones (``Ready``, ``Reconciling``, ``Stalled``).
 :func:`invalid_sweep_status` is the status of a spec the controller cannot run (Accepted
 False, reason InvalidSpec, the message naming the field). A finished sweep's status stays
@@ -36,6 +37,8 @@ COUNTED = {
     "Canceled": "canceled",
 }
 ENDED = ("Stopped", "Completed", "Failed", "Canceled")
+# What the status of a spec the controller cannot run keeps of the one before
+KEPT_WHEN_INVALID = ("seed", "trials", "best", "trialsConfigMap", "inputs")
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,9 @@ class Observed:
     # valid but likely mistaken (sweeps.space.hints: a loguniform's bounds that look like
     # the values rather than their logarithms), said in Accepted
     hints: Sequence[str] = ()
+    # the trial template's model:// inputs that name no version, as every trial got them
+    # pinned (name, uri, revision)
+    inputs: Sequence[Mapping[str, str]] = ()
 
 
 def settled(status: Mapping[str, Any] | None) -> bool:
@@ -180,6 +186,8 @@ def sweep_status(
         status["summary"] = [row.to_dict() for row in observed.summary]
     if observed.failed_trials:
         status["failedTrials"] = list(observed.failed_trials)[:STATUS_FAILED_NAMES]
+    if observed.inputs:
+        status["inputs"] = [dict(pin) for pin in observed.inputs]
     accepted = "the spec is valid"
     if observed.hints:
         accepted += "; but " + "; ".join(observed.hints)
@@ -212,7 +220,7 @@ def invalid_sweep_status(
     """A spec the controller cannot run: Failed, Accepted False (InvalidSpec), nothing more
     until the spec changes (no completionTime: a fixed spec is taken up again)."""
     prev = dict(previous or {})
-    kept = {k: v for k, v in prev.items() if k in ("seed", "trials", "best", "trialsConfigMap")}
+    kept = {k: v for k, v in prev.items() if k in KEPT_WHEN_INVALID}
     desired = [
         condition("Accepted", False, "InvalidSpec", message, observed_generation=generation),
         condition("Failed", True, "InvalidSpec", message, observed_generation=generation),

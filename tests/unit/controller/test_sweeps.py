@@ -12,7 +12,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from tests.builders import SweepBuilder
+from tests.builders import SweepBuilder, TrainingRunBuilder, model_version
 from tests.unit.controller.fake_k8s import FakeK8s
 from tests.unit.controller.world import T0
 from torchyard import api, k8s
@@ -538,3 +538,53 @@ def test_a_namesakes_trial_found_at_create_is_left_alone_and_looked_at_again() -
     reconcile(fake)
     made = trials(fake)["hd-t4"]
     assert json.loads(made["metadata"]["annotations"][wire.ANNOTATION_PARAMETERS]) == expected(4)
+
+
+# -- a model:// input that names no version ----------------------------------------------
+
+BASE = {"name": "base", "uri": "model://birds"}
+
+
+def tuned_from_latest(total: int = 4, concurrent: int = 2) -> dict[str, Any]:
+    trial = TrainingRunBuilder("t").with_("spec.inputs", [BASE])
+    return sweep(SweepBuilder("hd", NS).seed(7).trial(trial).trials(total, concurrent))
+
+
+def base_versions(fake: FakeK8s) -> dict[str, str | None]:
+    return {
+        name: next(i.get("revision") for i in t["spec"]["inputs"] if i["name"] == "base")
+        for name, t in trials(fake).items()
+    }
+
+
+PINNED = [{"name": "base", "uri": "model://birds/3", "revision": "3"}]
+
+
+def test_the_latest_model_is_taken_once_and_every_trial_gets_that_version() -> None:
+    fake = FakeK8s(
+        tuned_from_latest(),
+        *(model_version(f"birds-v{v}", NS, "birds", v) for v in (1, 3, 2)),
+        model_version("other-v9", NS, "other", 9),
+    )
+    reconcile(fake)
+    assert base_versions(fake) == {"hd-t0": "3", "hd-t1": "3"}
+    assert status(fake)["inputs"] == PINNED
+    fake.put(model_version("birds-v4", NS, "birds", 4))  # registered while the sweep runs
+    set_trial(fake, "hd-t0", phase="Succeeded", startTime="2026-01-01T12:00:00Z")
+    reconcile(fake)
+    assert base_versions(fake)["hd-t2"] == "3"
+    # an operator stopped after making a trial, before writing the status: the trials say
+    fake.objects[("sweeps", NS, "hd")]["status"].pop("inputs")
+    set_trial(fake, "hd-t1", phase="Succeeded", startTime="2026-01-01T12:00:00Z")
+    reconcile(fake)
+    assert base_versions(fake) == {f"hd-t{i}": "3" for i in range(4)}
+    assert status(fake)["inputs"] == PINNED
+    # the template itself stays as it was written
+    assert fake.get(k8s.SWEEPS, NS, "hd")["spec"]["trial"]["inputs"] == [BASE]
+
+
+def test_a_model_with_no_version_yet_is_pinned_by_none_of_the_trials() -> None:
+    fake = FakeK8s(tuned_from_latest(2, 2))
+    reconcile(fake)
+    assert base_versions(fake) == {"hd-t0": None, "hd-t1": None}  # each fails naming it
+    assert "inputs" not in status(fake)

@@ -176,3 +176,27 @@ def test_the_ledger_is_a_configmap_owned_by_the_sweep_with_its_keys_in_order() -
 
 def test_the_selector_finds_a_sweeps_trials() -> None:
     assert sweeps.selector("hd") == f"{wire.LABEL_SWEEP}=hd"
+
+
+INPUTS = [
+    {"name": "base", "uri": "model://birds"},  # no version: pinned
+    {"name": "fixed", "uri": "model://birds/2"},  # a version of its own
+    {"name": "named", "uri": "model://birds", "revision": "1"},
+    {"name": "data", "uri": "pvc://shots"},
+]
+
+
+def test_pinning_gives_each_trial_the_version_only_where_the_template_names_none() -> None:
+    swept = parsed(
+        SweepBuilder("hd", "ml").trial(TrainingRunBuilder("t").with_("spec.inputs", INPUTS))
+    )
+    versions = {"base": "3", "fixed": "9", "named": "9", "data": "9"}
+    made = sweeps.trial(sweeps.pinned(swept, versions), 0, PARAMS, ARGS, ENV)
+    revisions = {i["name"]: i.get("revision") for i in made["spec"]["inputs"]}
+    assert revisions == {"base": "3", "fixed": None, "named": "1", "data": None}
+    assert [i["uri"] for i in made["spec"]["inputs"]] == [i["uri"] for i in INPUTS]
+    assert sweeps.trial_versions(made, ["base"]) == {"base": "3"}
+    assert sweeps.trial_versions(made, ["base", "named"]) == {"base": "3", "named": "1"}
+    assert sweeps.pinned(swept, {}) is swept and sweeps.pinned(swept, {"other": "1"}) is swept
+    bare = sweeps.trial(swept, 0, PARAMS, ARGS, ENV)
+    assert sweeps.trial_versions(bare, ["base"]) == {}

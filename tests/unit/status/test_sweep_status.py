@@ -198,3 +198,11 @@ def test_a_sweep_is_settled_when_its_next_reconcile_only_keeps_its_books(
     status: dict[str, Any] | None, settled: bool
 ) -> None:
     assert sweeps.settled(status) is settled
+
+
+def test_the_pinned_model_versions_are_listed_and_kept_by_an_invalid_spec() -> None:
+    pins = [{"name": "base", "uri": "model://birds/3", "revision": "3"}]
+    st = sweeps.sweep_status(1, replace(BASE, inputs=pins), None, T0)
+    assert st["inputs"] == pins
+    assert "inputs" not in sweeps.sweep_status(1, BASE, None, T0)
+    assert sweeps.invalid_sweep_status(2, "spec.trial: refused", st, T0)["inputs"] == pins
