@@ -2,9 +2,11 @@
 of its running Pod through the exec API as a tar stream (``sdk.tensorboard.PodSource``,
 ``k8s.pod_exec_output``): its plain files, never a link planted there; a file of a size
 already had is not read again; a Pod that has no event folder yet has nothing. And the
-whole of it as a user runs it: a TrainingRun training on the real node, ``torchyard
-tensorboard RUN`` with a real TensorBoard, whose scalars API shows the run's steps and then
-the ones it writes after, while it runs."""
+whole of it as a user runs it: a TrainingRun training on the real node (its command alone,
+as spec.runAsUser in an image whose working directory it may not write: the launcher keeps
+the outputs under the temporary directory), ``torchyard tensorboard RUN`` with a real
+TensorBoard, whose scalars API shows the run's steps and then the ones it writes after,
+while it runs."""
 
 from __future__ import annotations
 
@@ -89,7 +91,10 @@ def test_a_training_runs_scalars_show_in_tensorboard_and_new_ones_as_it_writes_t
     kube = {"KUBECONFIG": str(cluster.kubeconfig)}
     try:
         with tensorboard(tensorboard_venv, tmp_path / "kept", name, "-n", ns, env=kube) as served:
-            first = wait_for("the run's first scalars", lambda: served.steps(name), 120)
+            try:
+                first = wait_for("the run's first scalars", lambda: served.steps(name), 120)
+            except AssertionError as err:  # (what torchyard tensorboard said, to see why)
+                raise AssertionError(f"{err}\n{served.output()}") from None
             assert first == list(range(len(first))), first
             started = time.monotonic()
             later = wait_for(

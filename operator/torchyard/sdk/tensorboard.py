@@ -48,11 +48,15 @@ MAX_DEPTH = 16
 MAX_PATH_CHARS = 1024
 ARCHIVE_PREFIX = f"outputs/{TENSORBOARD_DIR_NAME}/"
 # The command that writes node 0's event folder as a tar stream (exit 3: no such folder).
+# Where the launcher put the outputs: $TORCHYARD_OUTPUTS, else ./outputs in the working
+# directory, else (a working directory the user may not write: an image's code run as
+# spec.runAsUser) the same name under the temporary directory (launch_ranks.writable_folder).
 TAR_COMMAND = (
     "sh",
     "-c",
-    f'd="${{TORCHYARD_OUTPUTS:-outputs}}/{TENSORBOARD_DIR_NAME}"; '
-    '[ -d "$d" ] || exit 3; exec tar -cf - -C "$d" .',
+    f'for d in "${{TORCHYARD_OUTPUTS:-outputs}}/{TENSORBOARD_DIR_NAME}" '
+    f'"${{TMPDIR:-/tmp}}/torchyard/outputs/{TENSORBOARD_DIR_NAME}"; do '
+    '[ -d "$d" ] && exec tar -cf - -C "$d" .; done; exit 3',
 )
 NO_FOLDER_EXIT = 3
 TRAINER = "trainer"  # the node Pod's container (planning.pods)

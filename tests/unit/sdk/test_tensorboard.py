@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import tarfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -265,3 +266,36 @@ def test_a_sweeps_recorded_trials_are_its_own_on_every_page(
         "tune-t10",
     ]
     assert tb.recorded_trials(folder, "team-b", "tune", None) == []
+
+
+@pytest.mark.parametrize(
+    ("outputs_var", "where"),
+    [
+        (True, "given/tensorboard"),  # $TORCHYARD_OUTPUTS, as the Pod's env says
+        (False, "work/outputs/tensorboard"),  # ./outputs of the working directory
+        (False, "tmp/torchyard/outputs/tensorboard"),  # the launcher's fallback
+        (False, None),  # no event folder yet
+    ],
+)
+def test_the_pods_tar_command_finds_the_event_folder_where_the_launcher_put_it(
+    tmp_path: Path, outputs_var: bool, where: str | None
+) -> None:
+    """The copy's command runs in node 0's trainer container with its env and working
+    directory; the launcher writes to $TORCHYARD_OUTPUTS, else ./outputs, else (a working
+    directory it may not write) the same under the temporary directory."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "tmp").mkdir()
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path / "tmp")}
+    if outputs_var:
+        env["TORCHYARD_OUTPUTS"] = str(tmp_path / "given")
+    if where:
+        (tmp_path / where).mkdir(parents=True)
+        (tmp_path / where / "events.out.tfevents.1").write_bytes(b"ev")
+    done = subprocess.run(
+        tb.TAR_COMMAND, cwd=tmp_path / "work", env=env, capture_output=True, check=False
+    )
+    if where is None:
+        assert done.returncode == tb.NO_FOLDER_EXIT
+        return
+    assert done.returncode == 0, done.stderr
+    assert tb.untar(done.stdout, {}) == ({"events.out.tfevents.1": b"ev"}, [])
