@@ -1,0 +1,51 @@
+"""benchmarks/why_real.py: a real-node run of the culprit matrix is judged from the
+TrainingRun's ``status.failure``, and counts only when both its node Pods were seen bound
+to the real node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from benchmarks.why_real import Cell, judge
+
+NODE = "real-node"
+CELL = Cell("ddp", "gil", "other", 3)  # the victim: rank 3, on node 1
+
+
+def failed(rank: Any, node: Any, klass: str = "Hang") -> dict[str, Any]:
+    failure = {"rank": rank, "node": node, "class": klass, "message": "rank stuck at x:1"}
+    return {"status": {"phase": "Failed", "failure": failure}}
+
+
+BOTH = {"r-0": NODE, "r-1": NODE}
+
+
+@pytest.mark.parametrize(
+    ("run", "bound", "counted", "right"),
+    [
+        (failed(3, 1), BOTH, True, True),
+        (failed(2, 1), BOTH, True, False),  # a peer on the victim's node
+        (failed(1, 0), BOTH, True, False),  # the first reporter's rank that only waited
+        (failed(3, 0), BOTH, True, False),  # the right rank on the wrong node
+        (failed(None, 1), BOTH, True, False),  # a node without a rank
+        ({"status": {"phase": "Running"}}, BOTH, True, False),  # never decided
+        ({"status": {"phase": "Succeeded"}}, BOTH, True, False),
+        (failed(3, 1), {"r-0": NODE}, False, False),  # node 1's Pod never seen
+        (failed(3, 1), {"r-0": NODE, "r-1": None}, False, False),  # never bound
+        (failed(3, 1), {"r-0": NODE, "r-1": "kwok-0"}, False, False),  # another node
+        (failed(3, 1), {**BOTH, "r-2": "kwok-0"}, False, False),  # any Pod elsewhere
+    ],
+)
+def test_a_run_is_named_right_only_for_the_victim_and_counts_only_on_the_real_node(
+    run: dict[str, Any], bound: dict[str, str | None], counted: bool, right: bool
+) -> None:
+    outcome = judge(NODE, "r", CELL, run, bound, 30.0)
+    assert (outcome.counted, outcome.right) == (counted, right), outcome
+    assert outcome.cell == CELL and outcome.seconds == 30.0
+    assert outcome.said.startswith("NOT COUNTED") is not counted, outcome.said
+
+
+def test_what_was_named_is_said() -> None:
+    said = judge(NODE, "r", CELL, failed(1, 0, "EarlyExit"), BOTH, 1.0).said
+    assert said.startswith("Failed EarlyExit rank 1 node 0: rank stuck at x:1"), said
