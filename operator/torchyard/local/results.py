@@ -6,21 +6,22 @@ ordered by the launcher's ``exitedAt`` as the operator orders failed Pods). Pure
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from torchyard.registry import Version
 from torchyard.status import steps
 from torchyard.status.failures import (
+    PLATFORM_REASONS,
     Failure,
     classify_failure,
     decide,
     exits_of,
     failure_message,
+    launcher_failure,
 )
 
 
@@ -80,35 +81,29 @@ def _node_of(node: NodeResult) -> int:
 
 
 def node_failure(node: NodeResult) -> Failure:
-    """A failed node's termination message as a failure (as ``failures.observe_failure``
-    reads a node Pod's), classified unless local mode itself ended it."""
-    info = dict(node.termination)
-    info.pop("nodeRank", None)
-    info["node"] = _node_of(node)
-    if isinstance(info.get("rankNode"), int):  # MPI: the node mpirun ran that rank on
-        info["node"] = info.pop("rankNode")
-    info.setdefault("exitCode", node.exit_code)
-    info["exitedAt"] = _exited_at(node.termination)
-    if not math.isfinite(info["exitedAt"]):
-        # unknown (a launcher that was killed): after every known one, by run time
-        info["exitedAt"] = None
-    failure = cast(Failure, info)
-    if info.get("reason") not in LOCAL_FAULTS:  # the user's code, as for a node Pod
-        classify_failure(failure, node.termination)
+    """A failed node's termination message as a failure, read as a node Pod's is
+    (``failures.launcher_failure``), classified unless local mode itself ended it."""
+    info = node.termination
+    reason = str(info.get("reason") or "Error")
+    failure = launcher_failure(
+        info,
+        {
+            "pod": None,
+            "node": _node_of(node),
+            "exitCode": info.get("exitCode", node.exit_code),
+            "signal": info.get("signal"),
+            "reason": reason,
+            "platform": reason in PLATFORM_REASONS,
+            "finishedAt": "",
+        },
+    )
+    if reason not in LOCAL_FAULTS:  # the user's code, as for a node Pod
+        classify_failure(failure, info)
     return failure
 
 
 # Reasons that are local mode's own doing, not the script's: nothing to classify.
 LOCAL_FAULTS = frozenset({"FinalizeFailed", "Terminated"})
-
-
-def _exited_at(termination: dict[str, Any]) -> float:
-    """The launcher's ``exitedAt`` (Unix time) as a number; unknown or bad: infinity."""
-    try:
-        value = float(termination.get("exitedAt", math.inf))
-    except (TypeError, ValueError):
-        return math.inf
-    return value if math.isfinite(value) else math.inf
 
 
 def describe_failure(failure: dict[str, Any]) -> str:

@@ -157,33 +157,54 @@ def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
     disrupted = any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions
     )
-    failure: Failure = {
-        **base,
-        "rank": info.get("rank"),
-        "exitCode": term.get("exitCode", info.get("exitCode")),
-        "signal": term.get("signal", info.get("signal")),
-        "reason": reason,
-        "message": info.get("message") or status.get("message") or "",
-        "platform": reason in PLATFORM_REASONS or disrupted,
-        "finishedAt": term.get("finishedAt") or "",
-        "exitedAt": _exited_at(info, term),
-    }
-    if failure["node"] is None and info.get("nodeRank") is not None:
-        failure["node"] = info["nodeRank"]
-    rank_node = info.get("rankNode")
-    if isinstance(rank_node, int) and rank_node != failure["node"] and failure["pod"]:
-        # MPI: node 0's launcher reports the rank mpirun named, which ran on another node
-        # (Pods are named <run>-<node>).
-        failure["pod"] = f"{str(failure['pod']).rsplit('-', 1)[0]}-{rank_node}"
-        failure["node"] = rank_node
-    if isinstance(info.get("step"), int):
-        failure["step"] = info["step"]
-    if reason == STALLED and isinstance(info.get("stall"), dict):
-        failure["stall"] = info["stall"]
+    failure = launcher_failure(
+        info,
+        {
+            **base,
+            "exitCode": term.get("exitCode", info.get("exitCode")),
+            "signal": term.get("signal", info.get("signal")),
+            "reason": reason,
+            "message": status.get("message") or "",
+            "platform": reason in PLATFORM_REASONS or disrupted,
+            "finishedAt": term.get("finishedAt") or "",
+        },
+    )
     if pod.get("spec", {}).get("nodeName") and failure["pod"] == meta.get("name"):
         failure["nodeName"] = str(pod["spec"]["nodeName"])
     if not failure["platform"]:
         classify_failure(failure, info)
+    return failure
+
+
+def launcher_failure(info: Mapping[str, Any], base: Failure) -> Failure:
+    """A failed node's failure as its launcher's termination message ``info`` tells it,
+    over ``base`` (what the node's Pod or local process says: pod, node, reason, exit
+    code, signal, ``finishedAt``, platform; its message when the launcher has none): the
+    failing rank and its message, when it exited (``exitedAt``; else base's
+    ``finishedAt``), its last step, a stall's record (its suspects, for ``culprits``), the
+    node from the launcher's ``nodeRank`` where base has none and, of MPI, the node of
+    the rank mpirun named (``rankNode``; its Pod, ``<run>-<node>``, named after it). The
+    one reading of a launcher's word for node Pods (``observe_failure``) and local mode's
+    nodes (``torchyard.local.results.node_failure``); not classified here."""
+    failure: Failure = {
+        **base,
+        "rank": info.get("rank"),
+        "message": info.get("message") or base.get("message") or "",
+        "exitedAt": _exited_at(info, {"finishedAt": base.get("finishedAt")}),
+    }
+    said = info.get("nodeRank")
+    if failure.get("node") is None and isinstance(said, int) and not isinstance(said, bool):
+        failure["node"] = said
+    rank_node = info.get("rankNode")
+    if isinstance(rank_node, int) and rank_node != failure.get("node"):
+        # MPI: node 0's launcher reports the rank mpirun named, which ran on another node
+        failure["node"] = rank_node
+        if failure.get("pod"):
+            failure["pod"] = f"{str(failure['pod']).rsplit('-', 1)[0]}-{rank_node}"
+    if isinstance(info.get("step"), int):
+        failure["step"] = info["step"]
+    if failure.get("reason") == STALLED and isinstance(info.get("stall"), dict):
+        failure["stall"] = info["stall"]
     return failure
 
 
