@@ -17,11 +17,13 @@ from torchyard.status import steps
 from torchyard.status.failures import (
     PLATFORM_REASONS,
     Failure,
+    Waited,
     classify_failure,
     decide,
     exits_of,
     failure_message,
     launcher_failure,
+    waited_for_nodes,
 )
 
 
@@ -61,18 +63,28 @@ class LocalResult:
         )
 
 
-def first_failure(nodes: Sequence[NodeResult]) -> dict[str, Any] | None:
+def first_failure(nodes: Sequence[NodeResult], procs: int | None = None) -> dict[str, Any] | None:
     """The failure the run failed of, with ``node`` and ``exitCode``, decided as the
-    operator decides on a gang's node Pods (``failures.decide``); None when every node
-    succeeded."""
+    operator decides on a gang's node Pods (``failures.decide``; a collective timeout
+    names the nodes it waited for: those local mode stopped, ``procs`` ranks each, as the
+    operator names the node Pods still running, ``failures.waited_for_nodes``); None when
+    every node succeeded."""
     failed = [n for n in nodes if n.exit_code != 0]
     if not failed:
         return None
     # Nodes stopped by us report 'Terminated': they only went down with the one that failed.
-    real = [n for n in failed if n.termination.get("reason") != "Terminated"] or failed
+    stopped = [n for n in failed if n.termination.get("reason") == STOPPED]
+    real = [n for n in failed if n not in stopped] or failed
     exits = [e for n in nodes for e in exits_of(n.termination, _node_of(n))]
     chosen = decide([node_failure(n) for n in real], exits)
-    return dict(chosen) if chosen is not None else None
+    if chosen is None:
+        return None
+    running = [Waited(_node_of(n), None, procs) for n in stopped if n not in real]
+    return dict(waited_for_nodes(chosen, running))
+
+
+# What a node's launcher says when local mode stopped it (SIGTERM) while it still ran.
+STOPPED = "Terminated"
 
 
 def _node_of(node: NodeResult) -> int:
@@ -103,7 +115,7 @@ def node_failure(node: NodeResult) -> Failure:
 
 
 # Reasons that are local mode's own doing, not the script's: nothing to classify.
-LOCAL_FAULTS = frozenset({"FinalizeFailed", "Terminated"})
+LOCAL_FAULTS = frozenset({"FinalizeFailed", STOPPED})
 
 
 def describe_failure(failure: dict[str, Any]) -> str:

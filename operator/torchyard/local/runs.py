@@ -311,7 +311,7 @@ class LocalRun:
                 self._end_leftovers()
                 raise
             self._end_leftovers()
-        failure = first_failure(nodes)
+        failure = first_failure(nodes, self.run.spec.distribution.process_count_per_node)
         exit_code = 0 if failure is None else int(failure.get("exitCode") or 1)
         result = LocalResult(exit_code, self.workdir, nodes, failure=failure, warnings=warnings)
         folders = [self.node_dir(n) for n in range(len(self.procs))]

@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from torchyard.api import wire
 from torchyard.launch_contract import PROGRESS_LINE
@@ -393,43 +393,53 @@ def _procs_per_node(pod: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _node_said(pod: Mapping[str, Any]) -> str:
-    """'node 1 (Pod r-1, rank 1)': a node Pod and, when its env says, its ranks."""
-    node = _rank_label(pod)
-    procs = _procs_per_node(pod)
-    inside = [f"Pod {pod.get('metadata', {}).get('name')}"]
-    if node is not None and procs:
-        first, last = node * procs, node * procs + procs - 1
-        inside.append(f"rank {first}" if procs == 1 else f"ranks {first}-{last}")
-    return f"node {node} ({', '.join(inside)})"
+class Waited(NamedTuple):
+    """A node of the gang that still ran when a failure was decided: its node rank, its
+    Pod (None in local mode) and its ranks per node (None: unknown)."""
+
+    node: int | None
+    pod: str | None
+    procs: int | None
+
+    def said(self) -> str:
+        """'node 1 (Pod r-1, rank 1)': the node, its Pod and its ranks, where known."""
+        inside = [f"Pod {self.pod}"] if self.pod else []
+        if self.node is not None and self.procs:
+            first, last = self.node * self.procs, self.node * self.procs + self.procs - 1
+            inside.append(f"rank {first}" if self.procs == 1 else f"ranks {first}-{last}")
+        return f"node {self.node}" + (f" ({', '.join(inside)})" if inside else "")
 
 
 def waited_for(failure: Failure, pods: Sequence[Mapping[str, Any]]) -> Failure:
-    """A collective timeout that no earlier failure explains, with the node
-    Pods its collective waited for named first in its advice: those of the gang still
+    """``waited_for_nodes`` with the gang's node Pods other than the failed one that
+    were still Running when it was decided."""
+    running = [
+        Waited(_rank_label(p), p.get("metadata", {}).get("name"), _procs_per_node(p))
+        for p in pods
+        if p.get("metadata", {}).get("name") != failure.get("pod")
+        and p.get("status", {}).get("phase") == "Running"
+    ]
+    return waited_for_nodes(failure, running)
+
+
+def waited_for_nodes(failure: Failure, running: Sequence[Waited]) -> Failure:
+    """A collective timeout that no earlier failure explains, with the nodes its
+    collective waited for named first in its advice: ``running``, those of the gang still
     running when it was decided. A rank that hung, sleeps or skipped the collective stays
     alive, while the ranks waiting for it in the collective time out; ``settling`` gave
-    the others time to report an earlier failure. Any other failure is returned as is."""
-    if failure.get("failureClass") != classes.COLLECTIVE_TIMEOUT.name:
+    the others time to report an earlier failure. Any other failure is returned as is.
+    The one rule for node Pods (``waited_for``) and local mode
+    (``torchyard.local.results.first_failure``: the nodes it stopped)."""
+    if failure.get("failureClass") != classes.COLLECTIVE_TIMEOUT.name or not running:
         return failure
-    running = sorted(
-        (
-            p
-            for p in pods
-            if p.get("metadata", {}).get("name") != failure.get("pod")
-            and p.get("status", {}).get("phase") == "Running"
-        ),
-        key=lambda p: (_rank_label(p) is None, _rank_label(p) or 0),
-    )
-    if not running:
-        return failure
+    ordered = sorted(running, key=lambda w: (w.node is None, w.node or 0))
     who = f"rank {failure.get('rank')} (node {failure.get('node')})"
     if failure.get("rank") is None:
         who = f"node {failure.get('node')}"
-    them = ", ".join(_node_said(p) for p in running)
+    them = ", ".join(w.said() for w in ordered)
     note = (
         f"{who} timed out in a collective while {them} still ran and had not failed: "
-        f"{'its' if len(running) == 1 else 'their'} ranks never joined the collective "
+        f"{'its' if len(ordered) == 1 else 'their'} ranks never joined the collective "
         "(hung, much slower, or skipped it; see their logs and stacks)"
     )
     return {**failure, "advice": f"{note}. {failure.get('advice') or ''}".strip()}

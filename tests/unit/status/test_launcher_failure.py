@@ -1,8 +1,10 @@
-"""A launcher's termination message is read into a failure once
-(``failures.launcher_failure``): a node Pod (``observe_failure``) and a local node
-(``local.results.node_failure``) that say the same thing give the same failure — rank,
-node, message, when the rank exited, its step, a stall's suspects, MPI's ``rankNode``, the
-class and advice — so that ``failures.decide`` names the same culprit in both."""
+"""Node Pods and local mode decide a failure with the same code: a launcher's termination
+message is read into a failure once (``failures.launcher_failure``), so that a node Pod
+(``observe_failure``) and a local node (``local.results.node_failure``) that say the same
+thing give the same failure (rank, node, message, when the rank exited, its step, a
+stall's suspects, MPI's ``rankNode``, the class and advice) for ``failures.decide``; and a
+collective timeout names the nodes it waited for by one rule (``waited_for_nodes``): the
+node Pods still running, or the nodes local mode stopped."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from typing import Any
 import pytest
 
 from tests.builders import pod
-from torchyard.local.results import NodeResult, node_failure
+from tests.unit.status.test_classes import GLOO, launcher_pod, running_pod
+from torchyard.local.results import NodeResult, first_failure, node_failure
+from torchyard.status import failures
 from torchyard.status.failures import observe_failure
 
 SUSPECTS = [{"rank": 3, "idle": 16.0, "step": 9, "inCollective": False, "file": "t.py"}]
@@ -75,3 +79,46 @@ def test_what_each_says_is_read() -> None:
     assert mpi is not None and (mpi["node"], mpi["pod"], mpi["rank"]) == (1, "r-1", 5)
     junk = node_failure(NodeResult(1, 1, 30.0, SAID["junk"][0]))
     assert (junk["node"], junk["exitedAt"], "step" in junk) == (1, None, False)
+
+
+def test_a_collective_timeout_names_the_nodes_it_waited_for_in_both() -> None:
+    # rank 0 timed out in gloo while node 1 (ranks 2-3) still ran: its Pod was still
+    # Running when the operator decided; local mode stopped its launcher (Terminated)
+    timeout = {"rank": 0, "nodeRank": 0, "exitCode": 1, "reason": "Error", "message": GLOO}
+    in_pods = failures.first_failure([launcher_pod(0, GLOO, 115.0), running_pod(1, 2)])
+    stopped = {"nodeRank": 1, "reason": "Terminated", "signal": 15, "exitedAt": 117.0}
+    local = first_failure(
+        [NodeResult(0, 1, 30.0, {**timeout, "exitedAt": 115.0}), NodeResult(1, 143, 30.0, stopped)],
+        procs=2,
+    )
+    assert in_pods is not None and local is not None
+    assert in_pods["advice"].startswith(
+        "rank 0 (node 0) timed out in a collective while node 1 (Pod r-1, ranks 2-3) still ran "
+        "and had not failed: its ranks never joined the collective"
+    ), in_pods["advice"]
+    assert local["advice"] == in_pods["advice"].replace("(Pod r-1, ranks 2-3)", "(ranks 2-3)")
+    assert (local["rank"], local["node"], local["failureClass"]) == (0, 0, "CollectiveTimeout")
+
+
+@pytest.mark.parametrize(
+    ("waited", "said"),
+    [
+        (failures.Waited(1, "r-1", 1), "node 1 (Pod r-1, rank 1)"),
+        (failures.Waited(1, "r-1", 4), "node 1 (Pod r-1, ranks 4-7)"),
+        (failures.Waited(1, "r-1", None), "node 1 (Pod r-1)"),
+        (failures.Waited(2, None, 2), "node 2 (ranks 4-5)"),
+        (failures.Waited(2, None, None), "node 2"),
+        (failures.Waited(None, "r-x", 2), "node None (Pod r-x)"),
+    ],
+)
+def test_a_node_waited_for_is_said_with_what_is_known_of_it(
+    waited: failures.Waited, said: str
+) -> None:
+    assert waited.said() == said
+
+
+def test_only_a_collective_timeout_with_nodes_still_running_gets_the_note() -> None:
+    raised = node_failure(NodeResult(0, 1, 1.0, {"rank": 0, "message": "ValueError: bad"}))
+    assert failures.waited_for_nodes(raised, [failures.Waited(1, None, 2)]) == raised
+    alone = node_failure(NodeResult(0, 1, 1.0, {"rank": 0, "message": GLOO}))
+    assert failures.waited_for_nodes(alone, []) == alone
