@@ -294,14 +294,18 @@ def culprit_rule(
     """Which of ``suspects`` (stalled ranks, in order; ``first``: the one idle longest) the
     others wait for: the only ones not ``waiting`` for the others (outside
     ``torch.distributed``: a rank that sleeps, loops or blocks in a C call) while others
-    are, ``first`` if it is one of them, else the first of them; else, of three or more,
+    are, those of them at a known ``place`` before those at none, ``first`` if it is one
+    of them, else the first of them; else, of three or more,
     the one whose ``place`` in the script (None: unknown) differs from where all the
     others are (it skipped a collective and waits in another one); else ``first``.
     A node's launcher applies it to its own ranks (``launch_stalls.culprit``), the
     operator to those of every node (``status.culprits.pick``)."""
     outside = [s for s in suspects if not waiting(s)]
     if outside and len(outside) < len(suspects):
-        return first if first in outside else outside[0]
+        # One at a place in the script says more than one whose dump showed no frame of
+        # it (a rank on its way out as its peers went down, dumped as its frames unwound).
+        placed = [s for s in outside if place(s) is not None] or outside
+        return first if first in placed else placed[0]
     if len(suspects) >= 3:
         places = [place(s) for s in suspects]
         for i, one in enumerate(suspects):

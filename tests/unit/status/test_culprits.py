@@ -156,3 +156,30 @@ def test_a_ddp_rank_stuck_outside_backward_is_named_across_nodes_and_on_its_own(
             if named0 == 0:  # only the comparison across nodes saw the one they wait for
                 assert "rank 1 (node 0) made no progress for 6" in failure["message"]
                 assert "stuck at /workspace/train.py:12 in <module>" in failure["message"]
+
+
+# A dump whose threads show no Python frame: a rank dumped as its frames unwound (its
+# peers went down and it was on its way out), which says nothing of where it stood.
+NO_FRAME = (
+    "Current thread 0x00007f0000000001 (most recent call first):\n  <no Python frame>\n\n"
+    "Thread 0x00007f0000000002 (most recent call first):\n  <no Python frame>\n"
+)
+
+
+def test_a_rank_at_a_place_in_the_script_is_named_before_one_whose_dump_shows_none() -> None:
+    # DDP, rank 1 (node 0) ignores SIGTERM and sleeps at its line; rank 0 waits in
+    # backward. Node 1's rank 3 dumped no frame at all, idle a little longer; rank 2 waits.
+    assert launch_stalls.stack_top(NO_FRAME) is None
+    from tests.unit.launcher.test_stalls import IN_BACKWARD
+
+    node0 = stalled_node(0, {1: SLEEPING, 0: IN_BACKWARD}, {0: 16.0, 1: 16.5}, 100.0, named=1)
+    node1 = stalled_node(1, {3: NO_FRAME, 2: IN_BACKWARD}, {2: 16.0, 3: 17.0}, 99.5, named=3)
+    for pods in ([node0, node1], [node1, node0]):
+        failure = first_failure(pods)
+        assert failure is not None
+        assert (failure["rank"], failure["node"], failure["pod"]) == (1, 0, "r-0"), failure
+    # on one node, the launcher's own pick too
+    stacks = {0: IN_BACKWARD, 1: NO_FRAME, 2: SLEEPING}
+    assert launch_stalls.culprit(stacks, [1, 0, 2], 1) == 2
+    # with nothing better, a frame-less rank outside the collectives is still named
+    assert launch_stalls.culprit({0: IN_BACKWARD, 1: NO_FRAME}, [1, 0], 1) == 1
