@@ -316,14 +316,25 @@ def _waits_for_peers(failure: Mapping[str, Any]) -> bool:
     )
 
 
+# A rank that exits with status 0 closes its connections while its interpreter winds
+# down, before its process ends, and its launcher notes the end later still (a thread
+# that waits for it; a loaded machine delays both): a peer can fail of losing it before
+# its recorded exit (0.3 s seen on the real node at load 35). Less than
+# FAILURE_SETTLE_SECONDS, after which local mode stops the other nodes (a rank may exit 0
+# on that SIGTERM: stopped with the others, not their cause).
+EARLY_EXIT_SLACK_SECONDS = 2.0
+
+
 def early_exit(failure: Failure, exits: Sequence[Exit]) -> Failure:
-    """``failure``, or the rank that exited with status 0 before it when ``failure`` may be
-    what the ranks saw of losing it (``_waits_for_peers``): a rank that leaves early while
-    the others still train is the cause, class EarlyExit. The first such exit is named."""
+    """``failure``, or the rank that exited with status 0 before it (or less than
+    EARLY_EXIT_SLACK_SECONDS after it) when ``failure`` may be what the ranks saw of
+    losing it (``_waits_for_peers``): a rank that leaves early while the others still
+    train is the cause, class EarlyExit. The first such exit is named."""
     at = failure.get("exitedAt")
     if at is None or not _waits_for_peers(failure):
         return failure
-    before = [e for e in exits if e["exitedAt"] < at and e["rank"] != failure.get("rank")]
+    latest = at + EARLY_EXIT_SLACK_SECONDS
+    before = [e for e in exits if e["exitedAt"] < latest and e["rank"] != failure.get("rank")]
     if not before:
         return failure
     first = min(before, key=lambda e: (e["exitedAt"], e["rank"]))
