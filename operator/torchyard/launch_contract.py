@@ -292,23 +292,22 @@ def culprit_rule(
     place: Callable[[Suspect], Any],
 ) -> Suspect | None:
     """Which of ``suspects`` (stalled ranks, in order; ``first``: the one idle longest) the
-    others wait for: the only ones not ``waiting`` for the others (outside
-    ``torch.distributed``: a rank that sleeps, loops or blocks in a C call) while others
-    are, those of them at a known ``place`` before those at none, ``first`` if it is one
-    of them, else the first of them; else, of three or more,
-    the one whose ``place`` in the script (None: unknown) differs from where all the
+    others wait for, by those whose stacks say where they are (``waiting`` for the others,
+    or at a ``place`` in the script; a dump with no frame of the script at all, as of a
+    rank dumped while it unwound, says neither): the only ones not ``waiting`` for the
+    others (outside ``torch.distributed``: a rank that sleeps, loops or blocks in a C
+    call) while others are, ``first`` if it is one of them, else the first of them; else,
+    of three or more, the one whose ``place`` in the script differs from where all the
     others are (it skipped a collective and waits in another one); else ``first``.
     A node's launcher applies it to its own ranks (``launch_stalls.culprit``), the
     operator to those of every node (``status.culprits.pick``)."""
-    outside = [s for s in suspects if not waiting(s)]
-    if outside and len(outside) < len(suspects):
-        # One at a place in the script says more than one whose dump showed no frame of
-        # it (a rank on its way out as its peers went down, dumped as its frames unwound).
-        placed = [s for s in outside if place(s) is not None] or outside
-        return first if first in placed else placed[0]
-    if len(suspects) >= 3:
-        places = [place(s) for s in suspects]
-        for i, one in enumerate(suspects):
+    told = [s for s in suspects if waiting(s) or place(s) is not None]
+    outside = [s for s in told if not waiting(s)]
+    if outside and len(outside) < len(told):
+        return first if first in outside else outside[0]
+    if len(told) >= 3:
+        places = [place(s) for s in told]
+        for i, one in enumerate(told):
             others = {p for j, p in enumerate(places) if j != i}
             if len(others) == 1 and places[i] not in others and None not in others:
                 return one

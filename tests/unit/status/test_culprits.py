@@ -183,3 +183,16 @@ def test_a_rank_at_a_place_in_the_script_is_named_before_one_whose_dump_shows_no
     assert launch_stalls.culprit(stacks, [1, 0, 2], 1) == 2
     # with nothing better, a frame-less rank outside the collectives is still named
     assert launch_stalls.culprit({0: IN_BACKWARD, 1: NO_FRAME}, [1, 0], 1) == 1
+
+
+def test_a_rank_whose_dump_shows_no_frame_is_left_out_of_the_odd_one_out() -> None:
+    # DDP, rank 3 (node 1) skipped a collective and waits in the barrier after its loop;
+    # ranks 0 and 2 wait in backward; rank 1 dumped no frame (seen on the real node).
+    from tests.unit.launcher.test_stalls import IN_BACKWARD
+
+    node0 = stalled_node(0, {1: NO_FRAME, 0: IN_BACKWARD}, {0: 16.0, 1: 17.0}, 100.0, named=1)
+    node1 = stalled_node(1, {3: IN_BARRIER, 2: IN_BACKWARD}, {2: 16.0, 3: 16.5}, 100.2, named=3)
+    for pods in ([node0, node1], [node1, node0]):
+        failure = first_failure(pods)
+        assert failure is not None
+        assert (failure["rank"], failure["node"], failure["pod"]) == (3, 1, "r-1"), failure
