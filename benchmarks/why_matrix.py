@@ -224,6 +224,7 @@ def main() -> int:
                 said=outcome.said,
                 seconds=round(outcome.seconds, 1),
                 load=outcome.load,
+                **({"evidence": outcome.evidence} if outcome.evidence else {}),
             )
     summary(rec, results, args.runs)
     rec.write()

@@ -12,7 +12,9 @@ why_matrix.py ``--real-node`` records the figures.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import os
 import queue
 import threading
@@ -55,6 +57,7 @@ class Outcome:
     said: str
     seconds: float
     load: float
+    evidence: dict[str, Any] | None = None  # a wrong run: status.failure, each node's word
 
 
 def body(node: RealNode, namespace: str, name: str, cell: Cell, stall: int) -> dict[str, Any]:
@@ -94,12 +97,15 @@ def once(node: RealNode, namespace: str, name: str, cell: Cell, stall: int) -> O
     started = time.monotonic()
     k8s.create(body(node, namespace, name, cell, stall))
     bound: dict[str, str | None] = {}
+    reports: dict[str, dict[str, Any]] = {}
 
     def ended() -> dict[str, Any] | None:
         for pod in _pods(namespace, name):
             where = pod["spec"].get("nodeName")
             if where or pod["metadata"]["name"] not in bound:
                 bound[pod["metadata"]["name"]] = where
+            if (said := report(pod)) is not None:
+                reports[pod["metadata"]["name"]] = said
         run = k8s.get(k8s.TRAININGRUNS, namespace, name)
         return run if run.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
 
@@ -115,7 +121,42 @@ def once(node: RealNode, namespace: str, name: str, cell: Cell, stall: int) -> O
             k8s.delete(k8s.PODS, namespace, pod["metadata"]["name"], grace_period_seconds=0)
     seconds = time.monotonic() - started
     _wait(f"the Pods of {namespace}/{name} gone", lambda: not _pods(namespace, name), 180)
-    return judge(node.name, name, cell, run, bound, seconds)
+    outcome = judge(node.name, name, cell, run, bound, seconds)
+    if outcome.counted and not outcome.right:  # what each node said, to see why
+        failure = run.get("status", {}).get("failure")
+        return dataclasses.replace(outcome, evidence={"failure": failure, "nodes": reports})
+    return outcome
+
+
+# What a node Pod's termination message says that decides the culprit.
+REPORTED = ("rank", "reason", "exitedAt", "step", "earlyExits")
+
+
+def report(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """What a node Pod's launcher said when it ended (its rank, reason, exit time,
+    early exits, a stall's suspects and when it was found) and when the kubelet saw it
+    end; None while it runs."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        ended = (status.get("state") or {}).get("terminated")
+        if status.get("name") != "trainer" or not ended:
+            continue
+        text = str(ended.get("message") or "{}")
+        try:
+            said = json.loads(text)
+        except ValueError:  # a launcher that wrote none: the kubelet's log tail
+            said = None
+        if not isinstance(said, dict):
+            return {"message": text[-300:], **_kubelet(ended)}
+        stall = said.get("stall")
+        out = {k: said[k] for k in REPORTED if k in said}
+        if isinstance(stall, dict):
+            out["stall"] = {k: stall.get(k) for k in ("rank", "detectedAt", "suspects")}
+        return {**out, **_kubelet(ended)}
+    return None
+
+
+def _kubelet(ended: dict[str, Any]) -> dict[str, Any]:
+    return {"exitCode": ended.get("exitCode"), "finishedAt": ended.get("finishedAt")}
 
 
 def judge(

@@ -4,10 +4,11 @@ to the real node."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from benchmarks.why_real import Cell, judge
+from benchmarks.why_real import Cell, judge, report
 
 NODE = "real-node"
 CELL = Cell("ddp", "gil", "other", 3)  # the victim: rank 3, on node 1
@@ -49,3 +50,29 @@ def test_a_run_is_named_right_only_for_the_victim_and_counts_only_on_the_real_no
 def test_what_was_named_is_said() -> None:
     said = judge(NODE, "r", CELL, failed(1, 0, "EarlyExit"), BOTH, 1.0).said
     assert said.startswith("Failed EarlyExit rank 1 node 0: rank stuck at x:1"), said
+
+
+def trainer(state: dict[str, Any]) -> dict[str, Any]:
+    return {"status": {"containerStatuses": [{"name": "trainer", "state": state}]}}
+
+
+def test_what_a_node_pod_reported_is_kept_for_a_wrong_run() -> None:
+    said = {
+        "rank": 3,
+        "reason": "Stalled",
+        "exitedAt": 5.5,
+        "message": "long",
+        "stall": {"rank": 3, "detectedAt": 5.5, "suspects": [{"rank": 3}], "message": "x"},
+    }
+    ended = {"terminated": {"exitCode": 143, "finishedAt": "T", "message": json.dumps(said)}}
+    assert report(trainer(ended)) == {
+        "rank": 3,
+        "reason": "Stalled",
+        "exitedAt": 5.5,
+        "stall": {"rank": 3, "detectedAt": 5.5, "suspects": [{"rank": 3}]},
+        "exitCode": 143,
+        "finishedAt": "T",
+    }
+    assert report(trainer({"running": {}})) is None
+    tail = report(trainer({"terminated": {"exitCode": 1, "message": "Traceback ..."}}))
+    assert tail == {"message": "Traceback ...", "exitCode": 1, "finishedAt": None}
