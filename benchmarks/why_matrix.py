@@ -133,11 +133,14 @@ def run_all(
     def job(cell: Cell) -> Outcome | None:
         return None if time.monotonic() > until else one(cell)
 
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
+    pool = ThreadPoolExecutor(max_workers=parallel)
+    try:
         for future in as_completed([pool.submit(job, cell) for cell in jobs]):
             outcome = future.result()
             if outcome is not None:
                 yield outcome
+    finally:  # interrupted: the runs under way end, none of those queued starts
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def summary(rec: record.Record, results: dict[Cell, list[Outcome]], runs: int) -> None:
