@@ -218,17 +218,7 @@ def main() -> int:
                 f"load {outcome.load:.1f}: {outcome.said}",
                 flush=True,
             )
-            rec.round(
-                shape=c.shape,
-                fault=c.fault,
-                victim=c.place,
-                counted=outcome.counted,
-                named_right=outcome.right,
-                said=outcome.said,
-                seconds=round(outcome.seconds, 1),
-                load=outcome.load,
-                **({"evidence": outcome.evidence} if outcome.evidence else {}),
-            )
+            rec.round(**outcome.row())
     summary(rec, results, args.runs)
     rec.write()
     return 0

@@ -59,6 +59,13 @@ class Outcome:
     load: float
     evidence: dict[str, Any] | None = None  # a wrong run: status.failure, each node's word
 
+    def row(self) -> dict[str, Any]:
+        """The run as a round of the results file (the cell: shape, fault, place, victim)."""
+        row = {**dataclasses.asdict(self), **dataclasses.asdict(self.cell)}
+        del row["cell"]
+        row["seconds"] = round(self.seconds, 1)
+        return {k: v for k, v in row.items() if v is not None}
+
 
 def body(node: RealNode, namespace: str, name: str, cell: Cell, stall: int) -> dict[str, Any]:
     code = script(cell.fault, cell.shape, cell.victim)

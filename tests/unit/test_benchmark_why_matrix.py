@@ -76,3 +76,18 @@ def test_what_a_node_pod_reported_is_kept_for_a_wrong_run() -> None:
     assert report(trainer({"running": {}})) is None
     tail = report(trainer({"terminated": {"exitCode": 1, "message": "Traceback ..."}}))
     assert tail == {"message": "Traceback ...", "exitCode": 1, "finishedAt": None}
+
+
+def test_a_run_is_a_round_of_the_results_with_its_cell() -> None:
+    run = judge(NODE, "r", CELL, failed(3, 1), BOTH, 12.345)
+    assert run.row() == {
+        "shape": "ddp",
+        "fault": "gil",
+        "place": "other",
+        "victim": 3,
+        "counted": True,
+        "right": True,
+        "said": run.said,
+        "seconds": 12.3,
+        "load": run.load,
+    }

@@ -9,6 +9,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
+
 from tests.builders import pod
 from tests.unit.launcher.test_stalls import IN_ALL_REDUCE, IN_BARRIER, SLEEPING
 from torchyard import launch_contract, launch_stalls
@@ -166,33 +168,50 @@ NO_FRAME = (
 )
 
 
-def test_a_rank_at_a_place_in_the_script_is_named_before_one_whose_dump_shows_none() -> None:
-    # DDP, rank 1 (node 0) ignores SIGTERM and sleeps at its line; rank 0 waits in
-    # backward. Node 1's rank 3 dumped no frame at all, idle a little longer; rank 2 waits.
-    assert launch_stalls.stack_top(NO_FRAME) is None
+# (node 0's stalled ranks' dumps, node 1's, the rank named): DDP on the real node, a
+# rank dumped with no frame at all beside the rank at fault (its idle time the longest)
+NO_FRAME_CASES = {
+    # rank 1 (node 0) ignores SIGTERM and sleeps at its line; ranks 0 and 2 wait in
+    # backward: the rank at its place is named before the frame-less rank 3
+    "a rank outside the collectives": (
+        {1: SLEEPING, 0: "backward"},
+        {3: NO_FRAME, 2: "backward"},
+        1,
+    ),
+    # rank 3 (node 1) skipped a collective and waits in the barrier after its loop: the
+    # odd one out of those whose dumps say where they are, frame-less rank 1 left out
+    "a rank that skipped a collective": (
+        {1: NO_FRAME, 0: "backward"},
+        {3: IN_BARRIER, 2: "backward"},
+        3,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_FRAME_CASES))
+def test_a_rank_whose_dump_shows_no_frame_says_nothing_of_where_it_is(case: str) -> None:
     from tests.unit.launcher.test_stalls import IN_BACKWARD
 
-    node0 = stalled_node(0, {1: SLEEPING, 0: IN_BACKWARD}, {0: 16.0, 1: 16.5}, 100.0, named=1)
-    node1 = stalled_node(1, {3: NO_FRAME, 2: IN_BACKWARD}, {2: 16.0, 3: 17.0}, 99.5, named=3)
+    assert launch_stalls.stack_top(NO_FRAME) is None
+    dumps0, dumps1, culprit = NO_FRAME_CASES[case]
+    stacks = [
+        {r: IN_BACKWARD if d == "backward" else d for r, d in dumps.items()}
+        for dumps in (dumps0, dumps1)
+    ]
+    idle = {r: 16.0 if d == "backward" else 17.0 for r, d in {**dumps0, **dumps1}.items()}
+    node0 = stalled_node(0, stacks[0], idle, 100.0, named=next(iter(dumps0)))
+    node1 = stalled_node(1, stacks[1], idle, 100.2, named=next(iter(dumps1)))
     for pods in ([node0, node1], [node1, node0]):
         failure = first_failure(pods)
         assert failure is not None
-        assert (failure["rank"], failure["node"], failure["pod"]) == (1, 0, "r-0"), failure
-    # on one node, the launcher's own pick too
-    stacks = {0: IN_BACKWARD, 1: NO_FRAME, 2: SLEEPING}
+        where = (culprit, culprit // 2, f"r-{culprit // 2}")
+        assert (failure["rank"], failure["node"], failure["pod"]) == where, failure
+
+
+def test_a_launcher_names_a_rank_at_its_place_before_one_whose_dump_shows_none() -> None:
+    from tests.unit.launcher.test_stalls import IN_BACKWARD
+
+    stacks: dict[int | None, str] = {0: IN_BACKWARD, 1: NO_FRAME, 2: SLEEPING}
     assert launch_stalls.culprit(stacks, [1, 0, 2], 1) == 2
     # with nothing better, a frame-less rank outside the collectives is still named
     assert launch_stalls.culprit({0: IN_BACKWARD, 1: NO_FRAME}, [1, 0], 1) == 1
-
-
-def test_a_rank_whose_dump_shows_no_frame_is_left_out_of_the_odd_one_out() -> None:
-    # DDP, rank 3 (node 1) skipped a collective and waits in the barrier after its loop;
-    # ranks 0 and 2 wait in backward; rank 1 dumped no frame (seen on the real node).
-    from tests.unit.launcher.test_stalls import IN_BACKWARD
-
-    node0 = stalled_node(0, {1: NO_FRAME, 0: IN_BACKWARD}, {0: 16.0, 1: 17.0}, 100.0, named=1)
-    node1 = stalled_node(1, {3: IN_BARRIER, 2: IN_BACKWARD}, {2: 16.0, 3: 16.5}, 100.2, named=3)
-    for pods in ([node0, node1], [node1, node0]):
-        failure = first_failure(pods)
-        assert failure is not None
-        assert (failure["rank"], failure["node"], failure["pod"]) == (3, 1, "r-1"), failure
