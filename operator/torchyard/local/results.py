@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.registry import Version
-from torchyard.status import steps
+from torchyard.status import failures, steps
 from torchyard.status.failures import (
     PLATFORM_REASONS,
     Failure,
@@ -81,6 +81,15 @@ def first_failure(nodes: Sequence[NodeResult], procs: int | None = None) -> dict
         return None
     running = [Waited(_node_of(n), None, procs) for n in stopped if n not in real]
     return dict(waited_for_nodes(chosen, running))
+
+
+def settle_seconds(nodes: Sequence[NodeResult], running: bool, now: float) -> float | None:
+    """Seconds to wait for the nodes still ``running`` before stopping them, or None to
+    stop them now: ``failures.settle_seconds`` of the failure decided so far
+    (:func:`first_failure` of the ``nodes`` that ended), as the operator asks
+    ``failures.settling`` of ``failures.first_failure`` of the node Pods on each change."""
+    chosen = first_failure(nodes)
+    return None if chosen is None else failures.settle_seconds(chosen, running, now)
 
 
 # What a node's launcher says when local mode stopped it (SIGTERM) while it still ran.

@@ -16,6 +16,7 @@ import pytest
 from tests.builders import pod
 from tests.unit.status.test_classes import GLOO, launcher_pod, running_pod
 from torchyard.local.results import NodeResult, first_failure, node_failure
+from torchyard.local.results import settle_seconds as local_settle
 from torchyard.status import failures
 from torchyard.status.failures import observe_failure
 
@@ -122,3 +123,46 @@ def test_only_a_collective_timeout_with_nodes_still_running_gets_the_note() -> N
     assert failures.waited_for_nodes(raised, [failures.Waited(1, None, 2)]) == raised
     alone = node_failure(NodeResult(0, 1, 1.0, {"rank": 0, "message": GLOO}))
     assert failures.waited_for_nodes(alone, []) == alone
+
+
+STALLED = {
+    "rank": 1,
+    "nodeRank": 0,
+    "exitCode": 143,
+    "reason": "Stalled",
+    "message": "rank 1 made no progress for 16s",
+    "stall": {"suspects": [{"rank": 1, "idle": 16.0, "inCollective": True}]},
+    "exitedAt": 100.0,
+}
+PEER_LOST = {"rank": 2, "nodeRank": 1, "exitCode": 1, "reason": "Error", "exitedAt": 100.0}
+OWN = {"rank": 3, "nodeRank": 1, "exitCode": 1, "reason": "Error", "exitedAt": 100.5}
+LOST = "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [1.2.3.4]:5"
+
+
+def test_local_mode_waits_for_the_other_nodes_as_the_operator_does() -> None:
+    stalled = NodeResult(0, 143, 1.0, STALLED)
+    lost = NodeResult(1, 1, 1.0, {**PEER_LOST, "message": LOST})
+    own = NodeResult(1, 1, 1.0, {**OWN, "message": "ValueError: bad"})
+    # a stall waits STALL_SETTLE_SECONDS from when it was found; a lost peer
+    # FAILURE_SETTLE_SECONDS; an error of its own not at all; nothing left running: now
+    assert local_settle([stalled], True, 105.0) == failures.STALL_SETTLE_SECONDS - 5
+    assert local_settle([lost], True, 101.0) == failures.FAILURE_SETTLE_SECONDS - 1
+    assert local_settle([own], True, 101.0) is None
+    assert local_settle([stalled], False, 105.0) is None
+    assert local_settle([NodeResult(0, 0, 1.0, {})], True, 105.0) is None
+    # of the failures so far, the one decided: the operator asks it of first_failure
+    for nodes in ([lost, own], [own, lost]):
+        chosen = failures.first_failure([as_pod(n) for n in nodes])
+        assert chosen is not None
+        assert local_settle(nodes, True, 101.0) == failures.settle_seconds(chosen, True, 101.0)
+
+
+def as_pod(node: NodeResult) -> dict[str, Any]:
+    return pod(
+        "r",
+        node.node,
+        phase="Failed",
+        exit_code=node.exit_code,
+        message=json.dumps(node.termination),
+        finished_at="",
+    )
