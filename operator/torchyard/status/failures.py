@@ -302,18 +302,21 @@ def _pod_exits(pod: Mapping[str, Any]) -> list[Exit]:
 def _waits_for_peers(failure: Mapping[str, Any]) -> bool:
     """Whether ``failure`` may be what its rank saw of a peer that went away: a class that
     is a cascade or a symptom (a collective that lost its peer or timed out, a store that
-    went away), or a stall of ranks waiting in a collective."""
+    went away), or a stall of ranks waiting in a collective or nowhere known."""
     rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
     if rule is not None and (rule.cascade or rule.symptom):
         return True
     stall = failure.get("stall")
     if failure.get("reason") != STALLED or not isinstance(stall, Mapping):
         return False
-    suspects = stall.get("suspects")
-    return bool(stall.get("collective")) or (
-        isinstance(suspects, list)
-        and any(isinstance(s, Mapping) and s.get("inCollective") for s in suspects)
-    )
+    found = stall.get("suspects")
+    suspects = [s for s in found if isinstance(s, Mapping)] if isinstance(found, list) else []
+    if stall.get("collective") or any(s.get("inCollective") for s in suspects):
+        return True
+    # None of them known to be stuck on its own, at a place in the script outside
+    # torch.distributed: ranks whose dumps showed no frame (seen: "Garbage-collecting",
+    # a destructor waiting for the peer that left) wait for the others as well.
+    return bool(suspects) and not any(s.get("file") for s in suspects)
 
 
 # A rank that exits with status 0 closes its connections while its interpreter winds

@@ -54,10 +54,12 @@ def failed_node(node: int, rank: int, text: str, at: float, **more: Any) -> dict
     )
 
 
-def stalled_node(node: int, rank: int, at: float, in_collective: bool) -> dict[str, Any]:
+def stalled_node(node: int, rank: int, at: float, in_collective: bool | None) -> dict[str, Any]:
     suspect = {"rank": rank, "idle": 31.0, "step": 9, "inCollective": in_collective}
     if in_collective:
         suspect["collective"] = "backward"
+    if in_collective is not None:  # None: a dump with no frame ("Garbage-collecting")
+        suspect.update(file="train.py", line=18 if in_collective else 12, function="<module>")
     stall: dict[str, Any] = {"rank": rank, "seconds": 31, "step": 9, "suspects": [suspect]}
     if in_collective:
         stall["collective"] = "backward"
@@ -125,6 +127,13 @@ NAMED = {
     "its peer failed before its recorded exit": [
         {**failed_node(0, 0, PEER_LOST, T + 0.5), **early(1, T + 0.3)},
         failed_node(1, 2, PEER_LOST, T),
+    ],
+    # seen in local mode: rank 1 left; rank 0 (its node's only other rank) and rank 2
+    # dumped "Garbage-collecting" with no frame (a destructor waiting for it), rank 3 in
+    # backward; node 0 reported the stall of its frame-less rank
+    "the others stalled with dumps that show no frame": [
+        {**stalled_node(0, 0, T + 16, in_collective=None), **early(1, T)},
+        stalled_node(1, 2, T + 15, in_collective=None),
     ],
     "the others stalled in backward waiting for it": [
         {**stalled_node(0, 0, T + 31, in_collective=True), **early(1, T)},
