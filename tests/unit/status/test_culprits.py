@@ -19,13 +19,18 @@ from torchyard.status.failures import first_failure, public_failure
 
 
 def stalled_node(
-    node: int, stacks: dict[int, str], idle: dict[int, float], exited: float, named: int
+    node: int,
+    stacks: dict[int, str],
+    idle: dict[int, float],
+    exited: float,
+    named: int,
+    steps: dict[int, int] | None = None,
 ) -> dict[str, Any]:
     """Node ``node``'s Pod, failed as its launcher reports a stall: ``named`` is the rank
     it chose among its own (``launch_stalls.culprit``), ``stacks`` its stalled ranks' dumps."""
     order = [named] + [r for r in stacks if r != named]
     suspects = launch_stalls.suspects_of(
-        {r: stacks[r] for r in order}, order, idle.get, lambda r: 40
+        {r: stacks[r] for r in order}, order, idle.get, lambda r: (steps or {}).get(r, 40)
     )
     info = {
         "rank": named,
@@ -215,3 +220,26 @@ def test_a_launcher_names_a_rank_at_its_place_before_one_whose_dump_shows_none()
     assert launch_stalls.culprit(stacks, [1, 0, 2], 1) == 2
     # with nothing better, a frame-less rank outside the collectives is still named
     assert launch_stalls.culprit({0: IN_BACKWARD, 1: NO_FRAME}, [1, 0], 1) == 1
+
+
+def test_a_rank_a_step_ahead_of_the_others_is_named_when_the_stacks_cannot_tell() -> None:
+    # explicit all_reduce, in local mode: rank 1 (node 0) skipped an all_reduce and waits in
+    # the barrier after its loop (step 40); rank 0 waits in all_reduce (step 39); node 1's
+    # ranks 2 and 3 (step 39) dumped "Garbage-collecting" with no frame
+    node0 = stalled_node(
+        0, {0: IN_ALL_REDUCE, 1: IN_BARRIER}, {0: 15.5, 1: 15.5}, 100.5, 0, {0: 39, 1: 40}
+    )
+    node1 = stalled_node(
+        1, {3: NO_FRAME, 2: NO_FRAME}, {2: 17.0, 3: 17.0}, 101.5, 3, {2: 39, 3: 39}
+    )
+    for pods in ([node0, node1], [node1, node0]):
+        failure = first_failure(pods)
+        assert failure is not None
+        assert (failure["rank"], failure["node"], failure["pod"]) == (1, 0, "r-0"), failure
+    # the launcher's own pick, by the steps its ranks reported
+    stacks: dict[int | None, str] = {0: IN_ALL_REDUCE, 1: IN_BARRIER, 2: NO_FRAME}
+    steps = {0: 39, 1: 40, 2: 39}
+    assert launch_stalls.culprit(stacks, [2, 0, 1], 2, steps.get) == 1
+    # all at one step, or two ranks only: the step says nothing
+    assert launch_stalls.culprit(stacks, [2, 0, 1], 2, lambda r: 39) == 2
+    assert launch_stalls.culprit(stacks, [2, 1], 2, steps.get) == 2
