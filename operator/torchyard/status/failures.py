@@ -314,9 +314,11 @@ def _waits_for_peers(failure: Mapping[str, Any]) -> bool:
     if stall.get("collective") or any(s.get("inCollective") for s in suspects):
         return True
     # None of them known to be stuck on its own, at a place in the script outside
-    # torch.distributed: ranks whose dumps showed no frame (seen: "Garbage-collecting",
-    # a destructor waiting for the peer that left) wait for the others as well.
-    return bool(suspects) and not any(s.get("file") for s in suspects)
+    # torch.distributed: ranks whose dumps showed no frame, or that left none (seen in
+    # local mode: a rank that lost its peer raised, and its interpreter hung as it
+    # finalized, in "Garbage-collecting" with no frame, or was past faulthandler and
+    # died of the stack signal) wait for the others as well.
+    return not any(s.get("file") for s in suspects)
 
 
 # A rank that exits with status 0 closes its connections while its interpreter winds

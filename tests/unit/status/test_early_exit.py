@@ -75,6 +75,11 @@ def stalled_node(node: int, rank: int, at: float, in_collective: bool | None) ->
     )
 
 
+def no_dump(stalled: dict[str, Any]) -> dict[str, Any]:
+    """A stall whose ranks left no stack dump: its record lists none."""
+    return {**stalled, "exitCode": 138, "stall": {**stalled["stall"], "suspects": []}}
+
+
 def completed_node(node: int, exits: list[tuple[int, float, int]]) -> dict[str, Any]:
     early = [{"rank": r, "exitedAt": at, "step": step} for r, at, step in exits]
     return message(node, None, exitCode=0, reason="Completed", earlyExits=early)
@@ -134,6 +139,13 @@ NAMED = {
     "the others stalled with dumps that show no frame": [
         {**stalled_node(0, 0, T + 16, in_collective=None), **early(1, T)},
         stalled_node(1, 2, T + 15, in_collective=None),
+    ],
+    # seen in local mode: rank 0 lost rank 1, raised, and hung as its interpreter
+    # finalized; the stack signal killed it (no dump, exit 138): node 0's stall lists no
+    # rank; node 1's rank 3 waits in backward
+    "the others stalled, one with no dump at all": [
+        {**no_dump(stalled_node(0, 0, T + 6.7, in_collective=None)), **early(1, T)},
+        stalled_node(1, 3, T + 6.75, in_collective=True),
     ],
     "the others stalled in backward waiting for it": [
         {**stalled_node(0, 0, T + 31, in_collective=True), **early(1, T)},
