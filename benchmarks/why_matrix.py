@@ -24,7 +24,7 @@ Two places to run, a matrix axis of their own:
     run counts only if both its node Pods were seen bound to the real node
     (``spec.nodeName``). Needs root and the real node's set-up; take the node tests' lock.
 ``--parallel N`` runs N at once (on the real node each in a namespace of its own);
-``--minutes M`` starts no run after M minutes (rounds go cell by cell, so every cell has
+``--minutes M`` starts no run M minutes after the first (rounds go cell by cell, so every cell has
 had as many runs, give or take one, when it stops). It prints every run (what was named,
 its seconds and the load average), then each cell's count named right out of the runs
 that counted, and what was named when wrong; the results file keeps every run with the
@@ -201,7 +201,6 @@ def main() -> int:
         parser.error("--runs and --parallel must be >= 1, --minutes >= 0")
     cells = [Cell(s, f, p, v) for s in shapes for f in faults for p, v in PLACES.items()]
     results: dict[Cell, list[Outcome]] = {cell: [] for cell in cells}
-    until = time.monotonic() + (args.minutes * 60 or float("inf"))
     jobs = [cell for _ in range(args.runs) for cell in cells]  # round by round
     with contextlib.ExitStack() as stack:
         if args.real_node:
@@ -209,6 +208,7 @@ def main() -> int:
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="torchyard-why-")))
             one = functools.partial(once, root=root)
+        until = time.monotonic() + (args.minutes * 60 or float("inf"))  # once set up
         for outcome in run_all(jobs, args.parallel, until, one):
             results[outcome.cell].append(outcome)
             c = outcome.cell
