@@ -14,26 +14,42 @@ torchrun starts the ranks of each node; DDP inside). Places: the victim on the n
 launcher reports first (node 0: rank 1) or on another (node 1: rank 3). 2 nodes x 2
 processes, gloo, ``policy.stallTimeoutSeconds`` 15.
 
-Each run goes through ``torchyard run --local`` (a launcher per node on this machine, the
-operator's failure decision: ``status.failures.decide``). Named right: the failure names the
-victim's rank and node. It prints each cell's count of named-right runs out of ``--runs``
-and what was named when wrong, with the machine's load average.
+Two places to run, a matrix axis of their own:
+  - local (the default): each run goes through ``torchyard run --local`` (a launcher per
+    node on this machine, the operator's failure decision: ``status.failures.decide``);
+    named right: the failure it prints names the victim's rank and node;
+  - ``--real-node``: each run is a TrainingRun on the harness's real kubelet node
+    (benchmarks/why_real.py; the operator in this process, Pod Security "restricted",
+    a non-root user); named right: ``status.failure`` names the victim's rank and node. A
+    run counts only if both its node Pods were seen bound to the real node
+    (``spec.nodeName``). Needs root and the real node's set-up; take the node tests' lock.
+``--parallel N`` runs N at once (on the real node each in a namespace of its own);
+``--minutes M`` starts no run M minutes after the first (rounds go cell by cell, so every cell has
+had as many runs, give or take one, when it stops). It prints every run (what was named,
+its seconds and the load average), then each cell's count named right out of the runs
+that counted, and what was named when wrong; the results file keeps every run with the
+load at its end (local: ``why_matrix.json``, real node: ``why_matrix_real.json``).
 
     .venv/bin/python benchmarks/why_matrix.py [--runs 20] [--only ddp] [--faults gil,exit0]
+    flock /tmp/torchyard-node-tests.lock .venv/bin/python benchmarks/why_matrix.py \\
+        --real-node --only ddp --runs 20 --parallel 3
 
-The real node's side of the matrix runs these scripts as TrainingRuns on the kubelet node
-(tests/node/test_failure_classes.py takes its DDP cases from here).
+tests/node/test_culprits_on_node.py runs two of the real node's DDP cells once, as a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import yaml
@@ -41,7 +57,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
-from benchmarks import record  # noqa: E402
+from benchmarks import record, why_real  # noqa: E402
+from benchmarks.why_real import Cell, Outcome  # noqa: E402
+from tests.cluster.binaries import KUBERNETES_VERSION  # noqa: E402
 from tests.faults import FAULTS, SHAPES, script  # noqa: E402
 
 STALL_SECONDS = 15
@@ -74,13 +92,13 @@ NAMED = re.compile(r"failed after [\d.]+s: (?:rank (\d+) )?\(?node (\d+)\)? ?fai
 CLASS = re.compile(r"^class: (\w+)", re.MULTILINE)
 
 
-def once(fault: str, shape: str, place: str, root: Path) -> tuple[bool, str]:
-    """(named right, what was named) of one local run."""
-    victim = PLACES[place]
-    work = Path(tempfile.mkdtemp(prefix=f"{fault}-{shape}-{place}-", dir=root))
+def once(cell: Cell, root: Path) -> Outcome:
+    """One local run of ``cell``: named right, what was named."""
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"{cell.fault}-{cell.shape}-{cell.place}-", dir=root))
     (work / "src").mkdir()
-    (work / "src" / "train.py").write_text(script(fault, shape, victim))
-    (work / "run.yaml").write_text(yaml.safe_dump(run_body("why", shape)))
+    (work / "src" / "train.py").write_text(script(cell.fault, cell.shape, cell.victim))
+    (work / "run.yaml").write_text(yaml.safe_dump(run_body("why", cell.shape)))
     done = subprocess.run(
         [
             *(sys.executable, "-m", "torchyard", "run", str(work / "run.yaml"), "--local"),
@@ -92,14 +110,67 @@ def once(fault: str, shape: str, place: str, root: Path) -> tuple[bool, str]:
         timeout=600,
         cwd=work,
     )
+    seconds, load = time.monotonic() - started, os.getloadavg()[0]
     found = NAMED.search(done.stderr)
     klass = CLASS.search(done.stderr)
     if found is None:
-        return False, f"exit {done.returncode}, no failure named"
+        return Outcome(
+            cell, True, False, f"exit {done.returncode}, no failure named", seconds, load
+        )
     rank = int(found.group(1)) if found.group(1) is not None else None
     node = int(found.group(2))
     said = f"rank {rank} node {node} {klass.group(1) if klass else found.group(3)}"
-    return (rank, node) == (victim, victim // 2), said
+    right = (rank, node) == (cell.victim, cell.victim // 2)
+    return Outcome(cell, True, right, said, seconds, load)
+
+
+def run_all(
+    jobs: list[Cell], parallel: int, until: float, one: Callable[[Cell], Outcome]
+) -> Iterator[Outcome]:
+    """Every job through ``one``, ``parallel`` at a time, none started after the monotonic
+    time ``until``; the outcomes as they end."""
+
+    def job(cell: Cell) -> Outcome | None:
+        return None if time.monotonic() > until else one(cell)
+
+    pool = ThreadPoolExecutor(max_workers=parallel)
+    try:
+        for future in as_completed([pool.submit(job, cell) for cell in jobs]):
+            outcome = future.result()
+            if outcome is not None:
+                yield outcome
+    finally:  # interrupted: the runs under way end, none of those queued starts
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def summary(rec: record.Record, results: dict[Cell, list[Outcome]], runs: int) -> None:
+    """Each cell's count named right out of the runs that count, what was named when
+    wrong, and the load; as figures too."""
+    rows = []
+    for cell, outcomes in results.items():
+        counted = [o for o in outcomes if o.counted]
+        right = sum(o.right for o in counted)
+        wrong = sorted({o.said for o in counted if not o.right})
+        seconds = sum(o.seconds for o in counted) / max(len(counted), 1)
+        loads = [o.load for o in outcomes] or [0.0]
+        uncounted = len(outcomes) - len(counted)
+        print(
+            f"{cell.shape:9} {cell.fault:8} {cell.place:6} {right:3}/{len(counted):<3} "
+            f"{seconds:5.0f}s/run  load {min(loads):.1f}-{max(loads):.1f}"
+            + (f"  not counted {uncounted}" if uncounted else "")
+            + (f"  wrong: {'; '.join(wrong)}" if wrong else "")
+        )
+        rows.append((right, len(counted)))
+        rec.figure(
+            f"{cell.shape}, {cell.fault}, victim on the {cell.place} node: named right",
+            f"{right}/{len(counted)}",
+            target=">= 95 %" + ("" if len(counted) >= runs else f" ({runs} runs asked)"),
+            met=bool(counted) and right >= 0.95 * len(counted),
+        )
+    total, n = sum(r for r, _ in rows), sum(c for _, c in rows)
+    met = sum(1 for r, c in rows if c and r >= 0.95 * c)
+    print(f"named right: {total}/{n} runs; cells at >= 95%: {met}/{len(rows)}")
+    rec.figure("runs named right, in all", f"{total}/{n}")
 
 
 def main() -> int:
@@ -107,56 +178,48 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="runs per cell (default 1)")
     parser.add_argument("--only", default="", help="shapes, comma-separated (default all)")
     parser.add_argument("--faults", default="", help="faults, comma-separated (default all)")
+    parser.add_argument(
+        "--real-node", action="store_true", help="TrainingRuns on the real node (root)"
+    )
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument(
+        "--minutes", type=float, default=0, help="start no run after this many (0: no limit)"
+    )
     record.add_argument(parser)
     args = parser.parse_args()
-    rec = record.Record("why_matrix", args)
+    if args.real_node:
+        rec = record.Record("why_matrix_real", args)
+        rec.version("kubernetes", KUBERNETES_VERSION)
+    else:
+        rec = record.Record("why_matrix", args)
     shapes = [s for s in args.only.split(",") if s] or list(SHAPES)
     faults = [f for f in args.faults.split(",") if f] or list(FAULTS)
     for name in [*shapes, *faults]:
         if name not in (*SHAPES, *FAULTS):
             parser.error(f"unknown shape or fault {name!r}: {', '.join((*SHAPES, *FAULTS))}")
-    root = Path(tempfile.mkdtemp(prefix="torchyard-why-"))
-    rows = []
-    for shape in shapes:
-        for fault in faults:
-            for place in PLACES:
-                right, wrong, started = 0, [], time.monotonic()
-                for _ in range(args.runs):
-                    ok, said = once(fault, shape, place, root)
-                    right += ok
-                    if not ok:
-                        wrong.append(said)
-                seconds = (time.monotonic() - started) / max(args.runs, 1)
-                row = (
-                    f"{shape:9} {fault:8} {place:6} {right:3}/{args.runs:<3} "
-                    f"{seconds:5.0f}s/run  load {os.getloadavg()[0]:.1f}"
-                    + (f"  wrong: {'; '.join(sorted(set(wrong)))}" if wrong else "")
-                )
-                print(row, flush=True)
-                rows.append((right, args.runs))
-                rec.round(
-                    shape=shape,
-                    fault=fault,
-                    victim=place,
-                    named_right=right,
-                    runs=args.runs,
-                    seconds_per_run=seconds,
-                    load=os.getloadavg()[0],
-                    wrong="; ".join(sorted(set(wrong))),
-                )
-                rec.figure(
-                    f"{shape}, {fault}, victim on the {place} node: named right",
-                    f"{right}/{args.runs}",
-                    target=">= 95 %",
-                    met=right >= 0.95 * args.runs,
-                )
-    total = sum(r for r, _ in rows)
-    runs = sum(n for _, n in rows)
-    print(
-        f"named right: {total}/{runs} runs; cells at >= 95%: "
-        f"{sum(1 for r, n in rows if r >= 0.95 * n)}/{len(rows)}"
-    )
-    rec.figure("runs named right, in all", f"{total}/{runs}")
+    if args.runs < 1 or args.parallel < 1 or args.minutes < 0:
+        parser.error("--runs and --parallel must be >= 1, --minutes >= 0")
+    cells = [Cell(s, f, p, v) for s in shapes for f in faults for p, v in PLACES.items()]
+    results: dict[Cell, list[Outcome]] = {cell: [] for cell in cells}
+    jobs = [cell for _ in range(args.runs) for cell in cells]  # round by round
+    with contextlib.ExitStack() as stack:
+        if args.real_node:
+            one = stack.enter_context(why_real.real_node(args.parallel, STALL_SECONDS))
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="torchyard-why-")))
+            one = functools.partial(once, root=root)
+        until = time.monotonic() + (args.minutes * 60 or float("inf"))  # once set up
+        for outcome in run_all(jobs, args.parallel, until, one):
+            results[outcome.cell].append(outcome)
+            c = outcome.cell
+            print(
+                f"  {c.shape} {c.fault} {c.place}: {'right' if outcome.right else 'WRONG'}"
+                f"{'' if outcome.counted else ' (not counted)'} {outcome.seconds:.0f}s "
+                f"load {outcome.load:.1f}: {outcome.said}",
+                flush=True,
+            )
+            rec.round(**outcome.row())
+    summary(rec, results, args.runs)
     rec.write()
     return 0
 

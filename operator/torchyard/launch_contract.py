@@ -290,25 +290,39 @@ def culprit_rule(
     first: Suspect | None,
     waiting: Callable[[Suspect], bool],
     place: Callable[[Suspect], Any],
+    step: Callable[[Suspect], Any] = lambda _: None,
 ) -> Suspect | None:
     """Which of ``suspects`` (stalled ranks, in order; ``first``: the one idle longest) the
-    others wait for: the only ones not ``waiting`` for the others (outside
-    ``torch.distributed``: a rank that sleeps, loops or blocks in a C call) while others
-    are, ``first`` if it is one of them, else the first of them; else, of three or more,
-    the one whose ``place`` in the script (None: unknown) differs from where all the
-    others are (it skipped a collective and waits in another one); else ``first``.
+    others wait for, by those whose stacks say where they are (``waiting`` for the others,
+    or at a ``place`` in the script; a dump with no frame of the script at all, as of a
+    rank dumped while it unwound or in a garbage collection, says neither): the only ones
+    not ``waiting`` for the others (outside ``torch.distributed``: a rank that sleeps,
+    loops or blocks in a C call) while others are, ``first`` if it is one of them, else
+    the first of them; else, of three or more, the one whose ``place`` in the script
+    differs from where all the others are (it skipped a collective and waits in another
+    one); else, of three or more, the one whose last ``step`` (None: unknown) differs from
+    the step all the others reported (a step ahead: it skipped a collective; behind: it
+    stopped before its report); else ``first``.
     A node's launcher applies it to its own ranks (``launch_stalls.culprit``), the
     operator to those of every node (``status.culprits.pick``)."""
-    outside = [s for s in suspects if not waiting(s)]
-    if outside and len(outside) < len(suspects):
+    told = [s for s in suspects if waiting(s) or place(s) is not None]
+    outside = [s for s in told if not waiting(s)]
+    if outside and len(outside) < len(told):
         return first if first in outside else outside[0]
-    if len(suspects) >= 3:
-        places = [place(s) for s in suspects]
-        for i, one in enumerate(suspects):
-            others = {p for j, p in enumerate(places) if j != i}
-            if len(others) == 1 and places[i] not in others and None not in others:
-                return one
-    return first
+    return _odd_one(told, place) or _odd_one(suspects, step) or first
+
+
+def _odd_one(suspects: Sequence[Suspect], key: Callable[[Suspect], Any]) -> Suspect | None:
+    """Of three or more ``suspects``, the one whose ``key`` differs from the one ``key``
+    (not None) of all the others; None when there is no such one."""
+    if len(suspects) < 3:
+        return None
+    keys = [key(s) for s in suspects]
+    for i, one in enumerate(suspects):
+        others = {k for j, k in enumerate(keys) if j != i}
+        if len(others) == 1 and keys[i] not in others and None not in others:
+            return one
+    return None
 
 
 def waiting_words(collective: str) -> str:

@@ -438,7 +438,7 @@ class Launcher:
         # stacks of those stalled too tell (``culprit``).
         suspects = self.progress.idle_ranks(watched, time.time(), timeout / 2)
         first = number
-        number = culprit(stacks, suspects, number)
+        number = culprit(stacks, suspects, number, self.progress.step_of)
         stuck = node if node is not None else next(r for r in live if r.rank == number)
         label = stuck.label if node is None else f"rank {number}"
         at, stall = describe_stall(

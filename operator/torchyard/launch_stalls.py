@@ -253,15 +253,18 @@ def user_frame(text: str) -> tuple[str, int, str] | None:
 
 
 def culprit(
-    stacks: Mapping[int | None, str], suspects: Sequence[int | None], first: int | None
+    stacks: Mapping[int | None, str],
+    suspects: Sequence[int | None],
+    first: int | None,
+    step: Callable[[int | None], int | None] = lambda _: None,
 ) -> int | None:
     """Which of ``suspects`` (ranks of this node that stalled too; ``first``: the one idle
     longest) the others wait for, by the stacks they dumped: ``culprit_rule`` over those
-    with a dump, whether each is in ``torch.distributed`` (``in_collective``) and its
-    place in the script (``user_frame``)."""
+    with a dump, whether each is in ``torch.distributed`` (``in_collective``), its place
+    in the script (``user_frame``) and its last ``step``."""
     dumped = [r for r in suspects if stacks.get(r)]
     return culprit_rule(
-        dumped, first, lambda r: in_collective(stacks[r]), lambda r: user_frame(stacks[r])
+        dumped, first, lambda r: in_collective(stacks[r]), lambda r: user_frame(stacks[r]), step
     )
 
 

@@ -6,21 +6,24 @@ ordered by the launcher's ``exitedAt`` as the operator orders failed Pods). Pure
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from torchyard.registry import Version
-from torchyard.status import steps
+from torchyard.status import failures, steps
 from torchyard.status.failures import (
+    PLATFORM_REASONS,
     Failure,
+    Waited,
     classify_failure,
     decide,
     exits_of,
     failure_message,
+    launcher_failure,
+    waited_for_nodes,
 )
 
 
@@ -60,18 +63,37 @@ class LocalResult:
         )
 
 
-def first_failure(nodes: Sequence[NodeResult]) -> dict[str, Any] | None:
+def first_failure(nodes: Sequence[NodeResult], procs: int | None = None) -> dict[str, Any] | None:
     """The failure the run failed of, with ``node`` and ``exitCode``, decided as the
-    operator decides on a gang's node Pods (``failures.decide``); None when every node
-    succeeded."""
+    operator decides on a gang's node Pods (``failures.decide``; a collective timeout
+    names the nodes it waited for: those local mode stopped, ``procs`` ranks each, as the
+    operator names the node Pods still running, ``failures.waited_for_nodes``); None when
+    every node succeeded."""
     failed = [n for n in nodes if n.exit_code != 0]
     if not failed:
         return None
     # Nodes stopped by us report 'Terminated': they only went down with the one that failed.
-    real = [n for n in failed if n.termination.get("reason") != "Terminated"] or failed
+    stopped = [n for n in failed if n.termination.get("reason") == STOPPED]
+    real = [n for n in failed if n not in stopped] or failed
     exits = [e for n in nodes for e in exits_of(n.termination, _node_of(n))]
     chosen = decide([node_failure(n) for n in real], exits)
-    return dict(chosen) if chosen is not None else None
+    if chosen is None:
+        return None
+    running = [Waited(_node_of(n), None, procs) for n in stopped if n not in real]
+    return dict(waited_for_nodes(chosen, running))
+
+
+def settle_seconds(nodes: Sequence[NodeResult], running: bool, now: float) -> float | None:
+    """Seconds to wait for the nodes still ``running`` before stopping them, or None to
+    stop them now: ``failures.settle_seconds`` of the failure decided so far
+    (:func:`first_failure` of the ``nodes`` that ended), as the operator asks
+    ``failures.settling`` of ``failures.first_failure`` of the node Pods on each change."""
+    chosen = first_failure(nodes)
+    return None if chosen is None else failures.settle_seconds(chosen, running, now)
+
+
+# What a node's launcher says when local mode stopped it (SIGTERM) while it still ran.
+STOPPED = "Terminated"
 
 
 def _node_of(node: NodeResult) -> int:
@@ -80,35 +102,29 @@ def _node_of(node: NodeResult) -> int:
 
 
 def node_failure(node: NodeResult) -> Failure:
-    """A failed node's termination message as a failure (as ``failures.observe_failure``
-    reads a node Pod's), classified unless local mode itself ended it."""
-    info = dict(node.termination)
-    info.pop("nodeRank", None)
-    info["node"] = _node_of(node)
-    if isinstance(info.get("rankNode"), int):  # MPI: the node mpirun ran that rank on
-        info["node"] = info.pop("rankNode")
-    info.setdefault("exitCode", node.exit_code)
-    info["exitedAt"] = _exited_at(node.termination)
-    if not math.isfinite(info["exitedAt"]):
-        # unknown (a launcher that was killed): after every known one, by run time
-        info["exitedAt"] = None
-    failure = cast(Failure, info)
-    if info.get("reason") not in LOCAL_FAULTS:  # the user's code, as for a node Pod
-        classify_failure(failure, node.termination)
+    """A failed node's termination message as a failure, read as a node Pod's is
+    (``failures.launcher_failure``), classified unless local mode itself ended it."""
+    info = node.termination
+    reason = str(info.get("reason") or "Error")
+    failure = launcher_failure(
+        info,
+        {
+            "pod": None,
+            "node": _node_of(node),
+            "exitCode": info.get("exitCode", node.exit_code),
+            "signal": info.get("signal"),
+            "reason": reason,
+            "platform": reason in PLATFORM_REASONS,
+            "finishedAt": "",
+        },
+    )
+    if reason not in LOCAL_FAULTS:  # the user's code, as for a node Pod
+        classify_failure(failure, info)
     return failure
 
 
 # Reasons that are local mode's own doing, not the script's: nothing to classify.
-LOCAL_FAULTS = frozenset({"FinalizeFailed", "Terminated"})
-
-
-def _exited_at(termination: dict[str, Any]) -> float:
-    """The launcher's ``exitedAt`` (Unix time) as a number; unknown or bad: infinity."""
-    try:
-        value = float(termination.get("exitedAt", math.inf))
-    except (TypeError, ValueError):
-        return math.inf
-    return value if math.isfinite(value) else math.inf
+LOCAL_FAULTS = frozenset({"FinalizeFailed", STOPPED})
 
 
 def describe_failure(failure: dict[str, Any]) -> str:

@@ -34,11 +34,10 @@ from torchyard.local import inputs as local_inputs
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
 from torchyard.local.finalize import archive_and_register, record
-from torchyard.local.results import LocalResult, NodeResult, first_failure, node_failure
+from torchyard.local.results import LocalResult, NodeResult, first_failure, settle_seconds
 from torchyard.planning import checkpoints, pods
 from torchyard.planning import inputs as run_inputs
 from torchyard.registry import Store
-from torchyard.status import failures
 
 LAUNCHER_FILE = Path(torchyard.launcher.__file__)
 PROGRESS_EVERY_SECONDS = 0.5  # how often the progress line is read and drawn again
@@ -252,11 +251,12 @@ class LocalRun:
                 done[node] = result
                 verdict = "succeeded" if code == 0 else f"failed (exit code {code})"
                 self.say(f"node {node} {verdict} after {result.seconds:.1f}s")
-                if code != 0 and settle_until is None:
-                    # as the operator does: a failure that may be what its ranks saw of
-                    # another node's (a lost peer, a stall) waits for the others to report
+                if code != 0 and stop_deadline is None:
+                    # as the operator does on each report: a failure that may be what its
+                    # ranks saw of another node's (a lost peer, a stall) waits for the
+                    # others to report
                     running = len(done) < len(self.procs)
-                    wait = failures.settle_seconds(node_failure(result), running, time.time())
+                    wait = settle_seconds(list(done.values()), running, time.time())
                     settle_until = time.monotonic() + (wait or 0.0)
                     if wait:
                         self.say(f"waiting up to {wait:.0f}s for the other nodes to report")
@@ -311,7 +311,7 @@ class LocalRun:
                 self._end_leftovers()
                 raise
             self._end_leftovers()
-        failure = first_failure(nodes)
+        failure = first_failure(nodes, self.run.spec.distribution.process_count_per_node)
         exit_code = 0 if failure is None else int(failure.get("exitCode") or 1)
         result = LocalResult(exit_code, self.workdir, nodes, failure=failure, warnings=warnings)
         folders = [self.node_dir(n) for n in range(len(self.procs))]

@@ -53,7 +53,13 @@ def pick(suspects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     if not suspects:
         return None
     by_idle = sorted(suspects, key=lambda s: -_idle(s))
-    return culprit_rule(by_idle, by_idle[0], lambda s: bool(s.get("inCollective")), _place)
+    return culprit_rule(
+        by_idle,
+        by_idle[0],
+        lambda s: bool(s.get("inCollective")),
+        _place,
+        lambda s: s.get("step") if isinstance(s.get("step"), int) else None,
+    )
 
 
 def _said(suspect: Mapping[str, Any], node: Any) -> str:

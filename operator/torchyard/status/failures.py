@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from torchyard.api import wire
 from torchyard.launch_contract import PROGRESS_LINE
@@ -157,33 +157,54 @@ def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
     disrupted = any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions
     )
-    failure: Failure = {
-        **base,
-        "rank": info.get("rank"),
-        "exitCode": term.get("exitCode", info.get("exitCode")),
-        "signal": term.get("signal", info.get("signal")),
-        "reason": reason,
-        "message": info.get("message") or status.get("message") or "",
-        "platform": reason in PLATFORM_REASONS or disrupted,
-        "finishedAt": term.get("finishedAt") or "",
-        "exitedAt": _exited_at(info, term),
-    }
-    if failure["node"] is None and info.get("nodeRank") is not None:
-        failure["node"] = info["nodeRank"]
-    rank_node = info.get("rankNode")
-    if isinstance(rank_node, int) and rank_node != failure["node"] and failure["pod"]:
-        # MPI: node 0's launcher reports the rank mpirun named, which ran on another node
-        # (Pods are named <run>-<node>).
-        failure["pod"] = f"{str(failure['pod']).rsplit('-', 1)[0]}-{rank_node}"
-        failure["node"] = rank_node
-    if isinstance(info.get("step"), int):
-        failure["step"] = info["step"]
-    if reason == STALLED and isinstance(info.get("stall"), dict):
-        failure["stall"] = info["stall"]
+    failure = launcher_failure(
+        info,
+        {
+            **base,
+            "exitCode": term.get("exitCode", info.get("exitCode")),
+            "signal": term.get("signal", info.get("signal")),
+            "reason": reason,
+            "message": status.get("message") or "",
+            "platform": reason in PLATFORM_REASONS or disrupted,
+            "finishedAt": term.get("finishedAt") or "",
+        },
+    )
     if pod.get("spec", {}).get("nodeName") and failure["pod"] == meta.get("name"):
         failure["nodeName"] = str(pod["spec"]["nodeName"])
     if not failure["platform"]:
         classify_failure(failure, info)
+    return failure
+
+
+def launcher_failure(info: Mapping[str, Any], base: Failure) -> Failure:
+    """A failed node's failure as its launcher's termination message ``info`` tells it,
+    over ``base`` (what the node's Pod or local process says: pod, node, reason, exit
+    code, signal, ``finishedAt``, platform; its message when the launcher has none): the
+    failing rank and its message, when it exited (``exitedAt``; else base's
+    ``finishedAt``), its last step, a stall's record (its suspects, for ``culprits``), the
+    node from the launcher's ``nodeRank`` where base has none and, of MPI, the node of
+    the rank mpirun named (``rankNode``; its Pod, ``<run>-<node>``, named after it). The
+    one reading of a launcher's word for node Pods (``observe_failure``) and local mode's
+    nodes (``torchyard.local.results.node_failure``); not classified here."""
+    failure: Failure = {
+        **base,
+        "rank": info.get("rank"),
+        "message": info.get("message") or base.get("message") or "",
+        "exitedAt": _exited_at(info, {"finishedAt": base.get("finishedAt")}),
+    }
+    said = info.get("nodeRank")
+    if failure.get("node") is None and isinstance(said, int) and not isinstance(said, bool):
+        failure["node"] = said
+    rank_node = info.get("rankNode")
+    if isinstance(rank_node, int) and rank_node != failure.get("node"):
+        # MPI: node 0's launcher reports the rank mpirun named, which ran on another node
+        failure["node"] = rank_node
+        if failure.get("pod"):
+            failure["pod"] = f"{str(failure['pod']).rsplit('-', 1)[0]}-{rank_node}"
+    if isinstance(info.get("step"), int):
+        failure["step"] = info["step"]
+    if failure.get("reason") == STALLED and isinstance(info.get("stall"), dict):
+        failure["stall"] = info["stall"]
     return failure
 
 
@@ -281,28 +302,44 @@ def _pod_exits(pod: Mapping[str, Any]) -> list[Exit]:
 def _waits_for_peers(failure: Mapping[str, Any]) -> bool:
     """Whether ``failure`` may be what its rank saw of a peer that went away: a class that
     is a cascade or a symptom (a collective that lost its peer or timed out, a store that
-    went away), or a stall of ranks waiting in a collective."""
+    went away), or a stall of ranks waiting in a collective or nowhere known."""
     rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
     if rule is not None and (rule.cascade or rule.symptom):
         return True
     stall = failure.get("stall")
     if failure.get("reason") != STALLED or not isinstance(stall, Mapping):
         return False
-    suspects = stall.get("suspects")
-    return bool(stall.get("collective")) or (
-        isinstance(suspects, list)
-        and any(isinstance(s, Mapping) and s.get("inCollective") for s in suspects)
-    )
+    found = stall.get("suspects")
+    suspects = [s for s in found if isinstance(s, Mapping)] if isinstance(found, list) else []
+    if stall.get("collective") or any(s.get("inCollective") for s in suspects):
+        return True
+    # None of them known to be stuck on its own, at a place in the script outside
+    # torch.distributed: ranks whose dumps showed no frame, or that left none (seen in
+    # local mode: a rank that lost its peer raised, and its interpreter hung as it
+    # finalized, in "Garbage-collecting" with no frame, or was past faulthandler and
+    # died of the stack signal) wait for the others as well.
+    return not any(s.get("file") for s in suspects)
+
+
+# A rank that exits with status 0 closes its connections while its interpreter winds
+# down, before its process ends, and its launcher notes the end later still (a thread
+# that waits for it; a loaded machine delays both): a peer can fail of losing it before
+# its recorded exit (0.3 s seen on the real node at load 35). Less than
+# FAILURE_SETTLE_SECONDS, after which local mode stops the other nodes (a rank may exit 0
+# on that SIGTERM: stopped with the others, not their cause).
+EARLY_EXIT_SLACK_SECONDS = 2.0
 
 
 def early_exit(failure: Failure, exits: Sequence[Exit]) -> Failure:
-    """``failure``, or the rank that exited with status 0 before it when ``failure`` may be
-    what the ranks saw of losing it (``_waits_for_peers``): a rank that leaves early while
-    the others still train is the cause, class EarlyExit. The first such exit is named."""
+    """``failure``, or the rank that exited with status 0 before it (or less than
+    EARLY_EXIT_SLACK_SECONDS after it) when ``failure`` may be what the ranks saw of
+    losing it (``_waits_for_peers``): a rank that leaves early while the others still
+    train is the cause, class EarlyExit. The first such exit is named."""
     at = failure.get("exitedAt")
     if at is None or not _waits_for_peers(failure):
         return failure
-    before = [e for e in exits if e["exitedAt"] < at and e["rank"] != failure.get("rank")]
+    latest = at + EARLY_EXIT_SLACK_SECONDS
+    before = [e for e in exits if e["exitedAt"] < latest and e["rank"] != failure.get("rank")]
     if not before:
         return failure
     first = min(before, key=lambda e: (e["exitedAt"], e["rank"]))
@@ -372,43 +409,53 @@ def _procs_per_node(pod: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _node_said(pod: Mapping[str, Any]) -> str:
-    """'node 1 (Pod r-1, rank 1)': a node Pod and, when its env says, its ranks."""
-    node = _rank_label(pod)
-    procs = _procs_per_node(pod)
-    inside = [f"Pod {pod.get('metadata', {}).get('name')}"]
-    if node is not None and procs:
-        first, last = node * procs, node * procs + procs - 1
-        inside.append(f"rank {first}" if procs == 1 else f"ranks {first}-{last}")
-    return f"node {node} ({', '.join(inside)})"
+class Waited(NamedTuple):
+    """A node of the gang that still ran when a failure was decided: its node rank, its
+    Pod (None in local mode) and its ranks per node (None: unknown)."""
+
+    node: int | None
+    pod: str | None
+    procs: int | None
+
+    def said(self) -> str:
+        """'node 1 (Pod r-1, rank 1)': the node, its Pod and its ranks, where known."""
+        inside = [f"Pod {self.pod}"] if self.pod else []
+        if self.node is not None and self.procs:
+            first, last = self.node * self.procs, self.node * self.procs + self.procs - 1
+            inside.append(f"rank {first}" if self.procs == 1 else f"ranks {first}-{last}")
+        return f"node {self.node}" + (f" ({', '.join(inside)})" if inside else "")
 
 
 def waited_for(failure: Failure, pods: Sequence[Mapping[str, Any]]) -> Failure:
-    """A collective timeout that no earlier failure explains, with the node
-    Pods its collective waited for named first in its advice: those of the gang still
+    """``waited_for_nodes`` with the gang's node Pods other than the failed one that
+    were still Running when it was decided."""
+    running = [
+        Waited(_rank_label(p), p.get("metadata", {}).get("name"), _procs_per_node(p))
+        for p in pods
+        if p.get("metadata", {}).get("name") != failure.get("pod")
+        and p.get("status", {}).get("phase") == "Running"
+    ]
+    return waited_for_nodes(failure, running)
+
+
+def waited_for_nodes(failure: Failure, running: Sequence[Waited]) -> Failure:
+    """A collective timeout that no earlier failure explains, with the nodes its
+    collective waited for named first in its advice: ``running``, those of the gang still
     running when it was decided. A rank that hung, sleeps or skipped the collective stays
     alive, while the ranks waiting for it in the collective time out; ``settling`` gave
-    the others time to report an earlier failure. Any other failure is returned as is."""
-    if failure.get("failureClass") != classes.COLLECTIVE_TIMEOUT.name:
+    the others time to report an earlier failure. Any other failure is returned as is.
+    The one rule for node Pods (``waited_for``) and local mode
+    (``torchyard.local.results.first_failure``: the nodes it stopped)."""
+    if failure.get("failureClass") != classes.COLLECTIVE_TIMEOUT.name or not running:
         return failure
-    running = sorted(
-        (
-            p
-            for p in pods
-            if p.get("metadata", {}).get("name") != failure.get("pod")
-            and p.get("status", {}).get("phase") == "Running"
-        ),
-        key=lambda p: (_rank_label(p) is None, _rank_label(p) or 0),
-    )
-    if not running:
-        return failure
+    ordered = sorted(running, key=lambda w: (w.node is None, w.node or 0))
     who = f"rank {failure.get('rank')} (node {failure.get('node')})"
     if failure.get("rank") is None:
         who = f"node {failure.get('node')}"
-    them = ", ".join(_node_said(p) for p in running)
+    them = ", ".join(w.said() for w in ordered)
     note = (
         f"{who} timed out in a collective while {them} still ran and had not failed: "
-        f"{'its' if len(running) == 1 else 'their'} ranks never joined the collective "
+        f"{'its' if len(ordered) == 1 else 'their'} ranks never joined the collective "
         "(hung, much slower, or skipped it; see their logs and stacks)"
     )
     return {**failure, "advice": f"{note}. {failure.get('advice') or ''}".strip()}

@@ -9,6 +9,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
+
 from tests.builders import pod
 from tests.unit.launcher.test_stalls import IN_ALL_REDUCE, IN_BARRIER, SLEEPING
 from torchyard import launch_contract, launch_stalls
@@ -17,13 +19,18 @@ from torchyard.status.failures import first_failure, public_failure
 
 
 def stalled_node(
-    node: int, stacks: dict[int, str], idle: dict[int, float], exited: float, named: int
+    node: int,
+    stacks: dict[int, str],
+    idle: dict[int, float],
+    exited: float,
+    named: int,
+    steps: dict[int, int] | None = None,
 ) -> dict[str, Any]:
     """Node ``node``'s Pod, failed as its launcher reports a stall: ``named`` is the rank
     it chose among its own (``launch_stalls.culprit``), ``stacks`` its stalled ranks' dumps."""
     order = [named] + [r for r in stacks if r != named]
     suspects = launch_stalls.suspects_of(
-        {r: stacks[r] for r in order}, order, idle.get, lambda r: 40
+        {r: stacks[r] for r in order}, order, idle.get, lambda r: (steps or {}).get(r, 40)
     )
     info = {
         "rank": named,
@@ -156,3 +163,83 @@ def test_a_ddp_rank_stuck_outside_backward_is_named_across_nodes_and_on_its_own(
             if named0 == 0:  # only the comparison across nodes saw the one they wait for
                 assert "rank 1 (node 0) made no progress for 6" in failure["message"]
                 assert "stuck at /workspace/train.py:12 in <module>" in failure["message"]
+
+
+# A dump whose threads show no Python frame: a rank dumped as its frames unwound (its
+# peers went down and it was on its way out), which says nothing of where it stood.
+NO_FRAME = (
+    "Current thread 0x00007f0000000001 (most recent call first):\n  <no Python frame>\n\n"
+    "Thread 0x00007f0000000002 (most recent call first):\n  <no Python frame>\n"
+)
+
+
+# (node 0's stalled ranks' dumps, node 1's, the rank named): DDP on the real node, a
+# rank dumped with no frame at all beside the rank at fault (its idle time the longest)
+NO_FRAME_CASES = {
+    # rank 1 (node 0) ignores SIGTERM and sleeps at its line; ranks 0 and 2 wait in
+    # backward: the rank at its place is named before the frame-less rank 3
+    "a rank outside the collectives": (
+        {1: SLEEPING, 0: "backward"},
+        {3: NO_FRAME, 2: "backward"},
+        1,
+    ),
+    # rank 3 (node 1) skipped a collective and waits in the barrier after its loop: the
+    # odd one out of those whose dumps say where they are, frame-less rank 1 left out
+    "a rank that skipped a collective": (
+        {1: NO_FRAME, 0: "backward"},
+        {3: IN_BARRIER, 2: "backward"},
+        3,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_FRAME_CASES))
+def test_a_rank_whose_dump_shows_no_frame_says_nothing_of_where_it_is(case: str) -> None:
+    from tests.unit.launcher.test_stalls import IN_BACKWARD
+
+    assert launch_stalls.stack_top(NO_FRAME) is None
+    dumps0, dumps1, culprit = NO_FRAME_CASES[case]
+    stacks = [
+        {r: IN_BACKWARD if d == "backward" else d for r, d in dumps.items()}
+        for dumps in (dumps0, dumps1)
+    ]
+    idle = {r: 16.0 if d == "backward" else 17.0 for r, d in {**dumps0, **dumps1}.items()}
+    node0 = stalled_node(0, stacks[0], idle, 100.0, named=next(iter(dumps0)))
+    node1 = stalled_node(1, stacks[1], idle, 100.2, named=next(iter(dumps1)))
+    for pods in ([node0, node1], [node1, node0]):
+        failure = first_failure(pods)
+        assert failure is not None
+        where = (culprit, culprit // 2, f"r-{culprit // 2}")
+        assert (failure["rank"], failure["node"], failure["pod"]) == where, failure
+
+
+def test_a_launcher_names_a_rank_at_its_place_before_one_whose_dump_shows_none() -> None:
+    from tests.unit.launcher.test_stalls import IN_BACKWARD
+
+    stacks: dict[int | None, str] = {0: IN_BACKWARD, 1: NO_FRAME, 2: SLEEPING}
+    assert launch_stalls.culprit(stacks, [1, 0, 2], 1) == 2
+    # with nothing better, a frame-less rank outside the collectives is still named
+    assert launch_stalls.culprit({0: IN_BACKWARD, 1: NO_FRAME}, [1, 0], 1) == 1
+
+
+def test_a_rank_a_step_ahead_of_the_others_is_named_when_the_stacks_cannot_tell() -> None:
+    # explicit all_reduce, in local mode: rank 1 (node 0) skipped an all_reduce and waits in
+    # the barrier after its loop (step 40); rank 0 waits in all_reduce (step 39); node 1's
+    # ranks 2 and 3 (step 39) dumped "Garbage-collecting" with no frame
+    node0 = stalled_node(
+        0, {0: IN_ALL_REDUCE, 1: IN_BARRIER}, {0: 15.5, 1: 15.5}, 100.5, 0, {0: 39, 1: 40}
+    )
+    node1 = stalled_node(
+        1, {3: NO_FRAME, 2: NO_FRAME}, {2: 17.0, 3: 17.0}, 101.5, 3, {2: 39, 3: 39}
+    )
+    for pods in ([node0, node1], [node1, node0]):
+        failure = first_failure(pods)
+        assert failure is not None
+        assert (failure["rank"], failure["node"], failure["pod"]) == (1, 0, "r-0"), failure
+    # the launcher's own pick, by the steps its ranks reported
+    stacks: dict[int | None, str] = {0: IN_ALL_REDUCE, 1: IN_BARRIER, 2: NO_FRAME}
+    steps = {0: 39, 1: 40, 2: 39}
+    assert launch_stalls.culprit(stacks, [2, 0, 1], 2, steps.get) == 1
+    # all at one step, or two ranks only: the step says nothing
+    assert launch_stalls.culprit(stacks, [2, 0, 1], 2, lambda r: 39) == 2
+    assert launch_stalls.culprit(stacks, [2, 1], 2, steps.get) == 2

@@ -19,6 +19,7 @@ import pytest
 from tests.builders import pod
 from torchyard.local.results import NodeResult
 from torchyard.local.results import first_failure as local_first_failure
+from torchyard.status import failures
 from torchyard.status.failures import first_failure
 
 T = 1_800_000_000.0
@@ -53,10 +54,12 @@ def failed_node(node: int, rank: int, text: str, at: float, **more: Any) -> dict
     )
 
 
-def stalled_node(node: int, rank: int, at: float, in_collective: bool) -> dict[str, Any]:
+def stalled_node(node: int, rank: int, at: float, in_collective: bool | None) -> dict[str, Any]:
     suspect = {"rank": rank, "idle": 31.0, "step": 9, "inCollective": in_collective}
     if in_collective:
         suspect["collective"] = "backward"
+    if in_collective is not None:  # None: a dump with no frame ("Garbage-collecting")
+        suspect.update(file="train.py", line=18 if in_collective else 12, function="<module>")
     stall: dict[str, Any] = {"rank": rank, "seconds": 31, "step": 9, "suspects": [suspect]}
     if in_collective:
         stall["collective"] = "backward"
@@ -70,6 +73,11 @@ def stalled_node(node: int, rank: int, at: float, in_collective: bool) -> dict[s
         exitedAt=at,
         stall=stall,
     )
+
+
+def no_dump(stalled: dict[str, Any]) -> dict[str, Any]:
+    """A stall whose ranks left no stack dump: its record lists none."""
+    return {**stalled, "exitCode": 138, "stall": {**stalled["stall"], "suspects": []}}
 
 
 def completed_node(node: int, exits: list[tuple[int, float, int]]) -> dict[str, Any]:
@@ -118,6 +126,27 @@ NAMED = {
         completed_node(0, [(1, T, 0)]),
         failed_node(1, 3, RENDEZVOUS, T + 900),
     ],
+    # seen on the real node under load: rank 1 closed its connections while its
+    # interpreter wound down, and its launcher noted its end later still; node 1's rank 2
+    # failed of losing it 0.3 s before the exit's recorded time (within the slack)
+    "its peer failed before its recorded exit": [
+        {**failed_node(0, 0, PEER_LOST, T + 0.5), **early(1, T + 0.3)},
+        failed_node(1, 2, PEER_LOST, T),
+    ],
+    # seen in local mode: rank 1 left; rank 0 (its node's only other rank) and rank 2
+    # dumped "Garbage-collecting" with no frame (a destructor waiting for it), rank 3 in
+    # backward; node 0 reported the stall of its frame-less rank
+    "the others stalled with dumps that show no frame": [
+        {**stalled_node(0, 0, T + 16, in_collective=None), **early(1, T)},
+        stalled_node(1, 2, T + 15, in_collective=None),
+    ],
+    # seen in local mode: rank 0 lost rank 1, raised, and hung as its interpreter
+    # finalized; the stack signal killed it (no dump, exit 138): node 0's stall lists no
+    # rank; node 1's rank 3 waits in backward
+    "the others stalled, one with no dump at all": [
+        {**no_dump(stalled_node(0, 0, T + 6.7, in_collective=None)), **early(1, T)},
+        stalled_node(1, 3, T + 6.75, in_collective=True),
+    ],
     "the others stalled in backward waiting for it": [
         {**stalled_node(0, 0, T + 31, in_collective=True), **early(1, T)},
         stalled_node(1, 3, T + 31.2, in_collective=True),
@@ -149,9 +178,10 @@ KEPT = {
         [{**stalled_node(0, 0, T + 31, in_collective=False), **early(1, T)}],
         (0, 0, "Hang"),
     ),
-    # the rank finished after the failure: stopped with the others, not their cause
+    # the rank finished after the failure, past the slack: stopped with the others (local
+    # mode stops them FAILURE_SETTLE_SECONDS after it), not their cause
     "an exit after the failure": (
-        [failed_node(0, 0, PEER_LOST, T, **early(1, T + 0.5))],
+        [failed_node(0, 0, PEER_LOST, T, **early(1, T + failures.EARLY_EXIT_SLACK_SECONDS))],
         (0, 0, "PeerLost"),
     ),
     "a cascade with nobody gone early": (
