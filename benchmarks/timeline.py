@@ -13,7 +13,9 @@ contender, so the differences between steps are what they cost.
 its Pods by label) and the time the benchmark sent its create, the seconds to each step:
 the run's object seen, its first child of any kind, its Service, its status written,
 its first and last Pod created, its last Pod Running. :func:`report` prints the medians
-per contender. Tested in tests/unit/test_benchmark_timeline.py.
+per contender. :func:`pod_stages` times each Pod's own steps (created, its scheduling
+gates lifted, bound to a node, Running) and :func:`report_pods` prints their medians and
+95th percentiles over all Pods. Tested in tests/unit/test_benchmark_timeline.py.
 """
 
 from __future__ import annotations
