@@ -334,6 +334,8 @@ def fanout(
     elapsed = time.monotonic() - started
     time.sleep(2)  # the last status writes of the run (and the watches' last events)
     if seen is not None:
+        if not seen.caught_up(name, n, started):
+            print(f"  (the watches did not see {name}'s {n} Pods Running within 30s)")
         kind = c.resource.plural if c.resource is not None else None
         res.breakdown.setdefault((c.name, n), []).append(seen.milestones(name, kind, n, started))
         pooled = res.pod_stages.setdefault((c.name, n), {})

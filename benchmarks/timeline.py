@@ -208,6 +208,18 @@ class Timeline:
         with self.lock:
             return milestones(self.seen, run, kind, n, started)
 
+    def caught_up(self, run: str, n: int, started: float, timeout: float = 30) -> bool:
+        """Wait until the watches have seen ``n`` Pods of ``run`` Running (a loaded
+        machine's watch runs behind the benchmark's own reads); False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                pods = _pods_of(self.seen, run, started)
+                if sum(p.running is not None for p in pods) >= n:
+                    return True
+            time.sleep(0.1)
+        return False
+
     def pod_stages(self, run: str, started: float) -> dict[str, list[float]]:
         with self.lock:
             return pod_stages(self.seen, run, started)

@@ -131,3 +131,11 @@ def test_the_per_pod_report_prints_median_and_95th_percentile_of_every_step() ->
     assert row[0].split()[2:] == ["0.10", "/", "0.10s", "-", "1.00", "/", "1.00s", "3.00", "/",
                                   "3.00s"]  # fmt: skip
     assert not [line for line in lines if line.startswith("   8  direct")]  # not measured
+
+
+def test_the_timeline_says_whether_its_watches_saw_the_run_s_pods_running() -> None:
+    line = timeline.Timeline({}, LABELS)
+    line.seen.note("pods", pod("tr-2-0-node-0", "tr-2-0", "Running"), 3.0, LABELS)
+    assert line.caught_up("tr-2-0", 1, 2.0)
+    assert not line.caught_up("tr-2-0", 2, 2.0, timeout=0)  # one of two seen Running
+    assert not line.caught_up("tr-2-0", 1, 4.0, timeout=0)  # created before this create
