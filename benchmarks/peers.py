@@ -36,6 +36,9 @@ With ``--breakdown`` (on in ``--smoke``) watches on the namespace (benchmarks/ti
 say where each fan-out's time goes: from the create to the run's object seen, its first
 child (JobSet, Service, Pod...), its Service, its first status, its first and last Pod
 created and its last Pod Running, so the steps before the first Pod are measured apart;
+and, per Pod, created -> ungated (its scheduling gates removed) -> scheduled (bound to a
+node) -> Running, as the median and 95th percentile over all Pods (the watch's receipt
+times: the apiserver's timestamps have a resolution of one second);
 and where each gang restart's time goes (benchmarks/restart_steps.py, a watch on the run's
 Pods by uid): from the failure to the victim seen Failed, the first old Pod being
 deleted, the last old Pod gone, the first and last new Pod created and all Running, and
@@ -311,6 +314,8 @@ class Results:
     partial: dict[str, list[int]] = field(default_factory=dict)
     # (contender, N) -> per round, seconds from create to each step (timeline.STEPS)
     breakdown: dict[tuple[str, int], list[dict[str, float | None]]] = field(default_factory=dict)
+    # (contender, N) -> each Pod's seconds per step (timeline.POD_STAGES), every round's
+    pod_stages: dict[tuple[str, int], dict[str, list[float]]] = field(default_factory=dict)
 
 
 def fanout(
@@ -329,8 +334,13 @@ def fanout(
     elapsed = time.monotonic() - started
     time.sleep(2)  # the last status writes of the run (and the watches' last events)
     if seen is not None:
+        if not seen.caught_up(name, n, started):
+            print(f"  (the watches did not see {name}'s {n} Pods Running within 30s)")
         kind = c.resource.plural if c.resource is not None else None
         res.breakdown.setdefault((c.name, n), []).append(seen.milestones(name, kind, n, started))
+        pooled = res.pod_stages.setdefault((c.name, n), {})
+        for key, values in seen.pod_stages(name, started).items():
+            pooled.setdefault(key, []).extend(values)
     # Deletes left out: the previous contender's cleanup (its Services, Endpoints, Pods
     # finalized by KWOK) may still be running.
     delta = Counter({k: v for k, v in (writes(cluster) - before).items() if "DELETE" not in k})
@@ -581,6 +591,7 @@ def report(args: argparse.Namespace, order: list[Contender], res: Results, parts
         report_fanout(args, order, res)
         if res.breakdown:
             timeline.report(res.breakdown, [c.name for c in order], args.sizes)
+            timeline.report_pods(res.pod_stages, [c.name for c in order], args.sizes)
     if "restart" in parts:
         report_restart(args, res)
     if "admission" in parts:
@@ -704,6 +715,12 @@ def record_results(
         )
     for (name, n), w in sorted(res.writes.items()):
         rec.figure(f"{name}: API writes per Pod at N = {n}", statistics.median(w), "writes")
+    for (name, n), stages in sorted(res.pod_stages.items()):
+        for key, words, _, _ in timeline.POD_STAGES:
+            if values := stages.get(key):
+                title = f"{name}: per Pod at N = {n}, {words}"
+                rec.figure(f"{title}, median", statistics.median(values), "s")
+                rec.figure(f"{title}, 95th percentile", timeline.percentile(values, 0.95), "s")
     for peer in names:
         if peer in ("torchyard", "direct") or (peer, TARGET_N) not in res.fanout:
             continue

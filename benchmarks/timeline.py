@@ -13,11 +13,14 @@ contender, so the differences between steps are what they cost.
 its Pods by label) and the time the benchmark sent its create, the seconds to each step:
 the run's object seen, its first child of any kind, its Service, its status written,
 its first and last Pod created, its last Pod Running. :func:`report` prints the medians
-per contender. Tested in tests/unit/test_benchmark_timeline.py.
+per contender. :func:`pod_stages` times each Pod's own steps (created, its scheduling
+gates lifted, bound to a node, Running) and :func:`report_pods` prints their medians and
+95th percentiles over all Pods. Tested in tests/unit/test_benchmark_timeline.py.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -38,6 +41,19 @@ STEPS: tuple[tuple[str, str], ...] = (
 
 
 @dataclass
+class PodSeen:
+    """One Pod as the watch saw it: the runs its labels name, and when it was first seen
+    (created), without scheduling gates (ungated: at once for a Pod created without),
+    bound to a node (scheduled) and Running; None for a step not seen yet."""
+
+    runs: frozenset[str]
+    created: float
+    ungated: float | None = None
+    scheduled: float | None = None
+    running: float | None = None
+
+
+@dataclass
 class Seen:
     """What the watches saw, each time in ``time.monotonic()`` seconds."""
 
@@ -45,8 +61,7 @@ class Seen:
     objects: dict[tuple[str, str], float] = field(default_factory=dict)
     # (kind, name) of a custom object -> when it was first seen with a status
     statuses: dict[tuple[str, str], float] = field(default_factory=dict)
-    # pod name -> (run label values, first seen, first seen Running or None)
-    pods: dict[str, tuple[frozenset[str], float, float | None]] = field(default_factory=dict)
+    pods: dict[str, PodSeen] = field(default_factory=dict)  # by name
 
     def note(self, kind: str, obj: Mapping[str, Any], at: float, labels: Sequence[str]) -> None:
         """Take one watch event's object into account (``labels``: the Pod labels whose
@@ -56,17 +71,23 @@ class Seen:
         key = (kind, name)
         self.objects.setdefault(key, at)
         if kind == "pods":
-            values = meta.get("labels") or {}
-            runs = frozenset(str(values[label]) for label in labels if label in values)
-            phase = (obj.get("status") or {}).get("phase")
-            old = self.pods.get(name)
-            first = old[1] if old else at
-            running = old[2] if old else None
-            if running is None and phase == "Running":
-                running = at
-            self.pods[name] = (runs, first, running)
+            self._pod(name, obj, at, labels)
         elif obj.get("status") and kind not in ("services", "configmaps", "jobs"):
             self.statuses.setdefault(key, at)
+
+    def _pod(self, name: str, obj: Mapping[str, Any], at: float, labels: Sequence[str]) -> None:
+        values = (obj.get("metadata") or {}).get("labels") or {}
+        pod = self.pods.get(name)
+        if pod is None:
+            runs = frozenset(str(values[label]) for label in labels if label in values)
+            pod = self.pods[name] = PodSeen(runs, at)
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if pod.ungated is None and not spec.get("schedulingGates"):
+            pod.ungated = at
+        if pod.scheduled is None and spec.get("nodeName"):
+            pod.scheduled = at
+        if pod.running is None and status.get("phase") == "Running":
+            pod.running = at
 
 
 def _named_after(name: str, run: str) -> bool:
@@ -92,8 +113,7 @@ def milestones(
         for (k, name), at in seen.objects.items()
         if k != kind and at >= started and _named_after(name, run) and k != "pods"
     ]
-    pods = [(first, running) for runs, first, running in seen.pods.values() if run in runs]
-    pods = [(first, running) for first, running in pods if first >= started]
+    pods = [(p.created, p.running) for p in _pods_of(seen, run, started)]
     if pods:
         children.append(min(first for first, _ in pods))
     out["child"] = since(min(children)) if children else None
@@ -111,6 +131,37 @@ def milestones(
         if len(runnings) >= n:
             out["running"] = since(runnings[n - 1])
     return out
+
+
+def _pods_of(seen: Seen, run: str, started: float) -> list[PodSeen]:
+    return [p for p in seen.pods.values() if run in p.runs and p.created >= started]
+
+
+# A Pod's own steps, each from the one before: (key, words, from, to).
+POD_STAGES: tuple[tuple[str, str, str, str], ...] = (
+    ("gated", "created -> ungated", "created", "ungated"),
+    ("scheduling", "ungated -> scheduled", "ungated", "scheduled"),
+    ("starting", "scheduled -> Running", "scheduled", "running"),
+    ("total", "created -> Running", "created", "running"),
+)
+
+
+def pod_stages(seen: Seen, run: str, started: float) -> dict[str, list[float]]:
+    """Each :data:`POD_STAGES` step's seconds for every Pod of ``run`` created after
+    ``started`` that went through it (a Pod not yet Running has no ``starting``)."""
+    out: dict[str, list[float]] = {key: [] for key, *_ in POD_STAGES}
+    for pod in _pods_of(seen, run, started):
+        for key, _, begin, end in POD_STAGES:
+            b, e = getattr(pod, begin), getattr(pod, end)
+            if b is not None and e is not None:
+                out[key].append(max(0.0, e - b))
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 Watcher = Callable[[Callable[[str, dict[str, Any]], None], threading.Event], None]
@@ -156,6 +207,22 @@ class Timeline:
     def milestones(self, run: str, kind: str | None, n: int, started: float) -> dict[str, Any]:
         with self.lock:
             return milestones(self.seen, run, kind, n, started)
+
+    def caught_up(self, run: str, n: int, started: float, timeout: float = 30) -> bool:
+        """Wait until the watches have seen ``n`` Pods of ``run`` Running (a loaded
+        machine's watch runs behind the benchmark's own reads); False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                pods = _pods_of(self.seen, run, started)
+                if sum(p.running is not None for p in pods) >= n:
+                    return True
+            time.sleep(0.1)
+        return False
+
+    def pod_stages(self, run: str, started: float) -> dict[str, list[float]]:
+        with self.lock:
+            return pod_stages(self.seen, run, started)
 
 
 def report(
@@ -203,3 +270,29 @@ def _part(samples: list[dict[str, float | None]], start: str | None, end: str) -
         if b is not None and e is not None:
             values.append(e - b)
     return values
+
+
+def report_pods(
+    rows: Mapping[tuple[str, int], Mapping[str, Sequence[float]]],
+    names: Iterable[str],
+    sizes: Iterable[int],
+    out: Callable[[str], None] = print,
+) -> None:
+    """Per size and contender, each Pod's own steps (:data:`POD_STAGES`): the median and
+    the 95th percentile over every Pod of every round, in seconds."""
+    names, sizes = list(names), list(sizes)
+    out("\nper Pod (--breakdown): seconds of each step, median / 95th percentile over all Pods")
+    out("   N  contender    " + "  ".join(f"{words:>22s}" for _, words, _, _ in POD_STAGES))
+    for n in sizes:
+        for name in names:
+            stages = rows.get((name, n))
+            if not stages:
+                continue
+            cells = [_median_p95(stages.get(key) or []) for key, *_ in POD_STAGES]
+            out(f"{n:4d}  {name:11s}  " + "  ".join(cells))
+
+
+def _median_p95(values: Sequence[float]) -> str:
+    if not values:
+        return "-".rjust(22)
+    return f"{statistics.median(values):10.2f} / {percentile(values, 0.95):5.2f}s"

@@ -97,6 +97,15 @@ def test_two_by_two_run_gets_its_pods_and_service_on_the_gpu_pool(
     services = k8s.list_(k8s.SERVICES, ns)
     assert [s["metadata"]["name"] for s in services] == ["bert"]
     assert services[0]["spec"]["clusterIP"] == "None"
+    # It names node 0 alone (MASTER_ADDR), so its EndpointSlice does not change with
+    # every Pod of a gang as they start.
+    slices = k8s.Resource("discovery.k8s.io", "v1", "endpointslices")
+
+    def endpoints() -> list[str]:
+        found = k8s.list_(slices, ns, label_selector="kubernetes.io/service-name=bert")
+        return sorted(e["targetRef"]["name"] for s in found for e in s.get("endpoints") or [])
+
+    assert wait_for("the Service's endpoints", endpoints) == ["bert-0"]
     for node, p in enumerate(pods):
         assert p["spec"]["nodeName"].startswith("a100-")
         assert "schedulingGates" not in p["spec"]

@@ -88,3 +88,54 @@ def test_the_report_prints_every_step_and_the_three_parts() -> None:
     assert torchyard[1].endswith("(0.30 0.50 | 0.20 0.40 | 0.50 0.50)")
     direct = [line for line in lines if line.startswith("   8  direct")]
     assert direct[0].split()[2] == "-"  # no run object
+
+
+def gated(name: str, run: str, node: str = "", phase: str = "Pending") -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": node} if node else {}
+    if not node:
+        spec["schedulingGates"] = [{"name": "torchyard.dev/gang"}]
+    return {**pod(name, run, phase), "spec": spec}
+
+
+def test_each_pod_s_steps_are_timed_from_the_one_before() -> None:
+    seen = timeline.Seen()
+    seen.note("pods", pod("direct-2-0-node-9", "direct-2-0"), 1.0, LABELS)  # an earlier run
+    seen.note("pods", gated("tr-2-0-node-0", "tr-2-0"), 10.0, LABELS)
+    ungated = {**pod("tr-2-0-node-0", "tr-2-0"), "spec": {}}
+    seen.note("pods", ungated, 10.5, LABELS)
+    seen.note("pods", gated("tr-2-0-node-0", "tr-2-0", "kwok-0"), 10.75, LABELS)
+    seen.note("pods", gated("tr-2-0-node-0", "tr-2-0", "kwok-0", "Running"), 11.75, LABELS)
+    # a Pod created without gates is ungated at once, and one not bound yet has no later step
+    seen.note("pods", {**pod("tr-2-0-node-1", "tr-2-0"), "spec": {}}, 10.25, LABELS)
+    got = timeline.pod_stages(seen, "tr-2-0", 2.0)
+    assert got == {
+        "gated": [0.5, 0.0],
+        "scheduling": [0.25],
+        "starting": [1.0],
+        "total": [1.75],
+    }
+
+
+@pytest.mark.parametrize(
+    ("q", "want"), [(0.5, 5.0), (0.95, 10.0), (0.9, 9.0), (0.0, 1.0), (1.0, 10.0)]
+)
+def test_a_percentile_is_the_nearest_rank(q: float, want: float) -> None:
+    assert timeline.percentile([float(x) for x in range(10, 0, -1)], q) == want
+
+
+def test_the_per_pod_report_prints_median_and_95th_percentile_of_every_step() -> None:
+    lines: list[str] = []
+    stages = {"gated": [0.1] * 19 + [2.0], "scheduling": [], "starting": [1.0], "total": [3.0]}
+    timeline.report_pods({("torchyard", 8): stages}, ["direct", "torchyard"], [8], lines.append)
+    row = [line for line in lines if line.startswith("   8  torchyard")]
+    assert row[0].split()[2:] == ["0.10", "/", "0.10s", "-", "1.00", "/", "1.00s", "3.00", "/",
+                                  "3.00s"]  # fmt: skip
+    assert not [line for line in lines if line.startswith("   8  direct")]  # not measured
+
+
+def test_the_timeline_says_whether_its_watches_saw_the_run_s_pods_running() -> None:
+    line = timeline.Timeline({}, LABELS)
+    line.seen.note("pods", pod("tr-2-0-node-0", "tr-2-0", "Running"), 3.0, LABELS)
+    assert line.caught_up("tr-2-0", 1, 2.0)
+    assert not line.caught_up("tr-2-0", 2, 2.0, timeout=0)  # one of two seen Running
+    assert not line.caught_up("tr-2-0", 1, 4.0, timeout=0)  # created before this create

@@ -84,6 +84,11 @@ class DistributionType:
     # True: the controller creates a random key Secret per run before its Pods
     # (``Place.key_secret``), owned by the run and never changed
     needs_key: bool = False
+    # True: every node Pod gets a DNS name through the run's headless Service (MPI's
+    # hostfile names them all); False: node 0 only (MASTER_ADDR), so the Service's
+    # Endpoints and EndpointSlice change with one Pod, not with each Pod of a large gang
+    # while it starts (``planning.pods.service``)
+    names_every_node: bool = False
 
     def node_env(self, spec: Spec, env: dict[str, str]) -> dict[str, str]:
         """A node launcher's rank contract (``planning.rank.node_env``), as the type has it."""

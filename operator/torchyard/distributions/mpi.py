@@ -135,6 +135,7 @@ class Mpi(DistributionType):
     name = NAME
     rules = RULES
     needs_key = True
+    names_every_node = True  # the hostfile names every node Pod
 
     def launcher_env(self, spec: Spec, place: Place | None) -> dict[str, str]:
         """What the launcher needs besides the rank contract. Ranks get

@@ -130,7 +130,13 @@ def labels(run: TrainingRun) -> dict[str, str]:
 
 
 def service(run: TrainingRun) -> dict[str, Any]:
-    """The headless Service that gives node 0 (``MASTER_ADDR``) a DNS name."""
+    """The headless Service that gives node 0 (``MASTER_ADDR``) a DNS name, and every
+    node Pod one when the distribution type names them all (MPI's hostfile): selecting
+    node 0 alone, its Endpoints change with one Pod, not with each Pod of the gang as
+    they start (writes that raced the scheduler in benchmarks/peers.py's fan-out)."""
+    selector = {names.LABEL_RUN: run.name}
+    if not distributions.of(run.spec.distribution).names_every_node:
+        selector[names.LABEL_NODE_RANK] = "0"
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -144,7 +150,7 @@ def service(run: TrainingRun) -> dict[str, Any]:
             "clusterIP": "None",
             # Ranks look node 0 up before it is Ready: publish it at once.
             "publishNotReadyAddresses": True,
-            "selector": {names.LABEL_RUN: run.name},
+            "selector": selector,
             "ports": [
                 {
                     "name": "rendezvous",

@@ -8,8 +8,8 @@ bound to the registry's audience (``torchyard-registry``): from a file, from
 ``create`` on ``serviceaccounts/token``). The kubeconfig's own credentials only ever go
 to the apiserver. An https URL is verified against ``ca_file``, ``TORCHYARD_REGISTRY_CA``
 (the PEM the operator gives node Pods) or ``TORCHYARD_REGISTRY_CA_FILE``, else the
-system's CAs. Downloads stream in 4 MiB blocks, hashed and written by two threads while
-the next is read, and are checked against the manifest's sha256 before they are renamed
+system's CAs. Downloads stream in 256 KiB blocks, hashed and written by a thread while
+the next are read, and are checked against the manifest's sha256 before they are renamed
 into place.
 """
 
@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import queue
 import re
 import ssl
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ from torchyard.registry.client import RegistryError as RegistryError  # (re-expo
 from torchyard.sdk.progress import Progress
 
 CHUNK = 1 << 20
-BUFFER = 4 * CHUNK  # what a download reads at a time (_receive)
+BUFFER = 256 << 10  # what a download reads at a time (_receive): it stays in the CPU's cache
+RING = 8  # buffers read ahead of the thread that hashes and writes them
+REPORT_EVERY = 4 * CHUNK  # bytes between two progress updates
 
 # Where the Helm chart puts the registry service: ``[http:|https:]NS/NAME:PORT``, https
 # (the chart's registry.tls.enabled) unless it says ``http:``.
@@ -305,46 +308,91 @@ def _receive(
     progress: Callable[[int], None] | None = None,
     size: int | None = None,
 ) -> int:
-    """Read the body into rotating 4 MiB buffers while one thread hashes and another writes
-    (to ``fd``, unless it is -1) the ones already read: hashlib, os.write and the socket
-    read all release the GIL, so the three overlap on the cores there are. Hashing and
-    writing each keep the body's order; a buffer is refilled only once both are done.
+    """Read the body into a ring of small buffers while one thread hashes each buffer
+    read and then writes it (to ``fd``, unless it is -1): the socket read, hashlib and
+    os.write all release the GIL, so reading overlaps hashing and writing on two cores.
+    A buffer (256 KiB) stays in the CPU's cache from the read through the hash to the
+    write: 4 MiB ones went to memory at every step, and cost a third more CPU per GiB
+    (``benchmarks/registry_throughput.py``). Hashing and writing keep the body's order;
+    a buffer is refilled only once both are done.
 
-    A body whose announced ``size`` fits one buffer (a version's config and tokenizer
-    files) is read, hashed and written in this thread, into a buffer of its size: three
-    4 MiB buffers and two threads would cost more than the file. Returns the bytes read."""
+    A body whose announced ``size`` fits one buffer is read, hashed and written in this
+    thread. Returns the bytes read."""
     if size is not None and size <= BUFFER:
         buf = memoryview(bytearray(size))
         n = _fill(resp, buf)
-        digest.update(buf[:n])
-        if fd >= 0:
-            _write_all(fd, buf[:n])
+        _hash_and_write(digest, fd, buf[:n])
         if progress:
             progress(n)
         return n
-    total = 0
-    buffers = [memoryview(bytearray(BUFFER)) for _ in range(3)]
-    pending: list[list[Future[Any]]] = [[] for _ in buffers]
-    with ThreadPoolExecutor(1) as hasher, ThreadPoolExecutor(1) as writer:
-        try:
-            for i in itertools.cycle(range(len(buffers))):
-                for done in pending[i]:
-                    done.result()  # an error writing (disk full) stops the download
-                buf = buffers[i]
-                n = _fill(resp, buf)
-                if not n:
-                    break
-                pending[i] = [hasher.submit(digest.update, buf[:n])]
-                if fd >= 0:
-                    pending[i].append(writer.submit(_write_all, fd, buf[:n]))
-                total += n
-                if progress:
-                    progress(n)
-        finally:
-            for futures in pending:
-                for future in futures:
-                    future.result()
+    ring = _Ring(digest, fd)
+    total = unreported = 0
+    try:
+        for buf in itertools.cycle([memoryview(bytearray(BUFFER)) for _ in range(RING)]):
+            ring.wait_for_free()
+            n = _fill(resp, buf)
+            if not n:
+                break
+            ring.hand_over(buf[:n])
+            total += n
+            unreported += n
+            if progress and unreported >= REPORT_EVERY:
+                progress(unreported)
+                unreported = 0
+    finally:
+        ring.finish()
+    if progress and unreported:
+        progress(unreported)
     return total
+
+
+def _hash_and_write(digest: Any, fd: int, data: memoryview) -> None:
+    digest.update(data)
+    if fd >= 0:
+        _write_all(fd, data)
+
+
+class _Ring:
+    """The thread of one download that hashes and writes the buffers handed over, in
+    order; ``RING`` buffers at most are in its hands at once. An error there (a full
+    disk) is raised to the reader at its next buffer, or at the end."""
+
+    def __init__(self, digest: Any, fd: int) -> None:
+        self.digest, self.fd = digest, fd
+        self.todo: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self.in_flight = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (data := self.todo.get()) is not None:
+            if self.error is None:
+                try:
+                    _hash_and_write(self.digest, self.fd, data)
+                except BaseException as err:  # raised to the reader
+                    self.error = err
+            self.done.put(None)
+
+    def wait_for_free(self) -> None:
+        """Wait until the buffer about to be refilled (the oldest) is hashed and written."""
+        if self.in_flight == RING:
+            self.done.get()
+            self.in_flight -= 1
+        if self.error is not None:
+            raise self.error
+
+    def hand_over(self, data: memoryview) -> None:
+        self.todo.put(data)
+        self.in_flight += 1
+
+    def finish(self) -> None:
+        """Wait until every buffer handed over is hashed and written; raise its error."""
+        self.todo.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _write_all(fd: int, data: memoryview) -> None:

@@ -37,8 +37,32 @@ def test_service_is_headless_and_publishes_not_ready_addresses() -> None:
     assert svc["metadata"]["name"] == "bert"
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {"torchyard.dev/run": "bert"}
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+@pytest.mark.parametrize(
+    ("distribution", "selector"),
+    [
+        # PyTorch: only MASTER_ADDR (node 0) is looked up, so the Service selects node 0
+        # alone and its Endpoints do not change with every Pod of the gang as it starts
+        ({"type": "pytorch"}, {"torchyard.dev/run": "bert", "torchyard.dev/node-rank": "0"}),
+        (
+            {"type": "none", "nodeCount": 1, "processCountPerNode": 1},
+            {"torchyard.dev/run": "bert", "torchyard.dev/node-rank": "0"},
+        ),
+        # MPI's hostfile names every node Pod: each needs its DNS name
+        ({"type": "mpi", "processCountPerNode": 2}, {"torchyard.dev/run": "bert"}),
+    ],
+)
+def test_the_service_names_the_node_pods_the_distribution_type_looks_up(
+    distribution: dict[str, Any], selector: dict[str, str]
+) -> None:
+    body = TrainingRunBuilder("bert", "vision").nodes(2).obj()
+    body["spec"]["distribution"].update(distribution)
+    run = api.parse_trainingrun(body)
+    assert pods.service(run)["spec"]["selector"] == selector
+    node0 = pods.pod(run, 0, image="img")["metadata"]["labels"]
+    assert selector.items() <= node0.items()  # node 0 always has its DNS name
 
 
 def test_pod_names_dns_and_ownership() -> None:
