@@ -581,12 +581,16 @@ class Cluster:
             timeout=60,
         )
 
-    def create_namespace(self, name: str) -> str:
+    def create_namespace(self, name: str, fresh: bool = False) -> str:
+        """Namespace ``name``, made (one already there will do, unless ``fresh``: then ''
+        when it exists, which may still be being deleted)."""
         code, body = self.request(
             "POST",
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
         )
+        if code == 409 and fresh:
+            return ""
         if code not in (201, 409):
             raise RuntimeError(f"creating namespace {name}: {code} {body}")
         self._wait_for_default_serviceaccount(name)
