@@ -210,8 +210,9 @@ def namespace(cluster: object, request: pytest.FixtureRequest) -> Iterator[str]:
     from tests.cluster.harness import Cluster
 
     assert isinstance(cluster, Cluster)
-    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    # A name no other test had: parametrized tests share their first 40 characters, and a
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:36].strip("-")
+    # A name no other test had (as long as before: a Helm release named after it stays
+    # within 53): parametrized tests share their first 36 characters, and a
     # namesake still being deleted refuses every create ("being terminated").
     name = ""
     while not name:
