@@ -27,7 +27,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 from benchmarks import record  # noqa: E402
 from tests import tensorboards  # noqa: E402
+from tests.cluster.harness import free_port  # noqa: E402
 
 from torchyard.sdk import tensorboard as tb  # noqa: E402
 
@@ -122,19 +122,13 @@ def serve_both(
             break
     if not url:
         raise SystemExit(f"torchyard tensorboard did not serve: exit {ours.wait()}")
-    port = tb_port()
+    port = free_port()
     alone = subprocess.Popen(
         tb.tensorboard_command(binary, events[0], port, HOST),
         stdout=(tmp / "alone.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
     return ours, url, alone, f"http://{HOST}:{port}"
-
-
-def tb_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def watch(urls: dict[str, tuple[str, str]], steps: int) -> dict[str, dict[int, float]]:
