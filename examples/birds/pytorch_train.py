@@ -13,7 +13,11 @@ a model this script saved before (its ``model.pt``, or a folder holding it, such
 ``model://`` input's: ``--init_model $TORCHYARD_INPUT_MODEL``) instead of pre-training a
 backbone, and says which file it loaded, with its sha256 and its parameters' checksum.
 Each fine-tuning epoch rank 0 reports ``val_accuracy`` and ``best_val_acc`` through
-``torchyard.progress`` (the metrics a Sweep's objective names).
+``torchyard.progress`` (the metrics a Sweep's objective names). When torchyard made the
+run an MLflow run (it sets MLFLOW_RUN_ID in every process) and the image has the MLflow
+client, rank 0 also logs each epoch's loss (``pretrain_loss``, ``finetune_loss``, the step
+counted over both phases) and the run's summary (``loss_first``, ``loss_final``,
+``final_val_accuracy``, ``seconds``) with ``mlflow.log_metric``, into that one run.
 
 Distributed with DistributedDataParallel when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU),
 from the rank contract torchyard sets (MASTER_ADDR, RANK, LOCAL_RANK, ...), exactly as
@@ -49,6 +53,21 @@ try:  # shipped with the launcher into every node Pod, and installed in local mo
     from torchyard import checkpoint, progress
 except ImportError:  # run by hand, outside torchyard: no checkpoints, no progress lines
     checkpoint = progress = None
+
+TRACKING = None  # the mlflow module on rank 0 of a tracked run (see tracking())
+
+
+def tracking() -> object | None:
+    """The ``mlflow`` module when torchyard made this run an MLflow run and the image has
+    the client; else None, saying why when the run is tracked but the client is missing."""
+    if "MLFLOW_RUN_ID" not in os.environ:
+        return None
+    try:
+        import mlflow
+    except ImportError:
+        print("MLFLOW_RUN_ID is set but this image has no mlflow client: not logging", flush=True)
+        return None
+    return mlflow
 
 
 def save(step: int, model: nn.Module, opt: torch.optim.Optimizer, history: list) -> None:
@@ -183,6 +202,8 @@ def train(
             print(f"{label} epoch {epoch + 1}/{epochs} loss {loss:.4f} {shown}", flush=True)
             if history is not None:
                 report(history, epochs)
+            if TRACKING is not None:
+                TRACKING.log_metric(f"{label}_loss", loss, step=first_step + epoch + 1)
         save(first_step + epoch + 1, unwrapped(model), opt, history or [])
 
 
@@ -270,8 +291,11 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    global TRACKING
     started = time.time()
     rank, world, device = setup()
+    if rank == 0:
+        TRACKING = tracking()
     if rank == 0:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
         print(f"training on {device} ({name}), world size {world}", flush=True)
@@ -356,6 +380,9 @@ def main() -> None:
             "seconds": time.time() - started,
         }
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        if TRACKING is not None:
+            summary = {k: metrics[k] for k in ("loss_first", "loss_final", "seconds")}
+            TRACKING.log_metrics({**summary, "final_val_accuracy": metrics["val_accuracy"]})
         (out / "history.json").write_text(json.dumps(history, indent=2))
         if os.environ.get("TORCHYARD_EXPORT_ONNX") == "1":
             export_onnx(model, out / "model.onnx")

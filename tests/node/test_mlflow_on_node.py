@@ -1,10 +1,11 @@
-"""One MLflow run per TrainingRun on the REAL node: a 2 nodes x 2 processes DDP run whose
-script logs with ``mlflow.log_metric`` itself, in the PyTorch image with an MLflow client
-(``tests/node/mlflow/Dockerfile``, built once and cached by its inputs), against a real
-``mlflow server`` on an address of this machine the node's Pods reach. Every process's
-MLflow calls land in the one run the operator made: the script's metrics beside
-torchyard's parameters, tags and final status. A tracking server that cannot be reached
-leaves the same script training to the end, and the run says so.
+"""One MLflow run per TrainingRun on the REAL node: the birds example as 2 nodes x 2
+processes, whose rank 0 logs with ``mlflow.log_metric`` itself, in the PyTorch image with an
+MLflow client (``tests/node/mlflow/Dockerfile``, built once and cached by its inputs),
+against a real ``mlflow server`` on an address of this machine the node's Pods reach. The
+script's calls land in the one run the operator made and handed to every process: its
+metrics beside torchyard's parameters, mirrored progress, tags and final status. A tracking
+server that cannot be reached leaves a DDP script that logs from every rank training to
+the end, and the run says so.
 
 (What the operator mirrors, a sweep's parent run and a restart are tested against the
 same server on the control plane alone: tests/integration/tracking/test_mlflow.py.)"""
@@ -85,7 +86,9 @@ TRAIN = textwrap.dedent(
 )
 
 
-LOSS_LINE = re.compile(r"^\[rank 0\] rank 0 step (\d) loss (\S+)$", re.MULTILINE)
+BIRDS = Path(__file__).resolve().parents[2] / "examples" / "birds"
+BIRDS_ARGS = ("--output_dir", "./outputs", "--pretrain_epochs", "1", "--num_epochs", "2")
+BIRDS_ARGS += ("--images", "80")
 
 
 @pytest.fixture(scope="module")
@@ -130,43 +133,62 @@ def history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(int(p["step"]), float(p["value"])) for p in found.get("metrics") or []]
 
 
-def test_a_2x2_run_whose_script_logs_to_mlflow_is_one_mlflow_run(
+def test_a_2x2_birds_run_is_one_mlflow_run_with_the_scripts_metrics_and_torchyards(
     cluster: Cluster,
     namespace: str,
     real_operator: RealNode,  # noqa: F811
     mlflow_image: local_images.Image,
     operator: InProcessOperator,
     tracking_server: str,
-    source: Path,
     tmp_path: Path,
 ) -> None:
     ns, name, uri = mlflow_env(namespace, mlflow_image), "birds", tracking_server
-    body = ddp_run(name, ns, real_operator).command("python", "train.py").obj()
+    command = ["python", "pytorch_train.py", *BIRDS_ARGS]
+    body = ddp_run(name, ns, real_operator).command(*command).obj()
     with tracking_to(operator, uri):
         started = time.monotonic()
-        submit(cluster, tmp_path, body, source=source)
-        run = finished(ns, name, timeout=240)
+        submit(cluster, tmp_path, body, source=BIRDS)
+        run = finished(ns, name, timeout=300)
         done = wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("tracking", {}).get("ended"))
     elapsed = time.monotonic() - started
-    print(f"\n[node] 2x2 logging to MLflow: {run['status']['phase']} in {elapsed:.1f}s")
+    print(f"\n[node] 2x2 birds tracked in MLflow: {run['status']['phase']} in {elapsed:.1f}s")
     assert run["status"]["phase"] == "Succeeded", explain(cluster, ns, name)
-    on_real_node(run_pods(ns, name), real_operator, 2)
-    said = ranks_said(cluster, ns, name)
-    assert all(f"rank {r} tracked True" in said for r in range(4)), said[-3000:]
+    pods = run_pods(ns, name)
+    on_real_node(pods, real_operator, 2)
     ids = done["status"]["tracking"]
+    # every process was handed the one run (the launcher passes its Pod's environment on)
+    for pod in pods:
+        [trainer] = [c for c in pod["spec"]["containers"] if c["name"] == "trainer"]
+        env = {e["name"]: e.get("value") for e in trainer.get("env") or []}
+        assert env["MLFLOW_RUN_ID"] == ids["runId"], pod["metadata"]["name"]
+        assert env["MLFLOW_EXPERIMENT_ID"] == ids["experimentId"]
 
+    # exactly one MLflow run in the experiment: the operator's, which the script logged into
     (only,) = mlflow(uri, "runs/search", {"experiment_ids": [ids["experimentId"]]})["runs"]
     info, data = only["info"], only["data"]
     assert info["run_id"] == ids["runId"]
-    # the script's own metrics: rank 0's loss at each step, as it printed it, and a
-    # metric from every one of the four processes
-    printed = {int(step): float(loss) for step, loss in LOSS_LINE.findall(said)}
-    assert history(uri, ids["runId"], "loss") == sorted(printed.items()) and len(printed) == 3
+    # the script's own metrics, as rank 0 printed them: each epoch's loss, and the summary
+    said = ranks_said(cluster, ns, name)
+    for phase, epochs in (("pretrain", 1), ("finetune", 2)):
+        printed = [float(x) for x in re.findall(rf"{phase} epoch \d+/{epochs} loss (\S+)", said)]
+        logged = history(uri, ids["runId"], f"{phase}_loss")
+        assert len(printed) == epochs and len(logged) == epochs, (phase, logged, said[-3000:])
+        first = 0 if phase == "pretrain" else 1
+        assert [s for s, _ in logged] == list(range(first + 1, first + epochs + 1))
+        assert [round(v, 4) for _, v in logged] == printed
     metrics = by_key(data["metrics"])
-    assert {k for k in metrics if k.startswith("rank_")} == {f"rank_{r}_steps" for r in range(4)}
+    [accuracy] = re.findall(r"val accuracy (\S+); saved", said)
+    assert round(float(metrics["final_val_accuracy"]), 3) == float(accuracy)
+    assert metrics["loss_final"] == history(uri, ids["runId"], "finetune_loss")[-1][1]
+    # beside them what torchyard mirrored from the progress rank 0 reported at each epoch
+    reported = {
+        int(e): float(v) for e, v in re.findall(r"finetune epoch (\d)/2 .*val_accuracy (\S+)", said)
+    }
+    mirrored = history(uri, ids["runId"], "val_accuracy")
+    assert mirrored and all(round(v, 3) == reported[step] for step, v in mirrored), mirrored
     # torchyard's parameters and tags, and the final status
     params, tags = by_key(data["params"]), by_key(data["tags"])
-    assert json.loads(params["torchyard.command"]) == ["python", "train.py"]
+    assert json.loads(params["torchyard.command"]) == command
     assert params["torchyard.world_size"] == "4" and params["torchyard.nodes"] == "2"
     assert params["torchyard.image"] == mlflow_image.ref
     assert tags["torchyard.namespace"] == ns and tags["torchyard.run"] == name
