@@ -53,6 +53,7 @@ seconds, and the report says after how many runs it stuck.
     .venv/bin/python benchmarks/peers.py [--sizes 8,64,256] [--rounds 3] [--restart-size 64]
         [--admission-runs 20] [--no-peers] [--parts fanout,restart,admission] [--breakdown]
         [--operator-src DIR]   # the operator from another source tree (an A/B)
+        [--profile DIR]        # the torchyard operator under benchmarks/sampler.py
     .venv/bin/python benchmarks/peers.py --smoke   # N = 8, no peers (tests run this)
 """
 
@@ -808,6 +809,11 @@ def main() -> int:
         help="the source root the torchyard operator runs from (an A/B against another tree)",
     )
     parser.add_argument(
+        "--profile",
+        type=Path,
+        help="folder for the torchyard operator's sampled profile (benchmarks/sampler.py)",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="N = 8, restart of 8, 4 admission runs, no peers"
     )
     record.add_argument(parser)
@@ -854,7 +860,10 @@ def main() -> int:
                 "spec": {"image": "img"},
             }
         )
-        op = Operator(args.operator_src, cluster.kubeconfig, cluster.workdir / "op.log")
+        profile = args.profile / "profile-torchyard" if args.profile else None
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        op = Operator(args.operator_src, cluster.kubeconfig, cluster.workdir / "op.log", profile)
         op.start()
         seen = start_timeline(not args.no_peers) if args.breakdown else None
         try:

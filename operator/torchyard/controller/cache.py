@@ -298,6 +298,11 @@ class Cache:
                 out.append(p)
             return out
 
+    def run_size(self, run: RunKey) -> int:
+        """How many Pods of ``run`` are held (those fed but not yet taken in aside)."""
+        with self.lock:
+            return len(self._by_run.get(run, ()))
+
     def run_pods(self, run: RunKey) -> list[dict[str, Any]]:
         with self.lock:
             return [self._pods[k] for k in self._by_run.get(run, ()) if k in self._pods]

@@ -10,7 +10,11 @@ stream per watched namespace (or one for the cluster) on a thread of its own
 chunk of events to the event loop at once (one ``call_soon_threadsafe`` per chunk):
 there :func:`deliver` feeds the cache (``cache.Cache.feed``), wakes the admission pass,
 and queues the owning run on the work queue's status lane (``workqueue.STATUS``), unless
-the event only brings back this operator's own write (``cache.Cache.echo``).
+the event only brings back this operator's own write (``cache.Cache.echo``). A run's
+reconcile reads every Pod it has, so a big gang's run is queued a little later
+(:func:`batch_delay`: its Pods' events in that window make one reconcile): the status work
+of a fan-out of hundreds of Pods stays a small part of a core, which the scheduler and
+the kubelets need then, and a run of a few Pods is queued at once.
 
 It lists first and watches from the list's ``resourceVersion``; when the watch ends it
 watches on from the last version it read, and when that version is too old (410) it
@@ -37,6 +41,13 @@ SERVER_TIMEOUT_SECONDS = 300
 # After a failed list or watch (apiserver away), wait this long before the next try.
 RETRY_SECONDS = 1.0
 
+# Pods of one run up to which its Pods' events queue it at once; above, each Pod adds
+# this much to the delay (a reconcile costs about 0.1 ms of CPU per Pod of its run,
+# measured by benchmarks/peers.py --profile), up to BATCH_MAX_SECONDS.
+BATCH_FROM_PODS = 16
+BATCH_SECONDS_PER_POD = 0.002
+BATCH_MAX_SECONDS = 1.0
+
 Event = tuple[str, dict[str, Any]]
 logger = logging.getLogger("torchyard.controller")
 
@@ -47,18 +58,30 @@ def relevant(pod: Mapping[str, Any]) -> bool:
     return names.LABEL_RUN in labels or cache.holds_gpus(pod)
 
 
+def batch_delay(pods: int) -> float:
+    """How long a run of ``pods`` Pods waits on the status lane after its Pod changed:
+    none up to :data:`BATCH_FROM_PODS`, then :data:`BATCH_SECONDS_PER_POD` per Pod, at
+    most :data:`BATCH_MAX_SECONDS` (a gang of 256: 0.5 s; of 1024 or more: 1 s)."""
+    if pods <= BATCH_FROM_PODS:
+        return 0.0
+    return min(BATCH_MAX_SECONDS, BATCH_SECONDS_PER_POD * pods)
+
+
 def deliver(
     ctx: context.Context, queue: workqueue.WorkQueue, wake: asyncio.Event, events: list[Event]
 ) -> None:
     """In the event loop: feed the cache, wake the admission pass, and queue each run
-    whose Pod changed on the status lane (not for an echo of this operator's write)."""
+    whose Pod changed on the status lane (not for an echo of this operator's write),
+    after :func:`batch_delay` for its number of Pods."""
     for type_, pod in events:
         ctx.cache.feed("Pod", type_, pod)
         meta = pod.get("metadata") or {}
         run = (meta.get("labels") or {}).get(names.LABEL_RUN)
         if run is None or (type_ != "DELETED" and ctx.cache.echo(pod)):
             continue
-        queue.add(("TrainingRun", str(meta.get("namespace") or ""), run), lane=workqueue.STATUS)
+        ns = str(meta.get("namespace") or "")
+        delay = batch_delay(ctx.cache.run_size((ns, run)))
+        queue.add(("TrainingRun", ns, run), delay, lane=workqueue.STATUS)
     if events:
         wake.set()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from typing import Any
 
 import pytest
 
@@ -303,6 +304,48 @@ def test_a_pod_watch_event_queues_its_run_on_the_status_lane_but_not_an_echo() -
     taken, woke = asyncio.run(main())
     assert taken == [run("r")]  # the echo queued nothing; the change queued its run
     assert woke  # and the admission pass was woken
+
+
+def test_a_big_gangs_pod_events_queue_its_run_once_after_a_delay_that_grows_with_the_gang() -> None:
+    from tests.unit.controller.fake_k8s import FakeK8s
+    from torchyard.controller import context, pod_watch
+
+    def pod(run_name: str, i: int, version: int) -> dict[str, Any]:
+        meta = {"name": f"{run_name}-{i}", "namespace": "team-a"}
+        labels = {"torchyard.dev/run": run_name}
+        return {"metadata": {**meta, "resourceVersion": str(version), "labels": labels}}
+
+    async def main() -> dict[str, list[list[workqueue.Key]]]:
+        clock = Clock()
+        ctx = context.Context(k8s=FakeK8s())
+        queue = WorkQueue(clock=clock)
+        wake = asyncio.Event()
+        for name, size in (("small", 16), ("big", 256)):
+            for i in range(size):
+                ctx.cache.assume(pod(name, i, 1))
+        taken: dict[str, list[list[workqueue.Key]]] = {}
+        for name, size in (("small", 16), ("big", 256)):
+            # every Pod of the gang scheduled, then Running, in events over 0.3 s
+            rounds = []
+            for step, version in enumerate((2, 3)):
+                clock.now += 0.15 * step
+                pod_watch.deliver(
+                    ctx, queue, wake, [("MODIFIED", pod(name, i, version)) for i in range(size)]
+                )
+                rounds.append(drain(queue))
+            clock.now += pod_watch.batch_delay(size)
+            rounds.append(drain(queue))
+            taken[name] = rounds
+        return taken
+
+    taken = asyncio.run(main())
+    # a small gang's run is queued at once, each time
+    assert taken["small"] == [[run("small")], [run("small")], []]
+    # a big one's once for the burst, when its delay is over
+    assert taken["big"] == [[], [], [run("big")]]
+    assert pod_watch.batch_delay(16) == 0.0 and pod_watch.batch_delay(17) > 0
+    assert pod_watch.batch_delay(256) == 0.512
+    assert pod_watch.batch_delay(100_000) == pod_watch.BATCH_MAX_SECONDS
 
 
 def test_caught_up_once_the_last_reconcile_saw_the_version_and_nothing_is_due() -> None:
