@@ -32,7 +32,7 @@ load at its end (local: ``why_matrix.json``, real node: ``why_matrix_real.json``
 
     .venv/bin/python benchmarks/why_matrix.py [--runs 20] [--only ddp] [--faults gil,exit0]
     flock /tmp/torchyard-node-tests.lock .venv/bin/python benchmarks/why_matrix.py \\
-        --real-node --only ddp --runs 20 --parallel 3
+        --real-node --runs ddp=20,allreduce=2,torchrun=2 --parallel 3
 
 tests/node/test_culprits_on_node.py runs two of the real node's DDP cells once, as a test.
 """
@@ -143,7 +143,23 @@ def run_all(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def summary(rec: record.Record, results: dict[Cell, list[Outcome]], runs: int) -> None:
+def runs_of(text: str, shapes: list[str]) -> dict[str, int]:
+    """``--runs``: one count for every shape (``20``), or a count per shape
+    (``ddp=20,allreduce=3``: a shape of ``shapes`` not named gets 1)."""
+    if "=" not in text:
+        return dict.fromkeys(shapes, int(text))
+    counts = dict.fromkeys(shapes, 1)
+    for item in text.split(","):
+        shape, _, count = item.partition("=")
+        if shape not in shapes:
+            raise ValueError(
+                f"--runs names {shape!r}, not one of the shapes run ({', '.join(shapes)})"
+            )
+        counts[shape] = int(count)
+    return counts
+
+
+def summary(rec: record.Record, results: dict[Cell, list[Outcome]], runs: dict[str, int]) -> None:
     """Each cell's count named right out of the runs that count, what was named when
     wrong, and the load; as figures too."""
     rows = []
@@ -164,7 +180,8 @@ def summary(rec: record.Record, results: dict[Cell, list[Outcome]], runs: int) -
         rec.figure(
             f"{cell.shape}, {cell.fault}, victim on the {cell.place} node: named right",
             f"{right}/{len(counted)}",
-            target=">= 95 %" + ("" if len(counted) >= runs else f" ({runs} runs asked)"),
+            target=">= 95 %"
+            + ("" if len(counted) >= runs[cell.shape] else f" ({runs[cell.shape]} runs asked)"),
             met=bool(counted) and right >= 0.95 * len(counted),
         )
     total, n = sum(r for r, _ in rows), sum(c for _, c in rows)
@@ -175,7 +192,11 @@ def summary(rec: record.Record, results: dict[Cell, list[Outcome]], runs: int) -
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=1, help="runs per cell (default 1)")
+    parser.add_argument(
+        "--runs",
+        default="1",
+        help="runs per cell (default 1), or per shape: ddp=20,allreduce=3 (others 1)",
+    )
     parser.add_argument("--only", default="", help="shapes, comma-separated (default all)")
     parser.add_argument("--faults", default="", help="faults, comma-separated (default all)")
     parser.add_argument(
@@ -192,16 +213,22 @@ def main() -> int:
         rec.version("kubernetes", KUBERNETES_VERSION)
     else:
         rec = record.Record("why_matrix", args)
-    shapes = [s for s in args.only.split(",") if s] or list(SHAPES)
+    named = [i.partition("=")[0] for i in args.runs.split(",") if "=" in i]
+    shapes = [s for s in args.only.split(",") if s] or named or list(SHAPES)
     faults = [f for f in args.faults.split(",") if f] or list(FAULTS)
     for name in [*shapes, *faults]:
         if name not in (*SHAPES, *FAULTS):
             parser.error(f"unknown shape or fault {name!r}: {', '.join((*SHAPES, *FAULTS))}")
-    if args.runs < 1 or args.parallel < 1 or args.minutes < 0:
+    try:
+        runs = runs_of(args.runs, shapes)
+    except ValueError as err:
+        parser.error(f"--runs {args.runs!r}: {err}")
+    if min(runs.values()) < 1 or args.parallel < 1 or args.minutes < 0:
         parser.error("--runs and --parallel must be >= 1, --minutes >= 0")
     cells = [Cell(s, f, p, v) for s in shapes for f in faults for p, v in PLACES.items()]
     results: dict[Cell, list[Outcome]] = {cell: [] for cell in cells}
-    jobs = [cell for _ in range(args.runs) for cell in cells]  # round by round
+    # round by round: every cell's n-th run before any cell's n+1-th
+    jobs = [c for n in range(max(runs.values())) for c in cells if n < runs[c.shape]]
     with contextlib.ExitStack() as stack:
         if args.real_node:
             one = stack.enter_context(why_real.real_node(args.parallel, STALL_SECONDS))
@@ -219,7 +246,7 @@ def main() -> int:
                 flush=True,
             )
             rec.round(**outcome.row())
-    summary(rec, results, args.runs)
+    summary(rec, results, runs)
     rec.write()
     return 0
 

@@ -91,3 +91,15 @@ def test_a_run_is_a_round_of_the_results_with_its_cell() -> None:
         "seconds": 12.3,
         "load": run.load,
     }
+
+
+def test_runs_per_cell_are_one_count_for_every_shape_or_a_count_per_shape() -> None:
+    from benchmarks.why_matrix import runs_of
+
+    shapes = ["ddp", "allreduce", "torchrun"]
+    assert runs_of("20", shapes) == {"ddp": 20, "allreduce": 20, "torchrun": 20}
+    assert runs_of("ddp=20,allreduce=3", shapes) == {"ddp": 20, "allreduce": 3, "torchrun": 1}
+    with pytest.raises(ValueError, match="'mpi', not one of the shapes run"):
+        runs_of("ddp=20,mpi=3", shapes)
+    with pytest.raises(ValueError):
+        runs_of("ddp=many", shapes)
