@@ -12,7 +12,8 @@ per node (8 GPUs per Pod):
   - fan-out: from create to N Pods Running, N in ``--sizes``: a torchyard TrainingRun, a
     TrainJob (runtime ``torch-distributed``'s template), a PyTorchJob (1 Master + N-1
     Workers) and ``direct``: the same N Pods (torchyard's builder, no gate) created by a
-    client with 16 concurrent requests (the floor);
+    client with 16 concurrent requests (the floor); each starts once the one before it
+    is deleted and its Pods are gone (an idle pool);
   - API writes per Pod: the apiserver's own ``apiserver_request_total`` (POST, PUT,
     PATCH, APPLY; deletes, node leases and node status left out: the previous contender's
     cleanup and KWOK's heartbeats run all along)
@@ -349,6 +350,10 @@ def fanout(
     res.writes.setdefault((c.name, n), []).append(sum(delta.values()) / n)
     res.writes_by[(c.name, n)] = delta
     c.delete(name)
+    # The next contender starts on an idle pool: while these Pods are still being deleted
+    # their nodes are taken, and a gang scheduler (torchyard) waits for room that a Pod
+    # scheduler gets node by node as it frees; neither is what is measured.
+    wait(f"{name}'s Pods gone", lambda: not c.pods(name))
     return elapsed
 
 
