@@ -69,6 +69,18 @@ def torchrun_root_cause(tail: Sequence[str]) -> int | None:
     return int(found[0]) if found else None
 
 
+def worker_traceback(tail: Sequence[str]) -> str:
+    """Before torch 2.2 (no ``[rankN]: `` prefix): the last traceback printed before
+    torchrun's own (its ChildFailedError), which is a worker's, since torchrun prints its
+    own after its workers ended; "" when there is none. (Which worker's, the text does not
+    say: torchrun's summary names the rank.)"""
+    lines = list(tail)
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    if len(starts) < 2 or "ChildFailedError" not in "".join(lines[starts[-1] :]):
+        return ""
+    return traceback_tail(lines[starts[-2] : starts[-1]])
+
+
 def checkpoint_module(env: Mapping[str, str]) -> Any:
     """``torchyard.checkpoint`` (standard library only, shipped beside the launcher): from
     TORCHYARD_SHIPPED_PATH in a node Pod, else the installed package (local mode).
@@ -587,7 +599,7 @@ class Launcher:
             # own traceback says more than torchrun's ChildFailedError after it
             prefix = f"[rank{rank}]: "
             own = [line[len(prefix) :] for line in failed.tail if line.startswith(prefix)]
-            message = traceback_tail(own) if own else message
+            message = traceback_tail(own) if own else (worker_traceback(failed.tail) or message)
         reason = "Error"
         if code == -signal.SIGKILL and self._oom_kills is not None:
             now = oom_kills(self.cgroup)

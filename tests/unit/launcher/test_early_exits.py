@@ -104,3 +104,38 @@ def test_torchruns_root_cause_is_the_rank_named_not_the_first_listed() -> None:
     only = [line for line in tail if "Root Cause" not in line]
     assert launch_node.torchrun_root_cause(only) == 3  # no section: the first rank it lists
     assert launch_node.torchrun_root_cause(["no summary\n"]) is None
+
+
+# torch < 2.2 (Debian's 1.13 in the real node's image): a worker's uncaught error is
+# printed as it is, then torchrun's own traceback and summary.
+TORCHRUN_TAIL_1_13 = """\
+step 9
+Traceback (most recent call last):
+  File "/workspace/train.py", line 24, in <module>
+    loss.backward()
+RuntimeError: [/build/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.5]:6105
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/usr/lib/python3/dist-packages/torch/distributed/run.py", line 762, in main
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 20359)
+============================================================
+"""
+
+
+def test_before_torch_2_2_the_message_is_the_workers_traceback_not_torchruns() -> None:
+    tail = TORCHRUN_TAIL_1_13.splitlines(keepends=True)
+    message = launch_node.worker_traceback(tail)
+    assert message.startswith("Traceback (most recent call last):")
+    assert message.endswith("Connection closed by peer [10.0.0.5]:6105")
+    assert "ChildFailedError" not in message and "run.py" not in message
+    # torchrun's traceback alone (a worker that printed none), or a plain traceback: none
+    torchrun_only = tail[5:]
+    assert launch_node.worker_traceback(torchrun_only) == ""
+    assert launch_node.worker_traceback(tail[:5]) == ""
