@@ -516,9 +516,11 @@ class Launcher:
                     continue
                 if number not in self._node_ranks or self._node_ranks[number][0] != pid:
                     self._node_ranks[number] = [pid, None]
+        # One time for the poll: ranks seen gone together are not ordered by the loop.
+        ended_at = time.time()
         for seen in self._node_ranks.values():
             if seen[1] is None and not alive(seen[0]):
-                seen[1] = time.time()
+                seen[1] = ended_at
 
     def _failed_at(self, failed: Rank) -> float | None:
         """When ``failed`` failed (Unix time): when its stall was found, else when it exited."""
@@ -531,7 +533,9 @@ class Launcher:
         first first: a rank that leaves early while its peers train is what they fail of
         (``status.failures.early_exit`` decides). None for none."""
         ended = [(r.rank, r.exited_at or 0.0) for r in self.ranks if r.exit_code() == 0]
+        polled = False  # launch: node: ends seen by a poll, those of one poll at one time
         if self.ranks and self.ranks[0].rank is None:  # launch: node (``_watch_node_ranks``)
+            polled = True
             failed = set(map(int, _TORCHRUN_RANK.findall("".join(self.ranks[0].tail))))
             ended = [(r, seen[1]) for r, seen in self._node_ranks.items() if seen[1] is not None]
             ended = [(r, at) for r, at in ended if r not in failed]
@@ -541,7 +545,7 @@ class Launcher:
         found = [
             {"rank": r, "exitedAt": round(at, 6), "step": self.progress.step_of(r)}
             for r, at in sorted(ended, key=lambda item: item[1])
-            if r is not None and (before is None or at < before)
+            if r is not None and (before is None or at < before or (polled and at == before))
         ]
         return found[:EARLY_EXITS_REPORTED] or None
 

@@ -139,3 +139,19 @@ def test_before_torch_2_2_the_message_is_the_workers_traceback_not_torchruns() -
     torchrun_only = tail[5:]
     assert launch_node.worker_traceback(torchrun_only) == ""
     assert launch_node.worker_traceback(tail[:5]) == ""
+
+
+def test_with_torchrun_a_rank_seen_gone_in_the_same_poll_as_the_failed_one_is_listed() -> None:
+    """launch: node: the launcher sees torchrun's workers end by polling; a rank that
+    exited 0 and the rank torchrun names as failed, both gone by the same poll, carry the
+    same time, and the one that exited 0 is listed (its peer failed of losing it)."""
+    from types import SimpleNamespace
+
+    node = launch_node.Launcher(["true"], env={})
+    summary = "Root Cause (first observed failure):\n  rank      : 0 (local_rank: 0)\n"
+    node.ranks = [SimpleNamespace(rank=None, tail=[summary], exit_code=lambda: 1)]
+    node._node_ranks = {0: [100, 1000.5], 1: [101, 1000.5]}  # one poll saw both gone
+    [listed] = node._early_exits(1000.5)
+    assert (listed["rank"], listed["exitedAt"]) == (1, 1000.5)
+    node._node_ranks = {0: [100, 1000.5], 1: [101, 1001.0]}  # a poll later: not the cause
+    assert node._early_exits(1000.5) is None
