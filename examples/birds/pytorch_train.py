@@ -296,7 +296,6 @@ def main() -> None:
     rank, world, device = setup()
     if rank == 0:
         TRACKING = tracking()
-    if rank == 0:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
         print(f"training on {device} ({name}), world size {world}", flush=True)
     torch.manual_seed(0)  # every rank starts from the same weights

@@ -533,9 +533,9 @@ class Launcher:
         first first: a rank that leaves early while its peers train is what they fail of
         (``status.failures.early_exit`` decides). None for none."""
         ended = [(r.rank, r.exited_at or 0.0) for r in self.ranks if r.exit_code() == 0]
-        polled = False  # launch: node: ends seen by a poll, those of one poll at one time
-        if self.ranks and self.ranks[0].rank is None:  # launch: node (``_watch_node_ranks``)
-            polled = True
+        # launch: node: ends seen by a poll (``_watch_node_ranks``), one poll's at one time
+        polled = bool(self.ranks) and self.ranks[0].rank is None
+        if polled:
             failed = set(map(int, _TORCHRUN_RANK.findall("".join(self.ranks[0].tail))))
             ended = [(r, seen[1]) for r, seen in self._node_ranks.items() if seen[1] is not None]
             ended = [(r, at) for r, at in ended if r not in failed]
