@@ -56,6 +56,9 @@ from torchyard.launch_stalls import (
 from torchyard.launch_transfer import archive_node
 
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank", re.MULTILINE)
+# torchrun's own log lines (logging's default format), e.g. "ERROR:torch.distributed.
+# elastic.multiprocessing.api:failed (exitcode: 1) ..." after a worker's traceback
+TORCHRUN_LOG = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):torch\.distributed\.")
 # Ranks that exited with status 0 that a termination message names (``earlyExits``).
 EARLY_EXITS_REPORTED = 4
 
@@ -72,13 +75,17 @@ def torchrun_root_cause(tail: Sequence[str]) -> int | None:
 def worker_traceback(tail: Sequence[str]) -> str:
     """Before torch 2.2 (no ``[rankN]: `` prefix): the last traceback printed before
     torchrun's own (its ChildFailedError), which is a worker's, since torchrun prints its
-    own after its workers ended; "" when there is none. (Which worker's, the text does not
-    say: torchrun's summary names the rank.)"""
+    own after its workers ended, without torchrun's log lines that follow it (its last
+    line is the error's); "" when there is none. (Which worker's, the text does not say:
+    torchrun's summary names the rank.)"""
     lines = list(tail)
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
     if len(starts) < 2 or "ChildFailedError" not in "".join(lines[starts[-1] :]):
         return ""
-    return traceback_tail(lines[starts[-2] : starts[-1]])
+    worker = lines[starts[-2] : starts[-1]]
+    while worker and (not worker[-1].strip() or TORCHRUN_LOG.match(worker[-1])):
+        worker.pop()
+    return traceback_tail(worker)
 
 
 def checkpoint_module(env: Mapping[str, str]) -> Any:

@@ -114,6 +114,9 @@ Traceback (most recent call last):
   File "/workspace/train.py", line 24, in <module>
     loss.backward()
 RuntimeError: [/build/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.5]:6105
+WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 14 closing signal SIGTERM
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 15) of binary: python
+
 Traceback (most recent call last):
   File "<frozen runpy>", line 198, in _run_module_as_main
   File "/usr/lib/python3/dist-packages/torch/distributed/run.py", line 762, in main
@@ -135,8 +138,9 @@ def test_before_torch_2_2_the_message_is_the_workers_traceback_not_torchruns() -
     assert message.startswith("Traceback (most recent call last):")
     assert message.endswith("Connection closed by peer [10.0.0.5]:6105")
     assert "ChildFailedError" not in message and "run.py" not in message
+    assert "torch.distributed.elastic" not in message  # torchrun's log lines after it
     # torchrun's traceback alone (a worker that printed none), or a plain traceback: none
-    torchrun_only = tail[5:]
+    torchrun_only = tail[8:]
     assert launch_node.worker_traceback(torchrun_only) == ""
     assert launch_node.worker_traceback(tail[:5]) == ""
 
