@@ -115,7 +115,7 @@ Traceback (most recent call last):
     loss.backward()
 RuntimeError: [/build/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.5]:6105
 WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 14 closing signal SIGTERM
-ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 15) of binary: python
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 15)
 
 Traceback (most recent call last):
   File "<frozen runpy>", line 198, in _run_module_as_main
