@@ -259,12 +259,16 @@ def culprit(
     step: Callable[[int | None], int | None] = lambda _: None,
 ) -> int | None:
     """Which of ``suspects`` (ranks of this node that stalled too; ``first``: the one idle
-    longest) the others wait for, by the stacks they dumped: ``culprit_rule`` over those
-    with a dump, whether each is in ``torch.distributed`` (``in_collective``), its place
-    in the script (``user_frame``) and its last ``step``."""
-    dumped = [r for r in suspects if stacks.get(r)]
+    longest) the others wait for, by the stacks they dumped and the steps they reported:
+    ``culprit_rule`` with whether each is in ``torch.distributed`` (``in_collective``), its
+    place in the script (``user_frame``; a rank with no dump says neither) and its last
+    ``step``."""
     return culprit_rule(
-        dumped, first, lambda r: in_collective(stacks[r]), lambda r: user_frame(stacks[r]), step
+        list(suspects),
+        first,
+        lambda r: in_collective(stacks.get(r) or ""),
+        lambda r: user_frame(stacks.get(r) or ""),
+        step,
     )
 
 
@@ -281,20 +285,26 @@ def suspects_of(
 ) -> list[dict[str, Any]]:
     """Where each of ``suspects`` (this node's stalled ranks) is, for the termination
     message: rank, seconds idle, last step, whether in ``torch.distributed`` and the
-    script's place (``user_frame``). The operator applies ``culprit_rule`` to those of
-    every node (``torchyard.status.culprits``): one node sees only its own ranks."""
+    script's place (``user_frame``); of a rank that wrote no stacks (it was ending, as a
+    peer's stop broke its collective) only its rank, seconds idle and last step, which
+    still tell a rank a step ahead of all others. The operator applies ``culprit_rule``
+    to those of every node (``torchyard.status.culprits``): one node sees only its own
+    ranks."""
     found: list[dict[str, Any]] = []
     for rank in suspects[:SUSPECTS_REPORTED]:
-        text = stacks.get(rank) or ""
-        if rank is None or not text:
+        if rank is None:
             continue
+        text = stacks.get(rank) or ""
         seconds = idle(rank)
         entry: dict[str, Any] = {
             "rank": rank,
             "idle": round(seconds, 1) if seconds is not None else None,
             "step": step(rank),
-            "inCollective": in_collective(text),
         }
+        if not text:
+            found.append({k: v for k, v in entry.items() if v is not None})
+            continue
+        entry["inCollective"] = in_collective(text)
         where = user_frame(text)
         if where is not None:
             entry.update(file=where[0][-120:], line=where[1], function=where[2][:40])
@@ -381,10 +391,11 @@ def describe_stall(
     if collective:
         stall["collective"] = collective
     # This node's stalled ranks, idle longest first: the operator names the culprit
-    # across every node's (``suspects_of``).
+    # across every node's (``suspects_of``), idle as of when the stall was found (with
+    # ``detectedAt``: when each last made progress, comparable across nodes).
     order = [first] + [r for r in suspects if r != first]
     stall["suspects"] = suspects_of(
-        stacks, order, lambda r: progress.idle_seconds(r, time.time()), progress.step_of
+        stacks, order, lambda r: progress.idle_seconds(r, detected), progress.step_of
     )
     stall["message"] = message
     # when the stall was found: the stuck rank itself may take the grace period to end

@@ -26,6 +26,8 @@ from torchyard.launch_contract import culprit_rule, waiting_words
 
 STALLED = "Stalled"  # failures.STALLED (failures imports this module)
 
+LAST_PROGRESS = "lastProgressAt"  # what across_nodes adds to each suspect
+
 Place = tuple[Any, Any, Any]  # (file, line, function) of the script
 
 
@@ -48,11 +50,22 @@ def _idle(suspect: Mapping[str, Any]) -> float:
     return float(idle) if isinstance(idle, (int, float)) else 0.0
 
 
+def _since(suspect: Mapping[str, Any]) -> float | None:
+    since = suspect.get(LAST_PROGRESS)
+    return float(since) if isinstance(since, (int, float)) else None
+
+
 def pick(suspects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The suspect the others wait for (see the module docstring); None for none."""
     if not suspects:
         return None
-    by_idle = sorted(suspects, key=lambda s: -_idle(s))
+    known = [_since(s) for s in suspects]
+    if all(since is not None for since in known):
+        # each node measured idle when it found its stall: when each rank last made
+        # progress compares ranks of nodes that found theirs seconds apart
+        by_idle = sorted(suspects, key=lambda s: _since(s) or 0.0)
+    else:
+        by_idle = sorted(suspects, key=lambda s: -_idle(s))
     return culprit_rule(
         by_idle,
         by_idle[0],
@@ -62,14 +75,36 @@ def pick(suspects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     )
 
 
-def _said(suspect: Mapping[str, Any], node: Any) -> str:
+def _with_since(failure: Mapping[str, Any], suspect: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``suspect`` with when it last made progress (Unix time): its node's ``detectedAt``
+    less its seconds idle then; as it was when either is unknown."""
+    stall = failure.get("stall")
+    found = stall.get("detectedAt") if isinstance(stall, Mapping) else None
+    idle = suspect.get("idle")
+    if not isinstance(found, (int, float)) or not isinstance(idle, (int, float)):
+        return suspect
+    return {**suspect, LAST_PROGRESS: float(found) - float(idle)}
+
+
+def _said(suspect: Mapping[str, Any], node: Any, others: Sequence[Mapping[str, Any]]) -> str:
     place = _place(suspect)
-    at = f"{place[0]}:{place[1]} in {place[2]}" if place is not None else "(no Python stack)"
+    if place is not None:
+        at = f"{place[0]}:{place[1]} in {place[2]}"
+    elif "inCollective" in suspect:
+        at = "(no Python stack)"
+    else:
+        at = "(no stacks: it wrote none, ending as its peers stopped)"
     if suspect.get("collective"):
         at += f" ({waiting_words(str(suspect['collective']))})"
+    step, steps = suspect.get("step"), {s.get("step") for s in others}
+    ahead = ""
+    theirs = next(iter(steps)) if len(steps) == 1 else None
+    if isinstance(step, int) and isinstance(theirs, int) and step != theirs:
+        where = "ahead of" if step > theirs else "behind"
+        ahead = f", {where} every other stalled rank's {theirs}"
     return (
         f"rank {suspect['rank']} (node {node}) made no progress for "
-        f"{_idle(suspect):.0f}s (last step {suspect.get('step')}): stuck at {at}"
+        f"{_idle(suspect):.0f}s (last step {step}{ahead}): stuck at {at}"
     )
 
 
@@ -78,7 +113,7 @@ def across_nodes(failures: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     rank the others wait for, named after that rank; None when fewer than two stalled
     ranks were reported (nothing to compare: the launcher's pick stands)."""
     stalled = [f for f in failures if f.get("reason") == STALLED and _suspects(f)]
-    everyone = [(f, s) for f in stalled for s in _suspects(f)]
+    everyone = [(f, _with_since(f, s)) for f in stalled for s in _suspects(f)]
     if len(everyone) < 2:
         return None
     chosen = pick([s for _, s in everyone])
@@ -87,10 +122,11 @@ def across_nodes(failures: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
         return failure
     # Its own node named another rank: only this comparison saw the one they wait for.
     named = [f"rank {f.get('rank')} (node {f.get('node')})" for f in stalled]
+    others = [s for _, s in everyone if s is not chosen]
     message = (
-        f"{_said(suspect, failure.get('node'))}; of the stalled ranks of every node, the one "
-        f"the others wait for (the nodes' launchers named {', '.join(named)}). Every rank's "
-        f"stacks are in logs/stacks/ of its node."
+        f"{_said(suspect, failure.get('node'), others)}; of the stalled ranks of every node, "
+        f"the one the others wait for (the nodes' launchers named {', '.join(named)}). "
+        f"Every rank's stacks are in logs/stacks/ of its node."
     )
     out = {**failure, "rank": suspect["rank"], "message": message}
     if isinstance(suspect.get("step"), int):

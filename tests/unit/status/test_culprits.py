@@ -25,9 +25,11 @@ def stalled_node(
     exited: float,
     named: int,
     steps: dict[int, int] | None = None,
+    detected: float | None = None,
 ) -> dict[str, Any]:
     """Node ``node``'s Pod, failed as its launcher reports a stall: ``named`` is the rank
-    it chose among its own (``launch_stalls.culprit``), ``stacks`` its stalled ranks' dumps."""
+    it chose among its own (``launch_stalls.culprit``), ``stacks`` its stalled ranks' dumps
+    ("": none), ``idle`` their seconds idle when it found the stall at ``detected``."""
     order = [named] + [r for r in stacks if r != named]
     suspects = launch_stalls.suspects_of(
         {r: stacks[r] for r in order}, order, idle.get, lambda r: (steps or {}).get(r, 40)
@@ -42,6 +44,8 @@ def stalled_node(
         "exitedAt": exited,
         "stall": {"rank": named, "seconds": 60, "step": 40, "suspects": suspects},
     }
+    if detected is not None:
+        info["stall"]["detectedAt"] = detected
     return pod(
         "r", node, phase="Failed", node_name=f"gpu-{node}", exit_code=143, message=json.dumps(info)
     )
@@ -95,7 +99,7 @@ def test_one_stalled_rank_alone_keeps_the_launchers_choice() -> None:
 
 
 def test_what_the_launcher_reports_of_each_stalled_rank() -> None:
-    [waiting, sleeping] = launch_stalls.suspects_of(
+    [waiting, sleeping, ended] = launch_stalls.suspects_of(
         {0: IN_ALL_REDUCE, 1: SLEEPING, 2: ""}, [0, 1, 2], {0: 61.04, 1: 60.0}.get, lambda r: 40
     )
     assert waiting == {
@@ -117,6 +121,8 @@ def test_what_the_launcher_reports_of_each_stalled_rank() -> None:
         "line": 12,
         "function": "<module>",
     }
+    # no stacks (it was ending): where it is is unknown, its last step is not
+    assert ended == {"rank": 2, "step": 40}
 
 
 def test_a_nodes_stalled_ranks_fit_the_termination_message_beside_a_long_stack() -> None:
@@ -243,3 +249,52 @@ def test_a_rank_a_step_ahead_of_the_others_is_named_when_the_stacks_cannot_tell(
     # all at one step, or two ranks only: the step says nothing
     assert launch_stalls.culprit(stacks, [2, 0, 1], 2, lambda r: 39) == 2
     assert launch_stalls.culprit(stacks, [2, 1], 2, steps.get) == 2
+
+
+def test_a_rank_a_step_ahead_that_wrote_no_stacks_is_named_by_its_step() -> None:
+    # torchrun on the real node: rank 3 (node 1) skipped a collective. Node 0 found the
+    # stall first and stopped its ranks, which broke node 1's collectives: when node 1 took
+    # its stacks (5 s later: it waited for them), rank 2 dumped in a garbage collection
+    # and rank 3 had ended. Ranks 0 to 2 last reported step 39, rank 3 step 40.
+    from tests.unit.launcher.test_stalls import IN_BACKWARD
+
+    garbage = (
+        "Current thread 0x00007ff448738040 (most recent call first):\n"
+        "  Garbage-collecting\n  <no Python frame>\n"
+    )
+    node0 = stalled_node(
+        0, {1: IN_BACKWARD, 0: IN_BACKWARD}, {0: 15.6, 1: 15.6}, 100.0, 1, {0: 39, 1: 39}, 100.0
+    )
+    node1 = stalled_node(
+        1, {2: garbage, 3: ""}, {2: 21.0, 3: 20.8}, 105.4, 2, {2: 39, 3: 40}, 105.4
+    )
+    for pods in ([node0, node1], [node1, node0]):
+        failure = first_failure(pods)
+        assert failure is not None
+        assert (failure["rank"], failure["node"], failure["pod"]) == (3, 1, "r-1"), failure
+        assert (
+            "rank 3 (node 1) made no progress for 21s (last step 40, ahead of every "
+            "other stalled rank's 39): stuck at (no stacks"
+        ) in failure["message"]
+    # node 1's launcher alone cannot tell (two ranks); with a third at step 39 it can
+    assert launch_stalls.culprit({2: garbage, 3: ""}, [2, 3], 2, {2: 39, 3: 40}.get) == 2
+    stacks: dict[int | None, str] = {0: IN_BACKWARD, 2: garbage, 3: ""}
+    assert launch_stalls.culprit(stacks, [2, 0, 3], 2, {0: 39, 2: 39, 3: 40}.get) == 3
+
+
+def test_of_nodes_that_found_the_stall_apart_the_rank_whose_progress_stopped_first_is_named() -> (
+    None
+):
+    # every rank in all_reduce at one line and step: nothing but time tells. Node 1 found
+    # its stall 10 s after node 0, so its ranks were idle longer then; rank 0's last
+    # progress came first.
+    same = {0: 39, 1: 39, 2: 39, 3: 39}
+    node0 = stalled_node(
+        0, {0: IN_ALL_REDUCE, 1: IN_ALL_REDUCE}, {0: 61, 1: 60}, 100.0, 0, same, 100.0
+    )
+    node1 = stalled_node(
+        1, {2: IN_ALL_REDUCE, 3: IN_ALL_REDUCE}, {2: 70, 3: 69}, 110.0, 2, same, 110.0
+    )
+    for pods in ([node0, node1], [node1, node0]):
+        failure = first_failure(pods)
+        assert failure is not None and (failure["rank"], failure["pod"]) == (0, "r-0"), failure
