@@ -166,8 +166,12 @@ def _rounds(rounds: list[dict[str, Any]]) -> str:
     return table([cell(k) for k in keys], rows)
 
 
-def section(name: str, script: Path | None, data: dict[str, Any]) -> str:
+def section(name: str, script: Path | None, data: dict[str, Any], tag: bool = False) -> str:
+    """The page's section of results file ``name``; ``tag``: its title names the file
+    (a script whose results files are more than one)."""
     title, body = about(script) if script else (name, "")
+    if tag and script:
+        title = f"{title} ({name})"
     out = [f"## {cell(title)}\n\n"]
     if script:
         out.append(f"`{script.relative_to(ROOT).as_posix()}`: {cell(body)}\n\n")
@@ -186,6 +190,7 @@ def section(name: str, script: Path | None, data: dict[str, Any]) -> str:
             else ""
         )
         + f"- **Command**: {code(data['command'])}\n"
+        + f"- **Results file**: `benchmarks/results/{name}.json`\n"
     )
     for note in data.get("notes") or []:
         out.append(f"- **Note**: {cell(note)}\n")
@@ -205,6 +210,11 @@ def section(name: str, script: Path | None, data: dict[str, Any]) -> str:
             + "\n"
         )
     return "".join(out)
+
+
+def _benchmark(path: Path) -> str:
+    """The benchmark a results file says it is of."""
+    return str(json.loads(path.read_text()).get("benchmark"))
 
 
 def page() -> str:
@@ -227,7 +237,13 @@ def page() -> str:
         "writing a file (as the test suite does).\n\n",
     ]
     for name, path in results.items():
-        out.append(section(name, known.get(name), json.loads(path.read_text())))
+        data = json.loads(path.read_text())
+        # a second results file of one script (--results): the script its record names
+        script = known.get(name) or known.get(str(data.get("benchmark")))
+        files = [
+            n for n in results if (known.get(n) or known.get(_benchmark(results[n]))) == script
+        ]
+        out.append(section(name, script, data, tag=len(files) > 1))
     missing = [(name, script) for name, script in known.items() if name not in results]
     if missing:
         out.append("## No results yet\n\n")
