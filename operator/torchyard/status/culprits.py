@@ -5,12 +5,14 @@ every other rank waits in an ``all_reduce``, node 0's launcher finds all of its 
 ``torch.distributed`` and names the one idle longest, which only waits. Each node's
 ``Stalled`` termination message lists its stalled ranks (``stall.suspects``, from the
 launcher's ``suspects_of``: rank, seconds idle, last step, whether in
-``torch.distributed``, the script's file:line). :func:`pick` applies the launcher's rule
-(``launch_contract.culprit_rule``, the one copy) to those of all nodes together, idle
-longest first: the only ranks outside ``torch.distributed`` while others are in it (the
-one idle longest of them), else, of three or more, the one whose place in the script
-differs from where all the others are (it skipped a collective and waits in another
-one), else the one idle longest. :func:`across_nodes` turns the pick into
+``torch.distributed``, the script's file:line; a rank that wrote no stacks: only the
+first three). :func:`pick` applies the launcher's rule (``launch_contract.culprit_rule``,
+the one copy) to those of all nodes together, the one whose progress stopped first
+first (its node's ``detectedAt`` less its seconds idle then; nodes find their stalls
+seconds apart): the only ranks outside ``torch.distributed`` while others are in it,
+else, of three or more, the one whose place in the script differs from where all the
+others are (it skipped a collective and waits in another one), else the one whose last
+step differs from all the others', else the first. :func:`across_nodes` turns the pick into
 the failure to decide on: the reporting node's own, named after the culprit when that
 node named another of its ranks.
 
@@ -63,12 +65,12 @@ def pick(suspects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     if all(since is not None for since in known):
         # each node measured idle when it found its stall: when each rank last made
         # progress compares ranks of nodes that found theirs seconds apart
-        by_idle = sorted(suspects, key=lambda s: _since(s) or 0.0)
+        ordered = sorted(suspects, key=lambda s: _since(s) or 0.0)
     else:
-        by_idle = sorted(suspects, key=lambda s: -_idle(s))
+        ordered = sorted(suspects, key=lambda s: -_idle(s))
     return culprit_rule(
-        by_idle,
-        by_idle[0],
+        ordered,
+        ordered[0],
         lambda s: bool(s.get("inCollective")),
         _place,
         lambda s: s.get("step") if isinstance(s.get("step"), int) else None,
@@ -93,7 +95,7 @@ def _said(suspect: Mapping[str, Any], node: Any, others: Sequence[Mapping[str, A
     elif "inCollective" in suspect:
         at = "(no Python stack)"
     else:
-        at = "(no stacks: it wrote none, ending as its peers stopped)"
+        at = "(no stacks: it wrote none)"
     if suspect.get("collective"):
         at += f" ({waiting_words(str(suspect['collective']))})"
     step, steps = suspect.get("step"), {s.get("step") for s in others}
