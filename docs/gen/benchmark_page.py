@@ -212,11 +212,6 @@ def section(name: str, script: Path | None, data: dict[str, Any], tag: bool = Fa
     return "".join(out)
 
 
-def _benchmark(path: Path) -> str:
-    """The benchmark a results file says it is of."""
-    return str(json.loads(path.read_text()).get("benchmark"))
-
-
 def page() -> str:
     known = scripts()
     results = {p.stem: p for p in sorted(RESULTS.glob("*.json"))}
@@ -236,14 +231,13 @@ def page() -> str:
         "files. `make bench BENCH_ARGS=--smoke` runs each at its smallest size without "
         "writing a file (as the test suite does).\n\n",
     ]
-    for name, path in results.items():
-        data = json.loads(path.read_text())
-        # a second results file of one script (--results): the script its record names
-        script = known.get(name) or known.get(str(data.get("benchmark")))
-        files = [
-            n for n in results if (known.get(n) or known.get(_benchmark(results[n]))) == script
-        ]
-        out.append(section(name, script, data, tag=len(files) > 1))
+    datas = {name: json.loads(path.read_text()) for name, path in results.items()}
+    # a second results file of one script (--results): the script its record names
+    script_of = {n: known.get(n) or known.get(str(d.get("benchmark"))) for n, d in datas.items()}
+    for name, data in datas.items():
+        script = script_of[name]
+        shared = sum(1 for other in script_of.values() if other == script) > 1
+        out.append(section(name, script, data, tag=shared))
     missing = [(name, script) for name, script in known.items() if name not in results]
     if missing:
         out.append("## No results yet\n\n")
