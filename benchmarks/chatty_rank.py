@@ -37,10 +37,12 @@ from pathlib import Path
 
 import record
 
-from torchyard.launch_ranks import alive
+from torchyard.launch.ranks import alive
 
 ROOT = Path(__file__).resolve().parents[1]
-LAUNCHER = Path(os.environ.get("CHATTY_LAUNCHER", ROOT / "operator" / "torchyard" / "launcher.py"))
+LAUNCHER = Path(
+    os.environ.get("CHATTY_LAUNCHER", ROOT / "operator" / "torchyard" / "launch" / "main.py")
+)
 
 SCRIPT = """
 import json, os, sys, time

@@ -31,7 +31,7 @@ from pathlib import Path
 import record
 
 ROOT = Path(__file__).resolve().parents[1]
-LAUNCHER = ROOT / "operator" / "torchyard" / "launcher.py"
+LAUNCHER = ROOT / "operator" / "torchyard" / "launch" / "main.py"
 
 SCRIPT = """
 import os, sys, time
@@ -93,7 +93,9 @@ def cpu_per_report(n: int = 20000) -> tuple[float, float]:
     less than wall time): formatting and writing it in the rank, and parsing and recording
     it in the launcher (``parse_progress`` + ``ProgressTracker.record``)."""
     sys.path.insert(0, str(ROOT / "operator"))
-    from torchyard import launch_contract, launch_progress, progress
+    from torchyard import progress
+    from torchyard.launch import contract
+    from torchyard.launch.tracker import ProgressTracker
 
     with open(os.devnull, "w") as sink:
         saved, sys.stdout = sys.stdout, sink
@@ -106,10 +108,10 @@ def cpu_per_report(n: int = 20000) -> tuple[float, float]:
             sys.stdout = saved
     line = (progress.line(1, total=n, loss=0.123456) + "\n").encode()
     with tempfile.TemporaryDirectory() as tmp:
-        tracker = launch_progress.ProgressTracker(tmp)
+        tracker = ProgressTracker(tmp)
         started = time.process_time()
         for _ in range(n):
-            record = launch_contract.parse_progress(line.rstrip(b"\n"))
+            record = contract.parse_progress(line.rstrip(b"\n"))
             assert record is not None
             tracker.record(0, record)
         read = (time.process_time() - started) / n

@@ -55,7 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 import record
 
-from torchyard.launch_transfer import upload_file
+from torchyard.launch.node_files import upload_file
 from torchyard.sdk import RegistryClient
 
 SERVER = textwrap.dedent(

@@ -100,8 +100,8 @@ MODULES: dict[str, Module] = {
         "status/classes.py", ("status/test_classes.py", "launcher/test_log_scanner.py")
     ),
     # its guard: unpacking a source snapshot (the uploads around it are tested end to end)
-    "launch_transfer": Module(
-        "launch_transfer.py",
+    "launch.node_files": Module(
+        "launch/node_files.py",
         ("launcher/test_snapshot_extraction.py",),
         functions=("_member_kind", "_snapshot_target", "ǁ_Unpackerǁ*", "extract_snapshot"),
     ),

@@ -13,11 +13,11 @@ contracts enforce (docs/architecture.md draws the layers and a TrainingRun's pat
 - ``torchyard.registry_server``: ``torchyard registry serve``, the registry service with
   its Kubernetes authorizer.
 - ``torchyard.sdk`` / ``torchyard.cli``: the user-facing Python SDK and command line.
-- ``torchyard.launcher``, ``torchyard.envbuild``: standard library only; the launcher
-  starts the ranks inside a training Pod, the Environment builder runs in a build Job.
-  The launcher's code is in the ``torchyard.launch_*`` modules below it (shipped with it,
-  and with ``checkpoint`` and ``progress``, to every node Pod); the other layers import
-  ``torchyard.launch_contract``, the rules they share with it.
+- ``torchyard.launch``, ``torchyard.envbuild``: standard library only; the launcher (a
+  package, shipped with ``checkpoint`` and ``progress`` to every node Pod) starts the
+  ranks inside a training Pod, the Environment builder runs in a build Job. The other
+  layers import ``torchyard.launch.contract``: every variable's name and the rules they
+  share with the launcher.
 - ``torchyard.metrics``: Prometheus metrics through ``prometheus_client`` (the bottom
   layer beside the launcher; it imports no other torchyard package).
 """

@@ -46,6 +46,12 @@ from torchyard.checkpoint_store import (
     step_path,
     steps,
 )
+from torchyard.launch.contract import (
+    RANK,
+    TORCHYARD_CHECKPOINT_INTERVAL,
+    TORCHYARD_RESUME_FROM,
+    TORCHYARD_RESUME_STEP,
+)
 
 __all__ = [
     "ATTEMPT",
@@ -87,9 +93,9 @@ __all__ = [
     "timings",
 ]
 
-INTERVAL_VARIABLE = "TORCHYARD_CHECKPOINT_INTERVAL"
-RESUME_FROM_VARIABLE = "TORCHYARD_RESUME_FROM"
-RESUME_STEP_VARIABLE = "TORCHYARD_RESUME_STEP"
+INTERVAL_VARIABLE = TORCHYARD_CHECKPOINT_INTERVAL
+RESUME_FROM_VARIABLE = TORCHYARD_RESUME_FROM
+RESUME_STEP_VARIABLE = TORCHYARD_RESUME_STEP
 STATE_DIR = ".torchyard"
 SAVE_AT = "save-at"
 ATTEMPT = "attempt"
@@ -98,7 +104,7 @@ _DONE = re.compile(r"^rank-(0|[1-9][0-9]{0,8})\.done$")
 
 def _rank() -> int:
     # Under mpirun (distribution.type: mpi) a rank has OpenMPI's rank, not torchyard's RANK.
-    return int(os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
+    return int(os.environ.get(RANK) or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
 
 
 def save_dir(step: int, directory: str | None = None) -> str:

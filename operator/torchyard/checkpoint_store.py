@@ -33,7 +33,9 @@ import stat
 import tempfile
 from typing import Any
 
-DIR_VARIABLE = "TORCHYARD_CHECKPOINT_DIR"
+from torchyard.launch.contract import TORCHYARD_CHECKPOINT_DIR
+
+DIR_VARIABLE = TORCHYARD_CHECKPOINT_DIR
 COMPLETE = "COMPLETE.json"
 DCP_METADATA = ".metadata"
 QUARANTINE_PREFIX = "quarantine-"

@@ -3,7 +3,7 @@
 Standard library only and Python >= 3.8, like the launcher: it is shipped into every node
 Pod beside the launcher (``planning.pods.SHIPPED_MODULES``), so a script does
 ``from torchyard import progress`` in any image; the format (the prefix, the phases, the
-reader) is the launcher's own, ``torchyard.launch_contract``. A rank calls::
+reader) is the launcher's own, ``torchyard.launch.contract``. A rank calls::
 
     progress.report(120, total=3000, loss=0.41)
 
@@ -19,12 +19,12 @@ A rank that starts a long piece of work that is no training step says so with ``
 and the launcher gives it that phase's stall budget (``policy.stallBudgets``) instead of
 the stall timeout. A script that cannot import torchyard prints the same line itself.
 The launcher reads these lines from every rank's output as it tees them
-(``launch_progress.ProgressTracker``): it keeps them in ``logs/metrics.jsonl``, puts the last
+(``launch.tracker.ProgressTracker``): it keeps them in ``logs/metrics.jsonl``, puts the last
 metric values into ``outputs/metrics.json`` (which the ModelVersion records) and
 publishes the node's progress for the operator (``status.progress``). :func:`log` is
 Azure ML's ``run.log(name, value)``: a metric at the current step. :func:`parse` is the
 format's reader, the one the launcher reads the lines with
-(``launch_contract.parse_progress``). Tested in tests/unit/launcher/test_progress.py and
+(``launch.contract.parse_progress``). Tested in tests/unit/launcher/test_progress.py and
 tests/unit/launcher/test_stalls.py.
 """
 
@@ -36,7 +36,13 @@ import os
 import sys
 from typing import Any
 
-from torchyard.launch_contract import PHASE_NAMES, PROGRESS_TEXT, parse_progress
+from torchyard.launch.contract import (
+    PHASE_NAMES,
+    PROGRESS_TEXT,
+    RANK,
+    TORCHYARD_LAUNCH,
+    parse_progress,
+)
 
 PREFIX = PROGRESS_TEXT
 # What a rank may say it is doing besides training (each has its stall budget)
@@ -83,9 +89,9 @@ def report(step: int, total: int | None = None, phase: str | None = None, **metr
     Each new report is one write (the launcher needs every step as it comes: the stall
     timeout, and the step a failure happened at); a report identical to the one before
     says nothing new and writes nothing."""
-    if os.environ.get("TORCHYARD_LAUNCH") == "node" and os.environ.get("RANK", "").isdigit():
+    if os.environ.get(TORCHYARD_LAUNCH) == "node" and os.environ.get(RANK, "").isdigit():
         # torchrun's ranks share one output: the launcher tells them apart by this
-        metrics = dict(metrics, rank=int(os.environ["RANK"]))
+        metrics = dict(metrics, rank=int(os.environ[RANK]))
     text = line(step, total, phase, **metrics)
     _last_step[0] = step
     out = sys.stdout

@@ -15,7 +15,7 @@ import pytest
 
 from tests.cluster import debian
 from tests.e2e.conftest import EXAMPLES, Local
-from torchyard.planning import pods
+from tests.shipped import lay_out
 
 COMMAND = ["/usr/bin/python3", "-m", "mpi4py", "train.py", "--no_torch"]
 
@@ -107,10 +107,7 @@ def test_mpi_ranks_report_progress_and_checkpoint_and_a_rerun_resumes(local: Loc
     (source / "steps.py").write_text(STEPS)
     # The shipped torchyard package, as a node Pod mounts it (the ranks are Debian's
     # python3, which has no torchyard installed): the launcher puts it on their PYTHONPATH.
-    shipped = local.tmp / "shipped" / "torchyard"
-    shipped.mkdir(parents=True)
-    for name, text in pods.shipped_files().items():
-        (shipped / name).write_text(text)
+    shipped = lay_out(local.tmp / "shipped")
     env = {**os.environ, "TORCHYARD_SHIPPED_PATH": str(shipped.parent)}
     folder = local.workdir / "checkpoints" / "default" / "mpi"
 

@@ -29,7 +29,8 @@ from tests.integration.helpers import (
     wait_status,
 )
 from tests.integration.test_registry_service import Service, trainer_token
-from torchyard import k8s, launch_transfer, launcher
+from torchyard import k8s
+from torchyard.launch import main, node_files
 from torchyard.planning import names
 
 
@@ -55,7 +56,7 @@ def run_node(
     work.mkdir()
     env = local_node_env(pod, work, service_account)
     return subprocess.run(
-        [sys.executable, launcher.__file__, "--", sys.executable, "-c", script],
+        [sys.executable, main.__file__, "--", sys.executable, "-c", script],
         cwd=work,
         env=env,
         capture_output=True,
@@ -173,7 +174,7 @@ def test_an_archive_the_registry_refuses_fails_the_run_saying_why_and_what_to_fi
     [pod] = run_pods(ns, "refused")
     # The ranks succeed, the upload is refused (403): never a silent success.
     done = run_node(pod, tmp_path, TRAIN, service_account="intruder")
-    assert done.returncode == launch_transfer.ARCHIVE_FAILED_EXIT, done.stderr
+    assert done.returncode == node_files.ARCHIVE_FAILED_EXIT, done.stderr
     message = termination(tmp_path)
     assert (message["reason"], message["exitCode"]) == ("ArchiveFailed", 3)
     assert "HTTP 403" in message["message"]
@@ -235,7 +236,7 @@ def test_optional_outputs_let_the_run_succeed_with_a_warning_instead(
 def launcher_alone(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """The launcher with a successful command and the given archive settings."""
     return subprocess.run(
-        [sys.executable, launcher.__file__, "--", sys.executable, "-c", TRAIN],
+        [sys.executable, main.__file__, "--", sys.executable, "-c", TRAIN],
         cwd=tmp_path,
         env={
             "PATH": os.environ["PATH"],
@@ -260,7 +261,7 @@ def test_an_unreachable_registry_or_a_missing_token_fails_the_node_too(tmp_path:
     done = launcher_alone(
         tmp_path, TORCHYARD_REGISTRY_URL=closed, TORCHYARD_REGISTRY_TOKEN_FILE=str(token)
     )
-    assert done.returncode == launch_transfer.ARCHIVE_FAILED_EXIT, done.stderr
+    assert done.returncode == node_files.ARCHIVE_FAILED_EXIT, done.stderr
     message = json.loads((tmp_path / "termination.json").read_text())
     assert message["reason"] == "ArchiveFailed"
     assert f"the registry service at {closed} is not reachable" in message["message"]
@@ -281,7 +282,7 @@ def test_a_failed_command_keeps_its_own_failure_when_the_archive_fails_too(
     tmp_path: Path,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, launcher.__file__, "--", sys.executable, "-c", "raise SystemExit(7)"],
+        [sys.executable, main.__file__, "--", sys.executable, "-c", "raise SystemExit(7)"],
         cwd=tmp_path,
         env={
             "PATH": os.environ["PATH"],

@@ -41,7 +41,8 @@ from tests.integration.helpers import (
 )
 from tests.integration.test_envbuild import push_base_image
 from tests.integration.test_environments import running_build_pod
-from torchyard import k8s, launch_transfer, launcher
+from torchyard import k8s
+from torchyard.launch import main, node_files
 from torchyard.planning import environments
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,13 +115,13 @@ def run_node(pod: dict[str, Any], work: Path) -> subprocess.CompletedProcess[str
     container = pod["spec"]["containers"][0]
     _python, _launcher, copy, source, workdir, separator, *command = container["command"]
     assert (copy, source, workdir, separator) == ("--copy", "/torchyard/source", "/workspace", "--")
-    assert launch_transfer.prepare(["--copy", str(mounted), str(code)]) == 0
+    assert node_files.prepare(["--copy", str(mounted), str(code)]) == 0
     # The token of the ServiceAccount the Pod really runs as: one without the registry's
     # permissions would be refused here, as it would be in a cluster.
     env = local_node_env(pod, code, pod["spec"]["serviceAccountName"])
     command = [sys.executable if c in ("python", "python3") else c for c in command]
     return subprocess.run(
-        [sys.executable, launcher.__file__, "--", *command],
+        [sys.executable, main.__file__, "--", *command],
         cwd=code,
         env=env,
         capture_output=True,

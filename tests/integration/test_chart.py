@@ -29,8 +29,9 @@ from tests.cluster.harness import Cluster
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import finish_pod, launcher_message, run_pods, wait_for, wait_status
 from tests.unit.test_chart import health
-from torchyard import k8s, launch_contract
+from torchyard import k8s
 from torchyard.controller import options
+from torchyard.launch import contract
 
 # What torchyard's code and Kopf call, per (API group, resource): the operator's
 # ClusterRole in cluster-wide mode must grant exactly this, nothing more.
@@ -312,7 +313,7 @@ def test_pods_are_restricted_and_the_operator_gets_its_settings(helm: Helm) -> N
     assert operator["args"] == [
         "operator",
         "--liveness=http://0.0.0.0:8080/healthz",
-        f"--default-log-limit-bytes={launch_contract.LOG_LIMIT_BYTES}",  # the launcher's
+        f"--default-log-limit-bytes={contract.LOG_LIMIT_BYTES}",  # the launcher's
     ]
     env = {e["name"]: e.get("value") for e in operator["env"]}
     assert env["TORCHYARD_METRICS_PORT"] == "9090"

@@ -18,7 +18,8 @@ from tests.conftest import InProcessOperator
 from tests.integration.conftest import ProxiedRegistry
 from tests.integration.helpers import finish_pod, launcher_message, wait_status
 from tests.integration.test_trainingruns import running
-from torchyard import k8s, launch_transfer
+from torchyard import k8s
+from torchyard.launch import node_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,7 +130,7 @@ def test_a_large_folder_goes_through_the_registry_service(
         TORCHYARD_REGISTRY_TOKEN_FILE=str(token),
     )
     try:
-        assert launch_transfer.prepare(["--fetch", sha, str(work)]) == 0
+        assert node_files.prepare(["--fetch", sha, str(work)]) == 0
     finally:
         for key in (
             "TORCHYARD_REGISTRY_URL",

@@ -10,7 +10,8 @@ from tests.builders import TrainingRunBuilder
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import operator_instead
 from tests.integration.helpers import run_pods, wait_for
-from torchyard import k8s, launch_logs
+from torchyard import k8s
+from torchyard.launch import output
 
 DEFAULT = 1 << 20  # the operator's: 1 MiB
 
@@ -33,5 +34,5 @@ def test_a_run_without_its_own_log_limit_gets_the_operators_default(
             k8s.create(run.pool("a100").obj())
         quiet, chatty = launcher_env(env, "quiet"), launcher_env(env, "chatty")
     assert quiet["TORCHYARD_LOG_LIMIT_BYTES"] == str(DEFAULT)
-    assert launch_logs.log_limit(quiet) == DEFAULT  # what the launcher reads
+    assert output.log_limit(quiet) == DEFAULT  # what the launcher reads
     assert chatty["TORCHYARD_LOG_LIMIT_BYTES"] == "8192"  # its own wins

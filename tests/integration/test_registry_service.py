@@ -29,7 +29,7 @@ from tests.integration.helpers import sample, scrape
 from tests.unit.registry import hostile
 from torchyard import k8s
 from torchyard.api.wire import REGISTRY_AUDIENCE as AUDIENCE
-from torchyard.launch_transfer import upload_file
+from torchyard.launch.node_files import upload_file
 from torchyard.registry import Store, service
 from torchyard.registry.store import TMP_PREFIX
 from torchyard.registry_server import kubernetes_authorizer

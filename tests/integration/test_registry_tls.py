@@ -27,8 +27,9 @@ from tests.cluster.harness import Cluster, free_port
 from tests.integration.conftest import _host_address, stand_in_service
 from tests.integration.test_registry_service import trainer_token, training_run
 from tests.unit.registry.test_tls_and_tokens import Pki, make_pki
-from torchyard import api, cli, k8s, launch_transfer
+from torchyard import api, cli, k8s
 from torchyard.controller import context, finalize
+from torchyard.launch import node_files
 from torchyard.planning import pods
 from torchyard.sdk import RegistryClient, RegistryError
 
@@ -153,12 +154,12 @@ def test_every_client_verifies_the_registrys_certificate(
         # system's CAs do not know this one, and nothing is sent.
         target = f"{reg.url}/v1/namespaces/{ns}/runs/birds/outputs/model.pt"
         with pytest.raises(ssl.SSLCertVerificationError):
-            launch_transfer.upload_file(target, str(weights), token)
-        launch_transfer.upload_file(
+            node_files.upload_file(target, str(weights), token)
+        node_files.upload_file(
             target,
             str(weights),
             token,
-            launch_transfer.registry_context({"TORCHYARD_REGISTRY_CA": pem}),
+            node_files.registry_context({"TORCHYARD_REGISTRY_CA": pem}),
         )
         # The SDK verifies with the CA it is given, and refuses any other.
         assert reg.client(token).run_files(ns, "birds") == ["outputs/model.pt"]
@@ -190,11 +191,11 @@ def test_every_client_verifies_the_registrys_certificate(
         work = tmp_path / "work"
         fetch = ["--fetch", sha, str(work)]
         with _environ(env):
-            assert launch_transfer.prepare(fetch) == 1  # the system's CAs: refused
+            assert node_files.prepare(fetch) == 1  # the system's CAs: refused
         assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
         assert not (work / "train.py").exists()
         with _environ({**env, "TORCHYARD_REGISTRY_CA": pem}):
-            assert launch_transfer.prepare(fetch) == 0
+            assert node_files.prepare(fetch) == 0
         assert (work / "train.py").read_text() == "print('over tls')\n"
 
         # The operator promotes over TLS with the CA the chart mounts (settings.registry_ca).
@@ -247,11 +248,11 @@ def test_the_cli_reaches_an_https_registry_through_the_apiserver(
     with tls_registry(cluster, tmp_path, host=address) as reg:
         weights = tmp_path / "model.pt"
         weights.write_bytes(b"weights" * 1000)
-        launch_transfer.upload_file(
+        node_files.upload_file(
             f"{reg.url}/v1/namespaces/{ns}/runs/birds/outputs/model.pt",
             str(weights),
             token,
-            launch_transfer.registry_context({"TORCHYARD_REGISTRY_CA": reg.pki.ca_pem}),
+            node_files.registry_context({"TORCHYARD_REGISTRY_CA": reg.pki.ca_pem}),
         )
         port = int(reg.url.rsplit(":", 1)[1])
         ref = stand_in_service(cluster, ns, address, port, scheme="https")

@@ -26,7 +26,8 @@ from tests.integration.helpers import (
     wait_for,
     wait_status,
 )
-from torchyard import k8s, launcher
+from torchyard import k8s
+from torchyard.launch import main
 from torchyard.planning.pods import LAUNCHER_PATH, shipped_files
 
 
@@ -428,8 +429,8 @@ def test_the_environments_python_runs_the_launcher_from_the_shipped_config_map(
     # the operator applied the ConfigMap the Pod mounts, with this tree's launcher in it
     [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "torchyard"]
     shipped = k8s.get(k8s.CONFIGMAPS, ns, volume["configMap"]["name"])
-    assert shipped["data"]["launcher.py"] == shipped_files()["launcher.py"]
-    assert shipped["data"]["launcher.py"].startswith(Path(launcher.__file__).read_text()[:200])
+    assert shipped["data"]["launch.main.py"] == shipped_files()["launch/main.py"]
+    assert shipped["data"]["launch.main.py"].startswith(Path(main.__file__).read_text()[:200])
     assert shipped["immutable"] is True
 
 

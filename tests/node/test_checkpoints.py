@@ -192,7 +192,7 @@ def launcher_pid(namespace: str, run: str, node_rank: int) -> int | None:
             environ = set(Path(f"/proc/{entry}/environ").read_bytes().decode().split("\0"))
         except OSError:
             continue
-        if any(arg.endswith(b"torchyard/launcher.py") for arg in cmdline) and wanted <= environ:
+        if any(arg.endswith(b"torchyard/launch/main.py") for arg in cmdline) and wanted <= environ:
             return int(entry)
     return None
 

@@ -32,8 +32,8 @@ from tests.node.test_real_node import on_real_node
 pytestmark = pytest.mark.node
 
 REPO = Path(__file__).resolve().parents[2]
-LAUNCHER = REPO / "operator" / "torchyard" / "launcher.py"
-INSTALLED = "/opt/torchyard/launcher.py"
+LAUNCHER = REPO / "operator" / "torchyard" / "launch" / "main.py"
+INSTALLED = "/opt/torchyard/main.py"
 
 RESTRICTED = {
     "allowPrivilegeEscalation": False,
@@ -67,14 +67,14 @@ def logs(pods: Pods, pod: str, container: str) -> str:
 CHECK = textwrap.dedent(
     """\
     import hashlib, json, os, shutil
-    import huggingface_hub, torchyard.inputs.hf, torchyard.launcher
+    import huggingface_hub, torchyard.inputs.hf, torchyard.launch.main
     def sha(path):
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
     print(json.dumps({
         "uid": os.getuid(),
         "installed": sha(os.environ["INSTALLED"]),
-        "packaged": sha(torchyard.launcher.__file__),
+        "packaged": sha(torchyard.launch.main.__file__),
         "entrypoint": shutil.which("torchyard"),
         "huggingface_hub": huggingface_hub.__version__,
     }))
@@ -95,7 +95,8 @@ def test_the_torchyard_image_runs_as_its_non_root_user_with_cli_and_launcher(
         "command": [
             "python3",
             "-c",
-            "import shutil, sys, torchyard.launcher as l; shutil.copyfile(l.__file__, sys.argv[1])",
+            "import shutil, sys, torchyard.launch.main as m;"
+            " shutil.copyfile(m.__file__, sys.argv[1])",
             INSTALLED,
         ],
         "volumeMounts": [launcher],

@@ -26,9 +26,9 @@ env = runs.env
 real_operator = runs.real_operator
 
 RANK = (
-    "import json, os, sys, torchyard, torchyard.launcher\n"
+    "import json, os, sys, torchyard, torchyard.launch.main\n"
     "print('shipped', json.dumps({'package': os.path.dirname(torchyard.__file__),\n"
-    "    'launcher': torchyard.launcher.__file__, 'path': os.environ['PYTHONPATH'],\n"
+    "    'launcher': torchyard.launch.main.__file__, 'path': os.environ['PYTHONPATH'],\n"
     "    'uid': os.getuid()}), flush=True)\n"
 )
 
@@ -58,7 +58,7 @@ def test_a_rank_imports_the_shipped_torchyard_package_without_an_init_container(
     # the Pod mounts the ConfigMap the operator applied in this namespace
     [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "torchyard"]
     shipped = k8s.get(k8s.CONFIGMAPS, ns, volume["configMap"]["name"])
-    assert shipped["data"] == pods.shipped_files()
+    assert shipped["data"] == pods.launcher_config_map(ns)["data"]
     text = runs.logs(cluster, ns, pod["metadata"]["name"])
     line = next(x for x in text.splitlines() if x.startswith("[rank 0] shipped "))
     seen = json.loads(line.split("shipped ", 1)[1])

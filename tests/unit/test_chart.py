@@ -23,7 +23,8 @@ import yaml
 
 import torchyard
 from tests.builders import TrainingRunBuilder, environment, model_version, pod
-from torchyard import api, launch_contract, status
+from torchyard import api, status
+from torchyard.launch import contract
 from torchyard.status.failures import first_failure
 from torchyard.status.trainingruns import Observed
 
@@ -183,13 +184,13 @@ def test_the_default_log_limit_is_the_launchers_within_the_specs_bounds() -> Non
     the chart's default changes nothing, and the schema refuses what the spec would."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["operator"]["defaultLogLimitBytes"] == launch_contract.LOG_LIMIT_BYTES
+    assert values["operator"]["defaultLogLimitBytes"] == contract.LOG_LIMIT_BYTES
     field = schema["properties"]["operator"]["properties"]["defaultLogLimitBytes"]
     assert (field["minimum"], field["maximum"]) == (
-        launch_contract.LOG_LIMIT_MIN,
-        launch_contract.LOG_LIMIT_MAX,
+        contract.LOG_LIMIT_MIN,
+        contract.LOG_LIMIT_MAX,
     )
-    for bad in (4095, launch_contract.LOG_LIMIT_MAX + 1, "64Mi", 0, None):
+    for bad in (4095, contract.LOG_LIMIT_MAX + 1, "64Mi", 0, None):
         operator = {**values["operator"], "defaultLogLimitBytes": bad}
         with pytest.raises(AssertionError):
             _conforms(schema, schema, {**values, "operator": operator}, "values")

@@ -75,7 +75,7 @@ def test_submit_dry_run_prints_what_the_operator_would_create(
         ("Pod", "bert-1"),
     ]
     assert launcher.startswith("torchyard-launcher-")
-    assert "launcher.py" in docs[1]["data"]
+    assert "launch.main.py" in docs[1]["data"]
     assert {d["metadata"]["namespace"] for d in docs} == {"team"}
     assert docs[4]["spec"]["containers"][0]["image"] == "img:1"
     [volume] = [v for v in docs[4]["spec"]["volumes"] if v["name"] == "torchyard"]

@@ -18,7 +18,8 @@ from tests.builders import TrainingRunBuilder
 from torchyard import api, distributions, local
 from torchyard.api.crds import KINDS, openapi_schema
 from torchyard.distributions import Place, PodParts, Rule, Spec
-from torchyard.launch_contract import DISTRIBUTION_VARIABLE, LAUNCHERS
+from torchyard.launch.contract import NODE_LAUNCHER, TORCHYARD_DISTRIBUTION
+from torchyard.launch.main import LAUNCHERS
 from torchyard.planning import pods
 
 # Each rank writes what it saw into its node's outputs.
@@ -131,8 +132,14 @@ def test_a_toy_run_in_local_mode_gives_its_ranks_the_toys_variables(
         assert env["TOY_FLAVOUR"] == "vanilla" and env["TOY_NODES"] == "2"
 
 
-def test_every_launcher_a_built_in_type_selects_is_registered() -> None:
+def test_every_launcher_a_built_in_type_selects_is_registered_and_reaches_the_node() -> None:
+    """A type names its launcher class (``DistributionType.launcher``); the planner puts it
+    in the launcher's variables (unset: the node launcher), which the launcher looks up."""
     for name in distributions.BUILT_IN:
-        spec = api.Distribution(type=name)
-        picked = distributions.get(name).launcher_env(spec, None).get(DISTRIBUTION_VARIABLE, "")
-        assert picked in LAUNCHERS, name
+        kind = distributions.get(name)
+        assert kind.launcher in LAUNCHERS, name
+        run = api.parse_trainingrun(
+            TrainingRunBuilder("r").with_("spec.distribution.type", name).obj()
+        )
+        env = pods.launcher_env(run, 0, workdir=".", grace_period=10, attempt="a")
+        assert env.get(TORCHYARD_DISTRIBUTION, NODE_LAUNCHER) == kind.launcher, name

@@ -55,7 +55,7 @@ from torchyard.api.trainingruns import (
     TrainingRunSpec,
 )
 from torchyard.api.wire import DEFAULT_MASTER_PORT
-from torchyard.launch_contract import RANK_CONTRACT_VARIABLES
+from torchyard.launch.contract import RANK_CONTRACT_VARIABLES
 
 __all__ = [
     "API_VERSION",

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from torchyard.api._base import (
     Model,
 )
-from torchyard.launch_contract import LOG_LIMIT_MAX, LOG_LIMIT_MIN
+from torchyard.launch.contract import LOG_LIMIT_MAX, LOG_LIMIT_MIN
 
 LOG_RULE_ACTIONS = ("cancelRetries", "excludeNode", "ignore")
 LOG_RULE_PATTERN_MAX = 256

@@ -34,6 +34,7 @@ from torchyard.api._base import (
 from torchyard.api.inputs import PinnedInput
 from torchyard.api.trainingruns import RUN_NAME_MAX, ModelOutput, TrainingRunSpec
 from torchyard.api.wire import API_VERSION
+from torchyard.launch.contract import PARAM_VARIABLE_PREFIX
 
 # A trial is the TrainingRun <sweep>-t<index>: the Sweep's name leaves room for the index.
 MAX_TOTAL_TRIALS = 10000
@@ -55,7 +56,7 @@ PARAMETER_NAME_RULE = (
     "63 characters: it becomes the trial's --<name> argument and TORCHYARD_PARAM_<NAME> "
     "variable"
 )
-ENV_PREFIX = "TORCHYARD_PARAM_"  # sweeps.sampling.ENV_PREFIX
+ENV_PREFIX = PARAM_VARIABLE_PREFIX  # sweeps.sampling.ENV_PREFIX
 # A trial's spec.env holds at most this many variables (TrainingRunSpec.env).
 MAX_ENV = 128
 

@@ -39,7 +39,7 @@ from torchyard.api.policies import Policy
 from torchyard.api.quantities import quantity
 from torchyard.api.trainingrun_status import TrainingRunStatus
 from torchyard.api.wire import API_VERSION, DEFAULT_MASTER_PORT, LABEL_POOL
-from torchyard.launch_contract import RANK_CONTRACT_VARIABLES
+from torchyard.launch.contract import RANK_CONTRACT_VARIABLES
 
 # Pods are named <run>-<node>, the headless Service <run>: DNS-1035 labels of <= 63 chars.
 RUN_NAME_MAX = 52

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from torchyard.cli.errors import CliError
+from torchyard.launch.contract import TORCHYARD_REGISTRY_URL
 from torchyard.sdk import clusters
 from torchyard.sdk.registry import DEFAULT_SERVICE, RegistryClient, RegistryError
 
@@ -79,7 +80,7 @@ def registry(args: argparse.Namespace) -> RegistryClient:
     """Direct when a URL is given (in the cluster, or a port-forward); else through the
     apiserver's service proxy. Either way the registry sees a token bound to its audience,
     never the kubeconfig's own credentials."""
-    url = args.registry_url or os.environ.get("TORCHYARD_REGISTRY_URL")
+    url = args.registry_url or os.environ.get(TORCHYARD_REGISTRY_URL)
     if not url:
         if args.registry_ca:
             raise RegistryError(

@@ -24,6 +24,7 @@ from typing import Any
 
 from torchyard.cli.errors import CliError
 from torchyard.cli.options import connect, port_number, registry, registry_options
+from torchyard.launch.contract import TORCHYARD_TENSORBOARD
 from torchyard.sdk import clusters, local_runs, sweeps
 from torchyard.sdk import tensorboard as tb
 from torchyard.sdk.registry import RegistryClient, RegistryError
@@ -38,7 +39,7 @@ INSTALL = "pip install 'torchyard[tensorboard]'"
 
 def _binary(args: argparse.Namespace) -> str:
     """The ``tensorboard`` command: --tensorboard, $TORCHYARD_TENSORBOARD, else PATH's."""
-    given = args.tensorboard or os.environ.get("TORCHYARD_TENSORBOARD")
+    given = args.tensorboard or os.environ.get(TORCHYARD_TENSORBOARD)
     found = shutil.which(given) if given else shutil.which("tensorboard")
     if not found:
         raise CliError(

@@ -43,6 +43,20 @@ from torchyard.controller import (
     telemetry,
     workqueue,
 )
+from torchyard.launch.contract import (
+    TORCHYARD_GIT_IMAGE,
+    TORCHYARD_INIT_IMAGE,
+    TORCHYARD_INPUTS_ACCESS_MODE,
+    TORCHYARD_INPUTS_CACHE_LIMIT,
+    TORCHYARD_INPUTS_CACHE_SIZE,
+    TORCHYARD_INPUTS_STORAGE_CLASS,
+    TORCHYARD_MLFLOW_SECRET,
+    TORCHYARD_MLFLOW_URI,
+    TORCHYARD_REGISTRY_CA_FILE,
+    TORCHYARD_REGISTRY_TOKEN_FILE,
+    TORCHYARD_REGISTRY_URL,
+    TORCHYARD_RESOLVE_CURATED,
+)
 from torchyard.planning import inputs as run_inputs
 from torchyard.planning import names, pods
 from torchyard.planning import tracking as run_tracking
@@ -73,16 +87,16 @@ def _settings(memo: Any) -> pods.Settings:
     memo) and the TORCHYARD_* variables the chart sets."""
     return pods.Settings(
         log_limit_bytes=memo.get("log_limit_bytes"),
-        init_image=os.environ.get("TORCHYARD_INIT_IMAGE", pods.Settings.init_image),
-        git_image=os.environ.get("TORCHYARD_GIT_IMAGE", pods.Settings.git_image),
-        resolve_curated=os.environ.get("TORCHYARD_RESOLVE_CURATED", "all"),
-        registry_url=os.environ.get("TORCHYARD_REGISTRY_URL", ""),
-        registry_token_file=os.environ.get("TORCHYARD_REGISTRY_TOKEN_FILE", ""),
-        registry_ca=_registry_ca(os.environ.get("TORCHYARD_REGISTRY_CA_FILE", "")),
+        init_image=os.environ.get(TORCHYARD_INIT_IMAGE, pods.Settings.init_image),
+        git_image=os.environ.get(TORCHYARD_GIT_IMAGE, pods.Settings.git_image),
+        resolve_curated=os.environ.get(TORCHYARD_RESOLVE_CURATED, "all"),
+        registry_url=os.environ.get(TORCHYARD_REGISTRY_URL, ""),
+        registry_token_file=os.environ.get(TORCHYARD_REGISTRY_TOKEN_FILE, ""),
+        registry_ca=_registry_ca(os.environ.get(TORCHYARD_REGISTRY_CA_FILE, "")),
         inputs_cache=_inputs_cache(),
         tracking=run_tracking.Settings(
-            uri=os.environ.get("TORCHYARD_MLFLOW_URI", ""),
-            secret=os.environ.get("TORCHYARD_MLFLOW_SECRET", ""),
+            uri=os.environ.get(TORCHYARD_MLFLOW_URI, ""),
+            secret=os.environ.get(TORCHYARD_MLFLOW_SECRET, ""),
         ),
     )
 
@@ -91,14 +105,14 @@ def _inputs_cache() -> run_inputs.CacheSettings:
     """The namespaces' inputs caches (the chart's ``inputs.cache``): the claim's size,
     storage class and access mode, and the limit its entries are kept under (by default
     nine tenths of the claim)."""
-    size = os.environ.get("TORCHYARD_INPUTS_CACHE_SIZE", run_inputs.CacheSettings.size)
-    limit = os.environ.get("TORCHYARD_INPUTS_CACHE_LIMIT", "")
+    size = os.environ.get(TORCHYARD_INPUTS_CACHE_SIZE, run_inputs.CacheSettings.size)
+    limit = os.environ.get(TORCHYARD_INPUTS_CACHE_LIMIT, "")
     return run_inputs.CacheSettings(
         size=size,
         limit_bytes=int(quantity(limit)) if limit else int(quantity(size) * 9 // 10),
-        storage_class=os.environ.get("TORCHYARD_INPUTS_STORAGE_CLASS", ""),
+        storage_class=os.environ.get(TORCHYARD_INPUTS_STORAGE_CLASS, ""),
         access_mode=os.environ.get(
-            "TORCHYARD_INPUTS_ACCESS_MODE", run_inputs.CacheSettings.access_mode
+            TORCHYARD_INPUTS_ACCESS_MODE, run_inputs.CacheSettings.access_mode
         ),
     )
 
@@ -113,7 +127,7 @@ def _registry_ca(path: str) -> str:
             return f.read()
     except OSError as err:
         raise RuntimeError(
-            f"TORCHYARD_REGISTRY_CA_FILE: cannot read the registry's CA certificate: {err}"
+            f"{TORCHYARD_REGISTRY_CA_FILE}: cannot read the registry's CA certificate: {err}"
         ) from None
 
 

@@ -17,18 +17,19 @@ import kopf
 from torchyard import k8s
 from torchyard.controller import handlers as handlers  # registers the handlers
 from torchyard.controller import telemetry
+from torchyard.launch.contract import TORCHYARD_METRICS_PORT, TORCHYARD_PEERING_NAME
 
 
 def metrics_port(port: int | None = None) -> int:
     """``port``, else $TORCHYARD_METRICS_PORT, else 9090 (0: no metrics server)."""
     if port is not None:
         return port
-    return int(os.environ.get("TORCHYARD_METRICS_PORT") or telemetry.DEFAULT_PORT)
+    return int(os.environ.get(TORCHYARD_METRICS_PORT) or telemetry.DEFAULT_PORT)
 
 
 def peering_name(name: str | None = None) -> str | None:
     """``name``, else $TORCHYARD_PEERING_NAME, else None (no mandatory peering)."""
-    return name or os.environ.get("TORCHYARD_PEERING_NAME") or None
+    return name or os.environ.get(TORCHYARD_PEERING_NAME) or None
 
 
 def _memo(

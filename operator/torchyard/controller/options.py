@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchyard import launch_contract
+from torchyard.launch import contract
 
 
 def _port(value: str) -> int:
@@ -16,7 +16,7 @@ def _port(value: str) -> int:
 
 # The bounds of spec.policy.logLimitBytes: the operator's default for a run that sets
 # none keeps within them.
-LOG_LIMIT_MIN, LOG_LIMIT_MAX = launch_contract.LOG_LIMIT_MIN, launch_contract.LOG_LIMIT_MAX
+LOG_LIMIT_MIN, LOG_LIMIT_MAX = contract.LOG_LIMIT_MIN, contract.LOG_LIMIT_MAX
 
 
 def log_limit(value: str) -> int:

@@ -38,6 +38,7 @@ from typing import Any
 
 from torchyard import k8s
 from torchyard.controller import context, environments, sweeps, telemetry, trainingruns
+from torchyard.launch.contract import TORCHYARD_RESYNC_SECONDS
 
 RESYNC_SECONDS = 600.0  # the default of $TORCHYARD_RESYNC_SECONDS
 RETRY_MIN, RETRY_MAX = 0.5, 60.0
@@ -58,7 +59,7 @@ logger = logging.getLogger("torchyard.controller")
 
 def resync_seconds() -> float:
     """$TORCHYARD_RESYNC_SECONDS, else :data:`RESYNC_SECONDS`; a clear error if it is bad."""
-    raw = os.environ.get("TORCHYARD_RESYNC_SECONDS", "")
+    raw = os.environ.get(TORCHYARD_RESYNC_SECONDS, "")
     if not raw:
         return RESYNC_SECONDS
     try:
@@ -67,7 +68,7 @@ def resync_seconds() -> float:
         value = -1.0
     if not value > 0:
         raise ValueError(
-            f"TORCHYARD_RESYNC_SECONDS={raw!r} is not a positive number of seconds; "
+            f"{TORCHYARD_RESYNC_SECONDS}={raw!r} is not a positive number of seconds; "
             f"set it to e.g. {RESYNC_SECONDS:.0f}, or unset it for that default"
         )
     return value

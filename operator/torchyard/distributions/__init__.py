@@ -6,7 +6,7 @@ module may register its own). Called by the API (which types exist, their rules)
 ``planning`` (a node's variables, its Pod's extra parts), the controller (a per-run key),
 local mode (how many launchers) and the SDK; see docs/architecture.md, "Distribution types".
 Standard library only; below the API in the layers, so that the API validates a run's type
-against this registry (it imports only ``launch_contract``, the launcher's constants).
+against this registry (it imports only ``launch.contract``, the launcher's names).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from torchyard.launch.contract import NODE_LAUNCHER
+
 
 class Spec(Protocol):
     """The fields of ``spec.distribution`` a type reads (``api.Distribution``)."""
@@ -81,6 +83,9 @@ class DistributionType:
 
     name: str = ""
     rules: tuple[Rule, ...] = ()
+    # The launcher class that runs each node (a key of ``launch.main.LAUNCHERS``, named in
+    # ``launch.contract``): the planner puts it in the launcher's TORCHYARD_DISTRIBUTION
+    launcher: str = NODE_LAUNCHER
     # True: the controller creates a random key Secret per run before its Pods
     # (``Place.key_secret``), owned by the run and never changed
     needs_key: bool = False
@@ -95,9 +100,8 @@ class DistributionType:
         return env
 
     def launcher_env(self, spec: Spec, place: Place | None) -> dict[str, str]:
-        """The launcher's own variables besides the rank contract (``place`` None: local
-        mode). TORCHYARD_DISTRIBUTION picks the launcher class on the node
-        (``launch_contract.LAUNCHERS``); unset, the node launcher."""
+        """The launcher's own variables besides the rank contract and the launcher class
+        (:attr:`launcher`; ``place`` None: local mode)."""
         return {}
 
     def pod_parts(self, spec: Spec, place: Place) -> PodParts:

@@ -2,7 +2,7 @@
 the mpirun arguments, the launcher's variables, the key Secret's mount and the channel's
 port; registered by ``torchyard.distributions``, tested in tests/unit/planning/test_mpi.py.
 
-Node 0's launcher (``launch_mpi.MpiLauncher``, picked by TORCHYARD_DISTRIBUTION=mpi) runs
+Node 0's launcher (``launch.mpi_launcher.MpiLauncher``, this type's ``launcher``) runs
 ``mpirun`` with these arguments plus ``--hostfile`` and ``--mca plm_rsh_agent`` (itself,
 ``--rsh``): no sshd anywhere. The launchers of the other nodes listen on
 :func:`agent_port` and start what mpirun's agent asks for (OpenMPI's ``orted``) after an
@@ -17,7 +17,14 @@ import shutil
 from collections.abc import Sequence
 
 from torchyard.distributions.base import DistributionType, Place, PodParts, Rule, Spec
-from torchyard.launch_contract import DISTRIBUTION_VARIABLE
+from torchyard.launch.contract import (
+    MPI_LAUNCHER,
+    TORCHYARD_MPI_DOMAIN,
+    TORCHYARD_MPI_HOSTFILE,
+    TORCHYARD_MPI_KEY_FILE,
+    TORCHYARD_MPI_PORT,
+    TORCHYARD_MPIRUN_ARGS,
+)
 
 NAME = "mpi"
 IMPLEMENTATIONS = ("openmpi",)
@@ -134,6 +141,7 @@ def mpirun_args(spec: Spec) -> list[str]:
 class Mpi(DistributionType):
     name = NAME
     rules = RULES
+    launcher = MPI_LAUNCHER  # node 0's runs mpirun (launch.mpi_launcher.MpiLauncher)
     needs_key = True
     names_every_node = True  # the hostfile names every node Pod
 
@@ -143,14 +151,13 @@ class Mpi(DistributionType):
         MASTER_ADDR/MASTER_PORT, TORCHYARD_OUTPUTS and TORCHYARD_LOGS come from the rank
         contract as for every run."""
         env = {
-            DISTRIBUTION_VARIABLE: NAME,  # launch_contract.LAUNCHERS["mpi"]
-            "TORCHYARD_MPI_HOSTFILE": hostfile(spec, None if place is None else place.hosts),
-            "TORCHYARD_MPIRUN_ARGS": json.dumps(mpirun_args(spec)),
+            TORCHYARD_MPI_HOSTFILE: hostfile(spec, None if place is None else place.hosts),
+            TORCHYARD_MPIRUN_ARGS: json.dumps(mpirun_args(spec)),
         }
         if place is not None:
-            env["TORCHYARD_MPI_PORT"] = str(agent_port(spec))
-            env["TORCHYARD_MPI_KEY_FILE"] = KEY_FILE
-            env["TORCHYARD_MPI_DOMAIN"] = place.domain
+            env[TORCHYARD_MPI_PORT] = str(agent_port(spec))
+            env[TORCHYARD_MPI_KEY_FILE] = KEY_FILE
+            env[TORCHYARD_MPI_DOMAIN] = place.domain
         return env
 
     def pod_parts(self, spec: Spec, place: Place) -> PodParts:

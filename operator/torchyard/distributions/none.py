@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from torchyard.distributions.base import DistributionType, Rule, Spec
+from torchyard.launch.contract import MASTER_ADDR, MASTER_PORT, PET_MASTER_ADDR, PET_MASTER_PORT
 
-RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+RENDEZVOUS = (MASTER_ADDR, MASTER_PORT, PET_MASTER_ADDR, PET_MASTER_PORT)
 
 
 class NoDistribution(DistributionType):

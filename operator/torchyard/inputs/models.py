@@ -23,15 +23,21 @@ from typing import Any
 from torchyard.inputs import archives, patterns, transfer
 from torchyard.inputs.cache import DATA, sha256_file
 from torchyard.inputs.uris import InputError, Source, model_of
+from torchyard.launch.contract import (
+    TORCHYARD_NAMESPACE,
+    TORCHYARD_REGISTRY_CA,
+    TORCHYARD_REGISTRY_TOKEN_FILE,
+    TORCHYARD_REGISTRY_URL,
+)
 
 
 def _context(env: Mapping[str, str]) -> ssl.SSLContext | None:
-    pem = env.get("TORCHYARD_REGISTRY_CA", "")
+    pem = env.get(TORCHYARD_REGISTRY_CA, "")
     return ssl.create_default_context(cadata=pem) if pem.strip() else None
 
 
 def _token(env: Mapping[str, str], uri: str) -> str:
-    path = env.get("TORCHYARD_REGISTRY_TOKEN_FILE", "")
+    path = env.get(TORCHYARD_REGISTRY_TOKEN_FILE, "")
     try:
         with open(path) as f:
             return f.read().strip()
@@ -60,12 +66,12 @@ def _manifest(base: str, headers: Mapping[str, str], ctx: Any, source: Source, n
 
 def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) -> int:
     """Fill ``staging/data`` with the version's files; the bytes received."""
-    url = env.get("TORCHYARD_REGISTRY_URL", "").rstrip("/")
+    url = env.get(TORCHYARD_REGISTRY_URL, "").rstrip("/")
     if not url:
         raise InputError(
             f"{source.uri}: this cluster has no model registry service to read it from"
         )
-    ns = env.get("TORCHYARD_NAMESPACE", "default")
+    ns = env.get(TORCHYARD_NAMESPACE, "default")
     model, version = model_of(source.uri)
     if not version:
         raise InputError(

@@ -25,7 +25,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from torchyard.launch_contract import INPUT_VARIABLE_PREFIX
+from torchyard.launch.contract import INPUT_VARIABLE_PREFIX
 
 # Bump when an entry's layout changes: every key changes with it.
 FORMAT = "1"

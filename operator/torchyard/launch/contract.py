@@ -1,16 +1,19 @@
-"""What the launcher shares with the rest of torchyard: the rank contract, the termination
-message, the progress line, the failure classes' evidence patterns, the stuck-rank rule
-and the snapshot limits.
+"""What the launcher shares with the rest of torchyard: the name of every environment
+variable, the rank contract, the launchers' names, the termination message, the progress
+line, the failure classes' evidence patterns, the stuck-rank rule and the snapshot limits.
 
 Standard library only, Python >= 3.8: the bottom of the launcher's modules, shipped with
 them into every node Pod (``planning.pods.SHIPPED_MODULES``). The operator's own layers
-import the rules from here rather than keep copies: ``planning.rank`` (``process_env``),
+import the names and rules from here rather than keep copies: the planner, local mode,
+the commands' settings and the shipped ``checkpoint`` and ``progress`` (every variable's
+name; no other module spells one out), ``planning.rank`` (``process_env``),
 ``api`` (``RANK_CONTRACT_VARIABLES``), ``status.classes`` (``FAILURE_PATTERNS``),
 ``status.culprits`` (``culprit_rule``, ``waiting_words``), ``status.steps`` and
 ``status.failures`` (``PROGRESS_LINE``), ``registry.store`` and ``sdk.snapshots`` (the
 snapshot limits), ``local.console`` (``write_bytes``) and ``torchyard.progress`` (the
 progress line: ``parse_progress``, ``PHASE_NAMES``), ``api.policies`` and
-``controller.options`` (the bounds of a rank's log). Tested through the launcher's tests
+``controller.options`` (the bounds of a rank's log), ``distributions`` (the launchers'
+names). Tested in tests/unit/launcher/test_contract.py and through the launcher's tests
 in tests/unit/launcher/.
 """
 
@@ -24,37 +27,144 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, TypeVar
 
 TERMINATION_MESSAGE_LIMIT = 4096
+# Where the container's termination message goes (its terminationMessagePath), unless
+# TORCHYARD_TERMINATION_LOG says otherwise (local mode, the tests)
+TERMINATION_LOG = "/dev/termination-log"
 TAIL_LINES = 120  # launch: node: torchrun's 35-line summary comes after the rank's error
 
+
+# -- the variables ----------------------------------------------------------------------
+# Every environment variable torchyard sets or reads has its name here, once: the operator's
+# planner writes them into node Pods and local mode into its launchers, the launcher and the
+# shipped modules read them, and torchyard's own commands read their settings (tests keep
+# any other literal out of the package: tests/unit/launch/test_contract.py).
+
+# The rank contract (docs/concepts/rank-contract.md): what every training process sees.
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+WORLD_SIZE = "WORLD_SIZE"
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+NODE_RANK = "NODE_RANK"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+GROUP_RANK = "GROUP_RANK"
+PET_NNODES = "PET_NNODES"  # torchrun's (launch: node)
+PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+PET_NODE_RANK = "PET_NODE_RANK"
+PET_MASTER_ADDR = "PET_MASTER_ADDR"
+PET_MASTER_PORT = "PET_MASTER_PORT"
+TORCHYARD_OUTPUTS = "TORCHYARD_OUTPUTS"  # the folder archived as the run's outputs
+TORCHYARD_LOGS = "TORCHYARD_LOGS"  # the folder of logs/rank-<r>.txt, archived
+TORCHYARD_TENSORBOARD_DIR = "TORCHYARD_TENSORBOARD_DIR"  # <outputs>/tensorboard
+# The run and the node, besides the contract: planning.rank.node_env
+TORCHYARD_RUN = "TORCHYARD_RUN"
+TORCHYARD_NAMESPACE = "TORCHYARD_NAMESPACE"
+TORCHYARD_LAUNCH = "TORCHYARD_LAUNCH"  # process | node
+TORCHYARD_NNODES = "TORCHYARD_NNODES"
+TORCHYARD_NPROC_PER_NODE = "TORCHYARD_NPROC_PER_NODE"
+TORCHYARD_EXPORT_ONNX = "TORCHYARD_EXPORT_ONNX"  # "1": outputs.register.exportOnnx
+# An input's folder (``spec.inputs``): TORCHYARD_INPUT_<NAME>, which arguments may name
+# too, as the guide's ``dataset.as_named_input('birds').as_mount()`` argument.
+INPUT_VARIABLE_PREFIX = "TORCHYARD_INPUT_"
+# A sweep trial's parameter: TORCHYARD_PARAM_<NAME> (``sweeps.sampling``)
+PARAM_VARIABLE_PREFIX = "TORCHYARD_PARAM_"
+
+# The launcher's configuration (``launch.main``'s docstring says each one), set by the
+# planner (``planning.pods.launcher_env``, ``watch_env``, ``checkpoints.env``, the run's
+# distribution type) or by local mode.
+TORCHYARD_DISTRIBUTION = "TORCHYARD_DISTRIBUTION"  # the launcher class (launch.main.LAUNCHERS)
+TORCHYARD_TERMINATION_LOG = "TORCHYARD_TERMINATION_LOG"
+TORCHYARD_DNS_TIMEOUT = "TORCHYARD_DNS_TIMEOUT"
+TORCHYARD_GRACE_PERIOD = "TORCHYARD_GRACE_PERIOD"
+TORCHYARD_SHIPPED_PATH = "TORCHYARD_SHIPPED_PATH"
+TORCHYARD_SOURCE_PATH = "TORCHYARD_SOURCE_PATH"  # a git source's path in the repository
+TORCHYARD_GPUS_PER_NODE = "TORCHYARD_GPUS_PER_NODE"
+TORCHYARD_CGROUP_ROOT = "TORCHYARD_CGROUP_ROOT"
+TORCHYARD_NODE_COOKIE = "TORCHYARD_NODE_COOKIE"
+TORCHYARD_PROGRESS_FILE = "TORCHYARD_PROGRESS_FILE"
+TORCHYARD_PROGRESS_INTERVAL = "TORCHYARD_PROGRESS_INTERVAL"
+TORCHYARD_STALL_TIMEOUT = "TORCHYARD_STALL_TIMEOUT"
+TORCHYARD_STALL_FLOOR = "TORCHYARD_STALL_FLOOR"
+TORCHYARD_STALL_BUDGETS = "TORCHYARD_STALL_BUDGETS"
+TORCHYARD_STACKS_DIR = "TORCHYARD_STACKS_DIR"  # where a rank's stack hook writes
+TORCHYARD_LOG_RULES = "TORCHYARD_LOG_RULES"
+TORCHYARD_LOG_LIMIT_BYTES = "TORCHYARD_LOG_LIMIT_BYTES"
+TORCHYARD_SNAPSHOT_MAX_BYTES = "TORCHYARD_SNAPSHOT_MAX_BYTES"
+TORCHYARD_SNAPSHOT_MAX_FILES = "TORCHYARD_SNAPSHOT_MAX_FILES"
+TORCHYARD_INPUTS_COPIES = "TORCHYARD_INPUTS_COPIES"  # inputs copied into outputs/logs
+# The registry service: where a node archives (and an inputs fetch or the SDK reads)
+TORCHYARD_REGISTRY_URL = "TORCHYARD_REGISTRY_URL"
+TORCHYARD_REGISTRY_TOKEN_FILE = "TORCHYARD_REGISTRY_TOKEN_FILE"
+TORCHYARD_REGISTRY_CA = "TORCHYARD_REGISTRY_CA"  # the CA's PEM itself
+TORCHYARD_OUTPUTS_OPTIONAL = "TORCHYARD_OUTPUTS_OPTIONAL"
+TORCHYARD_ARCHIVE_ATTEMPTS = "TORCHYARD_ARCHIVE_ATTEMPTS"
+# MPI runs (``distributions.mpi``, ``launch.mpi_launcher``)
+TORCHYARD_MPIRUN_ARGS = "TORCHYARD_MPIRUN_ARGS"
+TORCHYARD_MPI_DOMAIN = "TORCHYARD_MPI_DOMAIN"
+TORCHYARD_MPI_HOSTFILE = "TORCHYARD_MPI_HOSTFILE"
+TORCHYARD_MPI_KEY_FILE = "TORCHYARD_MPI_KEY_FILE"
+TORCHYARD_MPI_PORT = "TORCHYARD_MPI_PORT"
+TORCHYARD_MPI_END_WAIT = "TORCHYARD_MPI_END_WAIT"
+# The checkpoint folder (``planning.checkpoints``, ``torchyard.checkpoint``)
+TORCHYARD_CHECKPOINT_DIR = "TORCHYARD_CHECKPOINT_DIR"
+TORCHYARD_CHECKPOINT_ATTEMPT = "TORCHYARD_CHECKPOINT_ATTEMPT"
+TORCHYARD_CHECKPOINT_INTERVAL = "TORCHYARD_CHECKPOINT_INTERVAL"
+TORCHYARD_CHECKPOINT_KEEP = "TORCHYARD_CHECKPOINT_KEEP"
+TORCHYARD_CHECKPOINT_MAX_STALLS = "TORCHYARD_CHECKPOINT_MAX_STALLS"
+TORCHYARD_CHECKPOINT_SAVE_SECONDS = "TORCHYARD_CHECKPOINT_SAVE_SECONDS"
+TORCHYARD_RESUME_FROM = "TORCHYARD_RESUME_FROM"  # what the ranks resume from
+TORCHYARD_RESUME_STEP = "TORCHYARD_RESUME_STEP"
+# An Environment build's (``planning.environments``; ``envbuild``, copied alone into build
+# Pods, keeps its own copies of these, which tests/unit/launch/test_contract.py compares)
+TORCHYARD_INSECURE_REGISTRIES = "TORCHYARD_INSECURE_REGISTRIES"
+TORCHYARD_REGISTRY_AUTH = "TORCHYARD_REGISTRY_AUTH"
+
+# The settings of torchyard's own commands, not the launcher's: the operator's (the Helm
+# chart sets them), the CLI's and the SDK's (the user's shell), local mode's folders.
+TORCHYARD_INIT_IMAGE = "TORCHYARD_INIT_IMAGE"
+TORCHYARD_GIT_IMAGE = "TORCHYARD_GIT_IMAGE"
+TORCHYARD_RESOLVE_CURATED = "TORCHYARD_RESOLVE_CURATED"
+TORCHYARD_REGISTRY_CA_FILE = "TORCHYARD_REGISTRY_CA_FILE"
+TORCHYARD_INPUTS_ACCESS_MODE = "TORCHYARD_INPUTS_ACCESS_MODE"
+TORCHYARD_INPUTS_CACHE_LIMIT = "TORCHYARD_INPUTS_CACHE_LIMIT"
+TORCHYARD_INPUTS_CACHE_SIZE = "TORCHYARD_INPUTS_CACHE_SIZE"
+TORCHYARD_INPUTS_STORAGE_CLASS = "TORCHYARD_INPUTS_STORAGE_CLASS"
+TORCHYARD_MLFLOW_URI = "TORCHYARD_MLFLOW_URI"
+TORCHYARD_MLFLOW_SECRET = "TORCHYARD_MLFLOW_SECRET"
+TORCHYARD_METRICS_PORT = "TORCHYARD_METRICS_PORT"
+TORCHYARD_PEERING_NAME = "TORCHYARD_PEERING_NAME"
+TORCHYARD_RESYNC_SECONDS = "TORCHYARD_RESYNC_SECONDS"
+TORCHYARD_TOKEN = "TORCHYARD_TOKEN"
+TORCHYARD_TENSORBOARD = "TORCHYARD_TENSORBOARD"
+TORCHYARD_REGISTRY = "TORCHYARD_REGISTRY"  # local mode's registry folder
+TORCHYARD_LOCAL_RUNS = "TORCHYARD_LOCAL_RUNS"
+TORCHYARD_INPUTS_CACHE = "TORCHYARD_INPUTS_CACHE"
 
 # The variables of the rank contract: torchyard sets them (a TrainingRun's env may not),
 # and a command's arguments may name them, as in the Azure ML guide's tip
 # (``arguments=['--local_rank', '$LOCAL_RANK']``): expanded per process.
 RANK_CONTRACT_VARIABLES = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "NODE_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "PET_NNODES",
-    "PET_NPROC_PER_NODE",
-    "PET_NODE_RANK",
-    "PET_MASTER_ADDR",
-    "PET_MASTER_PORT",
-    "TORCHYARD_OUTPUTS",
-    "TORCHYARD_LOGS",
-    "TORCHYARD_TENSORBOARD_DIR",
+    MASTER_ADDR,
+    MASTER_PORT,
+    WORLD_SIZE,
+    RANK,
+    LOCAL_RANK,
+    NODE_RANK,
+    LOCAL_WORLD_SIZE,
+    GROUP_RANK,
+    PET_NNODES,
+    PET_NPROC_PER_NODE,
+    PET_NODE_RANK,
+    PET_MASTER_ADDR,
+    PET_MASTER_PORT,
+    TORCHYARD_OUTPUTS,
+    TORCHYARD_LOGS,
+    TORCHYARD_TENSORBOARD_DIR,
 )
 # Where a rank writes its TensorBoard event files (``TORCHYARD_TENSORBOARD_DIR``): this
 # folder of its outputs, so that node 0's are archived with them and ``torchyard
 # tensorboard`` finds them in the node Pod while the run runs and in the archive after.
 TENSORBOARD_DIR_NAME = "tensorboard"
-# An input's folder (``spec.inputs``): TORCHYARD_INPUT_<NAME>, which arguments may name
-# too, as the guide's ``dataset.as_named_input('birds').as_mount()`` argument.
-INPUT_VARIABLE_PREFIX = "TORCHYARD_INPUT_"
 _NAMES = "|".join(RANK_CONTRACT_VARIABLES) + "|" + INPUT_VARIABLE_PREFIX + "[A-Z0-9_]+"
 _CONTRACT_VAR = re.compile(r"\$(?:\{(" + _NAMES + r")\}|(" + _NAMES + r")\b)")
 
@@ -80,11 +190,11 @@ def process_env(node_env: Mapping[str, str], local_rank: int) -> dict[str, str]:
 
     Pure; shared with ``torchyard.planning`` (which computes ``node_env``).
     """
-    nproc = int(node_env["TORCHYARD_NPROC_PER_NODE"])
-    node_rank = int(node_env["NODE_RANK"])
+    nproc = int(node_env[TORCHYARD_NPROC_PER_NODE])
+    node_rank = int(node_env[NODE_RANK])
     env = dict(node_env)
-    env["LOCAL_RANK"] = str(local_rank)
-    env["RANK"] = str(node_rank * nproc + local_rank)
+    env[LOCAL_RANK] = str(local_rank)
+    env[RANK] = str(node_rank * nproc + local_rank)
     return env
 
 
@@ -303,7 +413,7 @@ def culprit_rule(
     one); else, of three or more, the one whose last ``step`` (None: unknown) differs from
     the step all the others reported (a step ahead: it skipped a collective; behind: it
     stopped before its report); else ``first``.
-    A node's launcher applies it to its own ranks (``launch_stalls.culprit``), the
+    A node's launcher applies it to its own ranks (``stalls.culprit``), the
     operator to those of every node (``status.culprits.pick``)."""
     told = [s for s in suspects if waiting(s) or place(s) is not None]
     outside = [s for s in told if not waiting(s)]
@@ -326,36 +436,32 @@ def _odd_one(suspects: Sequence[Suspect], key: Callable[[Suspect], Any]) -> Susp
 
 
 def waiting_words(collective: str) -> str:
-    """How a message says where a rank waits (``launch_stalls.waiting_in``'s answer), on
+    """How a message says where a rank waits (``stalls.waiting_in``'s answer), on
     a node and in the operator's ``status.culprits`` alike."""
     if collective == "backward":
         return "waiting in backward: the gradient all-reduce"
     return f"in torch.distributed {collective}"
 
 
-# -- what a node's ranks leave behind ----------------------------------------------------
+# -- which launcher runs a node ----------------------------------------------------------
 
-# The launcher of a node, by TORCHYARD_DISTRIBUTION (set by the run's distribution type,
-# ``torchyard.distributions``; unset: ""): "module:Class" of a shipped ``launch_*`` module,
-# whose ``Class(command).run()`` launch.main calls. A type with a launcher of its own is one
-# entry here (and its module in planning.pods.LAUNCH_MODULES).
-DISTRIBUTION_VARIABLE = "TORCHYARD_DISTRIBUTION"
-LAUNCHERS: dict[str, str] = {
-    "": "launch_node:Launcher",
-    "mpi": "launch_mpi:MpiLauncher",
-}
+# The launcher of a node, by TORCHYARD_DISTRIBUTION: the ``launcher`` of the run's
+# distribution type (``torchyard.distributions``; the planner sets the variable unless it
+# is the node launcher's), a key of ``launch.main.LAUNCHERS``. A type with a launcher of
+# its own is one name here and one entry there.
+NODE_LAUNCHER = ""
+MPI_LAUNCHER = "mpi"
 
-# Every process a node's ranks start inherits this variable (the launcher sets it to a
-# random value of its own, or keeps the one local mode gave it): when the ranks ended,
+# Every process a node's ranks start inherits TORCHYARD_NODE_COOKIE (the launcher sets it
+# to a random value of its own, or keeps the one local mode gave it): when the ranks ended,
 # whatever still carries it is theirs (a helper in a session of its own, a daemon) and is
 # ended, as is whatever still holds their output pipes open.
-COOKIE_VARIABLE = "TORCHYARD_NODE_COOKIE"
 
 
 # -- rank logs ---------------------------------------------------------------------------
 
 # TORCHYARD_LOG_LIMIT_BYTES: the most one rank's log file (logs/rank-<r>.txt) may hold
-# (``launch_logs.CappedLog``): a run's spec.policy.logLimitBytes, else the operator's
+# (``output.CappedLog``): a run's spec.policy.logLimitBytes, else the operator's
 # ``--default-log-limit-bytes``, else LOG_LIMIT_BYTES. The spec and the operator's option
 # keep within LOG_LIMIT_MIN and LOG_LIMIT_MAX.
 LOG_LIMIT_BYTES = 64 << 20
@@ -378,8 +484,8 @@ def snapshot_limits(env: Mapping[str, str] | None = None) -> tuple[int, int]:
     env = os.environ if env is None else env
     limits = []
     for name, default in (
-        ("TORCHYARD_SNAPSHOT_MAX_BYTES", SNAPSHOT_MAX_BYTES),
-        ("TORCHYARD_SNAPSHOT_MAX_FILES", SNAPSHOT_MAX_FILES),
+        (TORCHYARD_SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_BYTES),
+        (TORCHYARD_SNAPSHOT_MAX_FILES, SNAPSHOT_MAX_FILES),
     ):
         value = int_env(env, name, default)
         if value < 1:

@@ -1,23 +1,24 @@
 """The torchyard launcher: starts the ranks of one node and reports exactly which failed.
 
-Standard library only, Python >= 3.8. This module is the entry point (:func:`main`); the
-launcher's code is in the ``launch_*`` modules beside it (``launch_contract`` at the
-bottom, ``launch_logs``, ``launch_progress``, ``launch_stalls``, ``launch_ranks``,
-``launch_transfer``, ``launch_node``, ``launch_mpi``), which import only the standard
-library and each other. They reach any training image together, as a read-only
-ConfigMap volume (a ``torchyard/`` package folder with the other shipped modules), and
-the node Pod runs ``python .../torchyard/launcher.py [--copy SRC DIR | --fetch SHA256
-DIR] -- <command...>`` (or ``python -m torchyard.launcher -- <command...>`` where
-torchyard is installed): ``--copy``/``--fetch`` put the source into the working folder
-first (``launch_transfer.prepare``). Run as a file, it imports its siblings from the
-folder it is in, whatever else the image has installed. Local mode runs the very same
-file once per node.
+Standard library only, Python >= 3.8. This module is the entry point (:func:`main`) of
+the ``torchyard.launch`` package, whose other modules it runs (``contract`` at the bottom,
+``output``, ``tracker``, ``stalls``, ``ranks``, ``node_files``, ``node_launcher``,
+``mpi_launcher``); they import only the standard library and each other. They reach any
+training image together, as a read-only ConfigMap volume (a ``torchyard/`` package folder
+with the other shipped modules), and the node Pod runs ``python
+.../torchyard/launch/main.py [--copy SRC DIR | --fetch SHA256 DIR] -- <command...>`` (or
+``python -m torchyard.launch -- <command...>`` where torchyard is installed):
+``--copy``/``--fetch`` put the source into the working folder first
+(``node_files.prepare``). Run as a file, it imports the package from the folder above its
+own, whatever else the image has installed. Local mode runs the very same file once per
+node.
 
 It reads its configuration from variables that ``torchyard.planning`` sets:
 
     TORCHYARD_LAUNCH           process | node
-    TORCHYARD_DISTRIBUTION     which launcher class runs the node (``launch_contract.LAUNCHERS``:
-                               unset, the node launcher; mpi, ``launch_mpi.MpiLauncher``)
+    TORCHYARD_DISTRIBUTION     which launcher class runs the node (:data:`LAUNCHERS`, as the
+                               run's distribution type says: unset, the node launcher;
+                               mpi, ``mpi_launcher.MpiLauncher``)
     TORCHYARD_NPROC_PER_NODE   processes on this node
     NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE, ...   the rank contract
     TORCHYARD_LOGS             folder for logs/rank-<r>.txt (default ./logs)
@@ -97,33 +98,38 @@ and then:
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-if not __package__:  # run as a file: its siblings are imported from its own package folder
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # run as a file: the package is imported from the folder above its own
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from torchyard.launch_contract import (
-    DISTRIBUTION_VARIABLE,
-    LAUNCHERS,
+from torchyard.launch.contract import (
+    MPI_LAUNCHER,
+    NODE_LAUNCHER,
+    TERMINATION_LOG,
+    TORCHYARD_DISTRIBUTION,
+    TORCHYARD_TERMINATION_LOG,
     LaunchError,
     termination_message,
     write_termination,
 )
-from torchyard.launch_mpi import rsh_agent
-from torchyard.launch_ranks import become_subreaper
-from torchyard.launch_transfer import SOURCE_OPTIONS, copy_inputs, prepare
+from torchyard.launch.mpi_launcher import MpiLauncher, rsh_agent
+from torchyard.launch.node_files import SOURCE_OPTIONS, copy_inputs, prepare
+from torchyard.launch.node_launcher import Launcher
+from torchyard.launch.ranks import become_subreaper
+
+# The launcher class of a node, by the launcher its run's distribution type names
+# (``DistributionType.launcher``, which planning puts in TORCHYARD_DISTRIBUTION); a type
+# with a launcher of its own is one entry here and one name in ``contract``.
+LAUNCHERS: dict[str, type[Launcher]] = {NODE_LAUNCHER: Launcher, MPI_LAUNCHER: MpiLauncher}
 
 
-def launcher_class() -> Any:
+def launcher_class() -> type[Launcher]:
     """The class that launches this node: ``LAUNCHERS[TORCHYARD_DISTRIBUTION]``; unset or
     not a key there (a run's own ``env`` may set it), the node launcher."""
-    entry = LAUNCHERS.get(os.environ.get(DISTRIBUTION_VARIABLE, ""), LAUNCHERS[""])
-    module, _, cls = entry.partition(":")
-    return getattr(importlib.import_module(f"torchyard.{module}"), cls)
+    return LAUNCHERS.get(os.environ.get(TORCHYARD_DISTRIBUTION, NODE_LAUNCHER), Launcher)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,13 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in SOURCE_OPTIONS:
         if args[3:4] != ["--"]:
             sys.stderr.write(
-                "[torchyard] error: usage: launcher.py [--copy SRC DIR | --fetch SHA256 DIR]"
+                "[torchyard] error: usage: main.py [--copy SRC DIR | --fetch SHA256 DIR]"
                 " -- <command> [args...]\n"
             )
             return 2
-        code = prepare(
-            args[:3], os.environ.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
-        )
+        code = prepare(args[:3], os.environ.get(TORCHYARD_TERMINATION_LOG, TERMINATION_LOG))
         if code:
             return code
         args = args[3:]
@@ -157,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LaunchError as err:
         sys.stderr.write(f"[torchyard] error: {err}\n")
         write_termination(
-            os.environ.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log"),
+            os.environ.get(TORCHYARD_TERMINATION_LOG, TERMINATION_LOG),
             termination_message({"reason": "LaunchError", "exitCode": 2, "message": str(err)}),
         )
         return 2

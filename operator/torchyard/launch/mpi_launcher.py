@@ -1,6 +1,6 @@
 """MPI runs (``distribution.type: mpi``; ``torchyard.distributions.mpi`` sets the TORCHYARD_MPI_*
 variables): node 0's launcher runs ``mpirun`` (:class:`MpiLauncher`) with the launcher
-itself as OpenMPI's ``plm_rsh_agent`` (``launcher.py --rsh``, :func:`rsh_agent`): no sshd.
+itself as OpenMPI's ``plm_rsh_agent`` (``main.py --rsh``, :func:`rsh_agent`): no sshd.
 The launchers of nodes >= 1 serve that agent (:class:`MpiWorker`).
 
 Standard library only, Python >= 3.8; shipped with the launcher. Tested in
@@ -28,9 +28,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from torchyard.launch_contract import (
+from torchyard.launch.contract import (
     PROGRESS_PREFIX,
     TAIL_LINES,
+    TERMINATION_LOG,
+    TORCHYARD_DNS_TIMEOUT,
+    TORCHYARD_MPI_DOMAIN,
+    TORCHYARD_MPI_END_WAIT,
+    TORCHYARD_MPI_HOSTFILE,
+    TORCHYARD_MPI_KEY_FILE,
+    TORCHYARD_MPI_PORT,
+    TORCHYARD_MPIRUN_ARGS,
+    TORCHYARD_TERMINATION_LOG,
     LaunchError,
     int_env,
     parse_progress,
@@ -38,12 +47,12 @@ from torchyard.launch_contract import (
     traceback_tail,
     write_termination,
 )
-from torchyard.launch_logs import CappedLog, log_limit
-from torchyard.launch_node import Launcher
-from torchyard.launch_transfer import archive_node
+from torchyard.launch.node_files import archive_node
+from torchyard.launch.node_launcher import Launcher
+from torchyard.launch.output import CappedLog, log_limit
 
 # The file mpirun runs as its agent: the launcher, beside this module.
-LAUNCHER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
+LAUNCHER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main.py")
 
 
 # ---------------------------------------------------------------------------------------
@@ -101,7 +110,7 @@ def _spawn(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[b
 
 
 def mpi_key(env: Mapping[str, str]) -> bytes:
-    path = env.get("TORCHYARD_MPI_KEY_FILE", "")
+    path = env.get(TORCHYARD_MPI_KEY_FILE, "")
     try:
         with open(path, "rb") as f:
             key = f.read().strip()
@@ -135,7 +144,7 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
 
 def mpi_host(host: str, env: Mapping[str, str]) -> str:
     """mpirun shortens hostfile names to the Pod's hostname; add the Service back."""
-    domain = env.get("TORCHYARD_MPI_DOMAIN", "")
+    domain = env.get(TORCHYARD_MPI_DOMAIN, "")
     return f"{host}.{domain}" if domain and "." not in host else host
 
 
@@ -160,15 +169,15 @@ def mpi_request(
 
 
 def rsh_agent(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
-    """``launcher.py --rsh HOST COMMAND...``: what mpirun calls instead of ssh. Streams the
+    """``main.py --rsh HOST COMMAND...``: what mpirun calls instead of ssh. Streams the
     remote command's output here and exits with its status (255: not reached, as ssh)."""
     env = os.environ if env is None else env
     if len(args) < 2:
-        sys.stderr.write("[torchyard] usage: launcher.py --rsh HOST COMMAND...\n")
+        sys.stderr.write("[torchyard] usage: main.py --rsh HOST COMMAND...\n")
         return 255
     host = mpi_host(args[0], env)
     try:
-        port = int_env(env, "TORCHYARD_MPI_PORT", None)
+        port = int_env(env, TORCHYARD_MPI_PORT, None)
         conn = mpi_request(host, port, mpi_key(env), {"run": " ".join(args[1:])})
     except (LaunchError, OSError) as err:
         sys.stderr.write(f"[torchyard] MPI agent: cannot reach node {host}: {err}\n")
@@ -195,14 +204,14 @@ class MpiWorker:
         self.env = dict(env)
         self.key = key
         self.say = say
-        self.server = socket.create_server(("", int_env(env, "TORCHYARD_MPI_PORT", None)))
+        self.server = socket.create_server(("", int_env(env, TORCHYARD_MPI_PORT, None)))
         self.done = threading.Event()
         self.ended: int | None = None
         self.procs: list[subprocess.Popen[bytes]] = []
         # When this node's orted ended (monotonic): node 0 says "end" a moment later with
         # mpirun's exit code; the launcher waits for it at most TORCHYARD_MPI_END_WAIT s.
         self.session_ended: float | None = None
-        self.end_wait = int_env(env, "TORCHYARD_MPI_END_WAIT", 30)
+        self.end_wait = int_env(env, TORCHYARD_MPI_END_WAIT, 30)
 
     @property
     def port(self) -> int:
@@ -344,7 +353,7 @@ class MpiLauncher(Launcher):
         if self.checkpoints is not None:
             failed = self.stopping is not None or self.worker.ended not in (None, 0)
             self.checkpoint_info = self.checkpoints.stop(rank_failed=failed)
-        path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        path = self.env.get(TORCHYARD_TERMINATION_LOG, TERMINATION_LOG)
         if self.stopping is not None:
             info = {"nodeRank": node_rank, "reason": "Terminated", "signal": self.stopping}
             info.update(self.checkpoint_info)
@@ -360,12 +369,12 @@ class MpiLauncher(Launcher):
         return 0
 
     def _workers(self) -> list[tuple[int, str]]:
-        lines = self.env.get("TORCHYARD_MPI_HOSTFILE", "").splitlines()
+        lines = self.env.get(TORCHYARD_MPI_HOSTFILE, "").splitlines()
         return [(i, line.split()[0]) for i, line in enumerate(lines) if i > 0 and line.split()]
 
     def _wait_for_workers(self, timeout: int) -> None:
         """Every worker's port accepts before mpirun starts (no race at start-up)."""
-        port = int_env(self.env, "TORCHYARD_MPI_PORT", None)
+        port = int_env(self.env, TORCHYARD_MPI_PORT, None)
         deadline = time.monotonic() + timeout
         for node, host in self._workers():
             address = mpi_host(host, self.env)
@@ -390,16 +399,16 @@ class MpiLauncher(Launcher):
                 "mode, on this machine): apt-get install openmpi-bin (python3-mpi4py for "
                 "mpi4py scripts)"
             )
-        agent = "TORCHYARD_MPI_PORT" in self.env
+        agent = TORCHYARD_MPI_PORT in self.env
         if agent:
-            self._wait_for_workers(int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300))
+            self._wait_for_workers(int_env(self.env, TORCHYARD_DNS_TIMEOUT, 300))
         # mpirun writes orted's command for the shell it finds here (the agent's worker
         # runs it with /bin/sh); a Pod often has no SHELL, and then mpirun warns.
         self.env.setdefault("SHELL", "/bin/sh")
         try:
-            args = [str(a) for a in json.loads(self.env.get("TORCHYARD_MPIRUN_ARGS", "[]"))]
+            args = [str(a) for a in json.loads(self.env.get(TORCHYARD_MPIRUN_ARGS, "[]"))]
         except ValueError:
-            raise LaunchError("TORCHYARD_MPIRUN_ARGS must be a JSON list of strings") from None
+            raise LaunchError(f"{TORCHYARD_MPIRUN_ARGS} must be a JSON list of strings") from None
         folder = tempfile.mkdtemp(prefix="torchyard-mpi-")  # for the hostfile; removed below
         try:
             return self._run_mpirun(mpirun, args, folder, nproc, logs, started)
@@ -409,10 +418,10 @@ class MpiLauncher(Launcher):
     def _run_mpirun(
         self, mpirun: str, args: list[str], folder: str, nproc: int, logs: str, started: float
     ) -> int:
-        agent = "TORCHYARD_MPI_PORT" in self.env
+        agent = TORCHYARD_MPI_PORT in self.env
         hostfile = os.path.join(folder, "hostfile")
         write_termination(
-            hostfile, self.env.get("TORCHYARD_MPI_HOSTFILE", f"localhost slots={nproc}\n")
+            hostfile, self.env.get(TORCHYARD_MPI_HOSTFILE, f"localhost slots={nproc}\n")
         )
         command = [mpirun, "--hostfile", hostfile, *args]
         if agent:
@@ -534,14 +543,14 @@ class MpiLauncher(Launcher):
     def _end_workers(self, code: int) -> None:
         """Tell every worker launcher that mpirun ended, so that its node ends with it."""
         key = mpi_key(self.env)
-        port = int_env(self.env, "TORCHYARD_MPI_PORT", None)
+        port = int_env(self.env, TORCHYARD_MPI_PORT, None)
         for _, host in self._workers():
             # OSError: it ended already (its orted's connection closed).
             with contextlib.suppress(OSError):
                 mpi_request(mpi_host(host, self.env), port, key, {"end": code}, timeout=10).close()
 
     def _mpi_report(self, code: int, nproc: int, exited_at: float, elapsed: float) -> int:
-        path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        path = self.env.get(TORCHYARD_TERMINATION_LOG, TERMINATION_LOG)
         # (the progress summary and checkpoint_info as in Launcher._report)
         summary = {"progress": self.progress.summary(), **self.checkpoint_info}
         summary = {k: v for k, v in summary.items() if v is not None}

@@ -19,8 +19,20 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torchyard.launch_contract import (
+from torchyard.launch.contract import (
     SNAPSHOT,
+    TERMINATION_LOG,
+    TORCHYARD_ARCHIVE_ATTEMPTS,
+    TORCHYARD_INPUTS_COPIES,
+    TORCHYARD_NAMESPACE,
+    TORCHYARD_OUTPUTS,
+    TORCHYARD_OUTPUTS_OPTIONAL,
+    TORCHYARD_REGISTRY_CA,
+    TORCHYARD_REGISTRY_TOKEN_FILE,
+    TORCHYARD_REGISTRY_URL,
+    TORCHYARD_RUN,
+    TORCHYARD_SNAPSHOT_MAX_FILES,
+    TORCHYARD_TERMINATION_LOG,
     LaunchError,
     int_env,
     snapshot_limits,
@@ -32,7 +44,7 @@ from torchyard.launch_contract import (
 def registry_context(env: Mapping[str, str]) -> ssl.SSLContext | None:
     """What verifies the registry service's certificate: the CA in TORCHYARD_REGISTRY_CA
     (PEM, which the operator passes to node Pods), else None (the system's CAs)."""
-    pem = env.get("TORCHYARD_REGISTRY_CA", "")
+    pem = env.get(TORCHYARD_REGISTRY_CA, "")
     return ssl.create_default_context(cadata=pem) if pem.strip() else None
 
 
@@ -243,7 +255,7 @@ class _Unpacker:
             raise LaunchError(
                 f"the snapshot holds more than {self.max_files} entries (at {name!r}); "
                 "leave files out of the snapshot (.torchyardignore) or raise "
-                "TORCHYARD_SNAPSHOT_MAX_FILES"
+                f"{TORCHYARD_SNAPSHOT_MAX_FILES}"
             )
         target = _snapshot_target(self.root, name)
         if member.isdir():
@@ -406,11 +418,11 @@ def prepare(args: Sequence[str], termination_log: str | None = None) -> int:
         elif rest[:1] == ["--fetch"] and len(rest) == 3:
             sha256, workdir = rest[1], rest[2]
             env = os.environ
-            with open(env.get("TORCHYARD_REGISTRY_TOKEN_FILE", "")) as f:
+            with open(env.get(TORCHYARD_REGISTRY_TOKEN_FILE, "")) as f:
                 token = f.read().strip()
             url = (
-                f"{env['TORCHYARD_REGISTRY_URL'].rstrip('/')}/v1/namespaces/"
-                f"{env.get('TORCHYARD_NAMESPACE', 'default')}/snapshots/{sha256}"
+                f"{env[TORCHYARD_REGISTRY_URL].rstrip('/')}/v1/namespaces/"
+                f"{env.get(TORCHYARD_NAMESPACE, 'default')}/snapshots/{sha256}"
             )
             count = fetch_snapshot(url, sha256, workdir, token, registry_context(env))
             sys.stderr.write(f"[torchyard] fetched the source snapshot: {count} files\n")
@@ -437,7 +449,7 @@ def copy_inputs(env: Mapping[str, str]) -> int:
     import json
     import shutil
 
-    raw = env.get("TORCHYARD_INPUTS_COPIES", "")
+    raw = env.get(TORCHYARD_INPUTS_COPIES, "")
     if not raw:
         return 0
     count = 0
@@ -460,11 +472,11 @@ def archive(
     A connection error or a 5xx is tried again; one that persists, or a refused token
     (401/403), stops the uploads at once.
     """
-    url = env["TORCHYARD_REGISTRY_URL"].rstrip("/")
-    namespace = env.get("TORCHYARD_NAMESPACE", "default")
-    run = env.get("TORCHYARD_RUN", "run")
+    url = env[TORCHYARD_REGISTRY_URL].rstrip("/")
+    namespace = env.get(TORCHYARD_NAMESPACE, "default")
+    run = env.get(TORCHYARD_RUN, "run")
     base = f"{url}/v1/namespaces/{namespace}/runs/{run}"
-    token_file = env.get("TORCHYARD_REGISTRY_TOKEN_FILE", "")
+    token_file = env.get(TORCHYARD_REGISTRY_TOKEN_FILE, "")
     try:
         with open(token_file) as f:
             token = f.read().strip()
@@ -481,14 +493,14 @@ def archive(
         return _said(say, f"cannot archive: TORCHYARD_REGISTRY_CA is not a PEM certificate ({err})")
     folders = [(logs, f"logs/node-{node_rank}")]
     if node_rank == 0:
-        folders.append((env["TORCHYARD_OUTPUTS"], "outputs"))
+        folders.append((env[TORCHYARD_OUTPUTS], "outputs"))
     files = [
         (os.path.join(dirpath, name), f"{prefix}/{_relative_dir(dirpath, folder)}{name}")
         for folder, prefix in folders
         for dirpath, _, names in os.walk(folder)
         for name in sorted(names)
     ]
-    attempts = max(1, int_env(env, "TORCHYARD_ARCHIVE_ATTEMPTS", ARCHIVE_ATTEMPTS))
+    attempts = max(1, int_env(env, TORCHYARD_ARCHIVE_ATTEMPTS, ARCHIVE_ATTEMPTS))
     sent, failed = 0, []
     first: OSError | None = None
     for path, target in files:
@@ -521,7 +533,7 @@ def archive_node(
 ) -> int:
     """With TORCHYARD_REGISTRY_URL, :func:`archive` the node; the node's exit code: ``code``,
     unless the ranks succeeded and the archive did not (:func:`archive_failed`)."""
-    if env.get("TORCHYARD_REGISTRY_URL"):
+    if env.get(TORCHYARD_REGISTRY_URL):
         problem = archive(env, node_rank, logs, say)
         if problem is not None and code == 0:
             code = archive_failed(env, problem, node_rank)
@@ -532,9 +544,9 @@ def archive_failed(env: Mapping[str, str], problem: str, node_rank: int) -> int:
     """The ranks succeeded but the archive did not: say so in the termination message
     (reason ArchiveFailed). With TORCHYARD_OUTPUTS_OPTIONAL the node still succeeds
     (the operator turns the message into a warning); otherwise it fails."""
-    optional = env.get("TORCHYARD_OUTPUTS_OPTIONAL", "") not in ("", "0", "false")
+    optional = env.get(TORCHYARD_OUTPUTS_OPTIONAL, "") not in ("", "0", "false")
     code = 0 if optional else ARCHIVE_FAILED_EXIT
-    path = env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+    path = env.get(TORCHYARD_TERMINATION_LOG, TERMINATION_LOG)
     info = {"nodeRank": node_rank, "exitCode": code, "reason": "ArchiveFailed"}
     write_termination(path, termination_message(dict(info, message=problem)))
     return code

@@ -2,8 +2,8 @@
 stall, a signal), stops the rest, and says what happened in the JSON termination message.
 
 Standard library only, Python >= 3.8; shipped with the launcher, whose ``main`` runs it
-(``launch_mpi.MpiLauncher`` for MPI runs). What it reads from its environment is in
-``torchyard.launcher``'s docstring. Tested as real processes in tests/unit/launcher/.
+(``mpi_launcher.MpiLauncher`` for MPI runs). What it reads from its environment is in
+``torchyard.launch.main``'s docstring. Tested as real processes in tests/unit/launcher/.
 """
 
 from __future__ import annotations
@@ -20,10 +20,35 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from torchyard.launch_contract import (
-    COOKIE_VARIABLE,
+from torchyard.launch.contract import (
+    LOCAL_WORLD_SIZE,
     LOG_LIMIT_BYTES,
+    MASTER_ADDR,
+    NODE_RANK,
+    RANK,
     TENSORBOARD_DIR_NAME,
+    TERMINATION_LOG,
+    TORCHYARD_CGROUP_ROOT,
+    TORCHYARD_CHECKPOINT_ATTEMPT,
+    TORCHYARD_CHECKPOINT_DIR,
+    TORCHYARD_CHECKPOINT_KEEP,
+    TORCHYARD_CHECKPOINT_MAX_STALLS,
+    TORCHYARD_CHECKPOINT_SAVE_SECONDS,
+    TORCHYARD_DNS_TIMEOUT,
+    TORCHYARD_GRACE_PERIOD,
+    TORCHYARD_LAUNCH,
+    TORCHYARD_LOG_RULES,
+    TORCHYARD_LOGS,
+    TORCHYARD_NODE_COOKIE,
+    TORCHYARD_NPROC_PER_NODE,
+    TORCHYARD_OUTPUTS,
+    TORCHYARD_PROGRESS_FILE,
+    TORCHYARD_PROGRESS_INTERVAL,
+    TORCHYARD_RESUME_FROM,
+    TORCHYARD_SHIPPED_PATH,
+    TORCHYARD_TENSORBOARD_DIR,
+    TORCHYARD_TERMINATION_LOG,
+    WORLD_SIZE,
     LaunchError,
     expand_arguments,
     int_env,
@@ -32,9 +57,9 @@ from torchyard.launch_contract import (
     traceback_tail,
     write_termination,
 )
-from torchyard.launch_logs import Echo, LogScanner, log_limit
-from torchyard.launch_progress import ProgressTracker, merge_metrics
-from torchyard.launch_ranks import (
+from torchyard.launch.node_files import archive_node
+from torchyard.launch.output import Echo, LogScanner, log_limit
+from torchyard.launch.ranks import (
     Rank,
     alive,
     end_leftovers,
@@ -44,7 +69,7 @@ from torchyard.launch_ranks import (
     wait_for_dns,
     writable_folder,
 )
-from torchyard.launch_stalls import (
+from torchyard.launch.stalls import (
     collect_stacks,
     culprit,
     describe_stall,
@@ -53,7 +78,7 @@ from torchyard.launch_stalls import (
     rank_processes,
     stall_limits,
 )
-from torchyard.launch_transfer import archive_node
+from torchyard.launch.tracker import ProgressTracker, merge_metrics
 
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank", re.MULTILINE)
 # torchrun's own log lines (logging's default format), e.g. "ERROR:torch.distributed.
@@ -94,14 +119,14 @@ def checkpoint_module(env: Mapping[str, str]) -> Any:
     Imported by name, only when the run has a checkpoint folder."""
     import importlib
 
-    shipped = env.get("TORCHYARD_SHIPPED_PATH", "")
+    shipped = env.get(TORCHYARD_SHIPPED_PATH, "")
     if shipped and shipped not in sys.path:
         sys.path.insert(0, shipped)
     try:
         return importlib.import_module("torchyard.checkpoint")
     except ImportError as err:
         raise LaunchError(
-            f"TORCHYARD_CHECKPOINT_DIR is set but torchyard.checkpoint cannot be imported "
+            f"{TORCHYARD_CHECKPOINT_DIR} is set but torchyard.checkpoint cannot be imported "
             f"({err}): run the launcher from the torchyard package folder"
         ) from None
 
@@ -124,7 +149,7 @@ class Launcher:
         err: IO[str] | None = None,
     ) -> None:
         if not command:
-            raise LaunchError("no command given: usage: launcher.py -- <command> [args...]")
+            raise LaunchError("no command given: usage: main.py -- <command> [args...]")
         self.command = list(command)
         self.env = dict(os.environ if env is None else env)
         self.out = out or sys.stdout
@@ -135,18 +160,18 @@ class Launcher:
         # The node's own output (ranks' lines and these messages), written by one thread
         # so that a slow reader never makes a rank wait (Echo).
         self.echo = Echo(self.err)
-        # Carried by every process the ranks start (COOKIE_VARIABLE): what is left of
+        # Carried by every process the ranks start (TORCHYARD_NODE_COOKIE): what is left of
         # them when they ended is found and ended (end_leftovers). Local mode gives its
         # own, to find them too should this launcher be killed.
-        self.cookie = self.env.get(COOKIE_VARIABLE) or os.urandom(8).hex()
+        self.cookie = self.env.get(TORCHYARD_NODE_COOKIE) or os.urandom(8).hex()
         self.log_limit = LOG_LIMIT_BYTES  # TORCHYARD_LOG_LIMIT_BYTES, read by run()
         # Local mode: the node's progress summaries go to this file, one JSON a line, for
         # its one progress line (torchyard.local), instead of this output.
-        self.progress_file = self.env.get("TORCHYARD_PROGRESS_FILE") or None
-        self.cgroup = self.env.get("TORCHYARD_CGROUP_ROOT") or "/sys/fs/cgroup"
+        self.progress_file = self.env.get(TORCHYARD_PROGRESS_FILE) or None
+        self.cgroup = self.env.get(TORCHYARD_CGROUP_ROOT) or "/sys/fs/cgroup"
         self._oom_kills = oom_kills(self.cgroup)  # before any rank ran
         self.progress = ProgressTracker(".")  # replaced in run(), once logs/ is known
-        self.scanner = LogScanner(self.env.get("TORCHYARD_LOG_RULES", ""))
+        self.scanner = LogScanner(self.env.get(TORCHYARD_LOG_RULES, ""))
         # a stalled rank, as found by _check_stall: (the Rank, what the status says of it)
         self.stall: tuple[Rank, dict[str, Any]] | None = None
         self._stall_check_at = 0.0
@@ -179,17 +204,17 @@ class Launcher:
 
     def _config(self) -> tuple[str, int, int, str]:
         env = self.env
-        launch = env.get("TORCHYARD_LAUNCH", "process")
+        launch = env.get(TORCHYARD_LAUNCH, "process")
         if launch not in ("process", "node"):
-            raise LaunchError(f"TORCHYARD_LAUNCH must be 'process' or 'node', got {launch!r}")
-        nproc = int_env(env, "TORCHYARD_NPROC_PER_NODE", 1)
-        node_rank = int_env(env, "NODE_RANK", 0)
+            raise LaunchError(f"{TORCHYARD_LAUNCH} must be 'process' or 'node', got {launch!r}")
+        nproc = int_env(env, TORCHYARD_NPROC_PER_NODE, 1)
+        node_rank = int_env(env, NODE_RANK, 0)
         if nproc < 1:
-            raise LaunchError("TORCHYARD_NPROC_PER_NODE must be >= 1")
-        env.setdefault("TORCHYARD_NPROC_PER_NODE", str(nproc))
-        env.setdefault("NODE_RANK", str(node_rank))
-        env.setdefault("LOCAL_WORLD_SIZE", str(nproc))
-        env.setdefault("WORLD_SIZE", str(nproc))
+            raise LaunchError(f"{TORCHYARD_NPROC_PER_NODE} must be >= 1")
+        env.setdefault(TORCHYARD_NPROC_PER_NODE, str(nproc))
+        env.setdefault(NODE_RANK, str(node_rank))
+        env.setdefault(LOCAL_WORLD_SIZE, str(nproc))
+        env.setdefault(WORLD_SIZE, str(nproc))
         # As torchrun: one intra-op thread per process unless told otherwise, so that
         # N ranks on a node do not each start one thread per core.
         if nproc > 1:
@@ -197,16 +222,14 @@ class Launcher:
         env.setdefault("PYTHONUNBUFFERED", "1")
         # In a node Pod the shipped torchyard package (a ConfigMap volume) is importable
         # by the ranks (``from torchyard import ...``), ahead of the image's PYTHONPATH.
-        shipped = env.get("TORCHYARD_SHIPPED_PATH")
+        shipped = env.get(TORCHYARD_SHIPPED_PATH)
         if shipped:
             paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             env["PYTHONPATH"] = os.pathsep.join([shipped, *(p for p in paths if p != shipped)])
-        for name, default in (("TORCHYARD_LOGS", "logs"), ("TORCHYARD_OUTPUTS", "outputs")):
+        for name, default in ((TORCHYARD_LOGS, "logs"), (TORCHYARD_OUTPUTS, "outputs")):
             env[name] = writable_folder(name, env.get(name) or os.path.abspath(default), self.say)
-        env["TORCHYARD_TENSORBOARD_DIR"] = os.path.join(
-            env["TORCHYARD_OUTPUTS"], TENSORBOARD_DIR_NAME
-        )
-        return launch, nproc, node_rank, env["TORCHYARD_LOGS"]
+        env[TORCHYARD_TENSORBOARD_DIR] = os.path.join(env[TORCHYARD_OUTPUTS], TENSORBOARD_DIR_NAME)
+        return launch, nproc, node_rank, env[TORCHYARD_LOGS]
 
     def _handle_signals(self) -> None:
         """SIGTERM and SIGINT stop the ranks (``_on_signal``); only in the main thread."""
@@ -218,7 +241,7 @@ class Launcher:
         """A fresh progress tracker over ``logs``, and the thread that publishes its
         summary every TORCHYARD_PROGRESS_INTERVAL seconds (``_publish_progress``)."""
         self.progress = ProgressTracker(logs)
-        interval = max(1, int_env(self.env, "TORCHYARD_PROGRESS_INTERVAL", 5))
+        interval = max(1, int_env(self.env, TORCHYARD_PROGRESS_INTERVAL, 5))
         threading.Thread(target=self._publish_progress, args=(interval,), daemon=True).start()
 
     def _publish_progress(self, interval: int) -> None:
@@ -262,7 +285,7 @@ class Launcher:
         """The last progress line, and the last metric values into outputs/metrics.json."""
         self.progress.close()
         self._say_progress()
-        merge_metrics(self.env["TORCHYARD_OUTPUTS"], self.progress.metrics())
+        merge_metrics(self.env[TORCHYARD_OUTPUTS], self.progress.metrics())
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.stopping is None:
@@ -278,25 +301,25 @@ class Launcher:
         """With TORCHYARD_CHECKPOINT_DIR: export the newest complete checkpoint to the
         ranks (TORCHYARD_RESUME_FROM/STEP; every node finds the same one in the shared
         folder) and, on node 0, write COMPLETE.json as the ranks finish their saves."""
-        folder = self.env.get("TORCHYARD_CHECKPOINT_DIR", "")
+        folder = self.env.get(TORCHYARD_CHECKPOINT_DIR, "")
         if not folder:
             return
         module = checkpoint_module(self.env)
         self.checkpoints = module.NodeCheckpoints(
             folder,
             node_rank,
-            int_env(self.env, "WORLD_SIZE", 1),
-            keep_newest=int_env(self.env, "TORCHYARD_CHECKPOINT_KEEP", 0),
-            max_without_progress=int_env(self.env, "TORCHYARD_CHECKPOINT_MAX_STALLS", 3),
-            attempt=self.env.get("TORCHYARD_CHECKPOINT_ATTEMPT", ""),
-            wait_seconds=int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300),
+            int_env(self.env, WORLD_SIZE, 1),
+            keep_newest=int_env(self.env, TORCHYARD_CHECKPOINT_KEEP, 0),
+            max_without_progress=int_env(self.env, TORCHYARD_CHECKPOINT_MAX_STALLS, 3),
+            attempt=self.env.get(TORCHYARD_CHECKPOINT_ATTEMPT, ""),
+            wait_seconds=int_env(self.env, TORCHYARD_DNS_TIMEOUT, 300),
         )
         try:
             self.env.update(self.checkpoints.start())
         except module.CheckpointError as err:
             raise LaunchError(str(err)) from None
-        if "TORCHYARD_RESUME_FROM" in self.env:
-            self.say(f"resuming from checkpoint {self.env['TORCHYARD_RESUME_FROM']}")
+        if TORCHYARD_RESUME_FROM in self.env:
+            self.say(f"resuming from checkpoint {self.env[TORCHYARD_RESUME_FROM]}")
 
     def _save_first(self, signum: int) -> bool:
         """SIGTERM/SIGINT with a checkpoint folder whose ranks report their steps: ask
@@ -311,7 +334,7 @@ class Launcher:
             return False
         if target is None:
             return False
-        wait = int_env(self.env, "TORCHYARD_CHECKPOINT_SAVE_SECONDS", 20)
+        wait = int_env(self.env, TORCHYARD_CHECKPOINT_SAVE_SECONDS, 20)
         self._save_until = time.monotonic() + wait
         self._asked_at = time.monotonic()
         self.say(
@@ -346,7 +369,7 @@ class Launcher:
             if launch == "process":
                 for local in range(nproc):
                     env = process_env(self.env, local)
-                    number = int(env["RANK"])
+                    number = int(env[RANK])
                     self._start_rank(number, local, f"rank {number}", env, logs)
             else:
                 self._start_rank(None, None, f"node {node_rank}", dict(self.env), logs)
@@ -390,12 +413,12 @@ class Launcher:
     def _run(self) -> int:
         launch, nproc, node_rank, logs = self._config()
         self.log_limit = log_limit(self.env)
-        self.env[COOKIE_VARIABLE] = self.cookie
-        if self.env.get("MASTER_ADDR"):
+        self.env[TORCHYARD_NODE_COOKIE] = self.cookie
+        if self.env.get(MASTER_ADDR):
             wait_for_dns(
-                self.env["MASTER_ADDR"], int_env(self.env, "TORCHYARD_DNS_TIMEOUT", 300), self.err
+                self.env[MASTER_ADDR], int_env(self.env, TORCHYARD_DNS_TIMEOUT, 300), self.err
             )
-        grace = int_env(self.env, "TORCHYARD_GRACE_PERIOD", 10)
+        grace = int_env(self.env, TORCHYARD_GRACE_PERIOD, 10)
         self._handle_signals()
         started = time.monotonic()
         self._start_checkpoints(node_rank)
@@ -560,7 +583,7 @@ class Launcher:
         """The termination message: ``info``, without its None values unless ``keep_none``."""
         if not keep_none:
             info = {k: v for k, v in info.items() if v is not None}
-        path = self.env.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log")
+        path = self.env.get(TORCHYARD_TERMINATION_LOG, TERMINATION_LOG)
         write_termination(path, termination_message(info))
 
     def _report(self, failed: Rank | None, node_rank: int, elapsed: float) -> int:

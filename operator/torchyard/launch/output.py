@@ -2,8 +2,8 @@
 its limit (:class:`CappedLog`), the node's own output that never makes a rank wait
 (:class:`Echo`), and the evidence and ``policy.logRules`` lines (:class:`LogScanner`).
 
-Standard library only, Python >= 3.8; shipped with the launcher (``launch_ranks.Rank``
-and ``launch_mpi`` write through them). Tested in tests/unit/launcher/test_output.py and
+Standard library only, Python >= 3.8; shipped with the launcher (``ranks.Rank``
+and ``mpi_launcher`` write through them). Tested in tests/unit/launcher/test_output.py and
 tests/unit/launcher/test_log_scanner.py.
 """
 
@@ -20,24 +20,26 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
-from torchyard.launch_contract import (
+from torchyard.launch.contract import (
     EVIDENCE,
     EVIDENCE_CHARS,
     EVIDENCE_MAX,
     EVIDENCE_WORDS,
     LOG_LIMIT_BYTES,
     LOG_LIMIT_MIN,
+    TORCHYARD_LOG_LIMIT_BYTES,
+    TORCHYARD_LOG_RULES,
     LaunchError,
     int_env,
     write_bytes,
 )
 
-# TORCHYARD_LOG_LIMIT_BYTES (``launch_contract``: LOG_LIMIT_BYTES, LOG_LIMIT_MIN): a rank
+# TORCHYARD_LOG_LIMIT_BYTES (``contract``: LOG_LIMIT_BYTES, LOG_LIMIT_MIN): a rank
 # that writes more keeps its first and its last half; a line between them says how much was
 # dropped. 0: no limit.
 LOG_NOTE_BYTES = 256  # room kept for that note, so that the file stays within the limit
 HEAD_SLACK_BYTES = 1 << 16  # how far short of its half the head may end, to end a line
-# One read of a rank's pipe (its whole kernel buffer, ``launch_ranks.PIPE_BYTES``), and
+# One read of a rank's pipe (its whole kernel buffer, ``ranks.PIPE_BYTES``), and
 # the longest line shown as one: a longer one comes in pieces. Lines are handled a read at
 # a time, not one by one, so that a rank writing tens of MB/s costs its node a few per cent
 # of a core: big reads, whole-read operations, nothing copied that is not kept.
@@ -58,10 +60,10 @@ ECHO_DRAIN_SECONDS = 10.0  # at the end, how long the rest may take to be writte
 
 def log_limit(env: Mapping[str, str]) -> int:
     """TORCHYARD_LOG_LIMIT_BYTES (default LOG_LIMIT_BYTES; 0: none; at least LOG_LIMIT_MIN)."""
-    limit = int_env(env, "TORCHYARD_LOG_LIMIT_BYTES", LOG_LIMIT_BYTES)
+    limit = int_env(env, TORCHYARD_LOG_LIMIT_BYTES, LOG_LIMIT_BYTES)
     if limit < 0 or 0 < limit < LOG_LIMIT_MIN:
         raise LaunchError(
-            f"TORCHYARD_LOG_LIMIT_BYTES must be 0 (no limit) or at least {LOG_LIMIT_MIN}, "
+            f"{TORCHYARD_LOG_LIMIT_BYTES} must be 0 (no limit) or at least {LOG_LIMIT_MIN}, "
             f"got {limit}"
         )
     return limit
@@ -400,7 +402,7 @@ class LogScanner:
             # line (MULTILINE: ^ and $ at each line's start and end, as for one line)
             self.read_rules = [re.compile(pattern, re.MULTILINE) for _, _, pattern, _ in self.rules]
         except (ValueError, TypeError, KeyError, re.error) as err:
-            raise LaunchError(f"TORCHYARD_LOG_RULES is not valid: {err}") from None
+            raise LaunchError(f"{TORCHYARD_LOG_RULES} is not valid: {err}") from None
         self.evidence: list[dict[str, Any]] = []
         self.hit: dict[str, Any] | None = None
         self._lock = threading.Lock()

@@ -4,7 +4,7 @@ their node before they start (MASTER_ADDR resolving, writable folders) and what 
 of them after (:func:`end_leftovers`; the OOM killer's count and the memory limit, to say
 why a rank was SIGKILLed).
 
-Standard library only, Python >= 3.8; shipped with the launcher (``launch_node``), and
+Standard library only, Python >= 3.8; shipped with the launcher (``node_launcher``), and
 ``end_leftovers`` is local mode's too. Tested in tests/unit/launcher/test_launcher.py,
 tests/unit/launcher/test_output.py and tests/unit/launcher/test_dns_wait.py.
 """
@@ -25,16 +25,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from torchyard.launch_contract import (
-    COOKIE_VARIABLE,
+from torchyard.launch.contract import (
     LOG_LIMIT_BYTES,
     PROGRESS_PREFIX,
     TAIL_LINES,
+    TORCHYARD_NODE_COOKIE,
     LaunchError,
     parse_progress,
 )
-from torchyard.launch_logs import READ_BYTES, CappedLog, Echo, LogScanner
-from torchyard.launch_progress import ProgressTracker
+from torchyard.launch.output import READ_BYTES, CappedLog, Echo, LogScanner
+from torchyard.launch.tracker import ProgressTracker
 
 # How long apart MASTER_ADDR is looked up while it does not resolve: the headless
 # Service's record appears a moment after node 0 has its IP, and every rank waits for it,
@@ -235,10 +235,10 @@ def adopted(exclude: Sequence[int] = ()) -> list[int]:
 
 
 def leftovers(cookie: str, pipes: Sequence[int] = (), ranks: Sequence[int] = ()) -> list[int]:
-    """The processes (not this one) that carry ``COOKIE_VARIABLE=cookie`` in their
+    """The processes (not this one) that carry ``TORCHYARD_NODE_COOKIE=cookie`` in their
     environment, hold one of the pipes whose inode numbers are ``pipes``, or are this
     process's children other than its ``ranks`` (adopted: :func:`become_subreaper`)."""
-    marker = f"\0{COOKIE_VARIABLE}={cookie}\0".encode()
+    marker = f"\0{TORCHYARD_NODE_COOKIE}={cookie}\0".encode()
     links = {f"pipe:[{inode}]" for inode in pipes}
     me = os.getpid()
     found = [

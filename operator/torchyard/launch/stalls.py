@@ -4,7 +4,7 @@ which stalled rank the others wait for (:func:`culprit`, :func:`describe_stall`)
 
 Standard library only, Python >= 3.8; shipped with the launcher, whose
 ``Launcher._check_stall`` finds a rank past its stall timeout (``ProgressTracker.stalled``)
-and calls these. The operator applies the same rule (``launch_contract.culprit_rule``) to
+and calls these. The operator applies the same rule (``contract.culprit_rule``) to
 every node's ``suspects_of``. Tested in tests/unit/launcher/test_stalls.py and
 tests/unit/status/test_culprits.py.
 """
@@ -21,13 +21,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torchyard.launch_contract import STALL_BUDGETS, culprit_rule, int_env, waiting_words
-from torchyard.launch_progress import ProgressTracker
+from torchyard.launch.contract import (
+    RANK,
+    STALL_BUDGETS,
+    TORCHYARD_GPUS_PER_NODE,
+    TORCHYARD_STACKS_DIR,
+    TORCHYARD_STALL_BUDGETS,
+    TORCHYARD_STALL_FLOOR,
+    TORCHYARD_STALL_TIMEOUT,
+    culprit_rule,
+    int_env,
+    waiting_words,
+)
+from torchyard.launch.tracker import ProgressTracker
 
 # Installed as ``sitecustomize`` in a folder first on the ranks' PYTHONPATH: every rank
 # registers faulthandler on SIGUSR1, writing all its threads' stacks to a file of its own
 # (no ptrace: works under Pod Security "restricted"), then runs any other sitecustomize.
-STACK_HOOK = """\"\"\"torchyard: SIGUSR1 writes this rank's stacks to a file (faulthandler).\"\"\"
+_STACK_HOOK = """\"\"\"torchyard: SIGUSR1 writes this rank's stacks to a file (faulthandler).\"\"\"
 import atexit
 import os
 import sys
@@ -38,8 +49,8 @@ def _torchyard_stacks():
         import faulthandler
         import signal
 
-        folder = os.environ.get("TORCHYARD_STACKS_DIR", "")
-        rank = os.environ.get("RANK", "")
+        folder = os.environ.get("@STACKS_DIR@", "")
+        rank = os.environ.get("@RANK@", "")
         if folder and rank and hasattr(signal, "SIGUSR1"):
             name = "rank-%s.pid-%d.txt" % (rank, os.getpid())
             out = open(os.path.join(folder, name), "w")
@@ -87,6 +98,7 @@ _torchyard_stacks()
 atexit.register(_torchyard_settle)
 _torchyard_chain()
 """
+STACK_HOOK = _STACK_HOOK.replace("@STACKS_DIR@", TORCHYARD_STACKS_DIR).replace("@RANK@", RANK)
 _FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (.*)$')
 STALL_FLOOR_SECONDS = 300  # the adaptive stall timeout's floor (TORCHYARD_STALL_FLOOR)
 
@@ -145,8 +157,8 @@ def install_stack_hook(env: dict[str, str], logs: str) -> tuple[str, str]:
     # Last: before the interpreter's own folders (where a distribution's sitecustomize is,
     # run after ours), after the image's (a sitecustomize there wins, and no stacks come).
     env["PYTHONPATH"] = (env["PYTHONPATH"] + os.pathsep if env.get("PYTHONPATH") else "") + hook
-    env["TORCHYARD_STACKS_DIR"] = stacks
-    if int_env(env, "TORCHYARD_GPUS_PER_NODE", 0) > 0:
+    env[TORCHYARD_STACKS_DIR] = stacks
+    if int_env(env, TORCHYARD_GPUS_PER_NODE, 0) > 0:
         env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
         env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(stacks, "nccl-trace-rank-"))
@@ -347,9 +359,9 @@ def collect_stacks(folder: str, live: Sequence[tuple[int | None, int]]) -> dict[
 def stall_limits(env: Mapping[str, str]) -> tuple[float | None, int, dict[str, float]]:
     """(the fixed stall timeout or None: adaptive, its floor, the phases' budgets) of
     TORCHYARD_STALL_TIMEOUT, TORCHYARD_STALL_FLOOR and TORCHYARD_STALL_BUDGETS."""
-    fixed = int_env(env, "TORCHYARD_STALL_TIMEOUT", 0)
-    floor = int_env(env, "TORCHYARD_STALL_FLOOR", STALL_FLOOR_SECONDS)
-    budgets = stall_budgets(env.get("TORCHYARD_STALL_BUDGETS", ""))
+    fixed = int_env(env, TORCHYARD_STALL_TIMEOUT, 0)
+    floor = int_env(env, TORCHYARD_STALL_FLOOR, STALL_FLOOR_SECONDS)
+    budgets = stall_budgets(env.get(TORCHYARD_STALL_BUDGETS, ""))
     return (float(fixed) if fixed > 0 else None), floor, budgets
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from torchyard.launch_contract import PHASE_NAMES, STALL_BUDGETS
+from torchyard.launch.contract import PHASE_NAMES, STALL_BUDGETS
 
 PROGRESS_METRICS_MAX = 32  # metric names kept for the summary (all go to metrics.jsonl)
 

@@ -7,7 +7,7 @@ merges them into ``status.progress``. Tested in tests/unit/test_local_console.py
 
 The relay never makes a launcher wait long: a slow terminal fills the launcher's own
 buffer, and the launcher drops rank lines from its output, not from the rank's log
-(``launch_logs.Echo``).
+(``launch.output.Echo``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from torchyard.launch_contract import write_bytes
+from torchyard.launch.contract import write_bytes
 from torchyard.status import steps
 
 PLAIN_EVERY_SECONDS = 10.0

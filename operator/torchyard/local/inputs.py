@@ -23,6 +23,7 @@ from torchyard.api import Input, TrainingRun
 from torchyard.api.quantities import quantity
 from torchyard.inputs import archives, cache, fetch, patterns, uris
 from torchyard.inputs.cache import DATA, sha256_file
+from torchyard.launch.contract import TORCHYARD_INPUTS_CACHE, TORCHYARD_INPUTS_CACHE_LIMIT
 from torchyard.planning import inputs as planned
 from torchyard.registry import Store
 
@@ -30,11 +31,11 @@ DEFAULT_LIMIT = "50Gi"
 
 
 def default_cache() -> Path:
-    return Path(os.environ.get("TORCHYARD_INPUTS_CACHE", "~/.torchyard/inputs")).expanduser()
+    return Path(os.environ.get(TORCHYARD_INPUTS_CACHE, "~/.torchyard/inputs")).expanduser()
 
 
 def cache_limit() -> int:
-    return int(quantity(os.environ.get("TORCHYARD_INPUTS_CACHE_LIMIT") or DEFAULT_LIMIT))
+    return int(quantity(os.environ.get(TORCHYARD_INPUTS_CACHE_LIMIT) or DEFAULT_LIMIT))
 
 
 def _from_store(store: Store, namespace: str) -> fetch.Fetcher:

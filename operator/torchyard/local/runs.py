@@ -25,11 +25,19 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-import torchyard.launcher
+import torchyard.launch.main
 from torchyard import distributions
 from torchyard.api import Environment, TrainingRun
-from torchyard.launch_contract import COOKIE_VARIABLE
-from torchyard.launch_ranks import end_leftovers
+from torchyard.launch.contract import (
+    TORCHYARD_CHECKPOINT_DIR,
+    TORCHYARD_GRACE_PERIOD,
+    TORCHYARD_LOCAL_RUNS,
+    TORCHYARD_NODE_COOKIE,
+    TORCHYARD_PROGRESS_FILE,
+    TORCHYARD_REGISTRY,
+    TORCHYARD_TERMINATION_LOG,
+)
+from torchyard.launch.ranks import end_leftovers
 from torchyard.local import inputs as local_inputs
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
@@ -39,16 +47,16 @@ from torchyard.planning import checkpoints, pods
 from torchyard.planning import inputs as run_inputs
 from torchyard.registry import Store
 
-LAUNCHER_FILE = Path(torchyard.launcher.__file__)
+LAUNCHER_FILE = Path(torchyard.launch.main.__file__)
 PROGRESS_EVERY_SECONDS = 0.5  # how often the progress line is read and drawn again
 
 
 def default_registry() -> Path:
-    return Path(os.environ.get("TORCHYARD_REGISTRY", "~/.torchyard/registry")).expanduser()
+    return Path(os.environ.get(TORCHYARD_REGISTRY, "~/.torchyard/registry")).expanduser()
 
 
 def default_workroot() -> Path:
-    return Path(os.environ.get("TORCHYARD_LOCAL_RUNS", "~/.torchyard/runs")).expanduser()
+    return Path(os.environ.get(TORCHYARD_LOCAL_RUNS, "~/.torchyard/runs")).expanduser()
 
 
 def free_port() -> int:
@@ -87,7 +95,7 @@ class LocalRun:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.workdir = self.workroot / f"{run.namespace}-{run.name}-{stamp}-{os.getpid()}"
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        # Each node's launcher marks what its ranks start with this (COOKIE_VARIABLE): what
+        # Each node's launcher marks what its ranks start with this (TORCHYARD_NODE_COOKIE): what
         # is left of them when the node ended is ended, even should its launcher be killed.
         self.cookies: dict[int, str] = {}
         self.console = Console(out)
@@ -158,22 +166,22 @@ class LocalRun:
             )
         )
         env.update(run_inputs.env(self.run, self.input_paths))
-        env["TORCHYARD_TERMINATION_LOG"] = str(self.node_dir(node) / "termination-log.json")
+        env[TORCHYARD_TERMINATION_LOG] = str(self.node_dir(node) / "termination-log.json")
         # its summaries for the run's one progress line (not as JSON on the terminal)
-        env["TORCHYARD_PROGRESS_FILE"] = str(self.progress_file(node))
+        env[TORCHYARD_PROGRESS_FILE] = str(self.progress_file(node))
         cookie = self.cookies.setdefault(node, os.urandom(8).hex())
-        env[COOKIE_VARIABLE] = cookie
-        env["TORCHYARD_GRACE_PERIOD"] = str(self.grace)
+        env[TORCHYARD_NODE_COOKIE] = cookie
+        env[TORCHYARD_GRACE_PERIOD] = str(self.grace)
         if self.run.spec.checkpoints is not None:
             # the folder outlives this execution: the next `torchyard run --local` of the
             # run resumes from it
-            env["TORCHYARD_CHECKPOINT_DIR"] = str(self.checkpoint_dir())
+            env[TORCHYARD_CHECKPOINT_DIR] = str(self.checkpoint_dir())
         # The current interpreter's scripts (torchrun, ...) come first, as in its venv.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         return env
 
     def progress_file(self, node: int) -> Path:
-        """The node's progress summaries, one JSON a line (``launch_progress.ProgressTracker``)."""
+        """The node's progress summaries, one JSON a line (``launch.tracker.ProgressTracker``)."""
         return self.node_dir(node) / "progress.jsonl"
 
     def checkpoint_dir(self) -> Path:

@@ -15,6 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from torchyard.api import TrainingRun
+from torchyard.launch.contract import (
+    TORCHYARD_CHECKPOINT_ATTEMPT,
+    TORCHYARD_CHECKPOINT_DIR,
+    TORCHYARD_CHECKPOINT_INTERVAL,
+    TORCHYARD_CHECKPOINT_KEEP,
+    TORCHYARD_CHECKPOINT_MAX_STALLS,
+    TORCHYARD_CHECKPOINT_SAVE_SECONDS,
+)
 from torchyard.planning import names
 
 MOUNT_PATH = "/var/run/torchyard/checkpoints"
@@ -89,14 +97,14 @@ def env(run: TrainingRun, grace_period: int, attempt: str) -> dict[str, str]:
     if spec is None:
         return {}
     out = {
-        "TORCHYARD_CHECKPOINT_DIR": MOUNT_PATH,
-        "TORCHYARD_CHECKPOINT_KEEP": str(spec.keep),
-        "TORCHYARD_CHECKPOINT_MAX_STALLS": str(spec.max_attempts_without_progress),
-        "TORCHYARD_CHECKPOINT_SAVE_SECONDS": str(save_seconds(run, grace_period)),
-        "TORCHYARD_CHECKPOINT_ATTEMPT": attempt,
+        TORCHYARD_CHECKPOINT_DIR: MOUNT_PATH,
+        TORCHYARD_CHECKPOINT_KEEP: str(spec.keep),
+        TORCHYARD_CHECKPOINT_MAX_STALLS: str(spec.max_attempts_without_progress),
+        TORCHYARD_CHECKPOINT_SAVE_SECONDS: str(save_seconds(run, grace_period)),
+        TORCHYARD_CHECKPOINT_ATTEMPT: attempt,
     }
     if spec.interval is not None:
-        out["TORCHYARD_CHECKPOINT_INTERVAL"] = str(spec.interval)
+        out[TORCHYARD_CHECKPOINT_INTERVAL] = str(spec.interval)
     return out
 
 

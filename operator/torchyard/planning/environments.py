@@ -16,6 +16,7 @@ from typing import Any
 
 from torchyard.api import Environment, wire
 from torchyard.envbuild import HASH_LABEL, PREFIX
+from torchyard.launch.contract import TORCHYARD_INSECURE_REGISTRIES, TORCHYARD_REGISTRY_AUTH
 from torchyard.planning.pods import INIT_PYTHON, Settings
 
 BUILDKIT_IMAGE = "moby/buildkit:v0.23.2-rootless"
@@ -107,7 +108,7 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
     ]
     if spec.registry.insecure:
         host = spec.registry.repository.split("/", 1)[0]
-        env_vars.append({"name": "TORCHYARD_INSECURE_REGISTRIES", "value": host})
+        env_vars.append({"name": TORCHYARD_INSECURE_REGISTRIES, "value": host})
     mounts: list[dict[str, Any]] = [
         {"name": "tools", "mountPath": "/torchyard"},
         {"name": "prefix", "mountPath": PREFIX},
@@ -125,7 +126,7 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
     if spec.registry.push_secret:
         volumes.append(_push_secret_volume(spec.registry.push_secret))
         mounts.append({"name": "auth", "mountPath": "/torchyard/auth", "readOnly": True})
-        env_vars.append({"name": "TORCHYARD_REGISTRY_AUTH", "value": "/torchyard/auth/config.json"})
+        env_vars.append({"name": TORCHYARD_REGISTRY_AUTH, "value": "/torchyard/auth/config.json"})
     return _job(
         env,
         hash_,

@@ -24,6 +24,13 @@ from typing import Any
 from torchyard.api import Input, TrainingRun, TrainingRunSpec, wire
 from torchyard.inputs import s3, uris
 from torchyard.inputs.cache import DATA
+from torchyard.launch.contract import (
+    TORCHYARD_INPUTS_COPIES,
+    TORCHYARD_NAMESPACE,
+    TORCHYARD_REGISTRY_CA,
+    TORCHYARD_REGISTRY_TOKEN_FILE,
+    TORCHYARD_REGISTRY_URL,
+)
 from torchyard.planning import checkpoints, names
 
 CACHE_MOUNT = "/cache"
@@ -253,12 +260,12 @@ def _fetch_pod(
     ]
     if model:
         env += [
-            {"name": "TORCHYARD_REGISTRY_URL", "value": registry_url},
-            {"name": "TORCHYARD_NAMESPACE", "value": namespace},
-            {"name": "TORCHYARD_REGISTRY_TOKEN_FILE", "value": f"{TOKEN_DIR}/token"},
+            {"name": TORCHYARD_REGISTRY_URL, "value": registry_url},
+            {"name": TORCHYARD_NAMESPACE, "value": namespace},
+            {"name": TORCHYARD_REGISTRY_TOKEN_FILE, "value": f"{TOKEN_DIR}/token"},
         ]
         if registry_ca:
-            env.append({"name": "TORCHYARD_REGISTRY_CA", "value": registry_ca})
+            env.append({"name": TORCHYARD_REGISTRY_CA, "value": registry_ca})
         mounts.append({"name": "registry-token", "mountPath": TOKEN_DIR, "readOnly": True})
         volumes.append(_registry_token())
     if source.scheme == "hf":  # the client's own cache and settings, in the Pod's /tmp
@@ -373,5 +380,5 @@ def env(run: TrainingRun, paths: Mapping[str, str] | None = None) -> dict[str, s
         [f"{SOURCES}/{i.name}", i.mount_path] for i in run.spec.inputs if i.mode == "download"
     ]
     if copies and paths is None:
-        out["TORCHYARD_INPUTS_COPIES"] = json.dumps(copies, separators=(",", ":"))
+        out[TORCHYARD_INPUTS_COPIES] = json.dumps(copies, separators=(",", ":"))
     return out

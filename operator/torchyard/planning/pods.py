@@ -23,6 +23,22 @@ from typing_extensions import Unpack
 from torchyard import __version__, distributions
 from torchyard.api import TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
+from torchyard.launch.contract import (
+    NODE_LAUNCHER,
+    TORCHYARD_DISTRIBUTION,
+    TORCHYARD_DNS_TIMEOUT,
+    TORCHYARD_GPUS_PER_NODE,
+    TORCHYARD_LOG_LIMIT_BYTES,
+    TORCHYARD_LOG_RULES,
+    TORCHYARD_OUTPUTS_OPTIONAL,
+    TORCHYARD_REGISTRY_CA,
+    TORCHYARD_REGISTRY_TOKEN_FILE,
+    TORCHYARD_REGISTRY_URL,
+    TORCHYARD_SHIPPED_PATH,
+    TORCHYARD_SOURCE_PATH,
+    TORCHYARD_STALL_BUDGETS,
+    TORCHYARD_STALL_TIMEOUT,
+)
 from torchyard.planning import checkpoints, exclusions, names, shipped
 from torchyard.planning import inputs as run_inputs
 from torchyard.planning import tracking as run_tracking
@@ -37,28 +53,12 @@ WORKDIR = "/workspace"
 TOOLS_DIR = "/torchyard"
 # The stdlib-only modules of the torchyard package that reach every node Pod, in a
 # ``torchyard/`` package folder under SHIPPED_ROOT (a ConfigMap, see ``shipped``): the
-# launcher (its entry point and the ``launch_*`` modules it imports) runs from there, and
-# the ranks get SHIPPED_ROOT on their PYTHONPATH (``checkpoint``, ``progress``).
-LAUNCH_MODULES: tuple[str, ...] = (
-    "launch_contract",
-    "launch_logs",
-    "launch_progress",
-    "launch_stalls",
-    "launch_ranks",
-    "launch_transfer",
-    "launch_node",
-    "launch_mpi",
-)
-SHIPPED_MODULES: tuple[str, ...] = (
-    "launcher",
-    *LAUNCH_MODULES,
-    "checkpoint",
-    "checkpoint_store",
-    "progress",
-)
+# launcher (the ``launch`` package, every module of it) runs from there, and the ranks get
+# SHIPPED_ROOT on their PYTHONPATH (``checkpoint``, ``progress``).
+SHIPPED_MODULES: tuple[str, ...] = ("launch", "checkpoint", "checkpoint_store", "progress")
 SHIPPED_ROOT = f"{TOOLS_DIR}/lib"
 SHIPPED_PACKAGE = f"{SHIPPED_ROOT}/{shipped.PACKAGE}"
-LAUNCHER_PATH = f"{SHIPPED_PACKAGE}/launcher.py"
+LAUNCHER_PATH = f"{SHIPPED_PACKAGE}/launch/main.py"
 SOURCE_MOUNT = f"{TOOLS_DIR}/source"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
@@ -287,6 +287,7 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
             "configMap": {
                 "name": shipped.name_of(SHIPPED_MODULES),
                 "defaultMode": 0o444,
+                "items": shipped.items(SHIPPED_MODULES),
             },
         },
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(run)}},
@@ -300,26 +301,26 @@ def _volumes(run: TrainingRun) -> list[dict[str, Any]]:
 
 def watch_env(run: TrainingRun, default_log_limit: int | None = None) -> dict[str, str]:
     """What the launcher watches the ranks with (policy): the stall timeout
-    (``launch_node.Launcher._check_stall``), the stall budgets of the phases
-    (``launch_stalls.stall_budgets``), the log rules (``launch_logs.LogScanner``) and the
-    limit of each rank's log (``launch_logs.CappedLog``): the run's own, else
+    (``launch.node_launcher.Launcher._check_stall``), the stall budgets of the phases
+    (``launch.stalls.stall_budgets``), the log rules (``launch.output.LogScanner``) and the
+    limit of each rank's log (``launch.output.CappedLog``): the run's own, else
     ``default_log_limit`` (the operator's, ``Settings.log_limit_bytes``), else none (the
     launcher's default). Local mode passes the same, with no operator's default."""
     env: dict[str, str] = {}
     policy = run.spec.policy
     if policy.stall_timeout_seconds:
-        env["TORCHYARD_STALL_TIMEOUT"] = str(policy.stall_timeout_seconds)
+        env[TORCHYARD_STALL_TIMEOUT] = str(policy.stall_timeout_seconds)
     if policy.stall_budgets is not None and policy.stall_budgets.to_dict():
-        env["TORCHYARD_STALL_BUDGETS"] = json.dumps(
+        env[TORCHYARD_STALL_BUDGETS] = json.dumps(
             policy.stall_budgets.to_dict(), separators=(",", ":")
         )
     if policy.log_rules:
-        env["TORCHYARD_LOG_RULES"] = json.dumps(
+        env[TORCHYARD_LOG_RULES] = json.dumps(
             [r.to_dict() for r in policy.log_rules], separators=(",", ":")
         )
     log_limit = policy.log_limit_bytes if policy.log_limit_bytes is not None else default_log_limit
     if log_limit is not None:
-        env["TORCHYARD_LOG_LIMIT_BYTES"] = str(log_limit)
+        env[TORCHYARD_LOG_LIMIT_BYTES] = str(log_limit)
     return env
 
 
@@ -380,7 +381,10 @@ def launcher_env(
     )
     env.update(watch_env(run, default_log_limit))
     dist = run.spec.distribution
-    env.update(distributions.of(dist).launcher_env(dist, None if local else place(run)))
+    kind = distributions.of(dist)
+    if kind.launcher != NODE_LAUNCHER:  # the launcher class that runs the node
+        env[TORCHYARD_DISTRIBUTION] = kind.launcher
+    env.update(kind.launcher_env(dist, None if local else place(run)))
     env.update(checkpoints.env(run, grace_period, attempt))
     return env
 
@@ -412,21 +416,21 @@ def pod(
         attempt=checkpoints.attempt_id(run, attempt),
         default_log_limit=settings.log_limit_bytes,
     )
-    env["TORCHYARD_DNS_TIMEOUT"] = str(settings.dns_timeout_seconds)
+    env[TORCHYARD_DNS_TIMEOUT] = str(settings.dns_timeout_seconds)
     env.update(run_inputs.env(run))
-    env["TORCHYARD_SHIPPED_PATH"] = SHIPPED_ROOT
+    env[TORCHYARD_SHIPPED_PATH] = SHIPPED_ROOT
     if run.spec.resources.gpus_per_node:  # PyTorch's NCCL flight recorder
-        env["TORCHYARD_GPUS_PER_NODE"] = str(run.spec.resources.gpus_per_node)
+        env[TORCHYARD_GPUS_PER_NODE] = str(run.spec.resources.gpus_per_node)
     extra = distributions.of(run.spec.distribution).pod_parts(run.spec.distribution, place(run))
     if settings.registry_url:
-        env["TORCHYARD_REGISTRY_URL"] = settings.registry_url
-        env["TORCHYARD_REGISTRY_TOKEN_FILE"] = f"{REGISTRY_TOKEN_DIR}/token"
+        env[TORCHYARD_REGISTRY_URL] = settings.registry_url
+        env[TORCHYARD_REGISTRY_TOKEN_FILE] = f"{REGISTRY_TOKEN_DIR}/token"
         if settings.registry_ca:
-            env["TORCHYARD_REGISTRY_CA"] = settings.registry_ca
+            env[TORCHYARD_REGISTRY_CA] = settings.registry_ca
         if run.spec.outputs.optional:
-            env["TORCHYARD_OUTPUTS_OPTIONAL"] = "1"
+            env[TORCHYARD_OUTPUTS_OPTIONAL] = "1"
     if run.spec.source.git is not None and run.spec.source.git.path:
-        env["TORCHYARD_SOURCE_PATH"] = run.spec.source.git.path
+        env[TORCHYARD_SOURCE_PATH] = run.spec.source.git.path
     pod_labels = {
         **labels(run),
         names.LABEL_NODE_RANK: str(node_rank),

@@ -2,7 +2,7 @@
 (docs/concepts/rank-contract.md).
 
 ``node_env`` is what a node's launcher gets; the launcher adds RANK and LOCAL_RANK per
-process with :func:`torchyard.launch_contract.process_env`; the run's distribution type may
+process with :func:`torchyard.launch.contract.process_env`; the run's distribution type may
 change them (``distributions``). Pure; used by the Pod planner and by local mode, so a run
 sees exactly the same variables on a laptop and in a cluster.
 """
@@ -11,7 +11,28 @@ from __future__ import annotations
 
 from torchyard import distributions
 from torchyard.api import TrainingRun
-from torchyard.launch_contract import process_env
+from torchyard.launch.contract import (
+    GROUP_RANK,
+    LOCAL_WORLD_SIZE,
+    MASTER_ADDR,
+    MASTER_PORT,
+    NODE_RANK,
+    PET_MASTER_ADDR,
+    PET_MASTER_PORT,
+    PET_NNODES,
+    PET_NODE_RANK,
+    PET_NPROC_PER_NODE,
+    TORCHYARD_EXPORT_ONNX,
+    TORCHYARD_LAUNCH,
+    TORCHYARD_LOGS,
+    TORCHYARD_NAMESPACE,
+    TORCHYARD_NNODES,
+    TORCHYARD_NPROC_PER_NODE,
+    TORCHYARD_OUTPUTS,
+    TORCHYARD_RUN,
+    WORLD_SIZE,
+    process_env,
+)
 from torchyard.planning import names
 
 OUTPUTS_DIR = "outputs"
@@ -36,24 +57,24 @@ def node_env(
     env = {user.name: user.value for user in run.spec.env}
     env.update(
         {
-            "MASTER_ADDR": addr,
-            "MASTER_PORT": port,
-            "WORLD_SIZE": str(dist.world_size),
-            "NODE_RANK": str(node_rank),
-            "GROUP_RANK": str(node_rank),
-            "LOCAL_WORLD_SIZE": str(nproc),
-            "PET_NNODES": str(dist.node_count),
-            "PET_NPROC_PER_NODE": str(nproc),
-            "PET_NODE_RANK": str(node_rank),
-            "PET_MASTER_ADDR": addr,
-            "PET_MASTER_PORT": port,
-            "TORCHYARD_RUN": run.name,
-            "TORCHYARD_NAMESPACE": run.namespace,
-            "TORCHYARD_LAUNCH": dist.launch,
-            "TORCHYARD_NNODES": str(dist.node_count),
-            "TORCHYARD_NPROC_PER_NODE": str(nproc),
-            "TORCHYARD_OUTPUTS": f"{workdir}/{OUTPUTS_DIR}",
-            "TORCHYARD_LOGS": f"{workdir}/{LOGS_DIR}",
+            MASTER_ADDR: addr,
+            MASTER_PORT: port,
+            WORLD_SIZE: str(dist.world_size),
+            NODE_RANK: str(node_rank),
+            GROUP_RANK: str(node_rank),
+            LOCAL_WORLD_SIZE: str(nproc),
+            PET_NNODES: str(dist.node_count),
+            PET_NPROC_PER_NODE: str(nproc),
+            PET_NODE_RANK: str(node_rank),
+            PET_MASTER_ADDR: addr,
+            PET_MASTER_PORT: port,
+            TORCHYARD_RUN: run.name,
+            TORCHYARD_NAMESPACE: run.namespace,
+            TORCHYARD_LAUNCH: dist.launch,
+            TORCHYARD_NNODES: str(dist.node_count),
+            TORCHYARD_NPROC_PER_NODE: str(nproc),
+            TORCHYARD_OUTPUTS: f"{workdir}/{OUTPUTS_DIR}",
+            TORCHYARD_LOGS: f"{workdir}/{LOGS_DIR}",
         }
     )
     # e.g. type none: no rendezvous. Mutants of this line are equivalent: no type's
@@ -61,7 +82,7 @@ def node_env(
     env = distributions.of(dist).node_env(dist, env)  # pragma: no mutate
     reg = run.spec.outputs.register_
     if reg is not None and reg.export_onnx:
-        env["TORCHYARD_EXPORT_ONNX"] = "1"
+        env[TORCHYARD_EXPORT_ONNX] = "1"
     return env
 
 

@@ -5,8 +5,9 @@ script may import, ``from torchyard import checkpoint``) inside images torchyard
 not build. They reach a Pod without a container start of their own: the operator applies
 one immutable ConfigMap ``torchyard-launcher-<hash>`` per namespace, named by a hash of
 the files it holds, and every node Pod mounts it read-only as a ``torchyard/`` package
-folder (``planning.pods``). A new torchyard version is a new name, so Pods of the old one
-keep reading their own files.
+folder (``planning.pods``), each file at its path (``launch/main.py``: a ConfigMap's keys
+hold no "/", so the volume's ``items`` put them back). A new torchyard version is a new
+name, so Pods of the old one keep reading their own files.
 
 The one departure from "no I/O" in ``planning``: :func:`sources` reads the package's own
 source files (cached; the same for one installed version, as ``__version__`` is), so that
@@ -41,7 +42,12 @@ def _read(modules: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     for module in modules:
         if not module.isidentifier() or module.startswith("_"):
             raise ValueError(f"cannot ship {module!r}: name a top-level torchyard module")
-        files.append((f"{module}.py", (_ROOT / f"{module}.py").read_text(encoding="utf-8")))
+        folder = _ROOT / module
+        if folder.is_dir():  # a package: every module in it, its __init__.py too
+            for path in sorted(folder.glob("*.py")):
+                files.append((f"{module}/{path.name}", path.read_text(encoding="utf-8")))
+        else:
+            files.append((f"{module}.py", (_ROOT / f"{module}.py").read_text(encoding="utf-8")))
     return tuple(sorted(files))
 
 
@@ -53,8 +59,24 @@ def name_of(modules: tuple[str, ...]) -> str:
 
 
 def sources(modules: Sequence[str]) -> dict[str, str]:
-    """``{file name: text}`` of the shipped package: ``__init__.py`` and each module."""
+    """``{path in the package folder: text}`` of the shipped package: ``__init__.py`` and
+    each module (``checkpoint.py``), or each file of a shipped package (``launch/main.py``)."""
     return dict(_read(tuple(modules)))
+
+
+def key(path: str) -> str:
+    """The ConfigMap key of the file at ``path`` (keys hold no "/": ``launch.main.py``)."""
+    return path.replace("/", ".")
+
+
+@functools.lru_cache(maxsize=8)
+def _items(modules: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((key(path), path) for path, _ in _read(modules))
+
+
+def items(modules: Sequence[str]) -> list[dict[str, str]]:
+    """The ConfigMap volume's ``items``: each key back at its path in the package folder."""
+    return [{"key": k, "path": path} for k, path in _items(tuple(modules))]
 
 
 def config_map_name(files: Mapping[str, str]) -> str:
@@ -64,7 +86,7 @@ def config_map_name(files: Mapping[str, str]) -> str:
 
 
 def config_map(namespace: str, files: Mapping[str, str]) -> dict[str, Any]:
-    """The immutable ConfigMap that holds ``files``, in ``namespace``."""
+    """The immutable ConfigMap that holds ``files`` (by :func:`key`), in ``namespace``."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -74,5 +96,5 @@ def config_map(namespace: str, files: Mapping[str, str]) -> dict[str, Any]:
             "labels": {"app.kubernetes.io/managed-by": "torchyard"},
         },
         "immutable": True,
-        "data": dict(sorted(files.items())),
+        "data": {key(path): text for path, text in sorted(files.items())},
     }

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchyard.launch_contract import SNAPSHOT_MAX_BYTES
+from torchyard.launch.contract import SNAPSHOT_MAX_BYTES
 from torchyard.records.reader import replace_folder
 
 MANIFEST = "manifest.json"

@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.api import wire
+from torchyard.launch.contract import (
+    TORCHYARD_REGISTRY_CA,
+    TORCHYARD_REGISTRY_CA_FILE,
+    TORCHYARD_REGISTRY_URL,
+    TORCHYARD_TOKEN,
+)
 from torchyard.registry import client
 from torchyard.registry.client import TOKEN_HEADER
 from torchyard.registry.client import RegistryError as RegistryError  # (re-exported)
@@ -58,7 +64,7 @@ class RegistryClient(client.RegistryClient):
         headers: dict[str, str] | None = None,
         token_header: str = "Authorization",
     ) -> None:
-        url = url or os.environ.get("TORCHYARD_REGISTRY_URL")
+        url = url or os.environ.get(TORCHYARD_REGISTRY_URL)
         if not url:
             raise RegistryError(
                 "no registry service: pass --registry-url or set TORCHYARD_REGISTRY_URL"
@@ -67,7 +73,7 @@ class RegistryClient(client.RegistryClient):
             ssl_context = _registry_context(ca_file)
         super().__init__(
             url,
-            token or os.environ.get("TORCHYARD_TOKEN", ""),
+            token or os.environ.get(TORCHYARD_TOKEN, ""),
             ssl_context=ssl_context,
             headers=headers,
             token_header=token_header,
@@ -252,12 +258,12 @@ def _registry_context(ca_file: str | None = None) -> ssl.SSLContext:
     """Verifies the registry's certificate: against ``ca_file``, else the PEM in
     ``TORCHYARD_REGISTRY_CA``, else the file ``TORCHYARD_REGISTRY_CA_FILE``, else the
     system's CAs."""
-    pem = None if ca_file else os.environ.get("TORCHYARD_REGISTRY_CA") or None
-    cafile = ca_file or (None if pem else os.environ.get("TORCHYARD_REGISTRY_CA_FILE") or None)
+    pem = None if ca_file else os.environ.get(TORCHYARD_REGISTRY_CA) or None
+    cafile = ca_file or (None if pem else os.environ.get(TORCHYARD_REGISTRY_CA_FILE) or None)
     try:
         return ssl.create_default_context(cafile=cafile, cadata=pem)
     except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-        where = cafile or "TORCHYARD_REGISTRY_CA"
+        where = cafile or TORCHYARD_REGISTRY_CA
         raise RegistryError(
             f"cannot load the registry's CA certificate from {where}: {err}; pass the PEM "
             "file of the CA that signed the registry's certificate (--registry-ca)"

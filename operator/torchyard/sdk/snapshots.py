@@ -13,7 +13,7 @@ archive (what ``torchyard submit --source DIR`` and ``Experiment.submit`` send).
   (``exclude``: local mode's runs folder and registry), so a run never copies earlier runs.
 - Size: at most ``TORCHYARD_SNAPSHOT_MAX_BYTES`` (1 GiB) in at most
   ``TORCHYARD_SNAPSHOT_MAX_FILES`` files (100000), the limits the registry service and the
-  launcher that unpacks it hold to (``torchyard.launch_contract.snapshot_limits``); a bigger folder
+  launcher that unpacks it hold to (``torchyard.launch.contract.snapshot_limits``); a bigger folder
   is refused before anything is read, naming its largest entries.
 - Secrets are refused unless asked: ``.env`` files, private keys (by name and by a
   ``PRIVATE KEY`` header), ``.netrc``, ``.pypirc``, cloud credentials, kubeconfigs.
@@ -39,8 +39,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchyard import k8s, launch_contract
+from torchyard import k8s
 from torchyard.api import wire
+from torchyard.launch import contract
 from torchyard.sdk.progress import Progress, human
 from torchyard.sdk.registry import RegistryClient
 
@@ -236,15 +237,15 @@ def collect(
     max_files: int | None = None,
 ) -> tuple[list[str], str | None, int]:
     """(files to include, the ignore file used, how many were ignored); refuses secrets and
-    a selection over the size limits (by default :func:`launch_contract.snapshot_limits`).
+    a selection over the size limits (by default :func:`contract.snapshot_limits`).
 
     ``exclude``: folders left out wherever they are inside ``root`` (see
     :func:`excluded_inside`)."""
     if not root.is_dir():
         raise SnapshotError(f"the source folder {root} does not exist")
     try:
-        default_bytes, default_files = launch_contract.snapshot_limits()
-    except launch_contract.LaunchError as err:
+        default_bytes, default_files = contract.snapshot_limits()
+    except contract.LaunchError as err:
         raise SnapshotError(str(err)) from None
     max_bytes = default_bytes if max_bytes is None else max_bytes
     max_files = default_files if max_files is None else max_files

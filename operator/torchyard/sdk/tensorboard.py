@@ -2,7 +2,7 @@
 ``tensorboard`` to serve (``torchyard tensorboard``).
 
 Every process of a run gets ``TORCHYARD_TENSORBOARD_DIR``, ``<TORCHYARD_OUTPUTS>/tensorboard``
-(``launch_contract.TENSORBOARD_DIR_NAME``); by convention rank 0 writes there. A
+(``launch.contract.TENSORBOARD_DIR_NAME``); by convention rank 0 writes there. A
 :class:`Source` reads what is there now: node 0's Pod while the run runs (a tar stream
 through the Kubernetes exec API, ``k8s.pod_exec_output``), the run's archive in the
 registry service after it ended (node 0's outputs are archived), and in local mode the
@@ -35,7 +35,7 @@ from typing import Protocol
 
 from torchyard import k8s
 from torchyard.api import wire
-from torchyard.launch_contract import TENSORBOARD_DIR_NAME
+from torchyard.launch.contract import TENSORBOARD_DIR_NAME
 from torchyard.planning import names
 from torchyard.records import MAX_LIMIT, Records
 from torchyard.sdk.registry import RegistryClient, RegistryError
@@ -50,7 +50,7 @@ ARCHIVE_PREFIX = f"outputs/{TENSORBOARD_DIR_NAME}/"
 # The command that writes node 0's event folder as a tar stream (exit 3: no such folder).
 # Where the launcher put the outputs: $TORCHYARD_OUTPUTS, else ./outputs in the working
 # directory, else (a working directory the user may not write: an image's code run as
-# spec.runAsUser) the same name under the temporary directory (launch_ranks.writable_folder).
+# spec.runAsUser) the same name under the temporary directory (launch.ranks.writable_folder).
 TAR_COMMAND = (
     "sh",
     "-c",
@@ -427,7 +427,7 @@ class Session:
             raise NoEventFiles(
                 f"no TensorBoard event files ({shown}): a training script writes them to "
                 "$TORCHYARD_TENSORBOARD_DIR (rank 0, e.g. torch.utils.tensorboard."
-                "SummaryWriter(os.environ['TORCHYARD_TENSORBOARD_DIR']))"
+                "SummaryWriter(os.environ[TORCHYARD_TENSORBOARD_DIR]))"
             )
 
 

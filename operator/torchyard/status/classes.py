@@ -2,7 +2,7 @@
 
 :func:`classify` takes a failure's evidence (``Evidence``: exit code, signal, the
 container's or launcher's reason, the failing rank's traceback tail and the lines the
-launcher flagged in any rank's output, ``launch_logs.LogScanner``) and returns the first
+launcher flagged in any rank's output, ``launch.output.LogScanner``) and returns the first
 :class:`Rule` of ``RULES`` that matches: its ``name`` becomes ``status.failure.class``,
 with ``retryable`` and ``advice``. The order matters: a GPU's Xid line explains the CUDA
 error after it, a CUDA out-of-memory error the traceback around it; a collective timeout
@@ -11,7 +11,7 @@ error after it, a CUDA out-of-memory error the traceback around it; a collective
 same error at the same step" compares, so that a deterministic error stops the retries
 after two attempts. The patterns of the classes that lines of any rank's output show
 (``GpuXid``, ``CudaOOM``, ``Segfault``, ``RendezvousTimeout``, ``CollectiveTimeout``) are
-``launch_contract.FAILURE_PATTERNS``, beside the launcher's flags for them.
+``launch.contract.FAILURE_PATTERNS``, beside the launcher's flags for them.
 
 Called by ``failures.observe_failure`` (the class of every failed Pod) and
 ``failures.first_failure``; the failure policy reads ``retryable``. Pure; tested as
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from torchyard.launch_contract import FAILURE_PATTERNS
+from torchyard.launch.contract import FAILURE_PATTERNS
 
 
 class Evidence(TypedDict, total=False):

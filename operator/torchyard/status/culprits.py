@@ -6,7 +6,7 @@ every other rank waits in an ``all_reduce``, node 0's launcher finds all of its 
 ``Stalled`` termination message lists its stalled ranks (``stall.suspects``, from the
 launcher's ``suspects_of``: rank, seconds idle, last step, whether in
 ``torch.distributed``, the script's file:line; a rank that wrote no stacks: only the
-first three). :func:`pick` applies the launcher's rule (``launch_contract.culprit_rule``,
+first three). :func:`pick` applies the launcher's rule (``launch.contract.culprit_rule``,
 the one copy) to those of all nodes together, the one whose progress stopped first
 first (its node's ``detectedAt`` less its seconds idle then; nodes find their stalls
 seconds apart): the only ranks outside ``torch.distributed`` while others are in it,
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torchyard.launch_contract import culprit_rule, waiting_words
+from torchyard.launch.contract import culprit_rule, waiting_words
 
 STALLED = "Stalled"  # failures.STALLED (failures imports this module)
 

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple, TypedDict, cast
 
 from torchyard.api import wire
-from torchyard.launch_contract import PROGRESS_LINE
+from torchyard.launch.contract import LOCAL_WORLD_SIZE, PROGRESS_LINE
 from torchyard.status import classes, culprits
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
@@ -404,7 +404,7 @@ def _procs_per_node(pod: Mapping[str, Any]) -> int | None:
     """The node Pod's ranks per node (the launcher's ``LOCAL_WORLD_SIZE``), None unknown."""
     for container in pod.get("spec", {}).get("containers", []) or []:
         for var in container.get("env", []) or []:
-            if var.get("name") == "LOCAL_WORLD_SIZE" and str(var.get("value", "")).isdigit():
+            if var.get("name") == LOCAL_WORLD_SIZE and str(var.get("value", "")).isdigit():
                 return int(var["value"])
     return None
 

@@ -1,7 +1,7 @@
 """``status.progress`` as pure functions of what the node Pods' launchers said.
 
 Each node's launcher prints its node's progress as one ``[torchyard] progress {...}`` line
-on its log (``launch_progress.ProgressTracker.summary``: ``step`` of its leading rank,
+on its log (``launch.tracker.ProgressTracker.summary``: ``step`` of its leading rank,
 ``minStep`` of its slowest, ``total``, ``stepsPerSecond``, ``time`` of the last progress,
 ``metrics``) and puts the last one into its termination message. :func:`summary_of_log`
 finds the latest such line in a log tail; :func:`run_progress` merges the nodes' into
@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from torchyard.api import wire
-from torchyard.launch_contract import PROGRESS_LINE  # the launcher writes it
+from torchyard.launch.contract import PROGRESS_LINE  # the launcher writes it
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
 

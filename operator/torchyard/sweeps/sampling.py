@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Literal, TypeAlias
 
+from torchyard.launch.contract import PARAM_VARIABLE_PREFIX
 from torchyard.sweeps.space import (
     Choice,
     Expression,
@@ -46,7 +47,7 @@ SAMPLINGS: tuple[Sampling, ...] = ("random", "grid", "bayesian")
 # The expressions bayesian sampling takes: those with bounds (Optuna's TPE searches a
 # bounded range; Azure ML's Bayesian sampling takes choice, uniform and quniform).
 BAYESIAN_TYPES = ("choice", "randint", "uniform", "quniform", "loguniform", "qloguniform")
-ENV_PREFIX = "TORCHYARD_PARAM_"
+ENV_PREFIX = PARAM_VARIABLE_PREFIX
 # Bumped only with a deliberate change of every sweep's sequence.
 _DOMAIN = "torchyard.sweeps.random/1"
 

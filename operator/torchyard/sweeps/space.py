@@ -44,6 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
+from torchyard.launch.contract import PARAM_VARIABLE_PREFIX
+
 # A parameter's value as a trial receives it.
 Value: TypeAlias = int | float | str | bool
 
@@ -479,7 +481,7 @@ def _name_problems(names: Iterable[Any], field: str) -> list[Problem]:
                 Problem(
                     f"{field}.{name}",
                     f"{name!r} and {by_variable[upper]!r} would both be "
-                    f"TORCHYARD_PARAM_{upper}: names must differ in more than case",
+                    f"{PARAM_VARIABLE_PREFIX}{upper}: names must differ in more than case",
                 )
             )
         by_variable[upper] = name

@@ -34,7 +34,7 @@ from torchyard.web import informers
 Obj = dict[str, Any]
 T = TypeVar("T")
 # The archived files of a run the view reads: logs/node-N/metrics.jsonl and
-# logs/node-N/stacks/rank-R.pid-P.txt (``launch_progress``, ``launch_stalls``).
+# logs/node-N/stacks/rank-R.pid-P.txt (``launch.tracker``, ``launch.stalls``).
 METRICS_FILE = "metrics.jsonl"
 STACKS_FOLDER = "stacks"
 ARCHIVE_BYTES = 32 << 20  # at most this much of one archived file is read

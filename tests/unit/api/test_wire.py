@@ -4,15 +4,13 @@ the launcher, the Environment builder) keep literal copies that match."""
 
 from __future__ import annotations
 
-import ast
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import torchyard.envbuild
-import torchyard.launcher
+from tests.source_strings import code_strings
 from torchyard import api, k8s
 from torchyard.api import wire
 from torchyard.planning import names, pods
@@ -20,10 +18,7 @@ from torchyard.status import failures
 
 OPERATOR = Path(api.__file__).resolve().parents[1]
 # Standard-library modules run in images: they may not import torchyard.api, so they copy.
-SHIPPED = [
-    Path(torchyard.launcher.__file__).resolve().with_name(f"{module}.py")
-    for module in pods.SHIPPED_MODULES
-]
+SHIPPED = [(OPERATOR / path).resolve() for path in pods.shipped_files() if path != "__init__.py"]
 COPIES = {*SHIPPED, Path(torchyard.envbuild.__file__).resolve()}
 STRINGS = {
     name: value for name, value in vars(wire).items() if name.isupper() and isinstance(value, str)
@@ -45,37 +40,20 @@ def test_a_wire_string_is_written_in_wire_py_only(name: str) -> None:
     assert found == [], f"{STRINGS[name]!r} is written out again; import wire.{name}"
 
 
-def _code_strings(text: str) -> Iterator[tuple[int, str]]:
-    """(line, value) of every string constant in ``text`` but docstrings (f-strings' parts
-    included): the strings the code puts on the wire."""
-    tree = ast.parse(text)
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-    }
-    for node in ast.walk(tree):
-        is_string = isinstance(node, ast.Constant) and isinstance(node.value, str)
-        if is_string and id(node) not in docstrings:
-            yield node.lineno, node.value
-
-
 def test_no_torchyard_dev_name_is_spelled_out_outside_wire_py() -> None:
     """Labels, annotations and the group (``{kind}.torchyard.dev/{name}`` too) come from
     wire; the standard-library copies keep none but what wire defines."""
     found = [
         f"{path.relative_to(OPERATOR)}:{line}: {value!r}"
         for path, text in _sources()
-        for line, value in _code_strings(text)
+        for line, value in code_strings(text)
         if f"{wire.GROUP}/" in value or value.endswith(f".{wire.GROUP}")
     ]
     assert found == [], "import these from torchyard.api.wire"
     for copy in COPIES:
         names = {
             value
-            for _, value in _code_strings(copy.read_text())
+            for _, value in code_strings(copy.read_text())
             if value.startswith(f"{wire.GROUP}/")
         }
         assert names <= set(STRINGS.values()), f"{copy.name}: {names} not in wire"

@@ -29,7 +29,9 @@ def test_the_launcher_config_map_is_applied_before_the_pods_and_once_per_namespa
     applied = _kinds(fake)
     assert applied.index(("ConfigMap", name)) < applied.index(("Pod", "r-0"))
     stored = fake.get(k8s.CONFIGMAPS, world.NS, name)
-    assert stored["data"] == pods.shipped_files() and stored["immutable"] is True
+    assert (
+        stored["data"] == pods.launcher_config_map(world.NS)["data"] and stored["immutable"] is True
+    )
     pod = fake.get(k8s.PODS, world.NS, "r-0")
     [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "torchyard"]
     assert volume["configMap"]["name"] == name
@@ -48,4 +50,7 @@ def test_the_launcher_config_map_is_applied_before_the_pods_and_once_per_namespa
     # ... until the last apply is old: then once more (a namespace made again gets it back)
     fake.delete(k8s.CONFIGMAPS, world.NS, name)
     assert recreate(admission.SHIP_REFRESH_SECONDS + 1) == [("ConfigMap", name)]
-    assert fake.get(k8s.CONFIGMAPS, world.NS, name)["data"] == pods.shipped_files()
+    assert (
+        fake.get(k8s.CONFIGMAPS, world.NS, name)["data"]
+        == pods.launcher_config_map(world.NS)["data"]
+    )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import launch_transfer
+from torchyard.launch import node_files
 
 
 class _Registry(BaseHTTPRequestHandler):
@@ -78,7 +78,7 @@ def test_an_upload_waits_for_a_registry_that_starts_a_moment_later(
     path.write_bytes(b"weights" * 1000)
     # The registry comes up after the first attempt was refused.
     threading.Timer(0.3, go.set).start()
-    launch_transfer._upload_retrying(
+    node_files._upload_retrying(
         f"http://127.0.0.1:{port}/v1/ns/runs/r/outputs/model.pt", str(path), "t"
     )
     assert _Registry.received["/v1/ns/runs/r/outputs/model.pt"] == path.read_bytes()
@@ -89,9 +89,9 @@ def test_a_registry_that_never_answers_fails_after_the_attempts_given(tmp_path: 
     path.write_bytes(b"x")
     started = time.monotonic()
     with pytest.raises(OSError):
-        launch_transfer._upload_retrying(
+        node_files._upload_retrying(
             f"http://127.0.0.1:{_free_port()}/x", str(path), "t", attempts=2
         )
     # one back-off between the two attempts, not the minute of the default
     assert time.monotonic() - started < 5
-    assert launch_transfer.ARCHIVE_ATTEMPTS > 2
+    assert node_files.ARCHIVE_ATTEMPTS > 2

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+from tests.shipped import launcher, lay_out
 from tests.unit.launcher.test_launcher import termination
 from torchyard import checkpoint
-from torchyard.planning import pods, shipped
 
 # A deterministic toy: each rank's state after step n is a function of the state after
 # step n-1 only, so a resumed run must reproduce the uninterrupted one exactly.
@@ -60,19 +60,11 @@ def reference(rank: int, steps: int) -> float:
     return state
 
 
-def ship(tmp_path: Path) -> Path:
-    """The shipped package folder of a node Pod: torchyard/{__init__,launcher,checkpoint}.py."""
-    root = tmp_path / "lib"
-    (root / shipped.PACKAGE).mkdir(parents=True, exist_ok=True)
-    for name, text in shipped.sources(pods.SHIPPED_MODULES).items():
-        (root / shipped.PACKAGE / name).write_text(text)
-    return root
-
-
 def launch(
     tmp_path: Path, ckpt: Path, extra: dict[str, str], wait: bool = True, script: str = TRAIN
 ) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
-    lib = ship(tmp_path)
+    lib = tmp_path / "lib"
+    package = lay_out(lib)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     (work / "train.py").write_text(script)
@@ -92,7 +84,7 @@ def launch(
     argv = [
         sys.executable,
         "-I",
-        str(lib / shipped.PACKAGE / "launcher.py"),
+        str(launcher(package)),
         "--",
         sys.executable,
         "train.py",

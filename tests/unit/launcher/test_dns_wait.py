@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from torchyard import launch_contract, launch_ranks
+from torchyard.launch import contract, ranks
 
 
 class Clock:
@@ -37,14 +37,14 @@ def test_the_name_is_looked_up_again_soon_after_it_appears(monkeypatch: pytest.M
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", 0))]
 
-    monkeypatch.setattr(launch_ranks.socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(launch_ranks.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(launch_ranks.time, "sleep", clock.sleep)
+    monkeypatch.setattr(ranks.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(ranks.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(ranks.time, "sleep", clock.sleep)
     out = io.StringIO()
-    launch_ranks.wait_for_dns("r-0.r.ns.svc", 300, out)
+    ranks.wait_for_dns("r-0.r.ns.svc", 300, out)
     assert "waiting for r-0.r.ns.svc to resolve" in out.getvalue()
-    assert max(clock.sleeps) <= launch_ranks.DNS_POLL_SECONDS <= 0.25
-    assert clock.now - appears_at <= launch_ranks.DNS_POLL_SECONDS  # found at the next look
+    assert max(clock.sleeps) <= ranks.DNS_POLL_SECONDS <= 0.25
+    assert clock.now - appears_at <= ranks.DNS_POLL_SECONDS  # found at the next look
 
 
 def test_a_name_that_never_resolves_fails_after_the_timeout(
@@ -55,9 +55,9 @@ def test_a_name_that_never_resolves_fails_after_the_timeout(
     def getaddrinfo(host: str, port: Any) -> list[Any]:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    monkeypatch.setattr(launch_ranks.socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(launch_ranks.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(launch_ranks.time, "sleep", clock.sleep)
-    with pytest.raises(launch_contract.LaunchError, match="did not resolve within 5s"):
-        launch_ranks.wait_for_dns("r-0.r.ns.svc", 5, io.StringIO())
-    assert 5 <= clock.now <= 5 + launch_ranks.DNS_POLL_SECONDS
+    monkeypatch.setattr(ranks.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(ranks.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(ranks.time, "sleep", clock.sleep)
+    with pytest.raises(contract.LaunchError, match="did not resolve within 5s"):
+        ranks.wait_for_dns("r-0.r.ns.svc", 5, io.StringIO())
+    assert 5 <= clock.now <= 5 + ranks.DNS_POLL_SECONDS

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import envbuild, launch_contract, launch_ranks, launch_transfer, launcher
+import torchyard
+from torchyard import envbuild
+from torchyard.launch import contract, main, node_files, ranks
 from torchyard.planning import pods
 
-LAUNCHER = Path(launcher.__file__)
+LAUNCHER = Path(main.__file__)
 
 
 def launch(
@@ -56,7 +58,7 @@ def termination(tmp_path: Path) -> dict[str, object]:
 
 def test_process_env_adds_global_and_local_rank() -> None:
     node = {"TORCHYARD_NPROC_PER_NODE": "4", "NODE_RANK": "2", "WORLD_SIZE": "12"}
-    env = launch_contract.process_env(node, 3)
+    env = contract.process_env(node, 3)
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("11", "3", "12")
 
 
@@ -188,9 +190,9 @@ def test_the_memory_limit_reads_as_kubernetes_writes_it(tmp_path: Path) -> None:
                                   (2, str(3 << 30), "3Gi"), (1, "1000", "1000")):  # fmt: skip
         root = tmp_path / f"v{version}-{limit}"
         cgroup(root, version, 0, limit)
-        found = launch_ranks.memory_limit(str(root))
-        assert (launch_ranks._quantity(found) if found else None) == shown
-    assert launch_ranks.oom_kills(str(tmp_path / "none")) is None
+        found = ranks.memory_limit(str(root))
+        assert (ranks._quantity(found) if found else None) == shown
+    assert ranks.oom_kills(str(tmp_path / "none")) is None
 
 
 def test_sigterm_is_forwarded_to_the_ranks(tmp_path: Path) -> None:
@@ -234,7 +236,7 @@ def test_unresolvable_master_addr_times_out_with_a_clear_error(tmp_path: Path) -
 
 def test_termination_message_fits_4kib_and_keeps_the_end() -> None:
     huge = "Traceback (most recent call last):\n" + "  frame\n" * 5000 + "ValueError: the end"
-    text = launch_contract.termination_message({"rank": 3, "message": huge})
+    text = contract.termination_message({"rank": 3, "message": huge})
     assert len(text.encode()) <= 4096
     assert json.loads(text)["message"].endswith("ValueError: the end")
 
@@ -250,23 +252,27 @@ def test_traceback_tail_picks_the_last_traceback() -> None:
         '  File "x"',
         "NewError: boom",
     ]
-    assert launch_contract.traceback_tail(lines) == (
+    assert contract.traceback_tail(lines) == (
         'Traceback (most recent call last):\n  File "x"\nNewError: boom'
     )
 
 
-SHIPPED = [LAUNCHER.with_name(f"{module}.py") for module in pods.SHIPPED_MODULES]
+OPERATOR = Path(torchyard.__file__).parent
+SHIPPED = [OPERATOR / path for path in pods.shipped_files() if path != "__init__.py"]
 
 
 @pytest.mark.parametrize(
-    "path", [*SHIPPED, Path(envbuild.__file__)], ids=lambda path: str(path.stem)
+    "path", [*SHIPPED, Path(envbuild.__file__)], ids=lambda path: str(path.relative_to(OPERATOR))
 )
 def test_runs_in_user_images_on_the_standard_library_and_python_3_8(path: Path) -> None:
     """Every shipped module imports only the standard library and the other shipped
-    modules (never ``torchyard.launcher``, the entry point); the Environment builder, a
+    modules (never ``torchyard.launch.main``, the entry point); the Environment builder, a
     single file, only the standard library."""
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
-    siblings = set(pods.SHIPPED_MODULES) - {"launcher"} if path in SHIPPED else set()
+    shipped = {p[:-3].replace("/", ".").removesuffix(".__init__") for p in pods.shipped_files()}
+    # (``python -m torchyard.launch`` runs the entry point: its __main__ imports it)
+    entry = {"launch.main"} if path.name == "__main__.py" else set()
+    siblings = (shipped - {"__init__", "launch.main"}) | entry if path in SHIPPED else set()
     imported = set()
     for node in ast.walk(tree):
         names: list[str] = []
@@ -280,7 +286,7 @@ def test_runs_in_user_images_on_the_standard_library_and_python_3_8(path: Path) 
         for name in names:
             top, _, rest = name.partition(".")
             if top == "torchyard":
-                assert rest.split(".")[0] in siblings, f"{path.name} imports {name}"
+                assert rest in siblings, f"{path.name} imports {name}"
             else:
                 imported.add(top)
     assert imported - {"__future__"} <= set(sys.stdlib_module_names)
@@ -322,7 +328,7 @@ def test_launch_modes(tmp_path: Path, mode: str) -> None:
 def test_arguments_name_the_rank_contract_and_are_expanded_per_process() -> None:
     env = {"RANK": "3", "LOCAL_RANK": "1", "NODE_RANK": "1", "MASTER_PORT": "29500"}
     command = ["python", "t.py", "--rank", "$RANK", "--lr=${LOCAL_RANK}", "$NODE_RANK"]
-    assert launch_contract.expand_arguments(command, env) == [
+    assert contract.expand_arguments(command, env) == [
         "python",
         "t.py",
         "--rank",
@@ -331,7 +337,7 @@ def test_arguments_name_the_rank_contract_and_are_expanded_per_process() -> None
         "1",
     ]
     # Other variables and look-alikes are left alone.
-    assert launch_contract.expand_arguments(["$HOME", "$RANKS", "$$"], env) == [
+    assert contract.expand_arguments(["$HOME", "$RANKS", "$$"], env) == [
         "$HOME",
         "$RANKS",
         "$$",
@@ -351,9 +357,9 @@ def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path
     volume = tmp_path / "configmap"
     volume.mkdir()
     with snapshots.snapshot(src) as snap:
-        (volume / launch_contract.SNAPSHOT).write_bytes(snap.data())
+        (volume / contract.SNAPSHOT).write_bytes(snap.data())
     work = tmp_path / "work"
-    code = launch_transfer.prepare(["--copy", str(volume), str(work)])
+    code = node_files.prepare(["--copy", str(volume), str(work)])
     assert code == 0
     assert (work / "pkg" / "m.py").read_text() == "X = 1\n"
     assert (work / "train.py").read_text() == "print('hi')\n"
@@ -364,6 +370,6 @@ def test_a_snapshot_is_unpacked_into_the_workspace_and_cannot_escape_it(tmp_path
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
     (tmp_path / "evil.tar.gz").write_bytes(evil.getvalue())
-    with pytest.raises(launch_contract.LaunchError, match="outside the folder"):
-        launch_transfer.extract_snapshot(str(tmp_path / "evil.tar.gz"), str(tmp_path / "w2"))
+    with pytest.raises(contract.LaunchError, match="outside the folder"):
+        node_files.extract_snapshot(str(tmp_path / "evil.tar.gz"), str(tmp_path / "w2"))
     assert not (tmp_path / "outside.py").exists()

@@ -11,7 +11,8 @@ import pytest
 
 from tests.builders import TrainingRunBuilder
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import api, launch_contract, launch_logs
+from torchyard import api
+from torchyard.launch import contract, output
 from torchyard.planning import pods
 from torchyard.status import classes
 
@@ -83,7 +84,7 @@ def test_a_collective_timeout_of_nccl_or_gloo_is_evidence() -> None:
         "for recv operation to complete"
     )
     nccl = "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)"
-    scanner = launch_logs.LogScanner()
+    scanner = output.LogScanner()
     for rank, line in [(0, "RuntimeError: boom"), (0, gloo), (1, nccl)]:
         scanner.scan(rank, line.encode() + b"\n")
     assert scanner.evidence == [{"rank": 0, "line": gloo}, {"rank": 1, "line": nccl}]
@@ -91,10 +92,10 @@ def test_a_collective_timeout_of_nccl_or_gloo_is_evidence() -> None:
 
 def test_the_launcher_flags_lines_for_the_operators_classes_by_their_patterns() -> None:
     """One copy of the patterns: the classes whose lines the launcher flags classify with
-    ``launch_contract.FAILURE_PATTERNS``, and every flagged line of those tables is one
+    ``contract.FAILURE_PATTERNS``, and every flagged line of those tables is one
     the launcher flags."""
-    assert set(launch_contract.EVIDENCE_FLAGS) == set(launch_contract.FAILURE_PATTERNS)
-    for name, patterns in launch_contract.FAILURE_PATTERNS.items():
+    assert set(contract.EVIDENCE_FLAGS) == set(contract.FAILURE_PATTERNS)
+    for name, patterns in contract.FAILURE_PATTERNS.items():
         assert classes.BY_NAME[name].patterns == patterns
     for line, name in [
         ("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "GpuXid"),
@@ -103,6 +104,6 @@ def test_the_launcher_flags_lines_for_the_operators_classes_by_their_patterns() 
         ("torch.distributed.DistStoreError: Timed out after 31 seconds", "RendezvousTimeout"),
         ("[Rank 1] Watchdog caught collective operation timeout", "CollectiveTimeout"),
     ]:
-        assert launch_contract.EVIDENCE.search(line), line
+        assert contract.EVIDENCE.search(line), line
         found = classes.classify({"lines": [line]})
         assert found is not None and found[0].name == name, line

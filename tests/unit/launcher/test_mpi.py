@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.processes import python_3_8
-from torchyard import launch_contract, launch_mpi, launcher
+from torchyard.launch import contract, main, mpi_launcher
 
-LAUNCHER = Path(launcher.__file__)
+LAUNCHER = Path(main.__file__)
 KEY = "0123456789abcdef" * 4
 
 
@@ -110,7 +110,7 @@ def test_the_agent_runs_a_command_on_the_worker_and_returns_its_output_and_statu
     assert out == "out-1\n"  # run with the worker launcher's variables
     assert "err\n" in err
     # node 0 says mpirun ended: the worker launcher ends with it
-    launch_mpi.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
+    mpi_launcher.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
     _, worker_err = worker.communicate(timeout=60)
     assert worker.returncode == 0, worker_err
     assert "node 1: mpirun ended (exit code 0)" in worker_err
@@ -129,7 +129,7 @@ def test_the_worker_and_its_agent_run_on_python_3_8(tmp_path: Path) -> None:
     run = agent(port, key_file(tmp_path), "echo out-$NODE_RANK", python)
     out, err = run.communicate(timeout=60)
     assert (run.returncode, out) == (0, "out-1\n"), err
-    launch_mpi.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
+    mpi_launcher.mpi_request("127.0.0.1", port, KEY.encode(), {"end": 0}).close()
     _, worker_err = worker.communicate(timeout=60)
     assert worker.returncode == 0, worker_err
     assert "node 1: mpirun ended (exit code 0)" in worker_err
@@ -155,7 +155,7 @@ def test_a_wrong_key_is_refused_and_nothing_runs(tmp_path: Path) -> None:
     assert "cannot reach node 127.0.0.1" in err or "lost node 127.0.0.1" in err
     assert not marker.exists()
     assert worker.poll() is None  # still waiting for mpirun's real agent
-    launch_mpi.mpi_request(
+    mpi_launcher.mpi_request(
         "127.0.0.1", port, KEY.encode(), {"end": 0}
     ).close()  # what node 0 sends when mpirun ended
     _, worker_err = worker.communicate(timeout=60)
@@ -379,9 +379,9 @@ def test_node_0_publishes_the_progress_every_mpi_rank_reports(tmp_path: Path) ->
     folder = fake_mpirun(tmp_path, fail=False, progress=True)
     done = node0(tmp_path, port, folder, TORCHYARD_PROGRESS_INTERVAL="1")
     assert done.returncode == 0, done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(launch_contract.PROGRESS_LINE)]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(contract.PROGRESS_LINE)]
     assert lines, done.stderr
-    summary = json.loads(lines[-1][len(launch_contract.PROGRESS_LINE) :])
+    summary = json.loads(lines[-1][len(contract.PROGRESS_LINE) :])
     assert (summary["step"], summary["minStep"], summary["total"]) == (4, 2, 10), summary
     assert summary["metrics"] == {"loss": 0.5}
     assert termination(tmp_path, 0)["progress"] == summary

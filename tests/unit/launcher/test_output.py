@@ -26,7 +26,8 @@ import pytest
 from tests.unit.launcher.test_launcher import launch, termination
 from tests.unit.test_local_console import Clock
 from tests.unit.test_local_mode import project
-from torchyard import cli, launch_contract, launch_logs, launch_ranks
+from torchyard import cli
+from torchyard.launch import contract, output, ranks
 
 NOTE = re.compile(
     rb"\[torchyard\] (\d+) bytes \((\d+) lines\) of this rank's output dropped here: .*\n"
@@ -38,7 +39,7 @@ def stream(seed: int, size: int) -> bytes:
     rng = random.Random(seed)
     parts, total, n = [], 0, 0
     while total < size:
-        length = rng.choice([0, 5, 80, 300, 5000, launch_logs.READ_BYTES + 100])
+        length = rng.choice([0, 5, 80, 300, 5000, output.READ_BYTES + 100])
         line = (b"%d:" % n + b"x" * length)[:length] + b"\n"
         parts.append(line)
         total += len(line)
@@ -48,10 +49,10 @@ def stream(seed: int, size: int) -> bytes:
 
 def written(path: Path, data: bytes, limit: int, seed: int) -> bytes:
     """``data`` through a CappedLog in reads of random sizes, as a rank's pipe gives it."""
-    log = launch_logs.CappedLog(str(path), limit)
+    log = output.CappedLog(str(path), limit)
     rng, at = random.Random(seed), 0
     while at < len(data):
-        size = rng.randint(1, launch_logs.READ_BYTES)
+        size = rng.randint(1, output.READ_BYTES)
         log.write(data[at : at + size])
         at += size
     log.close()
@@ -89,10 +90,10 @@ def test_what_fits_the_limit_is_kept_as_written(tmp_path: Path, limit: int) -> N
 
 
 def test_the_limit_comes_from_the_environment_and_refuses_a_useless_one() -> None:
-    assert launch_logs.log_limit({}) == launch_logs.LOG_LIMIT_BYTES
-    assert launch_logs.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "0"}) == 0
-    with pytest.raises(launch_contract.LaunchError, match="at least 4096"):
-        launch_logs.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "100"})
+    assert output.log_limit({}) == output.LOG_LIMIT_BYTES
+    assert output.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "0"}) == 0
+    with pytest.raises(contract.LaunchError, match="at least 4096"):
+        output.log_limit({"TORCHYARD_LOG_LIMIT_BYTES": "100"})
 
 
 def test_a_chatty_rank_succeeds_with_its_log_within_the_limit(tmp_path: Path) -> None:
@@ -126,7 +127,7 @@ class Blocked(io.StringIO):
 
 def test_a_reader_that_does_not_read_makes_no_rank_wait_and_loses_no_launcher_message() -> None:
     out, err = Blocked(), Blocked()
-    echo = launch_logs.Echo(err, limit=1000)
+    echo = output.Echo(err, limit=1000)
     lines = [b"[rank 0] line %d\n" % i for i in range(1000)]
     for line in lines:
         echo.put(out, line, "rank 0")  # returns at once: the reader does not read
@@ -145,7 +146,7 @@ def test_a_reader_that_does_not_read_makes_no_rank_wait_and_loses_no_launcher_me
 
 def test_a_rank_shows_its_share_of_lines_and_the_rest_is_counted() -> None:
     out, err, clock = io.StringIO(), io.StringIO(), Clock()
-    echo = launch_logs.Echo(err, rate=1000, burst=3000, clock=clock)
+    echo = output.Echo(err, rate=1000, burst=3000, clock=clock)
     lines = [b"line %04d of a chatty rank\n" % i for i in range(1000)]
     size = len(lines[0])  # 27 bytes, the prefix not counted
     shown_then = []
@@ -168,7 +169,7 @@ def test_a_rank_shows_its_share_of_lines_and_the_rest_is_counted() -> None:
 
 def test_a_rank_whose_lines_are_dropped_does_not_hide_another_ranks() -> None:
     out, err = io.StringIO(), io.StringIO()
-    echo = launch_logs.Echo(err, rate=1000, burst=1000, clock=Clock())
+    echo = output.Echo(err, rate=1000, burst=1000, clock=Clock())
     echo.put(out, b"x" * 99 + b"\n" * 100, "rank 0", b"[rank 0] ")  # its whole share
     echo.put(out, b"a line of rank 1\n", "rank 1", b"[rank 1] ")
     echo.drain()
@@ -177,8 +178,8 @@ def test_a_rank_whose_lines_are_dropped_does_not_hide_another_ranks() -> None:
 
 def test_the_evidence_is_looked_for_in_what_the_log_keeps(tmp_path: Path) -> None:
     """The head as written, the tail when the log is closed; not the dropped middle."""
-    scanner = launch_logs.LogScanner()
-    log = launch_logs.CappedLog(
+    scanner = output.LogScanner()
+    log = output.CappedLog(
         str(tmp_path / "rank-0.txt"), 8192, functools.partial(scanner.scan_read, 0)
     )
     filler = b"".join(b"filler line %d\n" % i for i in range(100))  # about 1.5 KB
@@ -211,13 +212,13 @@ EVIDENCE_LINES = [
 @pytest.mark.parametrize("line", EVIDENCE_LINES)
 def test_every_evidence_line_holds_an_evidence_word(line: str) -> None:
     """The whole-read filter (EVIDENCE_WORDS) lets every EVIDENCE line through."""
-    assert launch_contract.EVIDENCE.search(line)
-    assert any(word in line.encode() for word in launch_contract.EVIDENCE_WORDS)
+    assert contract.EVIDENCE.search(line)
+    assert any(word in line.encode() for word in contract.EVIDENCE_WORDS)
 
 
 def test_every_evidence_alternative_names_an_evidence_word() -> None:
     depth, start, alternatives = 0, 0, []
-    pattern = launch_contract.EVIDENCE.pattern
+    pattern = contract.EVIDENCE.pattern
     for i, char in enumerate(pattern):
         depth += {"(": 1, ")": -1}.get(char, 0)
         if char == "|" and depth == 0:
@@ -226,7 +227,7 @@ def test_every_evidence_alternative_names_an_evidence_word() -> None:
     alternatives.append(pattern[start:])
     for alternative in alternatives:
         literal = re.sub(r"\\[bdws]\*?|\[[^]]*\][+*]?|\\", " ", alternative)
-        assert any(w.decode() in literal for w in launch_contract.EVIDENCE_WORDS), alternative
+        assert any(w.decode() in literal for w in contract.EVIDENCE_WORDS), alternative
 
 
 @pytest.mark.parametrize(
@@ -239,7 +240,7 @@ def test_every_evidence_alternative_names_an_evidence_word() -> None:
 )
 def test_a_whole_read_flags_what_its_lines_one_by_one_flag(rules: list[dict[str, str]]) -> None:
     lines = [b"quiet\n", *(x.encode() + b"\r\n" for x in EVIDENCE_LINES), b"boom\r\n", b"x\n"]
-    one_by_one, whole = (launch_logs.LogScanner(json.dumps(rules)) for _ in range(2))
+    one_by_one, whole = (output.LogScanner(json.dumps(rules)) for _ in range(2))
     for line in lines:
         one_by_one.scan(3, line)
     for at in range(0, len(lines), 3):
@@ -342,7 +343,7 @@ def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -
     cookie = os.urandom(8).hex()
     marked = subprocess.Popen(
         [sys.executable, "-c", HELPER],
-        env={**os.environ, launch_contract.COOKIE_VARIABLE: cookie},
+        env={**os.environ, contract.TORCHYARD_NODE_COOKIE: cookie},
         start_new_session=True,
     )
     read, write = os.pipe()
@@ -352,17 +353,15 @@ def test_leftovers_are_found_by_the_cookie_and_by_the_pipes_and_nothing_else() -
     os.close(write)
     other = subprocess.Popen(
         [sys.executable, "-c", HELPER],
-        env={**os.environ, launch_contract.COOKIE_VARIABLE: cookie + "0"},  # another node's
+        env={**os.environ, contract.TORCHYARD_NODE_COOKIE: cookie + "0"},  # another node's
         start_new_session=True,
     )
     try:
         inode = os.fstat(read).st_ino
-        found = launch_ranks.leftovers(cookie, [inode])
+        found = ranks.leftovers(cookie, [inode])
         assert marked.pid in found and holding.pid in found and other.pid not in found
         assert os.getpid() not in found  # it holds the pipe too: never itself
-        assert launch_ranks.end_leftovers(cookie, pipes=[inode]) == sorted(
-            [marked.pid, holding.pid]
-        )
+        assert ranks.end_leftovers(cookie, pipes=[inode]) == sorted([marked.pid, holding.pid])
         assert marked.wait(5) and holding.wait(5)  # ended by a signal (non-zero)
         assert other.poll() is None
     finally:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import launch_contract, launch_progress, progress
+from torchyard import progress
+from torchyard.launch import contract
+from torchyard.launch.tracker import ProgressTracker
 
 
 def test_report_prints_one_flushed_line_the_parser_reads_back(
@@ -27,7 +29,7 @@ def test_report_prints_one_flushed_line_the_parser_reads_back(
     assert first == '@@torchyard {"step": 120, "total": 3000, "loss": 0.41}'
     assert progress.parse(first) == {"step": 120, "total": 3000, "loss": 0.41}
     assert progress.parse(second) == {"step": 120, "accuracy": 0.9}  # at the last step
-    assert launch_contract.parse_progress(first.encode()) == progress.parse(first)
+    assert contract.parse_progress(first.encode()) == progress.parse(first)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +45,7 @@ def test_report_prints_one_flushed_line_the_parser_reads_back(
 )
 def test_lines_that_are_not_progress_are_ignored(text: str) -> None:
     assert progress.parse(text) is None
-    assert launch_contract.parse_progress(text.encode()) is None
+    assert contract.parse_progress(text.encode()) is None
 
 
 def test_bad_arguments_say_what_is_wrong() -> None:
@@ -58,7 +60,7 @@ def test_bad_arguments_say_what_is_wrong() -> None:
 
 def test_tracker_rates_from_the_second_report_and_names_the_lag(tmp_path: Path) -> None:
     now = [100.0]
-    tracker = launch_progress.ProgressTracker(str(tmp_path), clock=lambda: now[0])
+    tracker = ProgressTracker(str(tmp_path), clock=lambda: now[0])
     tracker.record(0, {"step": 0, "total": 100, "loss": 2.0})  # warm-up: 30 s to step 0
     now[0] = 130.0
     tracker.record(0, {"step": 1, "loss": 1.5})
@@ -117,8 +119,8 @@ def test_the_launcher_collects_every_ranks_progress(tmp_path: Path) -> None:
     assert 0 < summary["stepsPerSecond"] < 10
     assert summary["metrics"]["loss"] == pytest.approx(0.2)
     # the last line on the log is the final summary, which the operator reads
-    said = [x for x in done.stderr.splitlines() if x.startswith(launch_contract.PROGRESS_LINE)]
-    assert said and json.loads(said[-1][len(launch_contract.PROGRESS_LINE) :]) == summary
+    said = [x for x in done.stderr.splitlines() if x.startswith(contract.PROGRESS_LINE)]
+    assert said and json.loads(said[-1][len(contract.PROGRESS_LINE) :]) == summary
     # the script's own outputs/metrics.json wins; the reported values fill it up
     assert json.loads((tmp_path / "outputs" / "metrics.json").read_text()) == {
         "accuracy": 0.5,
@@ -165,8 +167,8 @@ def test_under_launch_node_a_rank_says_who_it_is_and_the_tracker_keys_by_it(
     progress.report(3, total=10)
     line = capsys.readouterr().out.splitlines()[-1]
     assert line == '@@torchyard {"step": 3, "total": 10, "rank": 5}'
-    tracker = launch_progress.ProgressTracker(str(tmp_path), clock=lambda: 1.0)
-    record = launch_contract.parse_progress(line.encode())
+    tracker = ProgressTracker(str(tmp_path), clock=lambda: 1.0)
+    record = contract.parse_progress(line.encode())
     assert record is not None
     tracker.record(None, record)  # torchrun's output: one stream for all its ranks
     assert tracker.reported_ranks() == [5] and tracker.step_of(5) == 3

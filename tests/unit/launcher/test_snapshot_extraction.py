@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import pytest
 
-from torchyard import launch_contract, launch_transfer, launcher
+from torchyard.launch import contract, main, node_files
 
 
 class Zeros(io.RawIOBase):
@@ -140,8 +140,8 @@ def test_hostile_members_are_refused_naming_them_and_nothing_stays(
     members, message = HOSTILE[case]
     tar = archive(tmp_path / "evil.tar.gz", members)
     work = tmp_path / "sandbox" / "work"
-    with pytest.raises(launch_contract.LaunchError, match=message):
-        launch_transfer.extract_snapshot(str(tar), str(work))
+    with pytest.raises(contract.LaunchError, match=message):
+        node_files.extract_snapshot(str(tar), str(work))
     assert files_under(work) == []  # ok.py was unpacked first, then taken back
     assert files_under(tmp_path / "sandbox") == ["work"]
     assert not (tmp_path / "escaped.py").exists()
@@ -150,7 +150,7 @@ def test_hostile_members_are_refused_naming_them_and_nothing_stays(
 def test_an_encoded_traversal_is_only_a_strange_name_inside_the_folder(tmp_path: Path) -> None:
     tar = archive(tmp_path / "s.tar.gz", [file("%2e%2e/%2e%2e/x.py", b"1"), file("..a", b"2")])
     work = tmp_path / "work"
-    assert launch_transfer.extract_snapshot(str(tar), str(work)) == 2
+    assert node_files.extract_snapshot(str(tar), str(work)) == 2
     assert (work / "%2e%2e" / "%2e%2e" / "x.py").read_bytes() == b"1"
     assert (work / "..a").read_bytes() == b"2"
 
@@ -171,8 +171,8 @@ def test_a_link_already_in_the_working_folder_is_not_written_through(
         (work / "train.py").symlink_to(outside / "victim.py")
         name = "train.py"
     tar = archive(tmp_path / "s.tar.gz", [file(name, b"overwritten")])
-    with pytest.raises(launch_contract.LaunchError, match="outside the folder"):
-        launch_transfer.extract_snapshot(str(tar), str(work))
+    with pytest.raises(contract.LaunchError, match="outside the folder"):
+        node_files.extract_snapshot(str(tar), str(work))
     assert (outside / "victim.py").read_text() == "original"
 
 
@@ -181,7 +181,7 @@ def test_a_file_already_there_is_replaced_whole(tmp_path: Path) -> None:
     work.mkdir()
     (work / "train.py").write_text("a longer file that was there before")
     tar = archive(tmp_path / "s.tar.gz", [file("train.py", b"new")])
-    assert launch_transfer.extract_snapshot(str(tar), str(work)) == 1
+    assert node_files.extract_snapshot(str(tar), str(work)) == 1
     assert (work / "train.py").read_bytes() == b"new"
 
 
@@ -190,8 +190,8 @@ def test_a_refused_snapshot_takes_back_only_what_it_made(tmp_path: Path) -> None
     work.mkdir()
     (work / "train.py").write_text("there before")
     members = [file("train.py", b"new"), file("made.py"), file("../escaped.py")]
-    with pytest.raises(launch_contract.LaunchError, match="outside the folder"):
-        launch_transfer.extract_snapshot(str(archive(tmp_path / "s.tar.gz", members)), str(work))
+    with pytest.raises(contract.LaunchError, match="outside the folder"):
+        node_files.extract_snapshot(str(archive(tmp_path / "s.tar.gz", members)), str(work))
     assert files_under(work) == ["train.py"]
 
 
@@ -204,7 +204,7 @@ def test_a_file_is_executable_when_any_of_its_execute_bits_was_set(
 ) -> None:
     info, data = file("run.sh")
     info.mode = mode
-    launch_transfer.extract_snapshot(
+    node_files.extract_snapshot(
         str(archive(tmp_path / "s.tar.gz", [(info, data)])), str(tmp_path / "w")
     )
     assert (tmp_path / "w" / "run.sh").stat().st_mode & 0o777 == unpacked
@@ -217,8 +217,8 @@ def test_a_gzip_bomb_at_the_default_limit_stops_before_inflating(tmp_path: Path)
     assert tar.stat().st_size < 8 << 20
     work = tmp_path / "work"
     started = time.process_time()
-    with pytest.raises(launch_contract.LaunchError, match=r"more than 1073741824 bytes \(at 'z'"):
-        launch_transfer.extract_snapshot(str(tar), str(work))
+    with pytest.raises(contract.LaunchError, match=r"more than 1073741824 bytes \(at 'z'"):
+        node_files.extract_snapshot(str(tar), str(work))
     assert time.process_time() - started < 1.0  # inflating 1 GiB takes seconds
     assert files_under(work) == []
 
@@ -226,13 +226,13 @@ def test_a_gzip_bomb_at_the_default_limit_stops_before_inflating(tmp_path: Path)
 def test_many_small_files_add_up_to_the_limit(tmp_path: Path) -> None:
     tar = archive(tmp_path / "s.tar.gz", [zeros(f"part-{i}.bin", 400) for i in range(5)])
     with pytest.raises(
-        launch_contract.LaunchError,
+        contract.LaunchError,
         match=r"more than 1000 bytes \(at 'part-2.bin', 400 bytes\); leave large files out of "
         r"the snapshot \(.torchyardignore\) or raise TORCHYARD_SNAPSHOT_MAX_BYTES",
     ):
-        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_bytes=1000)
+        node_files.extract_snapshot(str(tar), str(tmp_path / "w"), max_bytes=1000)
     assert files_under(tmp_path / "w") == []
-    assert launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w2"), max_bytes=2000) == 5
+    assert node_files.extract_snapshot(str(tar), str(tmp_path / "w2"), max_bytes=2000) == 5
 
 
 def test_the_number_of_entries_is_limited_too(tmp_path: Path) -> None:
@@ -242,8 +242,8 @@ def test_the_number_of_entries_is_limited_too(tmp_path: Path) -> None:
         r"more than 10 entries \(at 'd/9.py'\); leave files out of the snapshot "
         r"\(.torchyardignore\) or raise TORCHYARD_SNAPSHOT_MAX_FILES"
     )
-    with pytest.raises(launch_contract.LaunchError, match=said):
-        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"), max_files=10)
+    with pytest.raises(contract.LaunchError, match=said):
+        node_files.extract_snapshot(str(tar), str(tmp_path / "w"), max_files=10)
     assert files_under(tmp_path / "w") == []
 
 
@@ -252,14 +252,14 @@ def test_the_limits_come_from_the_environment(
 ) -> None:
     tar = archive(tmp_path / "s.tar.gz", [zeros("data.bin", 5000), file("b.py"), file("c.py")])
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", "4096")
-    with pytest.raises(launch_contract.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_BYTES"):
-        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"))
+    with pytest.raises(contract.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_BYTES"):
+        node_files.extract_snapshot(str(tar), str(tmp_path / "w"))
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", "8192")
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_FILES", "2")
-    with pytest.raises(launch_contract.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_FILES"):
-        launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w"))
+    with pytest.raises(contract.LaunchError, match="TORCHYARD_SNAPSHOT_MAX_FILES"):
+        node_files.extract_snapshot(str(tar), str(tmp_path / "w"))
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_FILES", "3")
-    assert launch_transfer.extract_snapshot(str(tar), str(tmp_path / "w")) == 3
+    assert node_files.extract_snapshot(str(tar), str(tmp_path / "w")) == 3
 
 
 @pytest.mark.parametrize(
@@ -270,10 +270,8 @@ def test_a_bad_limit_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch, value: str, message: str
 ) -> None:
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", value)
-    with pytest.raises(
-        launch_contract.LaunchError, match=f"TORCHYARD_SNAPSHOT_MAX_BYTES {message}"
-    ):
-        launch_contract.snapshot_limits()
+    with pytest.raises(contract.LaunchError, match=f"TORCHYARD_SNAPSHOT_MAX_BYTES {message}"):
+        contract.snapshot_limits()
 
 
 @pytest.mark.parametrize(
@@ -290,16 +288,16 @@ def test_a_damaged_archive_is_a_clear_error(
     good = archive(tmp_path / "s.tar.gz", [file("a.py", os.urandom(64 << 10))])
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(damage(good.read_bytes()))
-    with pytest.raises(launch_contract.LaunchError, match="cannot unpack the snapshot"):
-        launch_transfer.extract_snapshot(str(bad), str(tmp_path / "w"))
+    with pytest.raises(contract.LaunchError, match="cannot unpack the snapshot"):
+        node_files.extract_snapshot(str(bad), str(tmp_path / "w"))
     assert files_under(tmp_path / "w") == []
 
 
 def test_what_is_not_a_gzip_at_all_is_refused_before_any_entry(tmp_path: Path) -> None:
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(b"not a gzip stream")
-    with pytest.raises(launch_contract.LaunchError) as refused:
-        launch_transfer.extract_snapshot(str(bad), str(tmp_path / "w"))
+    with pytest.raises(contract.LaunchError) as refused:
+        node_files.extract_snapshot(str(bad), str(tmp_path / "w"))
     assert str(refused.value).startswith(f"cannot unpack the snapshot {bad}: ")
 
 
@@ -308,14 +306,14 @@ def test_the_launcher_reports_a_refused_snapshot_and_fails_before_any_rank(
 ) -> None:
     volume = tmp_path / "configmap"
     volume.mkdir()
-    archive(volume / launch_contract.SNAPSHOT, [zeros("weights.bin", 1 << 20)])
+    archive(volume / contract.SNAPSHOT, [zeros("weights.bin", 1 << 20)])
     monkeypatch.setenv("TORCHYARD_SNAPSHOT_MAX_BYTES", str(1 << 19))
     termination = tmp_path / "termination-log"
     monkeypatch.setenv("TORCHYARD_TERMINATION_LOG", str(termination))
     work = tmp_path / "work"
     ran = tmp_path / "ran"
     command = [sys.executable, "-c", f"open({str(ran)!r}, 'w').close()"]
-    code = launcher.main(["--copy", str(volume), str(work), "--", *command])
+    code = main.main(["--copy", str(volume), str(work), "--", *command])
     assert code == 1
     err = capsys.readouterr().err
     assert "'weights.bin'" in err and "TORCHYARD_SNAPSHOT_MAX_BYTES" in err

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard import launch_progress, launch_stalls
+from torchyard.launch import stalls
+from torchyard.launch.tracker import ProgressTracker
 
 STUCK = {
     "sleeps": "time.sleep(3600)",
@@ -66,13 +67,13 @@ def test_a_run_that_never_stalled_archives_no_stack_files(tmp_path: Path) -> Non
 
 
 def test_without_a_timed_step_there_is_no_adaptive_timeout() -> None:
-    tracker = launch_progress.ProgressTracker("/nonexistent", clock=lambda: 0.0)
+    tracker = ProgressTracker("/nonexistent", clock=lambda: 0.0)
     assert tracker.stalled([0], 1000.0, None, 10) is None  # nothing reported
 
 
 def test_the_adaptive_timeout_is_five_slowest_steps_over_a_floor(tmp_path: Path) -> None:
     now = [0.0]
-    tracker = launch_progress.ProgressTracker(str(tmp_path), clock=lambda: now[0])
+    tracker = ProgressTracker(str(tmp_path), clock=lambda: now[0])
     for t, step in ((0.0, 0), (50.0, 1), (60.0, 2), (90.0, 3)):  # warm-up, then 10 s, 30 s
         now[0] = t
         tracker.record(0, {"step": step})
@@ -95,14 +96,14 @@ def test_the_top_of_a_faulthandler_dump_is_the_interrupted_threads_innermost_fra
         '  File "/workspace/train.py", line 88 in train_step\n'
         '  File "/workspace/train.py", line 120 in <module>\n'
     )
-    assert launch_stalls.stack_top(dump) == ("/workspace/train.py", 88, "train_step")
-    assert launch_stalls.stack_top("nothing") is None
+    assert stalls.stack_top(dump) == ("/workspace/train.py", 88, "train_step")
+    assert stalls.stack_top("nothing") is None
 
 
-def tracked(tmp_path: Path) -> tuple[launch_progress.ProgressTracker, list[float]]:
+def tracked(tmp_path: Path) -> tuple[ProgressTracker, list[float]]:
     """Ranks 0 and 1 that made steps 0..3, one a second (a timed step: adaptive works)."""
     now = [0.0]
-    tracker = launch_progress.ProgressTracker(str(tmp_path), clock=lambda: now[0])
+    tracker = ProgressTracker(str(tmp_path), clock=lambda: now[0])
     for step in range(4):
         now[0] = float(step)
         tracker.record(0, {"step": step})
@@ -154,12 +155,12 @@ def test_the_same_phase_said_again_keeps_its_start(tmp_path: Path) -> None:
 
 
 def test_stall_budgets_from_the_environment_keep_only_known_phases() -> None:
-    assert launch_stalls.stall_budgets('{"saving": 600, "evaluating": 7200}') == {
+    assert stalls.stall_budgets('{"saving": 600, "evaluating": 7200}') == {
         "saving": 600.0,
         "evaluating": 7200.0,
     }
-    assert launch_stalls.stall_budgets('{"lunch": 5, "saving": -1, "initializing": true}') == {}
-    assert launch_stalls.stall_budgets("") == launch_stalls.stall_budgets("not json") == {}
+    assert stalls.stall_budgets('{"lunch": 5, "saving": -1, "initializing": true}') == {}
+    assert stalls.stall_budgets("") == stalls.stall_budgets("not json") == {}
 
 
 def dump(*frames: tuple[str, int, str]) -> str:
@@ -184,19 +185,17 @@ SLEEPING = dump(("/workspace/train.py", 12, "<module>"))
 
 def test_the_rank_the_others_wait_for_is_named_by_the_stacks() -> None:
     # Idle longest is rank 0 (in all_reduce), but rank 1 sleeps outside any collective.
-    assert (
-        launch_stalls.culprit({0: IN_ALL_REDUCE, 1: SLEEPING, 2: IN_ALL_REDUCE}, [0, 1, 2], 0) == 1
-    )
+    assert stalls.culprit({0: IN_ALL_REDUCE, 1: SLEEPING, 2: IN_ALL_REDUCE}, [0, 1, 2], 0) == 1
     # Rank 1 skipped an all_reduce and waits in the barrier after the loop: the odd one out.
     stacks = {0: IN_ALL_REDUCE, 1: IN_BARRIER, 2: IN_ALL_REDUCE}
-    assert launch_stalls.culprit(stacks, [0, 1, 2], 0) == 1
+    assert stalls.culprit(stacks, [0, 1, 2], 0) == 1
     # Two ranks in two collectives: no majority; the one idle longest stays named.
-    assert launch_stalls.culprit({0: IN_ALL_REDUCE, 1: IN_BARRIER}, [0, 1], 0) == 0
+    assert stalls.culprit({0: IN_ALL_REDUCE, 1: IN_BARRIER}, [0, 1], 0) == 0
     # A rank still making progress (not a suspect) is no culprit.
-    assert launch_stalls.culprit({0: IN_ALL_REDUCE, 1: SLEEPING}, [0], 0) == 0
-    assert launch_stalls.culprit({}, [0, 1], 1) == 1
-    assert launch_stalls.user_frame(IN_ALL_REDUCE) == ("/workspace/train.py", 14, "<module>")
-    assert launch_stalls.in_collective(IN_BARRIER) and not launch_stalls.in_collective(SLEEPING)
+    assert stalls.culprit({0: IN_ALL_REDUCE, 1: SLEEPING}, [0], 0) == 0
+    assert stalls.culprit({}, [0, 1], 1) == 1
+    assert stalls.user_frame(IN_ALL_REDUCE) == ("/workspace/train.py", 14, "<module>")
+    assert stalls.in_collective(IN_BARRIER) and not stalls.in_collective(SLEEPING)
 
 
 TORCH = "/venv/lib/python3.11/site-packages/torch"
@@ -214,17 +213,17 @@ IN_OWN_BACKWARD_CODE = dump(  # a custom autograd Function's backward: the rank'
 
 
 def test_a_ddp_rank_waiting_in_backward_waits_for_the_others() -> None:
-    assert launch_stalls.waiting_in(IN_BACKWARD) == "backward"
-    assert launch_stalls.waiting_in(IN_ALL_REDUCE) == "all_reduce"
-    assert launch_stalls.waiting_in(IN_BARRIER) == "barrier"
+    assert stalls.waiting_in(IN_BACKWARD) == "backward"
+    assert stalls.waiting_in(IN_ALL_REDUCE) == "all_reduce"
+    assert stalls.waiting_in(IN_BARRIER) == "barrier"
     for elsewhere in (SLEEPING, IN_OWN_BACKWARD_CODE, "", "no frames here"):
-        assert launch_stalls.waiting_in(elsewhere) is None
+        assert stalls.waiting_in(elsewhere) is None
     # Rank 1 is stuck in its own line (a C call holding the GIL, a sleep, a lock) while the
     # others wait in loss.backward(): named, whoever has been idle longest.
     for first in (0, 1, 2):
         stacks = {0: IN_BACKWARD, 1: SLEEPING, 2: IN_BACKWARD}
-        assert launch_stalls.culprit(stacks, [0, 1, 2], first) == 1
-    said = launch_stalls.suspects_of({0: IN_BACKWARD}, [0], lambda r: 31.0, lambda r: 9)
+        assert stalls.culprit(stacks, [0, 1, 2], first) == 1
+    said = stalls.suspects_of({0: IN_BACKWARD}, [0], lambda r: 31.0, lambda r: 9)
     assert said == [
         {
             "rank": 0,
@@ -272,7 +271,7 @@ def test_a_rank_that_ended_torch_distributed_cleanly_lets_its_workers_finish_bef
     import sys
 
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": ""}
-    _, hook = launch_stalls.install_stack_hook(env, str(tmp_path / "logs"))
+    _, hook = stalls.install_stack_hook(env, str(tmp_path / "logs"))
     marks = tmp_path / "marks.txt"
     rank = tmp_path / "rank.py"
     rank.write_text(EXITS)

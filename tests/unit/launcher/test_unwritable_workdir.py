@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from torchyard import launcher
+from torchyard.launch import main
 
-LAUNCHER = Path(launcher.__file__)
+LAUNCHER = Path(main.__file__)
 CHILD = (
     "import os, pathlib\n"
     "out = pathlib.Path(os.environ['TORCHYARD_OUTPUTS'])\n"

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from torchyard import api, launch_contract
+from torchyard import api
+from torchyard.launch import contract
 from torchyard.planning import inputs, names, pods
 
 SHA = "ab" * 32
@@ -50,16 +51,14 @@ def test_every_process_gets_each_inputs_folder() -> None:
 def test_arguments_may_name_an_input() -> None:
     env = {"TORCHYARD_INPUT_BIRDS": "/torchyard/inputs/birds", "RANK": "3"}
     args = ["--data", "$TORCHYARD_INPUT_BIRDS", "${TORCHYARD_INPUT_BIRDS}/x", "$RANK", "$HOME"]
-    assert launch_contract.expand_arguments(args, env) == [
+    assert contract.expand_arguments(args, env) == [
         "--data",
         "/torchyard/inputs/birds",
         "/torchyard/inputs/birds/x",
         "3",
         "$HOME",
     ]
-    assert launch_contract.expand_arguments(["$TORCHYARD_INPUT_OTHER"], env) == [
-        "$TORCHYARD_INPUT_OTHER"
-    ]
+    assert contract.expand_arguments(["$TORCHYARD_INPUT_OTHER"], env) == ["$TORCHYARD_INPUT_OTHER"]
 
 
 def test_cache_entries_and_claims_are_mounted_read_only() -> None:

@@ -96,7 +96,7 @@ def test_pod_runs_the_launcher_with_the_rank_contract() -> None:
     # the launcher, from the shipped package folder, copies the ConfigMap's code first
     assert trainer["command"] == [
         "python3.11",
-        "/torchyard/lib/torchyard/launcher.py",
+        "/torchyard/lib/torchyard/launch/main.py",
         "--copy",
         "/torchyard/source",
         "/workspace",
@@ -213,7 +213,7 @@ def test_the_environments_python_runs_the_shipped_launcher_and_fetches_the_sourc
         trainer = p["spec"]["containers"][0]
         assert trainer["command"] == [
             "/opt/conda/bin/python",
-            "/torchyard/lib/torchyard/launcher.py",
+            "/torchyard/lib/torchyard/launch/main.py",
             *expected[kind],
             "--",
             "python",
@@ -238,16 +238,21 @@ def test_a_git_source_keeps_its_clone_init_container_only() -> None:
     [clone] = p["spec"]["initContainers"]
     assert clone["name"] == "git-clone" and clone["image"] == pods.Settings().git_image
     trainer = p["spec"]["containers"][0]
-    assert trainer["command"][:3] == ["python3", "/torchyard/lib/torchyard/launcher.py", "--"]
+    assert trainer["command"][:3] == ["python3", "/torchyard/lib/torchyard/launch/main.py", "--"]
 
 
 def test_the_shipped_modules_are_mounted_from_their_content_addressed_config_map() -> None:
-    assert pods.SHIPPED_MODULES[0] == "launcher"
+    assert pods.SHIPPED_MODULES[0] == "launch"
     p = pods.pod(run_on_a100(), 0, image="img")
     [volume] = [v for v in p["spec"]["volumes"] if v["name"] == "torchyard"]
     config_map = pods.launcher_config_map("vision")
+    items = volume["configMap"].pop("items")
     assert volume["configMap"] == {"name": config_map["metadata"]["name"], "defaultMode": 0o444}
-    assert set(config_map["data"]) == {"__init__.py", *(f"{m}.py" for m in pods.SHIPPED_MODULES)}
+    # every key of the ConfigMap, at its path in the package folder
+    assert sorted(item["key"] for item in items) == sorted(config_map["data"])
+    paths = {item["path"] for item in items}
+    assert {"__init__.py", "launch/__init__.py", "launch/main.py", "checkpoint.py"} <= paths
+    assert paths == set(pods.shipped_files())
 
 
 def test_node_pods_run_as_the_runs_service_account_without_an_api_token() -> None:

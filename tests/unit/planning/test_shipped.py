@@ -12,24 +12,33 @@ from pathlib import Path
 
 import pytest
 
-import torchyard.launcher
+import torchyard.launch.main
 from tests.processes import python_3_8
+from tests.shipped import launcher, lay_out
 from torchyard.planning import pods, shipped
 
 
 def test_the_config_map_holds_the_package_and_is_named_by_its_content() -> None:
     files = pods.shipped_files()
-    assert files["launcher.py"] == Path(torchyard.launcher.__file__).read_text()
-    # importing one shipped module pulls in nothing else: __init__.py is a docstring only
-    init = ast.parse(files["__init__.py"])
-    assert [type(node) for node in init.body] == [ast.Expr]
+    assert files["launch/main.py"] == Path(torchyard.launch.main.__file__).read_text()
+    # every module of the launcher's package, its __init__.py too
+    launch = Path(torchyard.launch.main.__file__).parent
+    assert {p for p in files if p.startswith("launch/")} == {
+        f"launch/{path.name}" for path in launch.glob("*.py")
+    }
+    # importing one shipped module pulls in nothing else: each __init__.py is a docstring
+    for init in ("__init__.py", "launch/__init__.py"):
+        assert [type(node) for node in ast.parse(files[init]).body] == [ast.Expr], init
     cm = pods.launcher_config_map("team")
     assert cm["immutable"] is True and cm["metadata"]["namespace"] == "team"
-    assert cm["data"] == files
+    # a ConfigMap's keys hold no "/": the volume's items put each file back at its path
+    assert cm["data"] == {path.replace("/", "."): text for path, text in files.items()}
+    items = shipped.items(pods.SHIPPED_MODULES)
+    assert {item["path"]: cm["data"][item["key"]] for item in items} == files
     assert cm["metadata"]["name"] == shipped.config_map_name(files)
     assert cm["metadata"]["name"].startswith("torchyard-launcher-")
     # a changed file is a new name: Pods of the old version keep their own files
-    changed = {**files, "launcher.py": files["launcher.py"] + "\n"}
+    changed = {**files, "launch/main.py": files["launch/main.py"] + "\n"}
     assert shipped.config_map_name(changed) != cm["metadata"]["name"]
     assert pods.launcher_config_map("other")["metadata"]["name"] == cm["metadata"]["name"]
 
@@ -46,12 +55,9 @@ def test_a_rank_imports_the_shipped_package_through_the_launchers_pythonpath(
     # The ConfigMap's files laid out as the kubelet mounts them, run with an interpreter
     # that has no torchyard installed (-I: isolated, no site-packages of this venv).
     root = tmp_path / "lib"
-    package = root / "torchyard"
-    package.mkdir(parents=True)
-    for name, text in pods.launcher_config_map("team")["data"].items():
-        (package / name).write_text(text)
+    package = lay_out(root)
     rank = (
-        "import json, os, torchyard, torchyard.launcher as l; "
+        "import json, os, torchyard, torchyard.launch.main as l; "
         "print(json.dumps([os.path.dirname(torchyard.__file__), os.environ['PYTHONPATH']]))"
     )
     env = {
@@ -66,7 +72,7 @@ def test_a_rank_imports_the_shipped_package_through_the_launchers_pythonpath(
         [
             sys.executable,
             "-S",
-            str(package / "launcher.py"),
+            str(launcher(package)),
             "--",
             sys.executable,
             "-S",
@@ -122,18 +128,15 @@ def test_the_shipped_files_alone_run_the_launcher_on_a_bare_interpreter(
     a file by a bare interpreter (-I -S: neither the script's folder nor any
     site-packages, so not this venv's torchyard, on its path), its ranks run, and it
     imported nothing but the standard library and the shipped modules."""
-    package = tmp_path / "lib" / "torchyard"
-    package.mkdir(parents=True)
-    for name, text in pods.shipped_files().items():
-        (package / name).write_text(text)
+    package = lay_out(tmp_path / "lib")
     env = {
         "PATH": "/usr/bin:/bin",
         "TORCHYARD_NPROC_PER_NODE": "2",
         "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination-log"),
     }
-    launcher = [str(package / "launcher.py"), "--", python, "-I", "-S", "-c", "print(1)"]
+    command = [str(launcher(package)), "--", python, "-I", "-S", "-c", "print(1)"]
     listing = python == sys.executable
-    argv = [python, "-I", "-S", *(["-c", LIST_MODULES] if listing else []), *launcher]
+    argv = [python, "-I", "-S", *(["-c", LIST_MODULES] if listing else []), *command]
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert sorted(x for x in done.stdout.splitlines() if x.startswith("[rank")) == [
@@ -144,12 +147,16 @@ def test_the_shipped_files_alone_run_the_launcher_on_a_bare_interpreter(
     if listing:
         [line] = [x for x in done.stderr.splitlines() if x.startswith("imported ")]
         imported = set(line.split()[1:])
-        shipped = {f"torchyard.{module}" for module in pods.SHIPPED_MODULES}
-        assert imported - {"torchyard"} <= shipped - {"torchyard.launcher"}, imported
-        assert {f"torchyard.{module}" for module in pods.LAUNCH_MODULES} <= imported
+        files = {f"torchyard.{path[:-3].replace('/', '.')}" for path in pods.shipped_files()}
+        files = {name.removesuffix(".__init__") for name in files}
+        # every module of the launcher's package, and no other torchyard module (the
+        # checkpoint contract is imported only with a checkpoint folder)
+        launch = {name for name in files if name.startswith("torchyard.launch")}
+        assert imported - {"torchyard"} <= files - {"torchyard.launch.main"}, imported
+        assert launch - {"torchyard.launch.main", "torchyard.launch.__main__"} <= imported
         assert f"from {package / '__init__.py'}" in done.stderr.splitlines()
     helped = subprocess.run(
-        [python, "-I", "-S", str(package / "launcher.py"), "--help"],
+        [python, "-I", "-S", str(launcher(package)), "--help"],
         env=env,
         capture_output=True,
         text=True,

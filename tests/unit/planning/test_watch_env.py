@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from torchyard import api, launch_logs, launch_stalls
+from torchyard import api
+from torchyard.launch import output, stalls
 from torchyard.local.runs import LocalRun
 from torchyard.planning import pods
 
@@ -25,7 +26,7 @@ def test_stall_budgets_reach_the_launcher_as_json_it_reads_back() -> None:
     run = policy(stallTimeoutSeconds=60, stallBudgets={"saving": 900})
     env = pods.watch_env(run)
     assert env == {"TORCHYARD_STALL_TIMEOUT": "60", "TORCHYARD_STALL_BUDGETS": '{"saving":900}'}
-    assert launch_stalls.stall_budgets(env["TORCHYARD_STALL_BUDGETS"]) == {"saving": 900.0}
+    assert stalls.stall_budgets(env["TORCHYARD_STALL_BUDGETS"]) == {"saving": 900.0}
     trainer = pods.pod(run, 0, image="img")["spec"]["containers"][0]
     assert {"name": "TORCHYARD_STALL_BUDGETS", "value": '{"saving":900}'} in trainer["env"]
     assert pods.watch_env(policy()) == {}
@@ -38,14 +39,12 @@ def test_a_budget_below_five_seconds_or_an_unknown_phase_is_refused() -> None:
         policy(stallBudgets={"lunch": 60})
 
 
-@pytest.mark.parametrize(
-    ("limit", "read"), [(None, launch_logs.LOG_LIMIT_BYTES), (8 << 20, 8 << 20)]
-)
+@pytest.mark.parametrize(("limit", "read"), [(None, output.LOG_LIMIT_BYTES), (8 << 20, 8 << 20)])
 def test_the_log_limit_reaches_the_launcher_which_reads_it_back(
     limit: int | None, read: int
 ) -> None:
     env = pods.watch_env(policy(logLimitBytes=limit) if limit else policy())
-    assert launch_logs.log_limit(env) == read
+    assert output.log_limit(env) == read
 
 
 def pod_env(run: api.TrainingRun, settings: pods.Settings) -> dict[str, str]:
@@ -59,7 +58,7 @@ def pod_env(run: api.TrainingRun, settings: pods.Settings) -> dict[str, str]:
         (None, 1 << 20, 1 << 20),  # none of its own: the operator's default
         (8192, 1 << 20, 8192),  # its own wins over the operator's
         (8192, None, 8192),
-        (None, None, launch_logs.LOG_LIMIT_BYTES),  # neither: the launcher's default
+        (None, None, output.LOG_LIMIT_BYTES),  # neither: the launcher's default
     ],
     ids=["operators-default", "own-over-default", "own-only", "launchers-default"],
 )
@@ -68,7 +67,7 @@ def test_a_run_without_its_own_log_limit_gets_the_operators_default(
 ) -> None:
     run = policy(logLimitBytes=own) if own else policy()
     env = pod_env(run, pods.Settings(log_limit_bytes=operators))
-    assert launch_logs.log_limit(env) == read
+    assert output.log_limit(env) == read
     assert ("TORCHYARD_LOG_LIMIT_BYTES" in env) is (own is not None or operators is not None)
 
 

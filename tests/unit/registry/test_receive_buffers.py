@@ -21,7 +21,7 @@ from aiohttp import web
 
 from tests.unit.registry.test_service import WRITER, A, Served, StandIn
 from tests.unit.registry.test_tls_and_tokens import make_pki
-from torchyard.launch_transfer import upload_file
+from torchyard.launch.node_files import upload_file
 from torchyard.registry import Store, service
 from torchyard.registry.bodies import CHUNK
 from torchyard.registry.service import Limits

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder
-from torchyard import api, cli, k8s, launch_transfer, registry_server
+from torchyard import api, cli, k8s, registry_server
 from torchyard.controller import handlers
+from torchyard.launch import node_files
 from torchyard.planning import pods
 from torchyard.registry import service
 from torchyard.sdk import registry as sdk_registry
@@ -117,9 +118,9 @@ def test_clients_that_trust_the_ca_accept_the_certificate_and_others_refuse_it(
     refused = _handshake(tls.context, ssl.create_default_context(cafile=other.ca))
     assert "unable to get local issuer certificate" in refused
     # The launcher's and the SDK's contexts come from the CA the operator hands out.
-    verifying = launch_transfer.registry_context({"TORCHYARD_REGISTRY_CA": pki.ca_pem})
+    verifying = node_files.registry_context({"TORCHYARD_REGISTRY_CA": pki.ca_pem})
     assert verifying is not None and _handshake(tls.context, verifying) == ""
-    assert launch_transfer.registry_context({}) is None  # the system's CAs
+    assert node_files.registry_context({}) is None  # the system's CAs
     client = RegistryClient("https://127.0.0.1:1", "t", ca_file=str(pki.ca))
     assert client.ssl_context is not None and _handshake(tls.context, client.ssl_context) == ""
 
@@ -320,7 +321,7 @@ def test_a_bad_registry_ca_is_a_clear_error(
     with pytest.raises(RegistryError, match="from TORCHYARD_REGISTRY_CA"):
         RegistryClient("https://registry:8080", "t")
     with pytest.raises(ssl.SSLError):
-        launch_transfer.registry_context({"TORCHYARD_REGISTRY_CA": "not a certificate"})
+        node_files.registry_context({"TORCHYARD_REGISTRY_CA": "not a certificate"})
     # Through the service proxy the apiserver connects to the registry: no CA to pass.
     monkeypatch.delenv("TORCHYARD_REGISTRY_URL", raising=False)
     assert cli.main(["models", "list", "-n", "team", "--registry-ca", "ca.crt"]) == 1

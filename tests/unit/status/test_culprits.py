@@ -1,5 +1,5 @@
 """The stuck rank across nodes: two nodes' launchers each report their stalled ranks
-(``launch_stalls.suspects_of`` over faulthandler dumps), and ``first_failure`` names the rank
+(``stalls.suspects_of`` over faulthandler dumps), and ``first_failure`` names the rank
 the others wait for with the launcher's own rules applied to all of them, not the rank
 the first node to report named among its own."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from tests.builders import pod
 from tests.unit.launcher.test_stalls import IN_ALL_REDUCE, IN_BARRIER, SLEEPING
-from torchyard import launch_contract, launch_stalls
+from torchyard.launch import contract, stalls
 from torchyard.status import culprits, failures
 from torchyard.status.failures import first_failure, public_failure
 
@@ -28,10 +28,10 @@ def stalled_node(
     detected: float | None = None,
 ) -> dict[str, Any]:
     """Node ``node``'s Pod, failed as its launcher reports a stall: ``named`` is the rank
-    it chose among its own (``launch_stalls.culprit``), ``stacks`` its stalled ranks' dumps
+    it chose among its own (``stalls.culprit``), ``stacks`` its stalled ranks' dumps
     ("": none), ``idle`` their seconds idle when it found the stall at ``detected``."""
     order = [named] + [r for r in stacks if r != named]
-    suspects = launch_stalls.suspects_of(
+    suspects = stalls.suspects_of(
         {r: stacks[r] for r in order}, order, idle.get, lambda r: (steps or {}).get(r, 40)
     )
     info = {
@@ -99,7 +99,7 @@ def test_one_stalled_rank_alone_keeps_the_launchers_choice() -> None:
 
 
 def test_what_the_launcher_reports_of_each_stalled_rank() -> None:
-    [waiting, sleeping, ended] = launch_stalls.suspects_of(
+    [waiting, sleeping, ended] = stalls.suspects_of(
         {0: IN_ALL_REDUCE, 1: SLEEPING, 2: ""}, [0, 1, 2], {0: 61.04, 1: 60.0}.get, lambda r: 40
     )
     assert waiting == {
@@ -131,11 +131,11 @@ def test_a_nodes_stalled_ranks_fit_the_termination_message_beside_a_long_stack()
         r: IN_ALL_REDUCE.replace("/workspace/train.py", deep).replace("<module>", "f" * 200)
         for r in range(16)
     }
-    suspects = launch_stalls.suspects_of(stacks, list(stacks), lambda r: 61.0, lambda r: 40)
-    assert len(suspects) == launch_stalls.SUSPECTS_REPORTED
+    suspects = stalls.suspects_of(stacks, list(stacks), lambda r: 61.0, lambda r: 40)
+    assert len(suspects) == stalls.SUSPECTS_REPORTED
     info = {"reason": "Stalled", "message": "x" * 8000, "stall": {"suspects": suspects}}
-    text = launch_contract.termination_message(info)
-    assert len(text.encode()) <= launch_contract.TERMINATION_MESSAGE_LIMIT
+    text = contract.termination_message(info)
+    assert len(text.encode()) <= contract.TERMINATION_MESSAGE_LIMIT
     assert json.loads(text)["stall"]["suspects"] == suspects
 
 
@@ -203,7 +203,7 @@ NO_FRAME_CASES = {
 def test_a_rank_whose_dump_shows_no_frame_says_nothing_of_where_it_is(case: str) -> None:
     from tests.unit.launcher.test_stalls import IN_BACKWARD
 
-    assert launch_stalls.stack_top(NO_FRAME) is None
+    assert stalls.stack_top(NO_FRAME) is None
     dumps0, dumps1, culprit = NO_FRAME_CASES[case]
     stacks = [
         {r: IN_BACKWARD if d == "backward" else d for r, d in dumps.items()}
@@ -223,9 +223,9 @@ def test_a_launcher_names_a_rank_at_its_place_before_one_whose_dump_shows_none()
     from tests.unit.launcher.test_stalls import IN_BACKWARD
 
     stacks: dict[int | None, str] = {0: IN_BACKWARD, 1: NO_FRAME, 2: SLEEPING}
-    assert launch_stalls.culprit(stacks, [1, 0, 2], 1) == 2
+    assert stalls.culprit(stacks, [1, 0, 2], 1) == 2
     # with nothing better, a frame-less rank outside the collectives is still named
-    assert launch_stalls.culprit({0: IN_BACKWARD, 1: NO_FRAME}, [1, 0], 1) == 1
+    assert stalls.culprit({0: IN_BACKWARD, 1: NO_FRAME}, [1, 0], 1) == 1
 
 
 def test_a_rank_a_step_ahead_of_the_others_is_named_when_the_stacks_cannot_tell() -> None:
@@ -245,10 +245,10 @@ def test_a_rank_a_step_ahead_of_the_others_is_named_when_the_stacks_cannot_tell(
     # the launcher's own pick, by the steps its ranks reported
     stacks: dict[int | None, str] = {0: IN_ALL_REDUCE, 1: IN_BARRIER, 2: NO_FRAME}
     steps = {0: 39, 1: 40, 2: 39}
-    assert launch_stalls.culprit(stacks, [2, 0, 1], 2, steps.get) == 1
+    assert stalls.culprit(stacks, [2, 0, 1], 2, steps.get) == 1
     # all at one step, or two ranks only: the step says nothing
-    assert launch_stalls.culprit(stacks, [2, 0, 1], 2, lambda r: 39) == 2
-    assert launch_stalls.culprit(stacks, [2, 1], 2, steps.get) == 2
+    assert stalls.culprit(stacks, [2, 0, 1], 2, lambda r: 39) == 2
+    assert stalls.culprit(stacks, [2, 1], 2, steps.get) == 2
 
 
 def test_a_rank_a_step_ahead_that_wrote_no_stacks_is_named_by_its_step() -> None:
@@ -277,9 +277,9 @@ def test_a_rank_a_step_ahead_that_wrote_no_stacks_is_named_by_its_step() -> None
             "other stalled rank's 39): stuck at (no stacks"
         ) in failure["message"]
     # node 1's launcher alone cannot tell (two ranks); with a third at step 39 it can
-    assert launch_stalls.culprit({2: garbage, 3: ""}, [2, 3], 2, {2: 39, 3: 40}.get) == 2
+    assert stalls.culprit({2: garbage, 3: ""}, [2, 3], 2, {2: 39, 3: 40}.get) == 2
     stacks: dict[int | None, str] = {0: IN_BACKWARD, 2: garbage, 3: ""}
-    assert launch_stalls.culprit(stacks, [2, 0, 3], 2, {0: 39, 2: 39, 3: 40}.get) == 3
+    assert stalls.culprit(stacks, [2, 0, 3], 2, {0: 39, 2: 39, 3: 40}.get) == 3
 
 
 def test_of_nodes_that_found_the_stall_apart_the_rank_whose_progress_stopped_first_is_named() -> (

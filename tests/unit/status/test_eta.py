@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import launch_progress
+from torchyard.launch.tracker import ProgressTracker
 from torchyard.status import steps
 
 
@@ -28,7 +28,7 @@ def test_after_a_tenth_of_a_steady_run_the_eta_is_within_ten_percent(
             times[-1] + (warm_up if step == 1 else mean * (1 + rng.uniform(-1, 1) * jitter))
         )
     clock = [times[0]]
-    tracker = launch_progress.ProgressTracker(str(tmp_path), clock=lambda: clock[0])
+    tracker = ProgressTracker(str(tmp_path), clock=lambda: clock[0])
     worst = 0.0
     for step in range(total):
         clock[0] = times[step]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchyard import api, k8s, progress
 from torchyard.api import wire
-from torchyard.launch_contract import INPUT_VARIABLE_PREFIX
+from torchyard.launch.contract import INPUT_VARIABLE_PREFIX
 from torchyard.sdk import runs, snapshots, suspension
 from torchyard.sdk.azureml import models
 from torchyard.sdk.azureml.common import (
