@@ -1,6 +1,7 @@
 # torchyard: two commands on a fresh machine.
 #   make demo   set up, then train the birds example for real in local mode (2 nodes x 2 processes, CPU)
 #   make test   set up, then lint, type-check, layer-check, build the docs and run every test tier
+#   make check  the inner loop: lint, types, layers and the unit tests (minutes)
 #
 # Dependencies (pinned in requirements.lock; torch is large) go into a virtual environment
 # OUTSIDE the clone, keyed by the lock file's hash, so a second clone or a CI run reuses it;
@@ -11,6 +12,9 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 export TORCHYARD_CACHE ?= $(HOME)/.cache/torchyard
+# Python keeps its compiled bytecode: an inherited PYTHONDONTWRITEBYTECODE would compile every
+# module again in each of the suite's processes, and pytest rewrite every test module's asserts.
+unexport PYTHONDONTWRITEBYTECODE
 LOCK_HASH := $(shell sha256sum requirements.lock | cut -c1-12)
 PYVER := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 DEPS := $(TORCHYARD_CACHE)/venv-py$(PYVER)-$(LOCK_HASH)
@@ -42,12 +46,15 @@ TENSORBOARD_LOCK := tests/integration/tracking/tensorboard.lock
 TENSORBOARD_LOCK_HASH := $(shell sha256sum $(TENSORBOARD_LOCK) | cut -c1-12)
 export TORCHYARD_TENSORBOARD_VENV ?= $(TORCHYARD_CACHE)/tensorboard-venv-py$(PYVER)-$(TENSORBOARD_LOCK_HASH)
 
-.PHONY: all venv docs-venv browser browser-link mutants mlflow tensorboard tools peers crds docs site lint typecheck layers unit integration e2e node test demo bench images chart kind clean help
+.PHONY: all venv docs-venv browser browser-link mutants mlflow tensorboard tools setup peers crds docs site lint typecheck layers check unit integration e2e node test demo bench images chart kind clean help
 
 help:
 	@echo "make demo   - set up and run the birds example (real training, local mode)"
 	@echo "make test   - set up and run lint, types, layers, unit, integration, e2e and node tests"
+	@echo "              TIER=integration: one tier's run (and what it needs); K=expr: pytest -k"
+	@echo "make check  - lint, types, layers and the unit tests: the inner loop"
 	@echo "make tools  - build (once per version) the test control plane's Go binaries"
+	@echo "make setup  - make (once, cached) everything the tests need: Go tools, the real node, images"
 	@echo "make crds   - regenerate crds/ from the API models"
 	@echo "make docs   - regenerate the reference and benchmarks pages, then build the site (build/site)"
 	@echo "make site   - build the documentation site with mkdocs --strict (no regeneration)"
@@ -104,12 +111,17 @@ define locked_venv
 	@touch "$(1)/.complete"
 endef
 
+# apt-get one at a time on this machine (the lock tests/cluster/debian.py takes too: make
+# test installs the node's packages beside this), waiting for anyone else's dpkg lock.
+APT = $$( [ "$$(id -u)" = 0 ] || echo sudo ) flock /tmp/torchyard-apt.lock apt-get -o DPkg::Lock::Timeout=600
+
 $(BROWSER_DEPS)/.complete:
 	$(call locked_venv,$(BROWSER_DEPS),$(BROWSER_LOCK),browser tests' Playwright)
 
 browser: venv $(BROWSER_DEPS)/.complete
 	@command -v chromium >/dev/null || { echo "[setup] chromium (Debian)"; \
-	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q chromium >/dev/null; }
+	  $(APT) install -y -q chromium >/dev/null || \
+	  { $(APT) update -q >/dev/null && $(APT) install -y -q chromium >/dev/null; }; }
 	@$(MAKE) --no-print-directory browser-link
 
 $(TORCHYARD_MLFLOW_VENV)/.complete:
@@ -147,6 +159,10 @@ mutants: venv $(MUTANTS_DEPS)/.complete
 tools: venv
 	@$(PY) tests/cluster/binaries.py
 
+# Everything the tests need built (tests/cluster/needs.py): what make test's first steps make.
+setup: venv browser mlflow tensorboard
+	@$(PY) -m tests.cluster.needs
+
 # Kubeflow Trainer, JobSet and Training Operator for benchmarks/peers.py and `pytest --peers`,
 # and Kueue (its plain-Pod integration) for tests/integration/test_kueue.py (which make test
 # runs, building Kueue first when it is not cached)
@@ -180,31 +196,32 @@ lint: venv
 	@command -v shellcheck >/dev/null || $(PY) -c 'from tests.cluster import debian; debian.ensure_packages({"shellcheck": "/usr/bin/shellcheck"})'
 	@shellcheck hack/*.sh
 
+# mypy's cache lives outside the clone, keyed by the lock (mypy's version): a fresh clone
+# checks only what differs from the last check on this machine (SQLite: clones may share it).
 typecheck: venv
 	@echo "[types] mypy --strict operator/"
-	@$(PY) -m mypy
+	@$(PY) -m mypy --sqlite-cache --cache-dir "$(TORCHYARD_CACHE)/mypy-$(LOCK_HASH)"
 
 layers: venv
 	@echo "[layers] import-linter"
 	@PYTHONPATH=operator $(PY) -c 'import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())'
 
-unit: venv
-	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
+# The inner loop: what a change is checked with before make test (about 2 minutes warm).
+check: lint typecheck layers
+	@echo "[unit] pytest tests/unit -n 2"
+	@$(PY) -m pytest tests/unit -n 2 -q $(PYTEST_ARGS)
 
-integration: venv tools browser mlflow tensorboard
-	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
+# One tier's pytest run, after what it needs is made: make test TIER=<tier> (K=expr: -k).
+unit integration e2e node: venv
+	@$(PY) -m tests.tiers --tier $@ $(if $(K),-k "$(K)") $(PYTEST_ARGS)
 
-e2e: venv tensorboard
-	@$(PY) -m pytest -m e2e $(PYTEST_ARGS)
-
-# a real kubelet node (containerd, CNI, CoreDNS, kube-proxy) beside the control plane; root
-node: venv tools tensorboard
-	@$(PY) -m pytest -m node $(PYTEST_ARGS)
-
-# The tiers as separate pytest runs: unit+integration beside node (both mostly wait), then
-# e2e alone (tests/tiers.py); TORCHYARD_TEST_SERIAL=1: one plain pytest run instead.
-test: venv tools browser mlflow tensorboard lint typecheck layers site
-	@$(PY) -m tests.tiers $(PYTEST_ARGS)
+# Its steps side by side as each one's needs are done (tests/tiers.py): the builds, venvs and
+# checks, then the unit, integration, node and e2e runs; TIER=name: that run only (and what it
+# needs), K=expr: pytest -k; TORCHYARD_TEST_SERIAL=1: one plain pytest run after the setup.
+TIER ?=
+K ?=
+test: venv
+	@$(PY) -m tests.tiers $(foreach t,$(TIER),--tier $(t)) $(if $(K),-k "$(K)") $(PYTEST_ARGS)
 
 # The benchmarks print each figure beside its baseline from the same run and write them to
 # benchmarks/results/<name>.json (`make docs` makes docs/benchmarks.md of them); `make test` runs
@@ -212,7 +229,7 @@ test: venv tools browser mlflow tensorboard lint typecheck layers site
 # needs the real node and root, in tests/node/test_benchmarks_smoke.py).
 BENCH_ARGS ?=
 bench: venv tools peers browser tensorboard
-	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch peers progress_overhead sweeps ui tensorboard_live inputs_cache; do \
+	@for b in launch_overhead fanout env_cache registry_throughput scale real_launch serving peers progress_overhead sweeps ui tensorboard_live inputs_cache placement; do \
 	  extra=$$( [ $$b = scale ] && echo --peers ); \
 	  echo "[bench] $$b $(BENCH_ARGS) $$extra"; $(PY) benchmarks/$$b.py $(BENCH_ARGS) $$extra || exit 1; done
 

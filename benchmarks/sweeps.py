@@ -60,7 +60,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
 from benchmarks import record  # noqa: E402
 
-from torchyard.sweeps import sampling, space, stopping, trials  # noqa: E402
+from torchyard.sweeps import policies, sampling, space, stopping, trials  # noqa: E402
 from torchyard.tuning import bayesian  # noqa: E402
 
 SPACE = {
@@ -139,7 +139,7 @@ def simulate(
     book = trials.Book(GOAL, planned_intervals=epochs)
     histories: dict[int, list[float | None]] = {i: [] for i in range(count)}
     seconds = [0.0] * count
-    asha = stopping.asha_start(policy) if isinstance(policy, stopping.Asha) else None
+    asha = policy.start() if isinstance(policy, policies.Asha) else None
     queue: list[tuple[float, int]] = []  # (when the trial's next epoch ends, trial)
     running: set[int] = set()
     paused: set[int] = set()
@@ -155,8 +155,8 @@ def simulate(
     def fill(now: float) -> None:
         nonlocal book, started, promoted
         while len(running) < slots:
-            if asha is not None and isinstance(policy, stopping.Asha) and paused:
-                promotions = stopping.asha_promotions(policy, GOAL, asha, paused)
+            if asha is not None and isinstance(policy, policies.Asha) and paused:
+                promotions = policy.promotions(GOAL, asha, paused)
                 if promotions:
                     decision = promotions[0]
                     paused.discard(decision.trial)
@@ -188,12 +188,10 @@ def simulate(
             if policy is None:
                 action = stopping.Action.CONTINUE
                 decision = None
-            elif isinstance(policy, stopping.Asha):
+            elif isinstance(policy, policies.Asha):
                 assert asha is not None
-                bracket = stopping.asha_bracket(policy, seed, trial)
-                asha, decision = stopping.asha_report(
-                    policy, GOAL, asha, trial, epoch, value, bracket
-                )
+                bracket = policy.bracket(seed, trial)
+                asha, decision = policy.report(GOAL, asha, trial, epoch, value, bracket)
                 action = decision.action
             else:
                 decision = stopping.evaluate(policy, GOAL, histories, trial)
@@ -233,24 +231,24 @@ def simulate(
 ASHA = "asha (eta 3, 1 bracket)"
 
 
-def policies(epochs: int) -> list[tuple[str, stopping.Policy | None]]:
+def compared(epochs: int) -> list[tuple[str, stopping.Policy | None]]:
     """The baseline first; ASHA as Ray Tune's defaults but for the reduction factor (rungs
     from 1 epoch, one bracket), then with a second bracket (rungs from 3 epochs) beside it."""
     return [
         ("none (baseline)", None),
-        (ASHA, stopping.Asha(max_resource=epochs, min_resource=1, reduction_factor=3)),
+        (ASHA, policies.Asha(max_resource=epochs, min_resource=1, reduction_factor=3)),
         (
             "asha (eta 3, 2 brackets)",
-            stopping.Asha(max_resource=epochs, min_resource=1, reduction_factor=3, brackets=2),
+            policies.Asha(max_resource=epochs, min_resource=1, reduction_factor=3, brackets=2),
         ),
         (
             "bandit (slack 0.15, delay 10)",
-            stopping.Bandit(slack_factor=0.15, evaluation_interval=1, delay_evaluation=10),
+            policies.Bandit(slack_factor=0.15, evaluation_interval=1, delay_evaluation=10),
         ),
-        ("median (delay 5)", stopping.Median(evaluation_interval=1, delay_evaluation=5)),
+        ("median (delay 5)", policies.Median(evaluation_interval=1, delay_evaluation=5)),
         (
             "truncation (20 %, delay 5)",
-            stopping.Truncation(
+            policies.Truncation(
                 truncation_percentage=20, evaluation_interval=1, delay_evaluation=5
             ),
         ),
@@ -274,7 +272,7 @@ class Row:
 def run_all(count: int, slots: int, epochs: int, seed: int) -> list[Row]:
     """Every policy on the same sweep; the baseline first."""
     sweep = make_sweep(count, epochs, seed)
-    outcomes = [simulate(name, p, sweep, slots, epochs, seed) for name, p in policies(epochs)]
+    outcomes = [simulate(name, p, sweep, slots, epochs, seed) for name, p in compared(epochs)]
     base, exhaustive_true = outcomes[0], max(sweep.finals)
     return [
         Row(

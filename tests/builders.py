@@ -69,6 +69,9 @@ class TrainingRunBuilder:
     def register(self, model: str, **extra: Any) -> TrainingRunBuilder:
         return self._set("spec.outputs.register", {"model": model, **extra})
 
+    def placement(self, level: str, mode: str = "required") -> TrainingRunBuilder:
+        return self._set("spec.placement", {"topology": {"level": level, "mode": mode}})
+
     def with_(self, path: str, value: Any) -> TrainingRunBuilder:
         return self._set(path, value)
 
@@ -145,6 +148,49 @@ class SweepBuilder:
 
     def with_(self, path: str, value: Any) -> SweepBuilder:
         return self._set(path, value)
+
+    def obj(self) -> dict[str, Any]:
+        return copy.deepcopy(self._obj)
+
+
+class EndpointBuilder:
+    """An OnlineEndpoint: ``EndpointBuilder("birds", "ns").model("pytorch-birds", 2).obj()``."""
+
+    def __init__(self, name: str, namespace: str = "default") -> None:
+        self._obj: dict[str, Any] = {
+            "apiVersion": "torchyard.dev/v1alpha1",
+            "kind": "OnlineEndpoint",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "model": {"uri": "model://pytorch-birds/1"},
+                "environment": "pytorch",
+                "source": {"configMap": "birds-score"},
+                "entryScript": "pytorch_score.py",
+            },
+        }
+
+    def set(self, path: str, value: Any) -> EndpointBuilder:
+        node = self._obj
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+        return self
+
+    def model(self, name: str, version: int) -> EndpointBuilder:
+        return self.set("spec.model", {"uri": f"model://{name}/{version}"})
+
+    def sweep(self, name: str) -> EndpointBuilder:
+        return self.set("spec.model", {"sweep": name})
+
+    def traffic(self, **percents: int) -> EndpointBuilder:
+        return self.set("spec.traffic", {k.lstrip("v"): p for k, p in percents.items()})
+
+    def replicas(self, n: int) -> EndpointBuilder:
+        return self.set("spec.replicas", n)
+
+    def public(self) -> EndpointBuilder:
+        return self.set("spec.public", True)
 
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._obj)

@@ -52,36 +52,91 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if peers:
             config.hook.pytest_deselected(items=peers)
             items[:] = [item for item in items if not item.get_closest_marker("peers")]
+    _later_builds_last(items)
+
+
+PLACEMENT_SMOKE = "::test_the_benchmark_runs_at_its_smallest_size[placement.py]"
+
+
+def _needs(item: pytest.Item) -> list[str]:
+    """What ``item`` needs made (``tests/cluster/needs.py``): by its fixtures, the real
+    node for every ``node`` test (test_harness.py starts one as a process of its own), and
+    Kueue for the placement benchmark's smoke run."""
+    from tests.cluster import needs
+
+    fixtures = list(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("node"):
+        fixtures.append("real_node")
+    if item.nodeid.endswith(PLACEMENT_SMOKE):  # benchmarks/placement.py starts Kueue
+        fixtures.append("kueue")
+    return needs.of(fixtures)
+
+
+def _later_builds_last(items: list[pytest.Item]) -> None:
+    """Within each tier's folder, the modules with a test that needs a later build
+    (SeaweedFS, Kueue, syft, the Horovod image) after the others, in the order
+    ``make test`` builds them; the same order on every run (pytest-xdist's workers must
+    agree on it), whatever is already made."""
+    from tests.cluster import needs
+
+    order = list(needs.NEEDS)
+    late: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        ranks = [order.index(n) for n in _needs(item) if n not in needs.FIRST]
+        late[module] = max([late.get(module, 0), *ranks])
+
+    def tier(module: str) -> str:  # tests/<tier>/...: the folder below tests/
+        return "/".join(module.split("/")[:2])
+
+    folder = {f: i for i, f in enumerate(dict.fromkeys(tier(m) for m in late))}
+    position = {id(item): i for i, item in enumerate(items)}
+
+    def key(item: pytest.Item) -> tuple[int, int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        return (folder[tier(module)], late[module], position[id(item)])
+
+    items.sort(key=key)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    """Builds that take minutes the first time, made before any test's timeout starts
-    (cached after): a run with ``node`` tests (as root) prepares the real node (Debian
-    packages, binaries, images) and, when a test uses it, the Horovod image; a run with
-    the Kueue test builds Kueue. On a fresh machine the first test to start the node timed
-    out building images (its harness killed), and the Horovod test building its image.
-    Returns None: the tests then run as always."""
+    """What takes minutes to build the first time is made before any test's timeout starts
+    (``tests/cluster/needs.py``; cached after): the control plane's tools and the real
+    node (as root: Debian packages, its tools, images) before the first test, when a test
+    of the run needs them. Returns None: the tests then run as always."""
     if session.config.option.collectonly:
         return
-    uses = {name for item in session.items for name in getattr(item, "fixturenames", ())}
-    root = os.geteuid() == 0
-    if root and any(item.get_closest_marker("node") for item in session.items):
-        from tests.cluster import realnode
+    from tests.cluster import needs
 
-        realnode.prepare()
-    if root and "horovod_env" in uses:  # Horovod built from source: about 10 minutes
-        from tests.cluster import horovod_image
+    first = {n for item in session.items for n in _needs(item) if n in needs.FIRST}
+    needs.ensure(n for n in needs.NEEDS if n in first)
 
-        horovod_image.ensure_horovod_image()
-    if "operator_client" in uses:  # the chart's RBAC is rendered by helm
-        from tests.cluster import binaries
 
-        binaries.build(binaries.TOOLS["helm"])
-    if "kueue" in uses:  # Kueue from its Go module
-        from tests.cluster import kueue
+@pytest.hookimpl(tryfirst=True, wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """A later build a test needs (SeaweedFS, Kueue, syft, the Horovod image), made or
+    waited for before the test's timeout starts (pytest-timeout's window is inside)."""
+    from tests.cluster import needs
 
-        kueue.build()
+    needs.ensure(_needs(item))
+    return (yield)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Path:
+    """SeaweedFS's ``weed``, for ``tests.cluster.s3.running`` (built before the test)."""
+    from tests.cluster import binaries
+
+    return binaries.build(binaries.TOOLS["seaweedfs"], log=False) / "weed"
+
+
+@pytest.fixture(scope="session")
+def syft() -> Path:
+    """syft, which ``tests.cluster.release`` runs for an image's SBOM (built before the test)."""
+    from tests.cluster import binaries
+
+    return binaries.build(binaries.TOOLS["syft"], log=False) / "syft"
 
 
 @pytest.fixture(scope="session")

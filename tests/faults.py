@@ -3,7 +3,9 @@ stuck in Python, in C with or without the GIL, on a lock, skipping a collective,
 SIGTERM, or leaving early with status 0, in a DDP model (its peers wait inside
 ``loss.backward()``) or around an explicit ``all_reduce``. Used by
 benchmarks/why_matrix.py (local mode) and tests/node/test_culprits_on_node.py (the real
-node); the scripts need torch (gloo) and torchyard.progress."""
+node); the scripts need torch (gloo) and torchyard.progress. :func:`stalling`, rank 1
+stuck at step 3 of a loop with no torch (the launcher's stall tests, local and on the
+real node), needs only torchyard.progress."""
 
 from __future__ import annotations
 
@@ -65,4 +67,19 @@ def script(fault: str, shape: str, victim: int) -> str:
         + f"    progress.report(step, total={STEPS})\n"
         + "    time.sleep(0.1)\n"
         + "dist.barrier()\n"
+    )
+
+
+def stalling(stuck: str, pause: float) -> str:
+    """A script whose rank 1 reports steps 1 to 3, every ``pause`` seconds, then runs
+    ``stuck`` (a line: a sleep, a blocking C call), at line 7, while the others go on."""
+    return (
+        "import os, signal, time\n"
+        "from torchyard import progress\n"
+        "rank = int(os.environ['RANK'])\n"
+        "for step in range(1, 100000):\n"
+        "    progress.report(step)\n"
+        "    if rank == 1 and step == 3:\n"
+        f"        {stuck}\n"
+        f"    time.sleep({pause})\n"
     )

@@ -58,7 +58,7 @@ class Module:
 
 
 SOURCE_CHECK = (
-    "tests/unit/test_checkpoint.py::"
+    "tests/unit/checkpoint/test_checkpoint.py::"
     "test_the_module_parses_as_python_3_8_and_imports_only_the_standard_library"
 )
 # The registry's unit tests but test_layout.py (which reads the package's source files)
@@ -82,9 +82,13 @@ MODULES: dict[str, Module] = {
     "registry.access": Module("registry/access.py", REGISTRY, ONE_AUDIENCE),
     "registry.archives": Module("registry/archives.py", REGISTRY, ONE_AUDIENCE),
     "checkpoint": Module(
-        "checkpoint.py", ("test_checkpoint.py", "test_checkpoint_coordination.py"), (SOURCE_CHECK,)
+        "checkpoint.py",
+        ("checkpoint/test_checkpoint.py", "checkpoint/test_coordination.py"),
+        (SOURCE_CHECK,),
     ),
-    "checkpoint_store": Module("checkpoint_store.py", ("test_checkpoint.py",), (SOURCE_CHECK,)),
+    "checkpoint_store": Module(
+        "checkpoint_store.py", ("checkpoint/test_checkpoint.py",), (SOURCE_CHECK,)
+    ),
     "planning.admission": Module(
         "planning/admission.py",
         (

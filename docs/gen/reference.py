@@ -312,17 +312,24 @@ def _command(parser: argparse.ArgumentParser, summary: str, level: int) -> list[
 
 
 def cli_page() -> str:
-    from torchyard.cli import app
+    from torchyard.cli import app, errors
 
     parser = app.build_parser()
-    out = [HEADER.format(source="the CLI's argparse parser (`torchyard.cli.app.build_parser`)")]
+    source = "the CLI's argparse parser (`torchyard.cli.app.build_parser`) and its exit codes"
+    out = [HEADER.format(source=f"{source} (`torchyard.cli.errors.EXIT_CODES`)")]
     out.append("# CLI: `torchyard`\n\n")
     out.append(
         "The same commands run as `kubectl torchyard ...` (the `kubectl-torchyard` plugin) and "
         "`python -m torchyard ...`. A mistake or a refusal ends in one line, "
-        "`torchyard: error: <what, and what to do>`: exit 2 for usage and input, 1 for what "
-        "failed, 124 for `wait --timeout`.\n\n"
+        "`torchyard: error: <what, and what to do>`; a flag a command does not have is "
+        "refused with that command's usage. Every command that reads runs, models or sweeps "
+        "takes `--local` for those of `torchyard run --local` (and reads them without it "
+        "when there is no kubeconfig at all, saying so).\n\n"
+        "## Exit codes\n\n"
+        "One scheme for every command. A run's own exit code (its failing rank's) is in its "
+        "status and its output, never the command's.\n\n"
     )
+    out.append(table(["code", "meaning"], [list(row) for row in errors.EXIT_CODES]) + "\n")
     out.append("| command | what |\n|---|---|\n")
     for name, helptext, _ in _subcommands(parser):
         out.append(f"| [`{name}`](#torchyard-{name}) | {cell(helptext)} |\n")

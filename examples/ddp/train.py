@@ -81,6 +81,7 @@ def main() -> None:
         gen.set_state(state["generator"])
         start = int(state["step"])
         say(f"rank {rank} resumed from step {start}")
+    loss = None  # this attempt's last loss (none when it resumed at the last step)
     for step in range(start, args.steps):
         if step == 5:
             say(f"first training step done on rank {rank}")
@@ -101,7 +102,10 @@ def main() -> None:
             torch.save(state, Path(checkpoint.save_dir(step + 1)) / f"rank-{rank}.pt")
             checkpoint.done(step + 1)
     weight, bias = (float(p.detach()) for p in model.module.parameters())
-    say(f"rank {rank}/{world}: loss {loss.item():.4f} weight {weight:.3f} bias {bias:.3f}")
+    if loss is None:  # resumed from the last step's checkpoint: nothing was left to train
+        say(f"rank {rank} had nothing left to train (resumed at step {start} of {args.steps})")
+    shown = "-" if loss is None else f"{loss.item():.4f}"
+    say(f"rank {rank}/{world}: loss {shown} weight {weight:.3f} bias {bias:.3f}")
     if rank == 0:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)

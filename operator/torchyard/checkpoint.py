@@ -4,7 +4,7 @@ Standard library only, Python >= 3.8: it is shipped to every node Pod beside the
 (``SHIPPED_MODULES`` in ``torchyard.planning.pods``), so a training script in any image can
 ``from torchyard import checkpoint``. Called by training scripts (``save_dir``, ``done``,
 ``should_save``, ``latest``) and by the launcher (``finalize``, ``quarantine``, ``keep``,
-``request_save``). Tested in tests/unit/test_checkpoint.py.
+``request_save``). Tested in tests/unit/checkpoint/test_checkpoint.py.
 
 The folder's layout and what makes a checkpoint complete (``COMPLETE.json``, ``latest``,
 ``quarantine``, ``keep``) are in ``torchyard.checkpoint_store``, whose public names this

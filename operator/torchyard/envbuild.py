@@ -27,7 +27,7 @@ Registry credentials come from a ``kubernetes.io/dockerconfigjson`` file named b
 ``TORCHYARD_REGISTRY_AUTH``; ``TORCHYARD_INSECURE_REGISTRIES`` lists hosts spoken to
 over plain HTTP. The operator uses :class:`Registry` too (does the image exist?), and
 ``torchyard.planning.environments`` builds the Job around :data:`PREFIX`/:data:`HASH_LABEL`.
-Tested in ``tests/unit/test_envbuild_image.py`` and ``tests/integration/test_envbuild.py``
+Tested in ``tests/unit/envbuild/test_image.py`` and ``tests/integration/test_envbuild.py``
 (a real registry), and on the real node in ``tests/node/test_environments_on_node.py``.
 """
 

@@ -13,7 +13,7 @@ registry's public ``collect()``. Every metric is thread-safe: reconcilers run in
 
 The launcher and the Environment builder do not import this module (they are standard
 library only; pyproject.toml's import-linter contracts forbid it). Tested in
-``tests/unit/test_metrics.py``; scraped in ``tests/integration/test_observability.py``
+``tests/unit/metrics/test_metrics.py``; scraped in ``tests/integration/test_observability.py``
 and ``test_registry_service.py``.
 
     registry = Registry()
@@ -212,6 +212,11 @@ class Registry:
         """The exposition a scraper sending ``Accept: accept`` gets."""
         encoder, _ = exposition.choose_encoder(accept)
         return encoder(self.collectors).decode()
+
+
+def content_type(accept: str = "") -> str:
+    """The content type of what :meth:`Registry.render` gives a scraper sending ``Accept``."""
+    return str(exposition.choose_encoder(accept)[1])
 
 
 class _Server(ThreadingMixIn, WSGIServer):

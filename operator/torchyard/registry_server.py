@@ -89,7 +89,10 @@ def kubernetes_authorizer() -> ReviewAuthorizer:
     def training_run(namespace: str, name: str) -> dict[str, Any] | None:
         return k8s.get_or_none(k8s.TRAININGRUNS, namespace, name)
 
-    return auth.ReviewAuthorizer(auth.Reviews(review_token, allowed, training_run))
+    def allowed_named(user: dict[str, Any], verb: str, namespace: str, res: str, name: str) -> bool:
+        return k8s.allowed(user, verb, namespace, res, name=name)
+
+    return auth.ReviewAuthorizer(auth.Reviews(review_token, allowed, training_run, allowed_named))
 
 
 def main_from_args(args: argparse.Namespace) -> int:

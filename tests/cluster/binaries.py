@@ -20,12 +20,15 @@ kubelet, kube-proxy, CoreDNS, crictl) are built only when named
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,11 +186,39 @@ def cache_root() -> Path:
 
 
 def build(tool: Tool, *, log: bool = True) -> Path:
-    """Build ``tool`` into its cache folder unless it is there already."""
+    """Build ``tool`` into its cache folder unless it is there already. One process builds
+    a tool at a time: another that wants it meanwhile (a second clone, the other pytest
+    run of ``make test``) waits for that build instead of making its own."""
     if tool.is_built():
         if log:
             print(f"[tools] {tool.name} {tool.version}: cached in {tool.cache_dir}", flush=True)
         return tool.cache_dir
+    with one_maker(tool.cache_dir, f"[tools] {tool.name} {tool.version}" if log else None):
+        if tool.is_built():
+            return tool.cache_dir
+        return _build(tool, log)
+
+
+@contextlib.contextmanager
+def one_maker(entry: Path, label: str | None) -> Iterator[None]:
+    """Held while this process makes the cache entry ``entry`` (a Go tool, a peer, an
+    image): a process that wants the same entry meanwhile waits here (saying so after
+    ``label``), then finds it made."""
+    root = cache_root()
+    name = "+".join(entry.relative_to(root).parts) if entry.is_relative_to(root) else entry.name
+    locks = root / ".locks"  # not beside the entries, whose folders some code lists
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if label:
+                print(f"{label}: another process makes it; waiting", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build(tool: Tool, log: bool) -> Path:
     go = shutil.which("go")
     if go is None:
         raise SystemExit(
@@ -205,12 +236,12 @@ def build(tool: Tool, *, log: bool = True) -> Path:
             work.mkdir()
             found = patched_modfile(go, GO_DIR / tool.module_dir, tool.patch, env, work)
             modfile = ["-modfile", str(found)]
-        for binary, package in tool.commands.items():
+        ldflags = " ".join(("-s", "-w", *tool.ldflags))
+        for binaries, output in _invocations(tool, tmp):
             started = time.monotonic()
+            names = ", ".join(binaries)
             if log:
-                print(f"[tools] building {binary} ({tool.name} {tool.version}) ...", flush=True)
-            ldflags = " ".join(("-s", "-w", *tool.ldflags))
-            output = ["-o", str(tmp / binary), package]
+                print(f"[tools] building {names} ({tool.name} {tool.version}) ...", flush=True)
             subprocess.run(
                 [go, "build", *modfile, "-trimpath", "-ldflags", ldflags, *output],
                 cwd=GO_DIR / tool.module_dir,
@@ -218,16 +249,25 @@ def build(tool: Tool, *, log: bool = True) -> Path:
                 check=True,
             )
             if log:
-                print(f"[tools] built {binary} in {time.monotonic() - started:.0f}s", flush=True)
+                print(f"[tools] built {names} in {time.monotonic() - started:.0f}s", flush=True)
         shutil.rmtree(tmp / ".patched", ignore_errors=True)
-        if tool.is_built():  # another process built it meanwhile: keep that one
-            return tool.cache_dir
         if tool.cache_dir.exists():  # a partial folder from an older layout
             shutil.rmtree(tool.cache_dir)
         tmp.rename(tool.cache_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return tool.cache_dir
+
+
+def _invocations(tool: Tool, out: Path) -> list[tuple[list[str], list[str]]]:
+    """The ``go build`` runs that make ``tool``'s binaries in ``out``: one for all of them
+    where each is named as Go names it (the package's last element), so that their links
+    run side by side; otherwise one per binary."""
+    if len(tool.commands) > 1 and all(
+        binary == package.rsplit("/", 1)[-1] for binary, package in tool.commands.items()
+    ):
+        return [(list(tool.commands), ["-o", f"{out}/", *tool.commands.values()])]
+    return [([b], ["-o", str(out / b), package]) for b, package in tool.commands.items()]
 
 
 def build_all(names: list[str] | None = None) -> dict[str, Path]:

@@ -23,7 +23,6 @@ operators of ``tests/cluster/peers.py``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -38,7 +37,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,31 +86,26 @@ def host_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-PR_SET_PDEATHSIG = 1  # prctl(2)
 # What ends a harness: each unwinds like Ctrl-C (stop() ends what it started).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def dies_with_us() -> Callable[[], None] | None:
-    """A ``preexec_fn`` after which the child gets SIGKILL when this process dies, by any
+def dies_with_us() -> list[str]:
+    """The command prefix after which a child gets SIGKILL when this process dies, by any
     signal (SIGKILL too: pytest-timeout's last resort, a killed test's ``process.kill()``),
-    so that no etcd, apiserver or kubelet outlives a harness that could not stop it.
-    Linux only (None elsewhere), and only from the main thread: the kernel sends the
-    signal when the *thread* that started the child ends, and a helper thread ends long
-    before the cluster should."""
+    so that no etcd, apiserver or kubelet outlives a harness that could not stop it:
+    util-linux's ``setpriv --pdeathsig``, not a ``preexec_fn``. A ``preexec_fn`` makes
+    ``subprocess`` fork() instead of vfork(), and a fork() while gRPC's threads run (the
+    GPU device plugin's server, in the test process) runs gRPC's fork handlers in the
+    child, which abort it now and then (SIGABRT, "epoll_wait error: Bad file
+    descriptor") before it ever execs. Linux only (nothing elsewhere), and only from the
+    main thread: the kernel sends the signal when the *thread* that started the child
+    ends, and a helper thread ends long before the cluster should."""
     if not sys.platform.startswith("linux"):
-        return None
+        return []
     if threading.current_thread() is not threading.main_thread():
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # died before the line above: nobody would send it
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
+        return []
+    return ["setpriv", "--pdeathsig", "KILL", "--"]
 
 
 def free_port() -> int:
@@ -229,12 +222,11 @@ class Cluster:
     def _start(self, name: str, args: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
         self.processes[name] = subprocess.Popen(
-            [self._bin(name), *args],
+            [*dies_with_us(), self._bin(name), *args],  # killed with this process, however it dies
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() ends it and its children
-            preexec_fn=dies_with_us(),  # and killed with this process, however it dies
         )
 
     def _openssl(self, *args: str) -> None:

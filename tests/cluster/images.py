@@ -278,6 +278,13 @@ def ensure_archive(image: Image, write: Callable[[Path, Path], None], *, log: bo
         if log:
             print(f"[node] image {image.ref}: cached in {image.cache_dir}", flush=True)
         return image
+    with binaries.one_maker(image.cache_dir, f"[node] image {image.ref}" if log else None):
+        if image.is_built():
+            return image
+        return _write_archive(image, write, log)
+
+
+def _write_archive(image: Image, write: Callable[[Path, Path], None], log: bool) -> Image:
     started = time.monotonic()
     if log:
         print(f"[node] making image {image.ref} ...", flush=True)

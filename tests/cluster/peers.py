@@ -147,6 +147,13 @@ def build(peer: Peer, *, log: bool = True) -> Path:
         if log:
             print(f"[peers] {peer.name} {peer.version}: cached in {peer.cache_dir}", flush=True)
         return peer.path
+    with binaries.one_maker(peer.cache_dir, f"[peers] {peer.name} {peer.version}" if log else None):
+        if peer.is_built():
+            return peer.path
+        return _build(peer, log)
+
+
+def _build(peer: Peer, log: bool) -> Path:
     source = module_dir(peer)
     peer.cache_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{peer.name}-", dir=peer.cache_dir.parent))

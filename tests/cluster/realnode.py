@@ -480,11 +480,10 @@ class RealNode:
     def _start(self, name: str, args: list[str]) -> None:
         log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
         self.processes[name] = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
             # killed with this process however it dies; what they leave (containerd's
             # shims, mounts, the bridge) is undone by the next node (_clean_stale)
-            preexec_fn=dies_with_us(),
+            [*dies_with_us(), *args], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
 
     def _end(self, name: str, timeout: float = 15) -> None:

@@ -120,9 +120,10 @@ def _ready(store: Store, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @contextmanager
-def running() -> Iterator[Store]:
-    """A SeaweedFS server with its S3 gateway for the ``with`` block."""
-    weed = binaries.build(binaries.TOOLS["seaweedfs"], log=False) / "weed"
+def running(weed: Path | None = None) -> Iterator[Store]:
+    """A SeaweedFS server with its S3 gateway for the ``with`` block: ``weed`` (the tests'
+    ``seaweedfs`` fixture, built before them), else built here first."""
+    weed = weed or binaries.build(binaries.TOOLS["seaweedfs"], log=False) / "weed"
     with tempfile.TemporaryDirectory(prefix="torchyard-s3-") as tmp:
         root = Path(tmp)
         config = root / "s3.json"

@@ -60,6 +60,16 @@ class Local:
         path.write_text(yaml.safe_dump_all(docs))
         return path
 
+    def under_torchrun(self, path: Path) -> Path:
+        """The run file at ``path`` changed to ``launch: node`` with a bare ``torchrun
+        train.py`` (the script of torch's environment, on PATH, as a user types it; its
+        ranks run that environment's Python): PET_* say how many ranks and where."""
+        run = yaml.safe_load(path.read_text())
+        run["spec"]["command"] = ["torchrun", "train.py"]
+        run["spec"]["distribution"]["launch"] = "node"
+        path.write_text(yaml.safe_dump(run))
+        return path
+
     def archived_logs(self, run: str, namespace: str = "default") -> dict[int, str]:
         """Every rank's log from the run archive, by global rank."""
         logs = {}

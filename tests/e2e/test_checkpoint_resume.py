@@ -47,7 +47,8 @@ def test_ddp_resumes_from_its_checkpoint_and_matches_the_uninterrupted_run(local
     assert sorted(p.name for p in folder.glob("step-*")) == ["step-10", "step-20"]
     assert all((folder / "step-20" / f"rank-{r}.pt").is_file() for r in range(4))
 
-    second = local.run(ddp_run(local, "resumed", 30, spec), *source)
+    # the first ended well: its rerun goes on from its checkpoints only when asked to
+    second = local.run(ddp_run(local, "resumed", 30, spec), *source, "--resume")
     assert second.returncode == 0, second.stderr[-3000:]
     logs = local.archived_logs("resumed")
     assert all(f"rank {r} resumed from step 20" in logs[r] for r in range(4)), logs
@@ -84,7 +85,7 @@ def test_birds_resumes_after_its_last_epoch_and_matches_the_uninterrupted_run(
     spec = {"size": "1Gi", "interval": 1}
     first = local.run(birds_run(local, "birds-resumed", 2, spec), *source)
     assert first.returncode == 0, first.stderr[-3000:]
-    second = local.run(birds_run(local, "birds-resumed", 3, spec), *source)
+    second = local.run(birds_run(local, "birds-resumed", 3, spec), *source, "--resume")
     assert second.returncode == 0, second.stderr[-3000:]
     logs = local.archived_logs("birds-resumed")
     assert all("resumed after epoch 3" in logs[r] for r in (0, 1)), logs

@@ -86,13 +86,7 @@ for step in range(1, 9):
 def test_under_launch_node_the_launcher_finds_torchruns_ranks_and_names_the_stuck_one(
     local: Local,
 ) -> None:
-    path = write(local, SLEEPS, 3)
-    run = yaml.safe_load(path.read_text())
-    # torchrun, as `python -m` so that its ranks run this Python (which has torchyard);
-    # PET_* say how many and where
-    run["spec"]["command"] = ["python", "-m", "torch.distributed.run", "train.py"]
-    run["spec"]["distribution"]["launch"] = "node"
-    path.write_text(yaml.safe_dump(run))
+    path = local.under_torchrun(write(local, SLEEPS, 3))
     done = local.run(path, "--source", str(local.tmp / "src"))
     assert done.returncode != 0
     assert "rank 1 (node 0) failed (Stalled" in done.stderr, done.stderr

@@ -111,13 +111,14 @@ def test_mpi_ranks_report_progress_and_checkpoint_and_a_rerun_resumes(local: Loc
     env = {**os.environ, "TORCHYARD_SHIPPED_PATH": str(shipped.parent)}
     folder = local.workdir / "checkpoints" / "default" / "mpi"
 
-    def run(steps: int) -> subprocess.CompletedProcess[str]:
+    def run(steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
         command = ["/usr/bin/python3", "-m", "mpi4py", "steps.py", str(steps)]
         path = local.write_run(
             EXAMPLES / "mpi" / "trainingrun.yaml", command=command, checkpoints={"size": "1Gi"}
         )
         argv = [sys.executable, "-m", "torchyard", "run", str(path), "--local", "--source"]
         argv += [str(source), "--registry", str(local.registry), "--workdir", str(local.workdir)]
+        argv += extra
         # Two runs (a first and a resumed one) within pytest's 600 s per test.
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=270, env=env, cwd=local.tmp
@@ -139,7 +140,9 @@ def test_mpi_ranks_report_progress_and_checkpoint_and_a_rerun_resumes(local: Loc
             f"rank-{r}.json" for r in range(4)
         ]
 
-    second = run(15)
+    # the first ended well: its rerun goes on from its checkpoints only when asked to
+    second = run(15, "--resume")
+    assert "resuming from step 10" in second.stdout + second.stderr
     assert second.returncode == 0, second.stderr[-3000:]
     # every rank went on from step 10 (OpenMPI 4.1 may put a line of one rank into the
     # tagged write of another, so the lines are looked for in all the ranks' logs)

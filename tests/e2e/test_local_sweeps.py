@@ -128,6 +128,72 @@ def test_a_grid_sweep_stops_the_trial_bandit_gives_up_on_and_registers_the_best(
     assert "model: tiny version 1" in done.stdout
 
 
+SHAPES = """\
+import argparse, sys
+from torchyard import progress
+p = argparse.ArgumentParser()
+p.add_argument("--shape")
+shape = p.parse_args().shape
+curves = {
+    "rises": [0.5 + 0.02 * e for e in range(1, 21)],  # its best at its last interval, 20
+    "peaks": [0.6, 0.7, 0.8, 0.85, 0.8, 0.7],  # its best at interval 4
+    "crashes": [0.92, 0.95, 0.95],  # the best value of all, then it crashes
+}
+for epoch, value in enumerate(curves[shape], 1):
+    progress.report(epoch, best_val_acc=round(value, 6))
+if shape == "crashes":
+    print("objective crashed on purpose", flush=True)
+    sys.exit(3)
+print("trained", shape, flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("shapes", "best"),
+    [
+        (["rises", "peaks"], "tiny-t0, best_val_acc 0.9 at interval 20"),
+        (["peaks"], "tiny-t0, best_val_acc 0.85 at interval 4"),
+        (["peaks", "rises", "crashes"], "tiny-t2 (Failed), best_val_acc 0.95 at interval 2"),
+    ],
+)
+def test_the_summary_names_the_best_where_it_peaked_and_a_failed_best_as_failed(
+    local: Local, shapes: list[str], best: str
+) -> None:
+    """Two trials at a time: each line of a trial's output starts with its name; the best
+    (any state, as HyperDrive's get_best_run_by_primary_metric) is named with the interval
+    it peaked at, and registerBest says when it takes another (the best completed)."""
+    (local.tmp / "shapes.py").write_text(SHAPES)
+    path = sweep_file(
+        local.tmp,
+        {
+            "trial": {"environment": "local", "command": ["python", "shapes.py"]},
+            "parameters": {"shape": {"type": "choice", "values": shapes}},
+            "sampling": "grid",
+            "maxTotalTrials": len(shapes),
+            "maxFailedTrials": 1,
+            "registerBest": {"model": "shapes", "path": "outputs"},
+        },
+    )
+    done = submit(local, path, "--parallel", "2")
+    assert done.returncode == 0, done.stderr
+    assert f"all {len(shapes)} trials ended; the best is {best}" in done.stdout, done.stdout
+    failed = "crashes" in shapes
+    registers = "; registerBest takes the best completed trial, tiny-t1 (best_val_acc 0.9)"
+    assert (registers in done.stdout) is failed, done.stdout
+    assert rows(done.stdout)["tiny-t2" if failed else "tiny-t0"][1] == (
+        "Failed" if failed else "Completed"
+    )
+    # whose line it is, though two trials write at once
+    for index, shape in enumerate(shapes):
+        words = "objective crashed on purpose" if shape == "crashes" else f"trained {shape}"
+        lines = [line for line in done.stdout.splitlines() if words in line]
+        assert lines == [f"[tiny-t{index}] [rank 0] {words}"], done.stdout
+    started = sorted(line for line in done.stderr.splitlines() if "] node 0 started" in line)
+    assert [line.split()[0] for line in started] == [
+        f"[tiny-t{index}]" for index in range(len(shapes))
+    ], done.stderr
+
+
 def test_random_trials_get_the_clusters_parameters_at_most_parallel_at_a_time(
     local: Local,
 ) -> None:

@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from tests.builders import environment
 from tests.cluster.harness import Cluster
+from tests.cluster.racks import Racks
 from tests.conftest import InProcessOperator
 from tests.integration import operator_errors
 from tests.integration.helpers import wait_status
@@ -159,6 +161,16 @@ def env(namespace: str, operator: InProcessOperator) -> str:
     k8s.create(environment("pytorch", namespace, image="ghcr.io/acme/pytorch:2.15-cuda12"))
     wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
     return namespace
+
+
+@pytest.fixture
+def racks(cluster: Cluster) -> Iterator[Racks]:
+    """16 KWOK nodes of 8 GPUs in a pool of the test's own: 2 blocks x 2 racks x 4 nodes,
+    labelled by block, rack and host (tests/cluster/racks.py)."""
+    r = Racks(f"rk{time.monotonic_ns() % 10**8}", blocks=2, racks_per_block=2)
+    r.create(cluster)
+    yield r
+    r.delete(cluster)
 
 
 @pytest.fixture

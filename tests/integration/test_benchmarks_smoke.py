@@ -184,8 +184,23 @@ BENCHMARKS = [
         ],
     ),
 ]
-# scale.py runs two operators one after the other (the baseline refills a slot at its resync)
-TIMEOUTS = {"scale.py": 600, "peers.py": 420}
+BENCHMARKS.append(
+    (
+        "placement.py",
+        [
+            r"\ndefault scheduler +\d+% +\d+\.\d\d +\d+\.\d\d +1\.00x\n",
+            r"\ntorchyard required +\d+% +\d+\.\d\d",
+            r"\nKueue required +\d+% +\d+\.\d\d",
+            r"\nKueue preferred +\d+% +\d+\.\d\d +\d+\.\d\d +\d+\.\d\dx\n",
+            r"\ntorchyard preferred +\d+% +\d+\.\d\d +\d+\.\d\d +\d+\.\d\dx\n",
+            r"64-node run, torchyard: admission -> all Pods bound p95 \d+\.\d\ds",
+            r"64-node run, Kueue: admission -> all Pods bound p95 \d+\.\d\ds",
+        ],
+    )
+)
+# scale.py runs two operators one after the other (the baseline refills a slot at its
+# resync); placement.py starts Kueue (built before the tests, as for test_kueue.py)
+TIMEOUTS = {"scale.py": 600, "peers.py": 420, "placement.py": 480}
 
 
 @pytest.mark.parametrize(("script", "expected"), BENCHMARKS, ids=[b[0] for b in BENCHMARKS])

@@ -13,6 +13,7 @@ peering CRDs, which the peering test uses.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -41,6 +42,17 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("torchyard.dev", "trainingruns"): {"get", "list", "watch", "create", "patch"},
     ("torchyard.dev", "sweeps"): {"get", "list", "watch"},
     ("torchyard.dev", "environments"): {"get", "list", "watch"},
+    # Kopf watches them; endpoints.reconcile; environments.reconcile and the inputs cache's
+    # eviction (inputs._pinned) list them.
+    ("torchyard.dev", "onlineendpoints"): {"get", "list", "watch"},
+    ("torchyard.dev", "onlineendpoints/status"): {"patch"},
+    ("torchyard.dev", "onlineendpoints/finalizers"): {"update"},
+    # endpoints.reconcile: serving Deployments (Kopf watches them), the autoscaler, and
+    # KServe's InferenceService (backend KServe); the Service of each is applied, another
+    # backend's deleted.
+    ("apps", "deployments"): {"list", "watch", "create", "patch", "delete"},
+    ("autoscaling", "horizontalpodautoscalers"): {"list", "create", "patch", "delete"},
+    ("serving.kserve.io", "inferenceservices"): {"list", "create", "patch", "delete"},
     # context.write: server-side apply of the status subresource.
     ("torchyard.dev", "trainingruns/status"): {"patch"},
     ("torchyard.dev", "sweeps/status"): {"patch"},
@@ -58,7 +70,7 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("torchyard.dev", "runrecords"): {"create"},
     # node Pods: applied, listed (per run, cluster-wide for admission), watched, deleted.
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"create", "patch", "delete"},
+    ("", "services"): {"get", "list", "create", "patch", "delete"},
     # mpi_keys.ensure: an MPI run's key Secret, created once and never read back.
     ("", "secrets"): {"create"},
     # checkpoints: a run's own checkpoint claim, applied before its Pods; a named one
@@ -72,6 +84,11 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"get", "list", "create", "patch", "delete"},
     # references.missing: a run's scheduling.queueName, Kueue's LocalQueue
     ("kueue.x-k8s.io", "localqueues"): {"get"},
+    # controller.workloads: a queued run's Workload, created, read, watched by Kopf,
+    # deactivated while suspended, adopted on a MultiKueue worker; its status written
+    # (Finished, the admission cleared after an eviction)
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "patch"},
+    ("kueue.x-k8s.io", "workloads/status"): {"patch"},
     # record_event; recording.events_of: a run's own Events, into its record.
     ("", "events"): {"create", "list"},
     # Environment build and inputs fetch Jobs; a fetch Job that failed before a new run
@@ -79,12 +96,22 @@ OPERATOR_NEEDS: dict[tuple[str, str], set[str]] = {
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
     # Kopf; references.missing: is Kueue installed (its LocalQueue CRD)
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
-    # references.missing: a run's compute.priorityClassName
+    # references.missing: a run's compute.priorityClassName (its Workload's priority)
     ("scheduling.k8s.io", "priorityclasses"): {"get"},
+    # controller.workloads: the levels above a placement's, an admission's flavors
+    ("kueue.x-k8s.io", "topologies"): {"get", "list", "watch"},
+    ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch"},
     ("", "namespaces"): {"list", "watch"},
     ("", "nodes"): {"list", "watch"},
 }
-CLUSTER_SCOPED = ("customresourcedefinitions", "priorityclasses", "namespaces", "nodes")
+CLUSTER_SCOPED = (
+    "customresourcedefinitions",
+    "priorityclasses",
+    "topologies",
+    "resourceflavors",
+    "namespaces",
+    "nodes",
+)
 FORBIDDEN_VERBS = {"*", "escalate", "bind", "impersonate"}
 
 
@@ -164,6 +191,7 @@ def test_the_web_view_gets_reads_the_reviews_and_its_two_changes_only(helm: Helm
         ("torchyard.dev", "sweeps"): {"get", "list", "patch"},
         ("torchyard.dev", "environments"): {"get", "list"},
         ("torchyard.dev", "modelversions"): {"get", "list"},
+        ("torchyard.dev", "onlineendpoints"): {"get", "list"},
         ("", "pods"): {"get", "list"},
         ("", "events"): {"get", "list"},
         ("", "configmaps"): {"get", "list"},
@@ -179,6 +207,73 @@ def test_the_web_view_gets_reads_the_reviews_and_its_two_changes_only(helm: Helm
     assert args[:2] == ["ui", "--in-cluster"]
     assert "https://torchyard-registry.torchyard-system.svc:8080" in args
     assert "--token-file" in args and "--registry-ca" in args
+
+
+def _ui_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    [ui] = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "t-torchyard-ui"
+    ]
+    return ui
+
+
+def _ui(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    """The web view's Pod spec, its container's args and its Service."""
+    ui = _ui_deployment(docs)
+    [svc] = [
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "t-torchyard-ui"
+    ]
+    pod = ui["spec"]["template"]["spec"]
+    return pod, pod["containers"][0]["args"], svc
+
+
+def _pairs(args: list[str], option: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == option]
+
+
+def test_the_web_view_answers_its_services_names_signs_with_one_key_and_is_probed_on_healthz(
+    helm: Helm,
+) -> None:
+    """Every replica mounts the same key (a Secret made once, or the caller's); the view
+    answers its Service's names and ``ui.allowedHosts``, believes ``ui.trustedProxies``,
+    serves TLS from ``ui.tls.secretName``; the kubelet probes ``/healthz``."""
+    docs = helm.template("--set", "ui.enabled=true")
+    pod, args, svc = _ui(docs)
+    [key] = [
+        d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "t-torchyard-ui-key"
+    ]
+    assert len(base64.b64decode(key["data"]["key"])) == 64
+    assert _pairs(args, "--csrf-key-file") == ["/var/run/secrets/torchyard/ui-key/key"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "ui-key"]
+    assert volume["secret"]["secretName"] == "t-torchyard-ui-key"
+    # (a new key rolls the Pods onto it)
+    annotations = _ui_deployment(docs)["spec"]["template"]["metadata"]["annotations"]
+    checksum = hashlib.sha256(key["data"]["key"].encode()).hexdigest()
+    assert annotations["checksum/ui-key"] == checksum
+    names = "t-torchyard-ui", "torchyard-system", "svc", "cluster.local"
+    assert _pairs(args, "--allowed-host") == [".".join(names[:n]) for n in range(1, 5)]
+    assert _pairs(args, "--trusted-proxy") == [] and "--tls-cert" not in args
+    container = pod["containers"][0]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
+    docs = helm.template(
+        "--set", "ui.enabled=true",
+        "--set", "ui.allowedHosts={ui.example.com}",
+        "--set", "ui.trustedProxies={10.0.0.0/8,192.168.1.1}",
+        "--set", "ui.tls.secretName=ui-cert",
+        "--set", "ui.keySecret=my-ui-key",
+    )  # fmt: skip
+    pod, args, svc = _ui(docs)
+    assert not [d for d in docs if d["metadata"]["name"] == "t-torchyard-ui-key"]
+    assert "annotations" not in _ui_deployment(docs)["spec"]["template"]["metadata"]
+    assert _pairs(args, "--allowed-host")[-1] == "ui.example.com"
+    assert _pairs(args, "--trusted-proxy") == ["10.0.0.0/8", "192.168.1.1"]
+    assert _pairs(args, "--tls-cert") == ["/var/run/secrets/torchyard/ui-tls/tls.crt"]
+    assert _pairs(args, "--tls-key") == ["/var/run/secrets/torchyard/ui-tls/tls.key"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets["ui-key"] == "my-ui-key" and secrets["ui-tls"] == "ui-cert"
+    probe = pod["containers"][0]["readinessProbe"]["httpGet"]
+    assert probe == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 8080, "targetPort": "https"}]
 
 
 def test_the_trainer_role_is_bound_to_the_service_accounts_node_pods_run_as(helm: Helm) -> None:
@@ -248,6 +343,8 @@ def test_a_namespaced_operator_gets_roles_in_its_namespaces_and_cluster_reads_on
     assert cluster_wide == {
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
         ("scheduling.k8s.io", "priorityclasses"): {"get"},
+        ("kueue.x-k8s.io", "topologies"): {"get", "list", "watch"},
+        ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch"},
         ("", "namespaces"): {"list", "watch"},
         ("", "nodes"): {"list", "watch"},
         ("", "pods"): {"list"},  # gang admission counts every Pod on the pool's nodes
@@ -717,7 +814,10 @@ def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls
         "pod-security.kubernetes.io/enforce=restricted",
         "pod-security.kubernetes.io/warn=restricted",
     )
-    result = _install(helm, cluster, release, ns, "--set", f"registry.trainerNamespaces={{{ns}}}")
+    result = _install(
+        helm, cluster, release, ns,
+        "--set", f"registry.trainerNamespaces={{{ns}}}", "--set", "ui.enabled=true",
+    )  # fmt: skip
     try:
         assert "violate PodSecurity" not in result.stderr, result.stderr
         assert "torchyard --help" in result.stdout  # NOTES.txt
@@ -731,7 +831,7 @@ def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls
         def replicaset_failures() -> str:
             return cluster.kubectl("get", "replicasets", "-n", ns, "-o", "json")
 
-        for component in ("operator", "registry"):
+        for component in ("operator", "registry", "ui"):
             try:
                 wait_for(f"the {component} Pod", lambda c=component: pods_of(c), timeout=30)
             except AssertionError:
@@ -750,11 +850,14 @@ def test_install_into_a_restricted_namespace_and_rbac_allows_what_the_code_calls
         ca, cert = (base64.b64decode(generated[k]) for k in ("ca.crt", "tls.crt"))
         verified = _openssl_verify(tmp_path, ca, cert, f"torchyard-registry.{ns}.svc")
         assert verified.endswith("tls.crt: OK\n"), verified
+        # the web view's key likewise: every replica, before and after, signs alike
+        ui_key = k8s.get(k8s.SECRETS, ns, f"{release}-torchyard-ui-key")["data"]
         helm(
             "upgrade", release, str(CHART), "--kubeconfig", str(cluster.kubeconfig),
             "--namespace", ns, "--reuse-values",
         )  # fmt: skip
         assert k8s.get(k8s.SECRETS, ns, tls)["data"] == generated
+        assert k8s.get(k8s.SECRETS, ns, f"{release}-torchyard-ui-key")["data"] == ui_key
 
         operator = ServiceAccountReviews(cluster, ns, f"{release}-torchyard-operator")
         elsewhere = "default"

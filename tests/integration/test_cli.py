@@ -164,7 +164,7 @@ def test_wait_on_a_failing_run_exits_non_zero_with_the_traceback(
     rest, err = follower.communicate(timeout=120)
     assert follower.returncode == 1, first + rest + err
     assert "Failed" in rest
-    assert "rank 3, node 1, Pod gpt-1 failed with exit code 1" in err
+    assert "rank 3 (node 1, Pod gpt-1) failed (" in err and "exit code 1):" in err
     assert "ValueError: loss is NaN" in err and "Traceback" in err
 
     table = torchyard(cluster, "get", "runs", "-n", namespace, "-o", "wide")

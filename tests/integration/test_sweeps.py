@@ -40,6 +40,7 @@ from tests.integration.test_archiving import (  # noqa: F401 (a fixture)
     archiving_operator,
     run_node,
 )
+from tests.integration.test_cli import torchyard
 from tests.integration.test_inputs import (  # noqa: F401 (a fixture)
     fetch_jobs,
     inputs_operator,
@@ -738,3 +739,89 @@ def test_asha_pauses_a_trial_with_its_checkpoint_and_promotes_it_by_resuming(
     assert rungs == {"t0": [1.0], "t1": [1.0, 3.0], "t2": [1.0], "t3": [1.0]}
     for i in range(4):
         cluster.kubectl("delete", "pv", f"{storage}-{i}", "--wait=false", check=False)
+
+
+# -- the best trial: one rule, a failed best named failed, where it peaked ---------------
+
+
+def test_the_best_is_one_rule_everywhere_and_a_failed_best_is_named_failed(
+    cluster: Cluster, env: str
+) -> None:
+    """t0 rises for 5 intervals and completes (its best at its last, 5); t1 reports more,
+    peaking at interval 2, then fails: the status, its message, ``sweep describe`` and
+    ``sweep best`` name t1 as Failed at interval 2, and the completed t0 when failed trials
+    are left out (``--exclude-failed``, ``include_failed=False``), as HyperDrive does."""
+    ns = env
+    trial = TrainingRunBuilder("t").environment("pytorch").gpus(1).pool("a100")
+    shape = {"type": "choice", "values": ["rises", "crashes"]}
+    body = SweepBuilder("peak", ns).trial(trial).grid().parameters(shape=shape).trials(2, 2)
+    k8s.create(body.with_("spec.maxFailedTrials", 1).obj())
+    curves = {"peak-t0": [0.5, 0.6, 0.7, 0.8, 0.9], "peak-t1": [0.92, 0.95, 0.93]}
+    wait_for("two trials", lambda: sorted(trial_runs(ns, "peak")) == sorted(curves))
+    for name in curves:
+        wait_status(k8s.TRAININGRUNS, ns, name, lambda s: s.get("phase") == "Running", 60)
+    for name, values in curves.items():
+        for epoch, value in enumerate(values, 1):
+            assert report(ns, "peak", name, epoch, value)
+        [pod] = run_pods(ns, name)
+        finish_pod(cluster, ns, pod["metadata"]["name"], 0 if name == "peak-t0" else 1)
+    swept = wait_status(k8s.SWEEPS, ns, "peak", lambda s: s.get("phase") == "Succeeded", 60)
+    st = swept["status"]
+    assert (st["best"]["name"], st["best"]["state"], st["best"]["interval"]) == (
+        "peak-t1",
+        "Failed",
+        2,
+    )
+    rows = {row["name"]: row for row in st["summary"]}
+    assert (rows["peak-t0"]["metric"], rows["peak-t0"]["interval"]) == (0.9, 5)
+    assert conditions(swept)["Succeeded"]["message"].endswith(
+        "the best is peak-t1 (Failed), best_val_acc 0.95 at interval 2"
+    ), conditions(swept)["Succeeded"]
+
+    described = torchyard(cluster, "sweep", "describe", "peak", "-n", ns)
+    assert "Best trial:   peak-t1 (Failed) best_val_acc 0.95 at interval 2" in described.stdout
+    best = torchyard(cluster, "sweep", "best", "peak", "-n", ns)
+    assert best.stdout.startswith("peak-t1  best_val_acc 0.95  (Failed)"), best
+    completed = torchyard(cluster, "sweep", "best", "peak", "-n", ns, "--exclude-failed")
+    assert completed.stdout.startswith("peak-t0  best_val_acc 0.9  (Completed)"), completed
+    run = HyperDriveRun(Experiment(Workspace(namespace=ns), "birds"), "peak")
+    assert run.get_best_run_by_primary_metric().id == "peak-t1"  # type: ignore[union-attr]
+    assert run.get_best_run_by_primary_metric(include_failed=False).id == "peak-t0"  # type: ignore[union-attr]
+
+
+# -- trials that cannot start ------------------------------------------------------------
+
+
+def test_a_sweep_whose_trials_cannot_start_says_why_until_they_can(
+    cluster: Cluster, env: str
+) -> None:
+    """Its trials name an Environment that does not exist: each trial waits
+    (EnvironmentNotFound), and the Sweep says so in TrialsWaiting (and its Ready), as
+    ``sweep describe`` shows; once the Environment exists the trials start and the
+    condition goes."""
+    ns = env
+    trial = TrainingRunBuilder("t").environment("nope").gpus(1).pool("a100")
+    k8s.create(SweepBuilder("lost", ns).trial(trial).trials(4, 2).seed(SEED).obj())
+    swept = wait_status(
+        k8s.SWEEPS,
+        ns,
+        "lost",
+        lambda s: "lost-t1" in str(conditions({"status": s}).get("TrialsWaiting")),
+        60,
+    )
+    waiting = conditions(swept)["TrialsWaiting"]
+    assert (waiting["status"], waiting["reason"]) == ("True", "EnvironmentNotFound")
+    assert waiting["message"] == (
+        "2 trial(s) cannot start yet; lost-t0, lost-t1: EnvironmentNotFound: "
+        f"spec.environment: Environment nope does not exist in namespace {ns}; the run "
+        "waits for it"
+    )
+    assert conditions(swept)["Ready"]["reason"] == "EnvironmentNotFound"
+    described = torchyard(cluster, "sweep", "describe", "lost", "-n", ns).stdout
+    assert "TrialsWaiting   True   EnvironmentNotFound: 2 trial(s) cannot start yet" in described
+
+    k8s.create(environment("nope", ns, image="ghcr.io/acme/pytorch:2.15-cuda12"))
+    started = wait_status(
+        k8s.SWEEPS, ns, "lost", lambda s: "TrialsWaiting" not in conditions({"status": s}), 60
+    )
+    assert started["status"]["trials"]["running"] == 2, started["status"]

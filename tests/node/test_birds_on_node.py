@@ -57,7 +57,9 @@ REPORTED = re.compile(r"@@torchyard (\{.*\})$", re.MULTILINE)
 
 
 @pytest.fixture
-def birds_store(tmp_path: Path) -> Iterator[tuple[store_server.Store, store_server.CountingProxy]]:
+def birds_store(
+    tmp_path: Path, seaweedfs: Path
+) -> Iterator[tuple[store_server.Store, store_server.CountingProxy]]:
     """The store with bucket ``birds`` holding ``train/birds.npz`` (80 drawn birds, made by
     the example's own ``birds_data.save``), behind a proxy the node's Pods reach that
     records every request."""
@@ -67,7 +69,7 @@ def birds_store(tmp_path: Path) -> Iterator[tuple[store_server.Store, store_serv
     finally:
         sys.path.remove(str(BIRDS))
     saved = Path(birds_data.save(str(tmp_path), IMAGES))
-    with store_server.running() as store:
+    with store_server.running(seaweedfs) as store:
         store.bucket("birds")
         store.put("birds", "train/birds.npz", saved.read_bytes())
         host, port = store.endpoint.removeprefix("http://").split(":")

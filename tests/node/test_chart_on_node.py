@@ -17,7 +17,8 @@ Pod reaching the registry's ``/healthz`` through its Service with the chart's CA
 refused without it); a TrainingRun of the team namespace Succeeded on the real node, its
 logs archived by the node Pod through the registry Service with its projected token, and
 its outputs promoted by the chart's operator to a ModelVersion whose files are on the
-volume.
+volume; the web view's two replicas Ready, serving through their Service and through a
+TLS proxy with another Host (``tests/node/web_ui.py``).
 
 Fixtures: ``cluster``, ``operator`` (tests/conftest.py), ``real_node``
 (tests/node/conftest.py); helm is the harness's (``tests/cluster/binaries.py``).
@@ -29,7 +30,7 @@ import base64
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import run_pods, wait_status
 from tests.integration.test_chart import ServiceAccountReviews
+from tests.node import web_ui
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
@@ -82,7 +84,7 @@ class Release:
         for ns in (self.system, self.team):
             parts.append(kubectl("get", "pods,rs,pvc", "-n", ns, "-o", "wide", check=False))
             parts.append(kubectl("get", "events", "-n", ns, check=False)[-4000:])
-        for pod in self.pods("operator") + self.pods("registry"):
+        for pod in self.pods("operator") + self.pods("registry") + self.pods("ui"):
             name = pod["metadata"]["name"]
             parts.append(f"--- log of {name}")
             parts.append(kubectl("logs", "-n", self.system, name, "--tail=40", check=False))
@@ -112,6 +114,16 @@ def _values(node: RealNode, team: str, storage_class: str) -> dict[str, Any]:
         },
         "environments": {
             "curated": [{"name": "pytorch", "image": node.images["pytorch"].ref}],
+        },
+        # the web view as an Ingress would front it: two replicas, another Host, the
+        # proxy's address (this machine's, on the node's bridge) trusted
+        "ui": {
+            "enabled": True,
+            "replicas": 2,
+            "nodeSelector": on_real_node,
+            "resources": SMALL,
+            "allowedHosts": [web_ui.PUBLIC],
+            "trustedProxies": [f"{node.network.gateway}/32"],
         },
     }
 
@@ -252,11 +264,23 @@ def test_the_operator_and_the_registry_run_ready_on_the_real_node_under_restrict
     assert not reviews.can("create", "pods", "default")
 
 
+# The registry Pod is Ready before its Service's endpoints reach kube-proxy and the
+# name resolves: the first request is tried again for a minute while the connection
+# fails (a certificate error is not tried again).
 PROBE = """\
-import ssl, sys, urllib.error, urllib.request
+import ssl, sys, time, urllib.error, urllib.request
 url = sys.argv[1]
 context = ssl.create_default_context(cafile="/etc/registry-ca/ca.crt")
-with urllib.request.urlopen(url, context=context, timeout=30) as resp:
+deadline = time.monotonic() + 60
+while True:
+    try:
+        resp = urllib.request.urlopen(url, context=context, timeout=30)
+        break
+    except urllib.error.URLError as err:
+        if isinstance(err.reason, ssl.SSLError) or time.monotonic() > deadline:
+            raise
+        time.sleep(1)
+with resp:
     print("with the chart's CA:", resp.status, resp.read().decode(), flush=True)
 try:
     urllib.request.urlopen(url, context=ssl.create_default_context(), timeout=30)
@@ -284,53 +308,71 @@ def test_a_pod_reaches_the_registry_through_its_service_with_the_charts_tls(
         }
     )
     url = f"https://torchyard-registry.{release.system}.svc:8080/healthz"
-    restricted = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    mount = {"name": "ca", "mountPath": "/etc/registry-ca"}
+    ca_volume = {"name": "ca", "configMap": {"name": "registry-ca"}}
+    log = probe_pod(release, "probe", ["python3", "-c", PROBE, url], [mount], [ca_volume])
+    assert "with the chart's CA: 200 ok" in log, log
+    # and the certificate is what made it trusted: without the chart's CA it is refused
+    assert "without the CA: [SSL: CERTIFICATE_VERIFY_FAILED]" in log, log
+
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def probe_pod(
+    release: Release,
+    name: str,
+    command: list[str],
+    mounts: Sequence[dict[str, Any]] = (),
+    volumes: Sequence[dict[str, Any]] = (),
+) -> str:
+    """Run ``command`` in a Pod of the team namespace on the real node (the Python image,
+    Pod Security "restricted"); its log once it exited 0."""
+    ns = release.team
     k8s.create(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "probe", "namespace": ns},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "restartPolicy": "Never",
-                "nodeSelector": {"torchyard.dev/pool": real_node.pool},
+                "nodeSelector": {"torchyard.dev/pool": release.node.pool},
                 "terminationGracePeriodSeconds": 2,
                 "containers": [
                     {
                         "name": "probe",
-                        "image": real_node.images["python"].ref,
+                        "image": release.node.images["python"].ref,
                         "imagePullPolicy": "Never",
-                        "command": ["python3", "-c", PROBE, url],
-                        "securityContext": restricted,
+                        "command": command,
+                        "securityContext": RESTRICTED_CONTAINER,
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                        "volumeMounts": [{"name": "ca", "mountPath": "/etc/registry-ca"}],
+                        "volumeMounts": list(mounts),
                     }
                 ],
-                "volumes": [{"name": "ca", "configMap": {"name": "registry-ca"}}],
+                "volumes": list(volumes),
             },
         }
     )
 
     def finished() -> dict[str, Any] | None:
-        pod = k8s.get(k8s.PODS, ns, "probe")
+        pod = k8s.get(k8s.PODS, ns, name)
         return pod if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
 
     try:
-        pod = real_node.wait_for("the probe Pod to finish", finished, 180)
+        pod = release.node.wait_for(f"the {name} Pod to finish", finished, 180)
     except TimeoutError as err:
         raise AssertionError(f"{err}\n{release.explain()}") from None
-    log = release.cluster.kubectl("logs", "-n", ns, "probe")
-    assert pod["spec"]["nodeName"] == real_node.name
+    log = release.cluster.kubectl("logs", "-n", ns, name)
+    assert pod["spec"]["nodeName"] == release.node.name
     [status] = pod["status"]["containerStatuses"]
     assert status["state"]["terminated"]["exitCode"] == 0, f"{status}\n{log}"
-    assert "with the chart's CA: 200 ok" in log, log
-    # and the certificate is what made it trusted: without the chart's CA it is refused
-    assert "without the CA: [SSL: CERTIFICATE_VERIFY_FAILED]" in log, log
+    return log
 
 
 TRAIN = """\
@@ -424,3 +466,42 @@ def run_hello(
     log = release.cluster.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "trainer")
     assert "hello from rank 0 of 1" in log, log
     return done, pod, log
+
+
+def test_the_charts_web_view_is_ready_and_serves_through_its_service_and_a_tls_proxy(
+    release: Release, real_node: RealNode, tmp_path: Path
+) -> None:
+    """Both replicas Ready (the kubelet's probe, Host: the Pod's IP); through the Service
+    by its DNS name from a Pod, the probe and the sign-in page answer and another Host
+    gets 421, and a Pod's X-Forwarded-Proto (not a trusted proxy) makes no cookie Secure;
+    a page of one replica is good on the other (the chart's key); through a TLS proxy
+    with another Host a caller signs in with Secure cookies, a foreign Origin changes
+    nothing and the view's own origin suspends and resumes a run."""
+
+    def both_ready() -> list[dict[str, Any]] | None:
+        pods = release.pods("ui")
+        return pods if len(pods) == 2 and all(_ready(p) for p in pods) else None
+
+    try:
+        pods = real_node.wait_for("both web view Pods Ready", both_ready, 240)
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{release.explain()}") from None
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == real_node.name
+        [status] = pod["status"]["containerStatuses"]
+        assert status["ready"] is True and status["image"] == real_node.images["torchyard"].ref
+    key = k8s.get(k8s.SECRETS, release.system, f"{release.name}-torchyard-ui-key")
+    assert len(base64.b64decode(key["data"]["key"])) >= 32
+    service = f"{release.name}-torchyard-ui.{release.system}.svc"
+    seen = web_ui.from_a_pod(lambda command: probe_pod(release, "ui-client", command), service)
+    assert seen["healthz"] == [200, "ok"], seen
+    assert seen["login"][0] == 200 and "torchyard-ui-csrf=" in seen["login"][1], seen
+    assert "Secure" not in seen["login"][1], seen  # (a Pod is no trusted proxy)
+    assert seen["other host"][0] == 421, seen
+    run = web_ui.idle_run(release.team)
+    editor = web_ui.editor_token(release.team)
+    a, b = (p["status"]["podIP"] for p in pods)
+    web_ui.replicas_share_the_key(a, b, f"{service}:8080", editor, release.team, run)
+    ip = k8s.get(k8s.SERVICES, release.system, f"{release.name}-torchyard-ui")["spec"]["clusterIP"]
+    with web_ui.TlsProxy(f"http://{ip}:8080", tmp_path) as proxy:
+        web_ui.behind_the_proxy(proxy, editor, release.team, run)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +27,16 @@ from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import run_pods, wait_status
-from tests.integration.test_registry_service import Service, trainer_token
+from tests.integration.test_registry_service import Service
 from tests.node.test_trainingruns import (  # noqa: F401 - fixtures
     RESOURCES,
+    archived_run,
     container,
     explain,
-    finished,
     logs,
     on_real_node,
-    operator_with,
     real_operator,
     registry,
-    submit,
 )
 from torchyard import k8s
 
@@ -85,18 +82,10 @@ def test_the_horovod_example_trains_on_two_nodes_by_two_slots(
 ) -> None:
     ns, node = namespace, real_operator
     svc, url, _ = registry
-    token_file = tmp_path / "operator-token"
-    token_file.write_text(trainer_token(ns))
     body = example_run(ns, node)
     name = body["metadata"]["name"]
     assert body["spec"]["distribution"] == {"type": "mpi", "nodeCount": 2, "processCountPerNode": 2}
-    with operator_with(
-        operator, TORCHYARD_REGISTRY_URL=url, TORCHYARD_REGISTRY_TOKEN_FILE=str(token_file)
-    ):
-        started = time.monotonic()
-        submit(cluster, tmp_path, body, source=HOROVOD)
-        run = finished(ns, name, timeout=420)
-        elapsed = time.monotonic() - started
+    run, elapsed = archived_run(cluster, operator, url, body, HOROVOD, tmp_path, 420)
     print(f"\n[node] horovod 2x2 on real Pods: {run['status'].get('phase')} in {elapsed:.1f}s")
     assert run["status"]["phase"] == "Succeeded", explain(cluster, ns, name) + "\n".join(
         cluster.kubectl("logs", "-n", ns, f"{name}-{i}", check=False)[-3000:] for i in (0, 1)

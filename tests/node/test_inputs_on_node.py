@@ -4,10 +4,12 @@ only, no Kubernetes API token, the run's ServiceAccount's registry token) and fi
 namespace's cache claim from the registry service (the KWOK nodes are cordoned: a fetch
 Job, as a build Job, has no node selector); the run's Pod mounts the entry
 read-only and finds it through ``$TORCHYARD_INPUT_BIRDS`` in its arguments; a second
-run of the same input fetches nothing."""
+run of the same input fetches nothing. An https input of each archive suffix is
+unpacked by its fetch Job, and a hostile zip fails its run naming the member."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import shutil
@@ -21,6 +23,7 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
+from tests.integration.conftest import _host_address
 from tests.integration.helpers import host_volume, run_pods
 from tests.integration.test_registry_service import Service, trainer_token
 from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
@@ -38,7 +41,9 @@ from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
     registry,
     submit,
 )
+from tests.unit.inputs import server
 from torchyard import api, k8s
+from torchyard.inputs import archives
 from torchyard.planning import inputs, names
 from torchyard.registry import Store
 
@@ -133,3 +138,82 @@ def test_the_birds_example_trains_on_images_from_a_model_input(
     assert "read 80 bird images from /torchyard/inputs/birds" in log, log
     listed = cluster.kubectl("logs", run_pods(ns, "again")[0]["metadata"]["name"], "-n", ns)
     assert "listed ['birds.npz']" in listed, listed
+
+
+LISTS_ITS_INPUTS = """\
+import os, sys
+for root in sys.argv[1:]:
+    for folder, _, names in sorted(os.walk(root)):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            print("seen", os.path.relpath(path, "/torchyard/inputs"), open(path).read())
+"""
+
+
+def test_an_archive_of_each_kind_the_docs_list_is_unpacked_by_the_fetch_job(
+    cluster: Cluster,
+    env: str,  # noqa: F811
+    real_node: RealNode,
+    operator: InProcessOperator,
+    cache_class: str,
+    only_real_node: RealNode,  # noqa: F811 (the fetch Job has no node selector)
+    tmp_path: Path,
+) -> None:
+    """One run with an https input of every archive suffix, each fetched by its Job on the
+    node (its staging file has no suffix); a hostile zip fails a second run naming it."""
+    ns = env
+    kinds = {"a" + s.replace(".", "_"): s for s in archives.SUFFIXES}  # a_tar_gz: .tar.gz
+    bodies = {name: server.archive(s, {"d/f.txt": name.encode()}) for name, s in kinds.items()}
+    hostile = server.archive(".zip", {"ok.txt": b"x", "../evil.txt": b"x"})
+    files = server.Files({f"/{n}{kinds[n]}": body for n, body in bodies.items()})
+    files.files["/hostile.zip"] = hostile
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "list.py").write_text(LISTS_ITS_INPUTS)
+    with server.serving(files, host=_host_address()) as url:
+        specs = [
+            {"name": n, "uri": f"{url}/{n}{kinds[n]}", "sha256": sha256(bodies[n])} for n in kinds
+        ]
+        args = [f"${{TORCHYARD_INPUT_{n.upper()}}}" for n in kinds]
+        listing = archives_run("archives", ns, real_node, specs, args)
+        bad = {"name": "hostile", "uri": f"{url}/hostile.zip", "sha256": sha256(hostile)}
+        refused = archives_run("hostile", ns, real_node, [bad], ["$TORCHYARD_INPUT_HOSTILE"])
+        with operator_with(
+            operator,
+            TORCHYARD_INPUTS_STORAGE_CLASS=cache_class,
+            TORCHYARD_INPUTS_CACHE_SIZE="1Gi",  # the volume's 2Gi hold it
+        ):
+            submit(cluster, tmp_path, listing, source=source)
+            submit(cluster, tmp_path, refused, source=source)
+            run = finished(ns, "archives", timeout=300)
+            assert run["status"]["phase"] == "Succeeded", explain(cluster, ns, "archives")
+            failed = finished(ns, "hostile", timeout=300)
+    log = cluster.kubectl("logs", run_pods(ns, "archives")[0]["metadata"]["name"], "-n", ns)
+    for name in kinds:
+        assert f"seen {name}/d/f.txt {name}" in log, log
+    assert failed["status"]["phase"] == "Failed", explain(cluster, ns, "hostile")
+    failure = failed["status"]["failure"]
+    assert failure["reason"] == "InputFetchFailed", failure
+    assert failure["message"].startswith(f"input hostile ({url}/hostile.zip): "), failure
+    assert "outside its folder ('..'): '../evil.txt'" in failure["message"], failure
+
+
+def sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def archives_run(
+    name: str, namespace: str, node: RealNode, specs: list[dict[str, str]], args: list[str]
+) -> dict[str, object]:
+    return (
+        TrainingRunBuilder(name, namespace)
+        .environment("pytorch")
+        .command("python", "list.py", *args)
+        .nodes(1)
+        .procs(1)
+        .pool(node.pool)
+        .with_("spec.resources", dict(RESOURCES))
+        .with_("spec.runAsUser", 1000)
+        .with_("spec.inputs", specs)
+        .obj()
+    )

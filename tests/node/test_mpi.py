@@ -30,6 +30,7 @@ from tests.integration.helpers import run_pods, wait_status
 from tests.integration.test_registry_service import Service, trainer_token
 from tests.node.test_trainingruns import (  # noqa: F401 - fixtures
     RESOURCES,
+    archived_run,
     container,
     env,
     explain,
@@ -75,21 +76,13 @@ def test_an_mpi_run_of_two_nodes_by_two_slots_trains_and_archives_its_model(
 ) -> None:
     ns, name = env, "mpi"
     svc, url, _ = registry
-    token_file = tmp_path / "operator-token"
-    token_file.write_text(trainer_token(ns))
     body = (
         mpi_run(name, ns, real_node)
         .register("mpi-linear", path="outputs")
         .with_("spec.serviceAccountName", "trainer")
         .obj()
     )
-    with operator_with(
-        operator, TORCHYARD_REGISTRY_URL=url, TORCHYARD_REGISTRY_TOKEN_FILE=str(token_file)
-    ):
-        started = time.monotonic()
-        submit(cluster, tmp_path, body, source=MPI)
-        run = finished(ns, name, timeout=300)
-        elapsed = time.monotonic() - started
+    run, elapsed = archived_run(cluster, operator, url, body, MPI, tmp_path, 300)
     print(f"\n[node] mpi 2x2 on real Pods: {run['status'].get('phase')} in {elapsed:.1f}s")
     assert run["status"]["phase"] == "Succeeded", explain(cluster, ns, name) + "\n".join(
         cluster.kubectl("logs", "-n", ns, f"{name}-{i}", check=False)[-3000:] for i in (0, 1)

@@ -51,7 +51,8 @@ from tests.node.test_chart_on_node import (
 )
 from torchyard import k8s
 
-pytestmark = pytest.mark.node
+# the release writes each image's SBOM with syft: built before the tests (tests/cluster/needs.py)
+pytestmark = [pytest.mark.node, pytest.mark.usefixtures("syft")]
 
 TRAIN = """\
 import os

@@ -69,10 +69,10 @@ print("trained on", names, hashlib.sha256(data).hexdigest())
 
 
 @pytest.fixture
-def proxy() -> Iterator[tuple[store_server.Store, store_server.CountingProxy]]:
+def proxy(seaweedfs: Path) -> Iterator[tuple[store_server.Store, store_server.CountingProxy]]:
     """The store with bucket ``shots`` (train/a.bin, train/b.bin), behind a proxy that
     holds b.bin's answer half way until the test releases it."""
-    with store_server.running() as store:
+    with store_server.running(seaweedfs) as store:
         store.bucket("shots")
         store.put("shots", "train/a.bin", WHOLE)
         store.put("shots", "train/b.bin", HELD)

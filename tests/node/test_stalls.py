@@ -7,10 +7,13 @@ container state and log say the same."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
+from tests.faults import stalling
 from tests.integration.helpers import run_pods
 from tests.node import test_trainingruns as runs
 from tests.node.test_failures import node_run
@@ -32,19 +35,6 @@ def restricted(cluster: Cluster, namespace: str) -> None:
     )
 
 
-def script(stuck: str) -> str:
-    return (
-        "import os, signal, time\n"
-        "from torchyard import progress\n"
-        "rank = int(os.environ['RANK'])\n"
-        "for step in range(1, 100000):\n"
-        "    progress.report(step)\n"
-        "    if rank == 1 and step == 3:\n"
-        f"        {stuck}\n"
-        "    time.sleep(0.2)\n"
-    )
-
-
 CASES = {"sleeper": "time.sleep(3600)", "pauser": "while True: signal.pause()"}
 
 
@@ -55,7 +45,7 @@ def test_a_sleeping_and_a_blocked_rank_are_named_with_their_line(
     restricted(cluster, ns)
     for name, stuck in CASES.items():
         body = (
-            node_run(name, ns, real_node, script(stuck))
+            node_run(name, ns, real_node, stalling(stuck, 0.2))
             .nodes(1)
             .procs(2)
             .with_("spec.policy", {"stallTimeoutSeconds": STALL_SECONDS})
@@ -63,23 +53,34 @@ def test_a_sleeping_and_a_blocked_rank_are_named_with_their_line(
         )
         k8s.create(body)
     for name in CASES:
-        run = runs.finished(ns, name, timeout=240)
-        assert run["status"]["phase"] == "Failed", runs.explain(cluster, ns, name)
-        failure = run["status"]["failure"]
-        assert (failure["reason"], failure["class"], failure["rank"]) == ("Stalled", "Hang", 1)
+        where = "<string>:7 in <module>"
+        failure = stalled_rank_1(cluster, ns, name, real_node, where, where, 240)
         assert failure["pod"] == f"{name}-0" and failure["step"] == 3, failure
-        assert "stuck at <string>:7 in <module>" in failure["message"], failure
         assert 'File "<string>", line 7 in <module>' in failure["message"], failure
-        pods = run_pods(ns, name)
-        runs.on_real_node(pods, real_node, 1)
-        term = runs.container(pods[0], "trainer")["state"]["terminated"]
-        assert '"reason": "Stalled"' in term["message"], term
-        text = runs.logs(cluster, ns, f"{name}-0")
-        assert "[torchyard] rank 1 stalled at <string>:7 in <module>" in text, text
 
 
-SKIPS = (
-    "import os, time\n"
+def stalled_rank_1(
+    cluster: Cluster, ns: str, name: str, node: RealNode, where: str, logged: str, timeout: float
+) -> dict[str, Any]:
+    """Run ``name`` failed as a Hang of rank 1 stuck ``where`` (its status says so, the node
+    Pod's termination message says Stalled, its log that rank 1 stalled at ``logged``...);
+    its failure."""
+    run = runs.finished(ns, name, timeout=timeout)
+    assert run["status"]["phase"] == "Failed", runs.explain(cluster, ns, name)
+    failure: dict[str, Any] = run["status"]["failure"]
+    assert (failure["reason"], failure["class"], failure["rank"]) == ("Stalled", "Hang", 1)
+    assert f"stuck at {where}" in failure["message"], failure
+    pods = run_pods(ns, name)
+    runs.on_real_node(pods, node, 1)
+    term = runs.container(pods[0], "trainer")["state"]["terminated"]
+    assert '"reason": "Stalled"' in term["message"], term
+    text = runs.logs(cluster, ns, f"{name}-0")
+    assert f"[torchyard] rank 1 stalled at {logged}" in text, text
+    return failure
+
+
+# every rank in a gloo group, with a tensor to reduce (line 2 to 8 of the scripts below)
+GLOO = (
     "from datetime import timedelta\n"
     "import torch\n"
     "import torch.distributed as dist\n"
@@ -87,7 +88,9 @@ SKIPS = (
     "dist.init_process_group('gloo', timeout=timedelta(seconds=600))\n"
     "rank = dist.get_rank()\n"
     "t = torch.ones(4)\n"
-    "for step in range(1, 9):\n"
+)
+SKIPS = (
+    "import os, time\n" + GLOO + "for step in range(1, 9):\n"
     "    if not (rank == 1 and step == 3):  # rank 1 skips one all_reduce\n"
     "        dist.all_reduce(t)\n"
     "    progress.report(step, total=8)\n"
@@ -95,15 +98,7 @@ SKIPS = (
     "dist.barrier()\n"
 )
 SLEEPS = (
-    "import os, time\n"
-    "from datetime import timedelta\n"
-    "import torch\n"
-    "import torch.distributed as dist\n"
-    "from torchyard import progress\n"
-    "dist.init_process_group('gloo', timeout=timedelta(seconds=600))\n"
-    "rank = dist.get_rank()\n"
-    "t = torch.ones(4)\n"
-    "for step in range(1, 9):\n"
+    "import os, time\n" + GLOO + "for step in range(1, 9):\n"
     "    if rank == 1 and step == 3:\n"
     "        time.sleep(3600)\n"
     "    dist.all_reduce(t)\n"
@@ -138,34 +133,16 @@ def test_a_rank_that_skips_an_all_reduce_and_one_under_torchrun_are_named(
     )
     expected = {
         # the skipper waits in the barrier after its loop; the others in their all_reduce
-        "skipper": "stuck at <string>:14 in <module> (in torch.distributed barrier)",
+        "skipper": "<string>:14 in <module> (in torch.distributed barrier)",
         # torchrun's rank 1 sleeps; the launcher found and signalled torchrun's ranks
-        "torchrunner": "stuck at <string>:11 in <module>",
+        "torchrunner": "<string>:11 in <module>",
     }
     for name, where in expected.items():
-        run = runs.finished(ns, name, timeout=300)
-        assert run["status"]["phase"] == "Failed", runs.explain(cluster, ns, name)
-        failure = run["status"]["failure"]
-        assert (failure["reason"], failure["class"], failure["rank"]) == ("Stalled", "Hang", 1)
-        assert where in failure["message"], failure
-        pods = run_pods(ns, name)
-        runs.on_real_node(pods, real_node, 1)
-        term = runs.container(pods[0], "trainer")["state"]["terminated"]
-        assert '"reason": "Stalled"' in term["message"], term
-        text = runs.logs(cluster, ns, f"{name}-0")
-        assert "[torchyard] rank 1 stalled at <string>:" in text, text
+        stalled_rank_1(cluster, ns, name, real_node, where, "<string>:", 300)
 
 
 ACROSS = (
-    "import time\n"
-    "from datetime import timedelta\n"
-    "import torch\n"
-    "import torch.distributed as dist\n"
-    "from torchyard import progress\n"
-    "dist.init_process_group('gloo', timeout=timedelta(seconds=600))\n"
-    "rank = dist.get_rank()\n"
-    "t = torch.ones(4)\n"
-    "for step in range(1, 100):\n"
+    "import time\n" + GLOO + "for step in range(1, 100):\n"
     "    if rank == 1 and step == 3:\n"
     "        time.sleep(1)\n"
     "        progress.report(step)\n"

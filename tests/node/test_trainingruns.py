@@ -71,6 +71,30 @@ def operator_with(operator: InProcessOperator, **env: str) -> Iterator[None]:
         operator.start()
 
 
+def archived_run(
+    cluster: Cluster,
+    operator: InProcessOperator,
+    registry_url: str,
+    body: dict[str, Any],
+    source: Path,
+    tmp_path: Path,
+    timeout: float,
+) -> tuple[dict[str, Any], float]:
+    """``body`` submitted with ``source`` (``torchyard submit --source``) while the operator
+    archives to the registry at ``registry_url``, promoting as the ``trainer``
+    ServiceAccount (create modelversions); the run once finished, and the seconds it took."""
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    token_file = tmp_path / "operator-token"
+    token_file.write_text(trainer_token(ns))
+    with operator_with(
+        operator, TORCHYARD_REGISTRY_URL=registry_url, TORCHYARD_REGISTRY_TOKEN_FILE=str(token_file)
+    ):
+        started = time.monotonic()
+        submit(cluster, tmp_path, body, source=source)
+        run = finished(ns, name, timeout=timeout)
+        return run, time.monotonic() - started
+
+
 @pytest.fixture(scope="module")
 def real_operator(operator: InProcessOperator, real_node: RealNode) -> Iterator[RealNode]:
     """The operator whose Environment builds' init containers run in the torchyard image
@@ -324,8 +348,6 @@ def test_the_birds_run_archives_and_registers_a_model_the_cli_downloads(
 ) -> None:
     ns, name = env, "birds"
     svc, url, ref = registry
-    token_file = tmp_path / "operator-token"
-    token_file.write_text(trainer_token(ns))  # ServiceAccount trainer, create modelversions
     body = (
         ddp_run(name, ns, real_node)
         .command(*BIRDS_COMMAND)
@@ -333,13 +355,7 @@ def test_the_birds_run_archives_and_registers_a_model_the_cli_downloads(
         .with_("spec.serviceAccountName", "trainer")  # the archive's only writer
         .obj()
     )
-    with operator_with(
-        operator, TORCHYARD_REGISTRY_URL=url, TORCHYARD_REGISTRY_TOKEN_FILE=str(token_file)
-    ):
-        started = time.monotonic()
-        submit(cluster, tmp_path, body, source=BIRDS)
-        run = finished(ns, name, timeout=240)
-        elapsed = time.monotonic() - started
+    run, elapsed = archived_run(cluster, operator, url, body, BIRDS, tmp_path, 240)
     print(f"\n[node] birds 2x2 archived and registered: {run['status']['phase']} in {elapsed:.1f}s")
     assert run["status"]["phase"] == "Succeeded", explain(cluster, ns, name)
     assert run["status"]["model"] == {"name": "pytorch-birds", "version": 1}

@@ -22,17 +22,19 @@ import pytest
 import yaml
 
 import torchyard
-from tests.builders import TrainingRunBuilder, environment, model_version, pod
+from tests.builders import EndpointBuilder, TrainingRunBuilder, environment, model_version, pod
 from torchyard import api, status
 from torchyard.launch import contract
+from torchyard.status import endpoints as endpoint_status
 from torchyard.status.failures import first_failure
+from torchyard.status.inputs import InputsObserved
 from torchyard.status.trainingruns import Observed
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "torchyard"
 HEALTH = CHART / "health"
 GITOPS = REPO / "examples" / "gitops"
-KINDS = ("TrainingRun", "Environment", "ModelVersion")
+KINDS = ("TrainingRun", "Environment", "ModelVersion", "OnlineEndpoint")
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 
@@ -492,6 +494,90 @@ def test_modelversion_health() -> None:
         "status": {"conditions": [status.condition("Available", True, "Verified", "verified")]},
     }
     assert health("ModelVersion", available) == {"status": "Healthy", "message": "verified"}
+
+
+def _endpoint(observed: endpoint_status.EndpointObserved) -> dict[str, Any]:
+    body = EndpointBuilder("birds", "team").model("pytorch-birds", 2).obj()
+    body["metadata"]["generation"] = 1
+    ep = api.parse_endpoint(body)
+    return {**body, "status": endpoint_status.endpoint_status(ep, observed, {}, T0)}
+
+
+def _serving(ready: int, rolled: bool = True, pods: list[Any] | None = None) -> Any:
+    load = endpoint_status.Workload("primary", 2, 100, "birds", 2, ready, 2, rolled)
+    entries = [{"name": "model_v2", "uri": "model://pytorch-birds/2", "key": "k"}]
+    return endpoint_status.EndpointObserved(
+        model=("pytorch-birds", 2),
+        inputs=InputsObserved(entries),
+        workloads=[load],
+        pods=pods or [],
+    )
+
+
+INIT_FAILED_POD = {
+    "metadata": {"name": "birds-x"},
+    "status": {
+        "containerStatuses": [
+            {
+                "name": "scorer",
+                "ready": False,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {
+                    "terminated": {
+                        "exitCode": 3,
+                        "message": json.dumps(
+                            {"reason": "InitFailed", "message": "KeyError: 'state_dict'"}
+                        ),
+                    }
+                },
+            }
+        ]
+    },
+}
+ENDPOINT_TABLE: list[tuple[str, Any, str, str]] = [
+    (
+        "waiting for its environment",
+        endpoint_status.EndpointObserved(
+            waiting=("EnvironmentNotReady", "Environment pytorch is not ready")
+        ),
+        "Progressing",
+        "not ready",
+    ),
+    (
+        "fetching its model",
+        endpoint_status.EndpointObserved(
+            model=("m", 2), inputs=InputsObserved([], {"model_v2": "fetching model://m/2"})
+        ),
+        "Progressing",
+        "fetching",
+    ),
+    ("deploying", _serving(0), "Progressing", "0/2 Pods ready"),
+    ("rolling out", _serving(1, rolled=False), "Progressing", "rolling out"),
+    ("serving", _serving(2), "Healthy", "2/2 Pods serve"),
+    (
+        "init() raised, nothing serves",
+        _serving(0, pods=[INIT_FAILED_POD]),
+        "Degraded",
+        "PythonException",
+    ),
+    (
+        "init() raised beside serving Pods",
+        _serving(1, rolled=False, pods=[INIT_FAILED_POD]),
+        "Degraded",
+        "1/2 Pods serve",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "observed, expected, words",
+    [row[1:] for row in ENDPOINT_TABLE],
+    ids=[row[0] for row in ENDPOINT_TABLE],
+)
+def test_onlineendpoint_health(observed: Any, expected: str, words: str) -> None:
+    result = health("OnlineEndpoint", _endpoint(observed))
+    assert result["status"] == expected, result
+    assert words in result["message"], result
 
 
 def render_argocd_cm_patch() -> str:

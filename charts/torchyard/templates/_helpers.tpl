@@ -168,6 +168,11 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: ["torchyard.dev"]
   resources: ["trainingruns", "sweeps", "environments"]
   verbs: ["get", "list", "watch"]
+# OnlineEndpoints: Kopf watches them, the reconciler gets them, an Environment's reconcile
+# and the inputs cache's eviction list them (controller/endpoints.py, controller/inputs.py).
+- apiGroups: ["torchyard.dev"]
+  resources: ["onlineendpoints"]
+  verbs: ["get", "list", "watch"]
 # A Sweep's trials are TrainingRuns it makes, and stops by setting spec.suspend, both by
 # server-side apply (controller/sweeps.py).
 - apiGroups: ["torchyard.dev"]
@@ -176,13 +181,13 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 # Status is written by server-side apply of the status subresource (k8s.apply_status);
 # a new ModelVersion gets its Available condition (controller/finalize.py).
 - apiGroups: ["torchyard.dev"]
-  resources: ["trainingruns/status", "sweeps/status", "environments/status", "modelversions/status"]
+  resources: ["trainingruns/status", "sweeps/status", "environments/status", "modelversions/status", "onlineendpoints/status"]
   verbs: ["patch"]
 # Node Pods and Services carry an owner reference to their run, trials and a Sweep's
 # ConfigMap to their Sweep, with blockOwnerDeletion, which clusters with the
 # OwnerReferencesPermissionEnforcement admission plugin check.
 - apiGroups: ["torchyard.dev"]
-  resources: ["trainingruns/finalizers", "sweeps/finalizers"]
+  resources: ["trainingruns/finalizers", "sweeps/finalizers", "onlineendpoints/finalizers"]
   verbs: ["update"]
 # A promoted model is recorded as a ModelVersion (server-side apply creates it); the
 # registry also checks `create` on modelversions for the operator's token. A model://
@@ -205,10 +210,25 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
-# The headless Service of each run (applied; deleted after ttlSecondsAfterFinished).
+# The headless Service of each run (applied; deleted after ttlSecondsAfterFinished); an
+# OnlineEndpoint's Service (read first: another owner's is not applied over; applied;
+# listed and deleted when it moves to KServe).
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# An OnlineEndpoint's serving Deployments (applied, watched by Kopf, a finished canary's
+# deleted) and its HorizontalPodAutoscaler (controller/endpoints.py).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["list", "create", "patch", "delete"]
+# backend KServe: the endpoint's InferenceService (nothing is granted where KServe is not
+# installed).
+- apiGroups: ["serving.kserve.io"]
+  resources: ["inferenceservices"]
+  verbs: ["list", "create", "patch", "delete"]
 # The key of an MPI run's launcher channel (controller/mpi_keys.py): created once, never
 # read back (no get/list: the operator does not read the namespace's Secrets).
 - apiGroups: [""]
@@ -235,6 +255,16 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["localqueues"]
   verbs: ["get"]
+# ... and the run is a Kueue Workload: created (owned by the run), read, watched by Kopf,
+# deactivated while the run is suspended; its status written as the job's controller
+# (Finished, the admission cleared after an eviction); on a MultiKueue worker, the Workload
+# MultiKueue made is adopted (an owner reference) (controller/workloads.py).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
 # Events about runs (k8s.record_event) and Kopf's own handler events; a run's own Events
 # are listed into its record when it ends (controller/recording.py).
 - apiGroups: [""]
@@ -265,10 +295,16 @@ ClusterRole when it watches them all). Each rule names the code that needs it.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
-# A run's compute.priorityClassName is looked up before its Pods (references.py).
+# A run's compute.priorityClassName is looked up before its Pods (references.py), and its
+# value is its Kueue Workload's priority (workloads.py).
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
   verbs: ["get"]
+# Kueue's Topologies (the levels above a run's spec.placement) and ResourceFlavors (the
+# node labels and tolerations of an admission), read and watched (controller/workloads.py).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["topologies", "resourceflavors"]
+  verbs: ["get", "list", "watch"]
 # Kopf observes namespaces (it matches --namespace against them).
 - apiGroups: [""]
   resources: ["namespaces"]

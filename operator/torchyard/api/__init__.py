@@ -2,12 +2,26 @@
 
 Pure: standard library and pydantic only. Everything above this layer parses a resource
 body once with :func:`parse_trainingrun` / :func:`parse_environment` /
-:func:`parse_sweep` and works on the typed model from then on.
+:func:`parse_sweep` / :func:`parse_endpoint` and works on the typed model from then on.
 """
 
 from __future__ import annotations
 
 from torchyard.api._base import API_VERSION, CATEGORY, GROUP, VERSION, Condition
+from torchyard.api.endpoint_status import (
+    EndpointFailure,
+    EndpointModelRef,
+    EndpointVersion,
+    OnlineEndpointStatus,
+)
+from torchyard.api.endpoints import (
+    Autoscaling,
+    EndpointModel,
+    OnlineEndpoint,
+    OnlineEndpointSpec,
+    ServingLimits,
+    ServingResources,
+)
 from torchyard.api.environments import (
     Environment,
     EnvironmentPhase,
@@ -20,6 +34,7 @@ from torchyard.api.modelversions import ModelFile, ModelVersion, ModelVersionSpe
 from torchyard.api.parsing import (
     InvalidSpec,
     describe,
+    parse_endpoint,
     parse_environment,
     parse_sweep,
     parse_trainingrun,
@@ -64,10 +79,15 @@ __all__ = [
     "GROUP",
     "RANK_CONTRACT_VARIABLES",
     "VERSION",
+    "Autoscaling",
     "Compute",
     "Condition",
     "Distribution",
     "EarlyTermination",
+    "EndpointFailure",
+    "EndpointModel",
+    "EndpointModelRef",
+    "EndpointVersion",
     "EnvVar",
     "Environment",
     "EnvironmentPhase",
@@ -82,6 +102,9 @@ __all__ = [
     "ModelVersionSpec",
     "NodeCounts",
     "Objective",
+    "OnlineEndpoint",
+    "OnlineEndpointSpec",
+    "OnlineEndpointStatus",
     "Outputs",
     "ParameterExpression",
     "Phase",
@@ -91,6 +114,8 @@ __all__ = [
     "Registry",
     "Resources",
     "Scheduling",
+    "ServingLimits",
+    "ServingResources",
     "Source",
     "SourceRun",
     "Sweep",
@@ -101,6 +126,7 @@ __all__ = [
     "TrainingRunSpec",
     "TrainingRunStatus",
     "describe",
+    "parse_endpoint",
     "parse_environment",
     "parse_sweep",
     "parse_trainingrun",

@@ -7,10 +7,12 @@ modules of this package; no I/O here.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.alias_generators import to_camel
 
 # Re-exported: defined once in wire.py.
@@ -42,6 +44,27 @@ LABEL_KEY = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 LABEL_KEY_PREFIX_MAX_LENGTH = 253
+
+
+def label_key_cel(expr: str) -> str:
+    """The CEL rule that the string ``expr`` is a label key (:func:`label_key` in CEL)."""
+    return (
+        f"{expr}.matches(r'{LABEL_KEY}') && "
+        f"size({expr}) - {expr}.lastIndexOf('/') - 1 <= {LABEL_VALUE_MAX_LENGTH} && "
+        f"{expr}.lastIndexOf('/') <= {LABEL_KEY_PREFIX_MAX_LENGTH}"
+    )
+
+
+def label_key(key: str) -> bool:
+    """``key`` is a label key (the CEL rules of label-key fields, in Python)."""
+    slash = key.rfind("/")
+    return (
+        re.fullmatch(LABEL_KEY, key) is not None
+        and len(key) - slash - 1 <= LABEL_VALUE_MAX_LENGTH
+        and slash <= LABEL_KEY_PREFIX_MAX_LENGTH
+    )
+
+
 # A string that reaches a process's argv or environment (a C string: NUL ends it, so a
 # NUL byte would cut the argument short, or make the runtime refuse to start the Pod).
 NO_NUL = r"^[^\x00]*$"
@@ -84,6 +107,40 @@ class Model(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+M = TypeVar("M", bound=Model)
+
+
+def registered_model(
+    base: type[M],
+    fields: dict[str, Any],
+    check: Callable[[M], M],
+    rules: Iterable[dict[str, Any]],
+) -> type[M]:
+    """The model of a registry's variants (a policy's, an expression's, an input's): a
+    subclass of ``base`` with ``fields`` (the registered variants'), checked by ``check``
+    once its fields are (the rules' twins), whose schema carries the CEL ``rules``. Made
+    anew when the registry changes (the caller caches it by the registry's generation)."""
+    validators: dict[str, Any] = {"_rules": model_validator(mode="after")(check)}
+    model = create_model(
+        base.__name__, __base__=base, __doc__=base.__doc__, __validators__=validators, **fields
+    )
+    model.model_config = with_rules(*rules)
+    return model
+
+
+def schema_of(made: Callable[[], type[Model]]) -> ConfigDict:
+    """The config of a base model whose schema is that of ``made()``, the registered
+    variants' model of the moment (:func:`registered_model`): what the CRD is made of."""
+
+    def extra(schema: dict[str, Any], cls: type[Any]) -> None:
+        model = made()
+        if cls is not model:
+            schema.clear()
+            schema.update(model.model_json_schema(by_alias=True, mode="validation"))
+
+    return ConfigDict(**BASE_CONFIG, json_schema_extra=extra)
+
+
 class Named:
     """What a resource model (TrainingRun, Sweep) reads of its metadata, a plain mapping."""
 
@@ -102,6 +159,38 @@ class Named:
     def generation(self) -> int | None:
         gen = self.metadata.get("generation")
         return int(gen) if gen is not None else None
+
+    def check_name(self, most: int, rule: str) -> None:
+        """ValueError with ``rule`` unless the name (when set) is a DNS-1035 label of at
+        most ``most`` characters: what the resource's children are named after."""
+        name = self.metadata.get("name")
+        if name is not None and not (
+            len(str(name)) <= most and re.fullmatch(DNS1035_LABEL, str(name))
+        ):
+            raise ValueError(f"metadata.name: {rule}")
+
+
+def memory_floor_rule(minimum: str, message: str) -> dict[str, Any]:
+    """The CEL rule that a ``memory`` quantity is at least ``minimum`` (isQuantity first: a
+    value the pattern lets through but Kubernetes cannot parse is the pattern's to refuse)."""
+    return {
+        "rule": "!has(self.memory) || !isQuantity(self.memory) || "
+        f"quantity(self.memory).compareTo(quantity('{minimum}')) >= 0",
+        "message": message,
+        "fieldPath": ".memory",
+        "reason": "FieldValueInvalid",
+    }
+
+
+def service_account(description: str) -> Any:
+    """A spec's ``serviceAccountName`` field (default ``default``)."""
+    return Field(
+        default="default",
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description=description,
+    )
 
 
 def observed_generation() -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from torchyard.api._base import CATEGORY, DNS1035_LABEL, GROUP, VERSION, Model
+from torchyard.api.endpoints import ENDPOINT_NAME_MAX, ENDPOINT_NAME_RULE, OnlineEndpoint
 from torchyard.api.environments import Environment
 from torchyard.api.modelversions import ModelVersion
 from torchyard.api.sweeps import SWEEP_NAME_MAX, SWEEP_NAME_RULE, Sweep
@@ -42,6 +43,15 @@ class Kind:
     @property
     def name(self) -> str:
         return f"{self.plural}.{GROUP}"
+
+
+def _name_rule(most: int, message: str) -> dict[str, Any]:
+    """The root CEL rule of a kind whose children are named after it."""
+    return {
+        "rule": f"size(self.metadata.name) <= {most} && "
+        f"self.metadata.name.matches('{DNS1035_LABEL}')",
+        "message": message,
+    }
 
 
 def _age() -> dict[str, Any]:
@@ -106,13 +116,7 @@ KINDS: tuple[Kind, ...] = (
             {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
             _age(),
         ),
-        root_rules=(
-            {
-                "rule": f"size(self.metadata.name) <= {RUN_NAME_MAX} && "
-                f"self.metadata.name.matches('{DNS1035_LABEL}')",
-                "message": RUN_NAME_RULE,
-            },
-        ),
+        root_rules=(_name_rule(RUN_NAME_MAX, RUN_NAME_RULE),),
     ),
     Kind(
         model=Environment,
@@ -207,13 +211,33 @@ KINDS: tuple[Kind, ...] = (
             },
             _age(),
         ),
-        root_rules=(
+        root_rules=(_name_rule(SWEEP_NAME_MAX, SWEEP_NAME_RULE),),
+    ),
+    Kind(
+        model=OnlineEndpoint,
+        kind="OnlineEndpoint",
+        plural="onlineendpoints",
+        singular="onlineendpoint",
+        # not "ep": that is the core Endpoints' short name
+        short_names=("oe",),
+        description="A registered model served online (~ Azure ML Model.deploy): serving "
+        "Pods that run the scoring script's init() and run(raw_data) behind a Service, the "
+        "model fetched through the inputs cache, rolled out without dropping a request.",
+        columns=(
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Model", "type": "string", "jsonPath": ".status.model.name"},
+            {"name": "Version", "type": "integer", "jsonPath": ".status.model.version"},
             {
-                "rule": f"size(self.metadata.name) <= {SWEEP_NAME_MAX} && "
-                f"self.metadata.name.matches('{DNS1035_LABEL}')",
-                "message": SWEEP_NAME_RULE,
+                "name": "Ready",
+                "type": "integer",
+                "jsonPath": ".status.readyReplicas",
+                "description": "Serving Pods that are ready",
             },
+            {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+            {"name": "URI", "type": "string", "jsonPath": ".status.scoringUri", "priority": 1},
+            _age(),
         ),
+        root_rules=(_name_rule(ENDPOINT_NAME_MAX, ENDPOINT_NAME_RULE),),
     ),
 )
 

@@ -16,60 +16,25 @@ tests/unit/planning/test_inputs.py and, on a real apiserver, tests/integration/t
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from torchyard.api._base import Model, with_rules
-from torchyard.inputs import uris
+from torchyard.api._base import BASE_CONFIG, Model
+from torchyard.inputs import schemes, uris
+from torchyard.variants import Rule, broken
 
 DEFAULT_ROOT = "/torchyard/inputs"
 MAX_INPUTS = 16
 URI_MAX_LENGTH = 2048
-# What CEL checks of a URI (the Python validator asks ``uris.parse``, which says more).
-_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_HUB_PART = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9_])?"
-# What an hf:// URI may not hold after its scheme: '..', '--', an empty or '.'-led segment.
-_HUB_HOSTILE = r"^hf://.*(\.\.|--|[^:]//|/\.|@\.|\.lock$)"
-HUB_RULE = (
-    "an hf:// uri names a repository and a revision of the Hub: no '..', '--', empty or "
-    "'.'-led segment, and a revision not ending in '.lock'"
-)
-URI_PATTERN = (
-    r"^(https?://[^/@\s]+(/\S*)?|model://"
-    + _LABEL
-    + r"(/[1-9][0-9]{0,8})?|pvc://"
-    + _LABEL
-    + r"(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?"
-    + r"|hf://(datasets/)?("
-    + _HUB_PART
-    + "/)?"
-    + _HUB_PART
-    + r"(@[A-Za-z0-9_]([A-Za-z0-9._/-]*[A-Za-z0-9_])?)?)$"
-)
-URI_RULE = (
-    "uri must be https://host/path (with sha256), model://<model>/<version> or "
-    "pvc://<claim>[/subpath], s3://<bucket>[/prefix] or hf://[datasets/]<org>/<repo>[@revision]"
-)
 _DOTS = r"(^|/)(\.|%2[eE]){1,2}(/|$)"
 # Folders a mount may not cover: the system's, the launcher's and the token's.
 RESERVED = ("/dev", "/proc", "/sys", "/etc", "/torchyard/lib", "/torchyard/source", "/var/run")
 PATH_RULE = (
     "path must be an absolute folder that stays where it says (no '.', '..' nor '//'), "
     "neither '/' nor under " + ", ".join(RESERVED)
-)
-SHA256_RULE = "sha256 is required for an https:// or http:// uri, and only for one"
-REVISION_RULE = (
-    "revision is a model:// input's version, when its uri has none (model://birds with "
-    "revision '3' is model://birds/3); an https input is pinned by sha256"
-)
-SECRET_RULE = (
-    "secretRef is for s3:// and hf:// inputs only: the Secret with the store's or the "
-    "Hub's credentials"
-)
-S3_PREFIX_RULE = (
-    "an s3:// prefix may not hold a '.', '..' or empty segment (nor start with '/'), plain "
-    "or %-encoded, a backslash, a NUL or a control character"
 )
 PATTERN_RULE = (
     "include and exclude patterns are relative to the input's folder: not empty, no leading '/'"
@@ -93,58 +58,51 @@ def _cel_path() -> str:
 Patterns = list[str]
 
 
+_PATH_RULE: Rule[Any] = Rule(
+    {
+        "rule": _cel_path(),
+        "message": PATH_RULE,
+        "fieldPath": ".path",
+        "reason": "FieldValueInvalid",
+    },
+    lambda i: i.path is None or _path_ok(i.path),
+)
+_PATTERNS_RULE = {
+    "rule": "(!has(self.include) || self.include.all(p, !p.startsWith('/'))) && "
+    "(!has(self.exclude) || self.exclude.all(p, !p.startsWith('/')))",
+    "message": PATTERN_RULE,
+}
+
+
+def input_rules() -> tuple[dict[str, Any], ...]:
+    """An input's CEL rules: the registered schemes' (its URI, sha256, each scheme's own),
+    then secretRef's, path's and the patterns'."""
+    return (
+        *(rule.cel for rule in schemes.rules()),
+        schemes.secret_rule().cel,
+        _PATH_RULE.cel,
+        _PATTERNS_RULE,
+    )
+
+
+def _input_schema(schema: dict[str, Any]) -> None:
+    """The registered schemes now: the rules, and what the uri may name."""
+    schema["x-kubernetes-validations"] = list(input_rules())
+    schema["properties"]["uri"]["description"] = (
+        "Where the input comes from: " + _listed(s.SUMMARY for s in schemes.registered()) + "."
+    )
+
+
+def _listed(items: Iterable[str]) -> str:
+    written = list(items)
+    return ", ".join(written[:-1]) + " or " + written[-1] if len(written) > 1 else written[0]
+
+
 class Input(Model):
     """One input of a run (~ Azure ML's ``dataset.as_named_input(name).as_mount()``)."""
 
-    model_config = with_rules(
-        {
-            "rule": f"self.uri.matches(r'{URI_PATTERN}')",
-            "message": URI_RULE,
-            "fieldPath": ".uri",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "has(self.sha256) == (self.uri.startsWith('https://') || "
-            "self.uri.startsWith('http://'))",
-            "message": SHA256_RULE,
-            "fieldPath": ".sha256",
-        },
-        {
-            "rule": "!has(self.revision) || self.uri.matches(r'^model://[^/]+$')",
-            "message": REVISION_RULE,
-            "fieldPath": ".revision",
-        },
-        {
-            "rule": f"!self.uri.matches(r'{_HUB_HOSTILE}')",
-            "message": HUB_RULE,
-            "fieldPath": ".uri",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "!self.uri.startsWith('s3://') || "
-            f"!self.uri.matches(r'{uris.S3_PREFIX_REFUSED}')",
-            "message": S3_PREFIX_RULE,
-            "fieldPath": ".uri",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "!has(self.secretRef) || self.uri.startsWith('s3://') || "
-            "self.uri.startsWith('hf://')",
-            "message": SECRET_RULE,
-            "fieldPath": ".secretRef",
-        },
-        {
-            "rule": _cel_path(),
-            "message": PATH_RULE,
-            "fieldPath": ".path",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "(!has(self.include) || self.include.all(p, !p.startsWith('/'))) && "
-            "(!has(self.exclude) || self.exclude.all(p, !p.startsWith('/')))",
-            "message": PATTERN_RULE,
-        },
-    )
+    # its rules are the registered schemes' and its own (input_rules), made when the CRD is
+    model_config = ConfigDict(**BASE_CONFIG, json_schema_extra=_input_schema)
 
     name: str = Field(
         pattern=uris.NAME,
@@ -156,15 +114,7 @@ class Input(Model):
     uri: str = Field(
         min_length=1,
         max_length=URI_MAX_LENGTH,
-        description="Where the input comes from: https://host/path (a file, or an archive "
-        ".tar, .tar.gz, .tgz, .zip unpacked; needs sha256), model://<model>[/<version>] (a "
-        "ModelVersion of the model registry, read with the run's ServiceAccount; no "
-        "version: the latest when the run is prepared) or "
-        "pvc://<claim>[/subpath] (a PersistentVolumeClaim of the namespace, mounted "
-        "read-only; nothing is fetched) or s3://<bucket>[/prefix] (every object under the "
-        "prefix of an S3-compatible store; see secretRef) or "
-        "hf://[datasets/]<org>/<repo>[@revision] (a repository of the Hugging Face Hub at a "
-        "branch, tag or commit, default main; see secretRef).",
+        description="Where the input comes from (the registered schemes').",
     )
     mode: Literal["mount", "download"] = Field(
         default="mount",
@@ -232,28 +182,30 @@ class Input(Model):
         return self.path or f"{DEFAULT_ROOT}/{self.name}"
 
     def source(self, reader: str = "") -> uris.Source:
-        """What the fetcher gets; ``reader``: the ServiceAccount reading a model://."""
-        return uris.Source(
+        """What the fetcher gets; ``reader``: the ServiceAccount reading it, for a scheme
+        whose entries are its reader's (model://)."""
+        source = uris.Source(
             self.canonical_uri,
             self.sha256 or "",
             tuple(self.include),
             tuple(self.exclude),
-            reader if self.scheme == "model" else "",
+            reader,
             self.secret_ref or "",
         )
+        kept = schemes.of(source).key_parts(source)
+        return source if "reader" in kept else replace(source, reader="")
 
     @model_validator(mode="after")
     def _parses(self) -> Input:
-        if self.revision is not None and (self.scheme != "model" or self.uri.count("/") != 2):
-            raise ValueError(f"input {self.name}: {REVISION_RULE}")
         try:
-            uris.parse(self.canonical_uri, self.sha256 or "")
+            schemes.parse(self.canonical_uri, self.sha256 or "")
             uris.patterns_valid([*self.include, *self.exclude])
         except uris.InputError as err:
             raise ValueError(f"input {self.name}: {err}") from None
-        if self.secret_ref is not None and self.scheme not in ("s3", "hf"):
-            raise ValueError(f"input {self.name}: {SECRET_RULE}")
-        if self.path is not None and not _path_ok(self.path):
+        rule = broken((*schemes.rules(), schemes.secret_rule()), self)
+        if rule is not None:
+            raise ValueError(f"input {self.name}: {rule.message}")
+        if not _PATH_RULE.holds(self):
             raise ValueError(f"input {self.name}: {PATH_RULE}; got {self.path!r}")
         return self
 

@@ -15,26 +15,40 @@ in the Sweep's ``Accepted`` condition. Parsed by the controller (``parse_sweep``
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from torchyard.api._base import (
+    BASE_CONFIG,
     CONDITIONS_FIELD_EXTRA,
-    DNS1035_LABEL,
     Condition,
     Model,
     Named,
     NoNulStr,
     observed_generation,
-    with_rules,
+    registered_model,
+    schema_of,
 )
 from torchyard.api.inputs import PinnedInput
 from torchyard.api.trainingruns import RUN_NAME_MAX, ModelOutput, TrainingRunSpec
 from torchyard.api.wire import API_VERSION
 from torchyard.launch.contract import PARAM_VARIABLE_PREFIX
+from torchyard.sweeps import expressions, policies, sampling, space
+from torchyard.sweeps.expressions import base
+from torchyard.variants import Rule, broken
 
 # A trial is the TrainingRun <sweep>-t<index>: the Sweep's name leaves room for the index.
 MAX_TOTAL_TRIALS = 10000
@@ -44,159 +58,99 @@ SWEEP_NAME_RULE = (
     f"with a letter) of at most {SWEEP_NAME_MAX} characters, so that its trials can be "
     "named <sweep>-t<index> as TrainingRuns"
 )
-# The limits of the sweeps core (torchyard.sweeps.space), repeated for the schema (the
-# sweeps core imports no pydantic, this layer no sweeps: tests/unit/api/test_sweep_spec.py
-# keeps the copies equal).
-MAX_PARAMETERS = 64
-MAX_CHOICES = 1000
-MAX_RANDINT = 2**53
-PARAMETER_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+# The limits of the sweeps core, which the schema holds too.
+MAX_PARAMETERS = base.MAX_PARAMETERS
+MAX_CHOICES = base.MAX_CHOICES
+MAX_RANDINT = base.MAX_RANDINT
+PARAMETER_NAME = "^" + space.NAME.pattern.removesuffix(r"\Z") + "$"
 PARAMETER_NAME_RULE = (
     "every parameter name must be ASCII letters, digits and _ (not a digit first), at most "
     "63 characters: it becomes the trial's --<name> argument and TORCHYARD_PARAM_<NAME> "
     "variable"
 )
-ENV_PREFIX = PARAM_VARIABLE_PREFIX  # sweeps.sampling.ENV_PREFIX
+ENV_PREFIX = PARAM_VARIABLE_PREFIX
 # A trial's spec.env holds at most this many variables (TrainingRunSpec.env).
 MAX_ENV = 128
 
-SAMPLINGS = ("random", "grid", "bayesian")
-SAMPLING_RULE = "must be random, grid or bayesian"
-POLICIES = ("bandit", "median", "truncation", "asha")
-POLICY_RULE = "must be bandit, median, truncation or asha"
-ASHA_FIELDS = ("minResource", "reductionFactor", "brackets")
+SAMPLINGS = sampling.SAMPLINGS
+SAMPLING_RULE = f"must be {', '.join(SAMPLINGS[:-1])} or {SAMPLINGS[-1]}"
 
 # An int stays an int (q: 1 gives integer values), a float a float: one JSON number.
 Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
-
-ExpressionType = Literal[
-    "choice",
-    "randint",
-    "uniform",
-    "quniform",
-    "loguniform",
-    "qloguniform",
-    "normal",
-    "qnormal",
-    "lognormal",
-    "qlognormal",
+# A choice's values: numbers, strings or booleans (CEL sees no type of such an array).
+Values = Annotated[
+    list[Any],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_CHOICES,
+            "items": {"x-kubernetes-preserve-unknown-fields": True},
+        }
+    ),
 ]
-EXPRESSION_TYPES: tuple[str, ...] = get_args(ExpressionType)
-# Which expression types take which field (sweeps.space's FIELDS), in the JSON names.
-FIELDS_OF: dict[str, tuple[str, ...]] = {
-    "values": ("choice",),
-    "upper": ("randint",),
-    "minValue": ("uniform", "quniform", "loguniform", "qloguniform"),
-    "maxValue": ("uniform", "quniform", "loguniform", "qloguniform"),
-    "q": ("quniform", "qloguniform", "qnormal", "qlognormal"),
-    "mu": ("normal", "qnormal", "lognormal", "qlognormal"),
-    "sigma": ("normal", "qnormal", "lognormal", "qlognormal"),
-}
-
-
-def _field_rule(name: str, types: tuple[str, ...]) -> dict[str, Any]:
-    listed = ", ".join(types[:-1]) + (" and " if len(types) > 1 else "") + types[-1]
-    return {
-        "rule": f"has(self.{name}) == (self.type in {list(types)})",
-        "message": f"{name} is required by {listed}, and is a field of {listed} only",
-        "fieldPath": f".{name}",
-    }
-
-
-# CEL cannot see ``values`` (an array of numbers, strings or booleans has no CEL type, so
-# the apiserver leaves it out of what a rule may read): that it is there exactly for a
-# choice is checked by the model here and by the Sweep controller (Accepted False).
-CEL_FIELDS = tuple(name for name in FIELDS_OF if name != "values")
-EXPRESSION_RULES: tuple[dict[str, Any], ...] = (
-    *(_field_rule(name, FIELDS_OF[name]) for name in CEL_FIELDS),
-    {
-        "rule": "!has(self.minValue) || !has(self.maxValue) || self.minValue < self.maxValue",
-        "message": "minValue must be less than maxValue",
-        "fieldPath": ".minValue",
-    },
-    {
-        "rule": "!has(self.sigma) || self.sigma > 0.0",
-        "message": "sigma must be greater than 0",
-        "fieldPath": ".sigma",
-    },
-    {
-        "rule": "!has(self.q) || self.q > 0.0",
-        "message": "q must be greater than 0",
-        "fieldPath": ".q",
-    },
-)
 
 
 class ParameterExpression(Model):
     """One parameter's distribution: Azure ML's parameter expressions, as its sweep YAML
     writes them (``{type: uniform, minValue: 0.0005, maxValue: 0.005}``)."""
 
-    model_config = with_rules(*EXPRESSION_RULES)
+    # Its fields are the registered expressions' (torchyard.sweeps.expressions): a Sweep's
+    # parameter is an instance of expression_model(), made from the registry, whose schema
+    # and rules the CRD carries.
 
-    type: ExpressionType = Field(
-        description="choice (values), randint (upper: an integer in [0, upper)), uniform, "
-        "quniform, loguniform, qloguniform (minValue, maxValue; the log ones' bounds are "
-        "natural logarithms, as in Azure ML), normal, qnormal, lognormal, qlognormal (mu, "
-        "sigma); the q forms round to a multiple of q."
-    )
-    values: (
-        Annotated[
-            list[Any],
-            WithJsonSchema(
-                {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": MAX_CHOICES,
-                    "items": {"x-kubernetes-preserve-unknown-fields": True},
-                }
-            ),
-        ]
-        | None
-    ) = Field(
-        default=None,
-        description="choice: the values (numbers, strings or booleans); grid sampling "
-        "takes each in turn.",
-    )
-    upper: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_RANDINT,
-        description="randint: values are the integers 0 .. upper-1.",
-    )
-    min_value: Number | None = Field(default=None, description="The lower bound.")
-    max_value: Number | None = Field(default=None, description="The upper bound.")
-    q: Number | None = Field(
-        default=None,
-        description="The step values are rounded to (an integer q gives integers).",
-    )
-    mu: Number | None = Field(default=None, description="normal: the mean.")
-    sigma: Number | None = Field(default=None, description="normal: the standard deviation.")
+    model_config = schema_of(lambda: expression_model())
 
-    @model_validator(mode="after")
-    def _fields_of_its_type(self) -> ParameterExpression:
-        given = {
-            "values": self.values,
-            "upper": self.upper,
-            "minValue": self.min_value,
-            "maxValue": self.max_value,
-            "q": self.q,
-            "mu": self.mu,
-            "sigma": self.sigma,
-        }
-        for name, types in FIELDS_OF.items():
-            if (given[name] is not None) != (self.type in types):
-                raise ValueError(_field_rule(name, types)["message"])
-        if self.values is not None and not 1 <= len(self.values) <= MAX_CHOICES:
-            raise ValueError(f"values must hold 1 to {MAX_CHOICES} values")
-        checks = (
-            self.min_value is None or self.max_value is None or self.min_value < self.max_value,
-            self.sigma is None or self.sigma > 0,
-            self.q is None or self.q > 0,
+    type: str = Field(description="The expression.")
+
+
+def _expression_rules(model: ParameterExpression) -> ParameterExpression:
+    for field, membership in expressions.memberships():
+        if not membership.holds(model):
+            raise ValueError(membership.message)
+        values = getattr(model, field.attribute)
+        if field.kind == "values" and values is not None and not 1 <= len(values) <= MAX_CHOICES:
+            raise ValueError(f"{field.name} must hold 1 to {MAX_CHOICES} values")
+    rule = broken(expressions.value_rules(), model)
+    if rule is not None:
+        raise ValueError(rule.message)
+    return model
+
+
+_KINDS: dict[str, Any] = {
+    "values": Values | None,
+    "integer": int | None,
+    "number": Number | None,
+}
+
+
+@functools.lru_cache(maxsize=4)
+def _expression_model(generation: int) -> type[ParameterExpression]:
+    fields: dict[str, Any] = {
+        "type": (
+            Literal[expressions.names()],
+            Field(description=expressions.summary()),
+        ),
+    }
+    for f in expressions.fields():
+        fields[f.attribute] = (
+            _KINDS[f.kind],
+            Field(default=None, description=f.description, ge=f.minimum, le=f.maximum),
         )
-        for rule, ok in zip(EXPRESSION_RULES[len(CEL_FIELDS) :], checks, strict=True):
-            if not ok:
-                raise ValueError(rule["message"])
-        return self
+    cel = (rule.cel for rule in expressions.cel_rules())
+    return registered_model(ParameterExpression, fields, _expression_rules, cel)
+
+
+def expression_model() -> type[ParameterExpression]:
+    """A parameter's model for the expressions registered now."""
+    return _expression_model(expressions.generation())
+
+
+@functools.lru_cache(maxsize=4)
+def _parameters_adapter(generation: int) -> TypeAdapter[dict[str, ParameterExpression]]:
+    model: Any = _expression_model(generation)
+    adapter: TypeAdapter[dict[str, ParameterExpression]] = TypeAdapter(dict[str, model])
+    return adapter
 
 
 class Objective(Model):
@@ -211,148 +165,57 @@ class Objective(Model):
     goal: Literal["maximize", "minimize"] = Field(description="maximize or minimize the metric.")
 
 
-def _policy_checks(policy: EarlyTermination) -> tuple[bool, ...]:
-    """The CEL rules of :class:`EarlyTermination`, in their order, in Python."""
-    bandit = policy.type == "bandit"
-    slack = policy.slack_factor is not None, policy.slack_amount is not None
-    return (
-        policy.type in POLICIES,
-        not bandit or slack[0] != slack[1],
-        bandit or not any(slack),
-        (policy.type == "truncation") == (policy.truncation_percentage is not None),
-        (policy.type == "asha") == (policy.max_resource is not None),
-        policy.type == "asha"
-        or all(v is None for v in (policy.min_resource, policy.reduction_factor, policy.brackets)),
-        policy.type != "asha" or (policy.evaluation_interval, policy.delay_evaluation) == (1, 0),
-        policy.reduction_factor is None or policy.reduction_factor > 1,
-    )
-
-
-POLICY_RULES: tuple[dict[str, Any], ...] = (
-    {
-        "rule": f"self.type in {list(POLICIES)}",
-        "message": f"earlyTermination.type {POLICY_RULE}",
-        "fieldPath": ".type",
-    },
-    {
-        "rule": "self.type != 'bandit' || has(self.slackFactor) != has(self.slackAmount)",
-        "message": "bandit takes exactly one of slackFactor and slackAmount",
-        "fieldPath": ".slackFactor",
-    },
-    {
-        "rule": "self.type == 'bandit' || !(has(self.slackFactor) || has(self.slackAmount))",
-        "message": "slackFactor and slackAmount are fields of bandit only",
-        "fieldPath": ".slackFactor",
-    },
-    {
-        "rule": "(self.type == 'truncation') == has(self.truncationPercentage)",
-        "message": "truncationPercentage is required by truncation, and is a field of "
-        "truncation only",
-        "fieldPath": ".truncationPercentage",
-    },
-    {
-        "rule": "(self.type == 'asha') == has(self.maxResource)",
-        "message": "maxResource is required by asha, and is a field of asha only",
-        "fieldPath": ".maxResource",
-    },
-    {
-        "rule": "self.type == 'asha' || !("
-        + " || ".join(f"has(self.{f})" for f in ASHA_FIELDS)
-        + ")",
-        "message": "minResource, reductionFactor and brackets are fields of asha only",
-        "fieldPath": ".minResource",
-    },
-    {
-        "rule": "self.type != 'asha' || "
-        "(self.evaluationInterval == 1 && self.delayEvaluation == 0)",
-        "message": "asha decides at its rungs (minResource x reductionFactor^k intervals): "
-        "evaluationInterval and delayEvaluation are not fields of asha",
-        "fieldPath": ".evaluationInterval",
-    },
-    {
-        "rule": "!has(self.reductionFactor) || self.reductionFactor > 1.0",
-        "message": "reductionFactor must be greater than 1",
-        "fieldPath": ".reductionFactor",
-    },
-)
-
-
 class EarlyTermination(Model):
     """Stop trials that do poorly, at each evaluation interval (~ BanditPolicy,
     MedianStoppingPolicy, TruncationSelectionPolicy). An interval is a step a trial
     reported the metric at: report it with the epoch as the step
     (``progress.report(epoch, best_val_acc=...)``), and interval N is epoch N."""
 
-    model_config = with_rules(*POLICY_RULES)
+    # Its fields are the registered policies' (torchyard.sweeps.policies): a Sweep's
+    # policy is an instance of policy_model(), made from the registry, whose schema and
+    # rules (CEL and their twins) the CRD carries.
 
-    type: str = Field(
-        max_length=32,
-        description="bandit: stop a trial whose best metric is not within the slack of "
-        "the best trial's at that interval; median: stop one whose best is worse than the "
-        "median of all trials' running averages; truncation: stop the lowest "
-        "truncationPercentage %; asha: asynchronous successive halving, which pauses a "
-        "trial below the top 1/reductionFactor at a rung with its checkpoint (suspended) "
-        "and promotes it (resumed from the checkpoint) should later trials do worse.",
-    )
-    slack_factor: float | None = Field(
-        default=None,
-        ge=0,
-        description="bandit: the slack as a ratio: when maximizing, a trial stops below "
-        "best / (1 + slackFactor).",
-    )
-    slack_amount: float | None = Field(
-        default=None, ge=0, description="bandit: the slack as an amount of the metric."
-    )
-    evaluation_interval: int = Field(
-        default=1, ge=1, le=100000, description="Apply the policy every this many intervals."
-    )
-    delay_evaluation: int = Field(
-        default=0,
-        ge=0,
-        le=100000,
-        description="Apply it from this interval on (the first intervals are never judged).",
-    )
-    truncation_percentage: int | None = Field(
-        default=None,
-        ge=1,
-        le=99,
-        description="truncation: the percentage of trials cut at each evaluation interval.",
-    )
+    model_config = schema_of(lambda: policy_model())
 
-    max_resource: float | None = Field(
-        default=None,
-        ge=1,
-        description="asha: the intervals a trial runs at most (its epochs); rungs at "
-        "minResource x reductionFactor^k below it.",
-    )
-    min_resource: float | None = Field(
-        default=None, ge=1, description="asha: the first rung (default 1 interval)."
-    )
-    reduction_factor: float | None = Field(
-        default=None,
-        ge=1,
-        description="asha: 1/reductionFactor of the trials at a rung go on (default 3; "
-        "greater than 1).",
-    )
-    brackets: int | None = Field(
-        default=None, ge=1, le=10, description="asha: the number of brackets (default 1)."
-    )
+    type: str = Field(max_length=32, description="The policy.")
 
     def policy_dict(self) -> dict[str, Any]:
-        """The policy's own fields, as ``sweeps.stopping.parse_policy`` reads them (asha
-        has no evaluation interval or delay)."""
+        """The policy's own fields, as ``sweeps.stopping.parse_policy`` reads them (those of
+        other policies left out: asha has no evaluation interval or delay)."""
         out = self.to_dict()
-        if self.type == "asha":
-            out.pop("evaluationInterval", None)
-            out.pop("delayEvaluation", None)
-        return out
+        if self.type not in policies.names():
+            return out
+        own = {f.name for f in policies.get(self.type).FIELDS}
+        return {k: v for k, v in out.items() if k == "type" or k in own}
 
-    @model_validator(mode="after")
-    def _checks(self) -> EarlyTermination:
-        for rule, ok in zip(POLICY_RULES, _policy_checks(self), strict=True):
-            if not ok:
-                raise ValueError(rule["message"])
-        return self
+
+def _policy_rules(model: EarlyTermination) -> EarlyTermination:
+    rule = broken(policies.rules(), model)
+    if rule is not None:
+        raise ValueError(rule.message)
+    return model
+
+
+@functools.lru_cache(maxsize=4)
+def _policy_model(generation: int) -> type[EarlyTermination]:
+    fields: dict[str, Any] = {
+        "type": (str, Field(max_length=32, description=policies.summary())),
+    }
+    for f in policies.fields():
+        kind: Any = int if f.integer else float
+        annotation = kind if f.default is not None else kind | None
+        fields[f.attribute] = (
+            annotation,
+            Field(default=f.default, description=f.description, ge=f.minimum, le=f.maximum),
+        )
+    return registered_model(
+        EarlyTermination, fields, _policy_rules, (r.cel for r in policies.rules())
+    )
+
+
+def policy_model() -> type[EarlyTermination]:
+    """``spec.earlyTermination``'s model for the policies registered now."""
+    return _policy_model(policies.generation())
 
 
 class RegisterBest(ModelOutput):
@@ -362,42 +225,61 @@ class RegisterBest(ModelOutput):
     model's next version, as a TrainingRun's ``outputs.register`` does."""
 
 
-_SPEC_RULES: list[dict[str, Any]] = [
-    {
-        "rule": "!has(self.maxConcurrentTrials) || self.maxConcurrentTrials <= self.maxTotalTrials",
-        "message": "maxConcurrentTrials must not exceed maxTotalTrials",
-        "fieldPath": ".maxConcurrentTrials",
-    },
-    {
-        "rule": "!self.trial.suspend",
-        "message": "the sweep suspends its trials itself (that is how it stops them): leave "
-        "spec.trial.suspend out",
-        "fieldPath": ".trial.suspend",
-    },
-    {
-        "rule": "!has(self.earlyTermination) || self.earlyTermination.type != 'asha' || "
-        "(has(self.trial.checkpoints) && has(self.trial.checkpoints.size))",
-        "message": "asha pauses a trial with its checkpoint and resumes it from there: "
-        "spec.trial.checkpoints.size is required (each trial's own claim; one claimName "
-        "shared by the trials would resume a trial from another's checkpoint)",
-        "fieldPath": ".trial.checkpoints",
-    },
-    {
-        "rule": f"(has(self.trial.env) ? size(self.trial.env) : 0) + size(self.parameters) "
-        f"<= {MAX_ENV}",
-        "message": f"each parameter adds a {ENV_PREFIX}<NAME> variable to the trial's env, "
-        f"which holds at most {MAX_ENV}: spec.trial.env and spec.parameters together are "
-        "too many",
-        "fieldPath": ".trial.env",
-    },
-    {
-        "rule": f"!has(self.trial.env) || "
-        f"self.trial.env.all(e, !e.name.startsWith('{ENV_PREFIX}'))",
-        "message": f"spec.trial.env must not set {ENV_PREFIX}* variables: the sweep sets "
-        "one per parameter",
-        "fieldPath": ".trial.env",
-    },
-]
+# The spec's own rules, around those its policy brings (``Policy.SPEC_RULES``: asha's
+# checkpoints), as :func:`spec_rules` orders them.
+_CONCURRENCY: tuple[Rule[Any], ...] = (
+    Rule(
+        {
+            "rule": "!has(self.maxConcurrentTrials) || "
+            "self.maxConcurrentTrials <= self.maxTotalTrials",
+            "message": "maxConcurrentTrials must not exceed maxTotalTrials",
+            "fieldPath": ".maxConcurrentTrials",
+        },
+        lambda s: s.max_concurrent_trials is None or s.max_concurrent_trials <= s.max_total_trials,
+    ),
+    Rule(
+        {
+            "rule": "!self.trial.suspend",
+            "message": "the sweep suspends its trials itself (that is how it stops them): "
+            "leave spec.trial.suspend out",
+            "fieldPath": ".trial.suspend",
+        },
+        lambda s: not s.trial.suspend,
+    ),
+)
+_ENV: tuple[Rule[Any], ...] = (
+    Rule(
+        {
+            "rule": f"(has(self.trial.env) ? size(self.trial.env) : 0) + size(self.parameters) "
+            f"<= {MAX_ENV}",
+            "message": f"each parameter adds a {ENV_PREFIX}<NAME> variable to the trial's "
+            f"env, which holds at most {MAX_ENV}: spec.trial.env and spec.parameters together "
+            "are too many",
+            "fieldPath": ".trial.env",
+        },
+        lambda s: len(s.trial.env) + len(s.parameters) <= MAX_ENV,
+    ),
+    Rule(
+        {
+            "rule": f"!has(self.trial.env) || "
+            f"self.trial.env.all(e, !e.name.startsWith('{ENV_PREFIX}'))",
+            "message": f"spec.trial.env must not set {ENV_PREFIX}* variables: the sweep sets "
+            "one per parameter",
+            "fieldPath": ".trial.env",
+        },
+        lambda s: not any(e.name.startswith(ENV_PREFIX) for e in s.trial.env),
+    ),
+)
+
+
+def spec_rules() -> tuple[Rule[Any], ...]:
+    """The Sweep spec's rules, the registered policies' among them."""
+    return (*_CONCURRENCY, *policies.spec_rules(), *_ENV)
+
+
+def _spec_schema(schema: dict[str, Any]) -> None:
+    schema["x-kubernetes-validations"] = [rule.cel for rule in spec_rules()]
+
 
 SEED_DESCRIPTION = (
     "The sampling's seed (status.seed shows the one used): random sampling gives every "
@@ -418,7 +300,7 @@ def _immutable(description: str) -> dict[str, Any]:
 class SweepSpec(Model):
     """Desired state of a Sweep."""
 
-    model_config = with_rules(*_SPEC_RULES)
+    model_config = ConfigDict(**BASE_CONFIG, json_schema_extra=_spec_schema)
 
     trial: TrainingRunSpec = Field(
         description="The TrainingRun spec every trial runs, with the trial's parameters "
@@ -515,6 +397,14 @@ class SweepSpec(Model):
         "trial as the model's next version (status.model names it and the trial).",
     )
 
+    @field_validator("parameters", mode="wrap")
+    @classmethod
+    def _registered_expressions(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """Expressions of the registered ones (:func:`expression_model`)."""
+        if isinstance(value, Mapping):
+            value = _parameters_adapter(expressions.generation()).validate_python(value)
+        return handler(value)
+
     @field_validator("parameters")
     @classmethod
     def _names(cls, value: dict[str, ParameterExpression]) -> dict[str, ParameterExpression]:
@@ -530,21 +420,19 @@ class SweepSpec(Model):
             raise ValueError(f"sampling {SAMPLING_RULE}; got {value!r}")
         return value
 
+    @field_validator("early_termination", mode="wrap")
+    @classmethod
+    def _registered_policy(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A policy of the registered ones (:func:`policy_model`)."""
+        if isinstance(value, Mapping):
+            return policy_model().model_validate(value)
+        return handler(value)
+
     @model_validator(mode="after")
     def _checks(self) -> SweepSpec:
-        checks = (
-            self.max_concurrent_trials is None
-            or self.max_concurrent_trials <= self.max_total_trials,
-            not self.trial.suspend,
-            self.early_termination is None
-            or self.early_termination.type != "asha"
-            or (self.trial.checkpoints is not None and self.trial.checkpoints.size is not None),
-            len(self.trial.env) + len(self.parameters) <= MAX_ENV,
-            not any(e.name.startswith(ENV_PREFIX) for e in self.trial.env),
-        )
-        for rule, ok in zip(_SPEC_RULES, checks, strict=True):
-            if not ok:
-                raise ValueError(rule["message"])
+        rule = broken(spec_rules(), self)
+        if rule is not None:
+            raise ValueError(rule.message)
         return self
 
     @property
@@ -558,7 +446,7 @@ class TrialCounts(Model):
 
     planned: int = Field(default=0, description="Trials the sweep runs in all.")
     created: int = Field(default=0, description="Trials made so far.")
-    pending: int = Field(default=0, description="Made, waiting for capacity.")
+    pending: int = Field(default=0, description="Made, not started yet (see TrialsWaiting).")
     running: int = Field(default=0, description="Running.")
     paused: int = Field(
         default=0, description="Paused by asha with their checkpoint (may be promoted)."
@@ -685,11 +573,7 @@ class Sweep(Named, Model):
 
     @model_validator(mode="after")
     def _name_leaves_room_for_trials(self) -> Sweep:
-        name = self.metadata.get("name")
-        if name is not None and not (
-            len(str(name)) <= SWEEP_NAME_MAX and re.fullmatch(DNS1035_LABEL, str(name))
-        ):
-            raise ValueError(f"metadata.name: {SWEEP_NAME_RULE}")
+        self.check_name(SWEEP_NAME_MAX, SWEEP_NAME_RULE)
         return self
 
     @property

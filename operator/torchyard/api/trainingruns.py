@@ -16,11 +16,9 @@ from pydantic import Field, field_validator, model_validator
 
 from torchyard import distributions
 from torchyard.api._base import (
-    DNS1035_LABEL,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     ENV_VAR_NAME,
-    LABEL_KEY,
     LABEL_KEY_PREFIX_MAX_LENGTH,
     LABEL_VALUE,
     LABEL_VALUE_MAX_LENGTH,
@@ -29,12 +27,19 @@ from torchyard.api._base import (
     Model,
     Named,
     NoNulStr,
+    label_key,
+    label_key_cel,
+    memory_floor_rule,
     nested,
+    service_account,
     with_rules,
 )
 from torchyard.api.checkpoints import SPEC_RULE as CHECKPOINTS_RULE
 from torchyard.api.checkpoints import Checkpoints, check_shared
 from torchyard.api.inputs import INPUTS_RULES, MAX_INPUTS, Input, check_inputs
+from torchyard.api.placement import SPEC_RULES as PLACEMENT_RULES
+from torchyard.api.placement import Placement, managed_by_field
+from torchyard.api.placement import check as check_placement
 from torchyard.api.policies import Policy
 from torchyard.api.quantities import quantity
 from torchyard.api.trainingrun_status import TrainingRunStatus
@@ -258,13 +263,7 @@ class Resources(Model):
             "fieldPath": ".shmSize",
             "reason": "FieldValueInvalid",
         },
-        {
-            "rule": "!has(self.memory) || !isQuantity(self.memory) || "
-            f"quantity(self.memory).compareTo(quantity('{MIN_MEMORY}')) >= 0",
-            "message": MIN_MEMORY_RULE,
-            "fieldPath": ".memory",
-            "reason": "FieldValueInvalid",
-        },
+        memory_floor_rule(MIN_MEMORY, MIN_MEMORY_RULE),
     )
 
     gpus_per_node: int = Field(
@@ -339,25 +338,12 @@ NODE_SELECTOR_KEY_RULE = (
 )
 
 
-def label_key(key: str) -> bool:
-    """``key`` is a label key (the CEL rule of ``compute.nodeSelector`` in Python)."""
-    slash = key.rfind("/")
-    return (
-        re.fullmatch(LABEL_KEY, key) is not None
-        and len(key) - slash - 1 <= LABEL_VALUE_MAX_LENGTH
-        and slash <= LABEL_KEY_PREFIX_MAX_LENGTH
-    )
-
-
 class Compute(Model):
     """Which nodes run the run (~ an Azure ML compute target)."""
 
     model_config = with_rules(
         {
-            "rule": f"!has(self.nodeSelector) || self.nodeSelector.all(k, "
-            f"k.matches(r'{LABEL_KEY}') && "
-            f"size(k) - k.lastIndexOf('/') - 1 <= {LABEL_VALUE_MAX_LENGTH} && "
-            f"k.lastIndexOf('/') <= {LABEL_KEY_PREFIX_MAX_LENGTH})",
+            "rule": f"!has(self.nodeSelector) || self.nodeSelector.all(k, {label_key_cel('k')})",
             "message": NODE_SELECTOR_KEY_RULE,
             "fieldPath": ".nodeSelector",
             "reason": "FieldValueInvalid",
@@ -519,6 +505,7 @@ _SPEC_RULES: list[dict[str, Any]] = [
         "reason": "FieldValueInvalid",
     },
     CHECKPOINTS_RULE,
+    *PLACEMENT_RULES,
 ]
 
 
@@ -565,6 +552,14 @@ class TrainingRunSpec(Model):
     policy: Policy = nested(Policy, "Restarts and lifetimes of the run.")
     outputs: Outputs = nested(Outputs, "Archiving of ./outputs and ./logs, model registration.")
     scheduling: Scheduling = nested(Scheduling, "Gang admission settings.")
+    placement: Placement | None = Field(
+        default=None,
+        description="Where the gang goes in the network: one domain (rack, block, NVLink "
+        "domain) of a node label's values, or as few as fit; node ranks are numbered "
+        "domain by domain. With scheduling.queueName, Kueue's topology-aware scheduling "
+        "places it; else torchyard's own gang admission.",
+    )
+    managed_by: str | None = managed_by_field()
     inputs: list[Input] = Field(
         default_factory=list,
         max_length=MAX_INPUTS,
@@ -601,12 +596,8 @@ class TrainingRunSpec(Model):
         "and fsGroup), so they pass Pod Security 'restricted'; the curated images' user is "
         "1000. Unset: the image decides (which may be root).",
     )
-    service_account_name: str = Field(
-        default="default",
-        min_length=1,
-        max_length=253,
-        pattern=DNS1123_SUBDOMAIN,
-        description="ServiceAccount (in the run's namespace) the node Pods run as. The "
+    service_account_name: str = service_account(
+        "ServiceAccount (in the run's namespace) the node Pods run as. The "
         "model registry accepts the run's archive uploads only from it, so it needs "
         "create on modelversions in the namespace.",
     )
@@ -624,6 +615,12 @@ class TrainingRunSpec(Model):
         if gpus and procs > gpus:
             raise ValueError(f"processCountPerNode ({procs}) must not exceed gpusPerNode ({gpus})")
         check_shared(self.checkpoints, self.distribution.node_count)
+        check_placement(
+            self.placement,
+            self.distribution.node_count,
+            self.managed_by,
+            self.scheduling.queue_name,
+        )
         check_inputs(self.inputs)
         return self
 
@@ -641,9 +638,5 @@ class TrainingRun(Named, Model):
 
     @model_validator(mode="after")
     def _name_fits_pods_and_service(self) -> TrainingRun:
-        name = self.metadata.get("name")
-        if name is not None and not (
-            len(str(name)) <= RUN_NAME_MAX and re.fullmatch(DNS1035_LABEL, str(name))
-        ):
-            raise ValueError(f"metadata.name: {RUN_NAME_RULE}")
+        self.check_name(RUN_NAME_MAX, RUN_NAME_RULE)
         return self

@@ -26,6 +26,12 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"
 GANG_GATE = f"{GROUP}/gang"
 # When the run was created: gangs are admitted first come, first served by it.
 ANNOTATION_QUEUED_AT = f"{GROUP}/queued-at"
+# A gated node Pod's spec.placement as torchyard's own gang admission reads it (the levels,
+# highest first, the mode and the slice size, as JSON: ``planning.topology.Request``).
+ANNOTATION_PLACEMENT = f"{GROUP}/placement"
+# An admitted node Pod's: how its gang was admitted and where it went (Kueue's ClusterQueue,
+# the domains of its placement by node rank); the run's Admitted condition says it.
+ANNOTATION_ADMITTED = f"{GROUP}/admitted"
 # An Environment build Job's: the content hash of its build inputs (hex, first 63).
 LABEL_ENVIRONMENT_HASH = f"{GROUP}/environment-hash"
 # A TrainingRun the Azure ML SDK's Experiment.submit made: the experiment, DNS-safe, and
@@ -58,5 +64,27 @@ NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.i
 # projected tokens, the operator's, the ones the CLI and SDK mint).
 REGISTRY_AUDIENCE = "torchyard-registry"
 
+# An OnlineEndpoint's children (its Deployments, Service, serving Pods) and which of its
+# Deployments a Pod belongs to (``primary``: spec.model's version; ``canary``: the other
+# version of spec.traffic).
+LABEL_ENDPOINT = f"{GROUP}/endpoint"
+LABEL_TRACK = f"{GROUP}/track"
+LABEL_MODEL_VERSION = f"{GROUP}/model-version"
+# A serving Pod's template: the sha256 of its source ConfigMap's content (a changed
+# ConfigMap rolls the Pods, as a new model version or image does).
+ANNOTATION_SOURCE_SHA256 = f"{GROUP}/source-sha256"
+
+
+def endpoint_audience(namespace: str, name: str) -> str:
+    """The audience a caller's token must be bound to for OnlineEndpoint ``name``: one
+    per endpoint, so that neither the apiserver nor the registry nor another endpoint
+    takes a token meant for this one (``kubectl create token SA --audience ...``)."""
+    return f"{GROUP}/endpoints/{namespace}/{name}"
+
+
 # spec.distribution.masterPort when unset, as Azure ML.
 DEFAULT_MASTER_PORT = 6105
+
+# The controller name of Kueue's MultiKueue: a TrainingRun whose spec.managedBy is this is
+# dispatched by MultiKueue to a worker cluster (torchyard makes only its Workload here).
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"

@@ -1,5 +1,6 @@
 """Following a run: ``torchyard wait`` (phase, nodes and logs until it ends, then the
-outcome as the exit code) and ``torchyard logs`` (live from the Pods, else the archive).
+outcome as the exit code) and ``torchyard logs`` (live from the Pods, else the archive;
+``--local``: a local run's archive).
 
 Called by ``torchyard.cli.app`` (and ``submit --wait``); over ``torchyard.sdk.runs``.
 Tested in tests/integration/test_cli.py.
@@ -11,8 +12,15 @@ import argparse
 import sys
 from typing import Any
 
-from torchyard.cli.errors import CliError
-from torchyard.cli.options import connect, registry, registry_options
+from torchyard.cli.errors import BAD_INPUT, FAILED, OK, TIMED_OUT, CliError
+from torchyard.cli.options import (
+    connect,
+    local_options,
+    local_registry,
+    reads_local,
+    registry_options,
+    service,
+)
 from torchyard.sdk import runs
 
 
@@ -25,13 +33,13 @@ def wait(args: argparse.Namespace, name: str, show_output: bool) -> int:
             name,
             show_output=show_output,
             timeout=getattr(args, "timeout", None),
-            registry=lambda: registry(args),
+            registry=lambda: service(args),
         )
     except TimeoutError as err:
-        raise CliError(str(err), 124) from None
+        raise CliError(str(err), TIMED_OUT) from None
     code, text = runs.outcome(run)
     print(text, file=sys.stderr if code else sys.stdout)
-    return code
+    return FAILED if code else OK
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -42,7 +50,10 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """A run's logs, node by node: live from its Pod, else (the kubelet unreachable, the
-    Pod gone, an empty live log) archived in the registry service."""
+    Pod gone, an empty live log) archived in the registry service; a local run's from the
+    local registry."""
+    if reads_local(args):
+        return _local_logs(args)
     connect(args)
     shown = runs.logs(
         args.namespace,
@@ -52,11 +63,30 @@ def cmd_logs(args: argparse.Namespace) -> int:
         node=args.node,
         rank=args.rank,
         follow=args.follow,
-        registry=lambda: registry(args),
+        registry=lambda: service(args),
     )
     if not shown:
         raise CliError(f"no logs of {args.run} found")
-    return 0
+    return OK
+
+
+def _local_logs(args: argparse.Namespace) -> int:
+    """A local run's archived logs (archived when it ended), ``[node n] [rank r]`` first."""
+    if args.follow:
+        raise CliError(
+            "--follow follows a run in a cluster; a local run's logs are on its terminal "
+            "while it runs and archived when it ends",
+            BAD_INPUT,
+        )
+    nodes = None if args.node is None else [args.node]
+    shown = 0
+    for line in runs.archived_logs(local_registry(args), args.namespace, args.run, nodes):
+        if args.rank is None or f"[rank {args.rank}] " in line:
+            print(line)
+            shown += 1
+    if not shown:
+        raise CliError(f"no logs of {args.run} in the local registry", FAILED)
+    return OK
 
 
 def add_wait(sub: Any) -> None:
@@ -67,7 +97,7 @@ def add_wait(sub: Any) -> None:
         "node's log with [node n] [rank r] prefixes, then the outcome. Exit code 0 when it "
         "succeeded, 1 with the failing rank's traceback when it failed.",
     )
-    p.add_argument("run")
+    p.add_argument("run", help="the TrainingRun's name")
     p.add_argument("-q", "--quiet", action="store_true", help="no logs, only the state")
     p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 124)")
     registry_options(p)  # for the archived logs when the live ones are not reachable
@@ -75,10 +105,17 @@ def add_wait(sub: Any) -> None:
 
 
 def add_logs(sub: Any) -> None:
-    p = sub.add_parser("logs", help="a run's logs (live from the Pods, else the archive)")
-    p.add_argument("run")
+    p = sub.add_parser(
+        "logs",
+        help="a run's logs (live from the Pods, else the archive; --local: a local run's)",
+        description="A TrainingRun's logs, node by node, each line prefixed [node n] [rank r]: "
+        "live from its node Pods while they exist, else archived in the registry service "
+        "(the ranks' progress reports left out). With --local, a local run's archived logs.",
+    )
+    p.add_argument("run", help="the TrainingRun's name")
     p.add_argument("--node", type=int, help="only this node")
     p.add_argument("--rank", type=int, help="only this global rank")
-    p.add_argument("-f", "--follow", action="store_true", help="keep streaming")
+    p.add_argument("-f", "--follow", action="store_true", help="keep streaming (a cluster's run)")
+    local_options(p)
     registry_options(p)
     p.set_defaults(func=cmd_logs)

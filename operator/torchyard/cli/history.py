@@ -3,8 +3,9 @@
 describe NAME`` and the record behind ``torchyard describe`` once a TrainingRun is gone.
 
 Records are read through ``torchyard.sdk.records`` from the registry service (the same
-options and the same authorization as ``torchyard models``), or with ``--local`` from the
-local registry folder of ``torchyard run --local``. Called by ``torchyard.cli.app`` (and
+options and the same authorization as ``torchyard models``), or with ``--local`` (or
+without any kubeconfig) from the local registry folder of ``torchyard run --local``,
+whose runs are listed as ``finished``. Called by ``torchyard.cli.app`` (and
 ``cli.models.add_runs``, ``cli.inspect.cmd_describe``); tested in
 tests/unit/cli/test_history.py and tests/integration/test_run_records.py.
 """
@@ -19,9 +20,17 @@ from typing import Any
 
 import yaml
 
-from torchyard.cli.errors import CliError
+from torchyard.cli.errors import OK
 from torchyard.cli.inspect import cmd_describe, table
-from torchyard.cli.options import connect, registry, registry_options
+from torchyard.cli.options import (
+    connect,
+    local_options,
+    output_option,
+    phase,
+    reads_local,
+    registry,
+    registry_options,
+)
 from torchyard.sdk import clusters, records, resources, runs
 from torchyard.sdk.records import Row
 from torchyard.sdk.registry import RegistryError
@@ -36,14 +45,18 @@ def source(args: argparse.Namespace) -> Any:
     return registry(args)
 
 
-def _state(row: Row) -> str:
+def _state(row: Row, local: bool) -> str:
+    if local:
+        return "finished"  # a local run's record: it ended (the FAILURE says how)
     if row.deleted:
         return "deleted"
     return "live, recorded" if row.recorded else "live"
 
 
-def _rows_table(rows: list[Row]) -> str:
+def _rows_table(rows: list[Row], local: bool, wide: bool) -> str:
     head = ["NAME", "PHASE", "FAILURE", "MODEL", "CREATED", "FINISHED", "STATE", "UID"]
+    if wide:
+        head += ["EXPERIMENT"]
     body = [
         [
             r.name,
@@ -52,8 +65,9 @@ def _rows_table(rows: list[Row]) -> str:
             r.model or "-",
             r.created or "-",
             r.finished or "-",
-            _state(r),
-            r.uid[:8],
+            _state(r, local),
+            r.uid if wide else r.uid[:8],
+            *([r.experiment or "-"] if wide else []),
         ]
         for r in rows
     ]
@@ -62,7 +76,7 @@ def _rows_table(rows: list[Row]) -> str:
 
 def cmd_runs_list(args: argparse.Namespace) -> int:
     """Live runs (and with --all, the records of those that are gone), newest first."""
-    check_local(args)
+    reads_local(args)
     live: list[dict[str, Any]] = []
     if not args.local:
         connect(args)
@@ -80,24 +94,28 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         rows, token = records.history(source(args), args.namespace, live, query)
     else:
         rows, token = records.merged(live, records.Page()), None
-    if args.output == "json":
-        print(json.dumps({"items": [r.__dict__ for r in rows], "continue": token}, indent=2))
-        return 0
+    if args.output in ("json", "yaml"):
+        doc = {"items": [r.__dict__ for r in rows], "continue": token}
+        shown = json.dumps(doc, indent=2) if args.output == "json" else yaml.safe_dump(doc)
+        print(shown.rstrip())
+        return OK
     if not rows:
         print(f"No runs found in namespace {args.namespace}.", file=sys.stderr)
-        return 0
-    print(_rows_table(rows))
+        return OK
+    print(_rows_table(rows, args.local, args.output == "wide"))
     if token:
         print(f"(more: --continue {token})", file=sys.stderr)
-    return 0
+    return OK
 
 
-def describe_record(record: dict[str, Any]) -> None:
-    """A record, as ``torchyard describe`` shows a run."""
+def describe_record(record: dict[str, Any], local: bool = False) -> None:
+    """A record, as ``torchyard describe`` shows a run (``local``: a local run's)."""
     run = records.as_run(record)  # type: ignore[arg-type]
     spec, st = run["spec"], run["status"]
     dist = spec.get("distribution") or {}
     gone = "deleted before it ended" if record.get("deleted") else "its TrainingRun is gone"
+    if local:
+        gone = "a local run"
     print(f"Name:         {record.get('name')}   (from its record: {gone})")
     print(f"Namespace:    {record.get('namespace')}")
     print(f"UID:          {record.get('uid')}")
@@ -120,9 +138,10 @@ def describe_record(record: dict[str, Any]) -> None:
         )
     print("Attempts:")
     for a in record.get("attempts") or []:
+        first = next(iter((a.get("message") or "").splitlines()), "")
         print(
             f"  {a.get('attempt')}  {a.get('outcome', ''):10s} {a.get('started') or '?'} .. "
-            f"{a.get('ended') or '?'}  {(a.get('message') or '').splitlines()[0:1]}"
+            f"{a.get('ended') or '?'}" + (f"  {first}" if first else "")
         )
     if st.get("failure"):
         print("Failure:")
@@ -162,22 +181,24 @@ def show_record(args: argparse.Namespace, name: str, uid: str | None = None) -> 
     if getattr(args, "output", None) in ("yaml", "json"):
         dump = json.dumps(found, indent=2) if args.output == "json" else yaml.safe_dump(found)
         print(dump.rstrip())
-        return 0
-    describe_record(dict(found))
-    return 0
+        return OK
+    describe_record(dict(found), bool(getattr(args, "local", False)))
+    return OK
 
 
 def cmd_runs_describe(args: argparse.Namespace) -> int:
     """A live run as ``torchyard describe`` shows it; its record once it is gone (or with
     --uid, or --local)."""
-    check_local(args)
-    if args.local or args.uid or args.output:
+    if reads_local(args) or args.uid or args.output:
         return show_record(args, args.run, args.uid)
     return describe_or_record(args)
 
 
 def describe_or_record(args: argparse.Namespace) -> int:
-    """``torchyard describe RUN``: the live run, else its record in the registry."""
+    """``torchyard describe RUN``: the live run, else its record in the registry; a local
+    run's record with --local (or without any kubeconfig)."""
+    if reads_local(args):
+        return show_record(args, args.run)
     try:
         return cmd_describe(args)
     except runs.RunNotFound as gone:
@@ -191,8 +212,16 @@ def describe_or_record(args: argparse.Namespace) -> int:
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--phase", help="only runs in this phase (Succeeded, Failed, Running ...)")
-    p.add_argument("--experiment", help="only the runs of this experiment (its label)")
+    p.add_argument(
+        "--phase",
+        type=phase,
+        help="only runs in this phase, any case (succeeded, Failed, running ...)",
+    )
+    p.add_argument(
+        "--experiment",
+        help="only the runs of this experiment (its label; a sweep's trials are in its "
+        "experiment, else in one named after the sweep)",
+    )
     p.add_argument("-l", "--selector", help="label selector, e.g. team=vision,stage!=test")
     p.add_argument(
         "--since", metavar="TIME", help="only runs created since, e.g. 2026-03-01T00:00:00Z"
@@ -201,24 +230,14 @@ def _filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--continue", dest="continue_token", metavar="TOKEN", help="the next page")
 
 
-def _local(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--local",
-        action="store_true",
-        help="read the records of local runs (torchyard run --local) instead",
-    )
-    p.add_argument(
-        "--registry",
-        metavar="DIR",
-        help="with --local: the local registry folder (default: ~/.torchyard/registry "
-        "or $TORCHYARD_REGISTRY)",
-    )
-
-
 def add_commands(runs_sub: Any) -> None:
     """``runs list`` and ``runs describe`` (``cli.models.add_runs`` makes ``runs``)."""
     p = runs_sub.add_parser(
-        "list", help="runs of the namespace; --all adds the records of deleted ones"
+        "list",
+        help="runs of the namespace; --all adds the records of deleted ones",
+        description="The TrainingRuns of the namespace, newest first; with --all also the "
+        "records of those that are gone; with --local (or without any kubeconfig) the "
+        "records of local runs (torchyard run --local), interrupted ones included.",
     )
     p.add_argument(
         "--all",
@@ -226,16 +245,22 @@ def add_commands(runs_sub: Any) -> None:
         help="also the runs whose TrainingRun is gone (deleted, or collected by its TTL), "
         "from their records in the registry",
     )
-    p.add_argument("-o", "--output", choices=["json"], help="output format")
+    output_option(p)
     _filters(p)
-    _local(p)
+    local_options(p)
     registry_options(p)
     p.set_defaults(func=cmd_runs_list)
-    p = runs_sub.add_parser("describe", help="a run, or its record once its TrainingRun is gone")
-    p.add_argument("run")
+    p = runs_sub.add_parser(
+        "describe",
+        help="a run, or its record once its TrainingRun is gone",
+        description="A TrainingRun as torchyard describe shows it; its record (spec, final "
+        "status, nodes, attempts, failure, metrics, log tails, Events) once it is gone, with "
+        "--uid, or with --local (a local run's).",
+    )
+    p.add_argument("run", help="the TrainingRun's name")
     p.add_argument("--uid", help="the record of this uid (a name used again keeps both)")
-    p.add_argument("-o", "--output", choices=["yaml", "json"], help="the whole record")
-    _local(p)
+    output_option(p, "yaml", "json")
+    local_options(p)
     registry_options(p)
     p.set_defaults(func=cmd_runs_describe)
 
@@ -244,13 +269,13 @@ def add_describe(sub: Any) -> None:
     p = sub.add_parser(
         "describe",
         help="a run: nodes, conditions, failure, model and events (its record once the "
-        "TrainingRun is gone)",
+        "TrainingRun is gone; --local: a local run's)",
+        description="A TrainingRun: its spec in short, its node Pods, conditions, failure "
+        "(which rank, why, the traceback), model and Events; once the TrainingRun is gone, "
+        "its record in the registry. With --local (or without any kubeconfig), a local "
+        "run's record: nodes with their times, attempts, failure, metrics, log tails.",
     )
-    p.add_argument("run")
+    p.add_argument("run", help="the TrainingRun's name")
+    local_options(p)
     registry_options(p)
-    p.set_defaults(func=describe_or_record, local=False, uid=None, output=None)
-
-
-def check_local(args: argparse.Namespace) -> None:
-    if getattr(args, "registry", None) and not getattr(args, "local", False):
-        raise CliError("--registry goes with --local")
+    p.set_defaults(func=describe_or_record, uid=None, output=None)

@@ -16,8 +16,9 @@ from typing import Any
 
 import yaml
 
+from torchyard.api.times import parse_time
 from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS as EXACT_POSITIONS
-from torchyard.cli.options import connect, kube_options
+from torchyard.cli.options import connect, kube_options, output_option
 from torchyard.sdk import resources, runs
 
 
@@ -29,7 +30,7 @@ def table(rows: list[list[str]]) -> str:
 
 
 def age(obj: dict[str, Any]) -> str:
-    created = runs.parse_time(obj["metadata"].get("creationTimestamp"))
+    created = parse_time(obj["metadata"].get("creationTimestamp"))
     return runs.duration((datetime.now(timezone.utc) - created).total_seconds()) if created else "?"
 
 
@@ -174,9 +175,15 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def add_get(sub: Any) -> None:
-    p = sub.add_parser("get", help="list runs, envs or models (kubectl get style)")
-    p.add_argument("kind", choices=["runs", "envs", "models"])
+    p = sub.add_parser(
+        "get",
+        help="list runs, envs or models (kubectl get style)",
+        description="TrainingRuns, Environments or ModelVersions of the namespace in the "
+        "cluster, as kubectl get shows them (for local runs: torchyard runs list --local, "
+        "torchyard models list --local).",
+    )
+    p.add_argument("kind", choices=["runs", "envs", "models"], help="what to list")
     p.add_argument("name", nargs="?", help="one of them")
-    p.add_argument("-o", "--output", choices=["wide", "yaml", "json"], help="output format")
+    output_option(p)
     kube_options(p)
     p.set_defaults(func=cmd_get)

@@ -1,6 +1,9 @@
 """``torchyard run FILE --local``: a TrainingRun on this machine, with the cluster's rank
-contract (``torchyard.sdk.local_runs``). Called by ``torchyard.cli.app``; tested in
-tests/unit/test_local_mode.py and tests/e2e/.
+contract (``torchyard.sdk.local_runs``); with checkpoints it resumes an attempt that did
+not finish and starts fresh after one that succeeded (``--fresh``, ``--resume`` say
+otherwise). Exit code 0 when it succeeded, 1 when it failed (the rank's own code is in the
+message), 2 for a file that is not valid. Called by ``torchyard.cli.app``; tested in
+tests/unit/local/test_mode.py, tests/unit/cli/test_local_resume.py and tests/e2e/.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import api
-from torchyard.cli.errors import CliError
+from torchyard.cli.errors import BAD_INPUT, FAILED, OK, CliError
 from torchyard.cli.options import load_documents, pick
 from torchyard.sdk import local_runs, runs
 
@@ -37,28 +40,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.local:
         raise CliError(
             "`torchyard run` needs --local (run on this machine); to run on a cluster, "
-            "`kubectl apply -f` the file with the operator installed",
-            2,
+            "`torchyard submit` (or `kubectl apply -f`) the file with the operator installed",
+            BAD_INPUT,
         )
     docs = load_documents(args.file)
     body = pick(docs, "TrainingRun", args.name)
     if body is None:
-        raise CliError(f"no TrainingRun in {args.file}", 2)
+        raise CliError(f"no TrainingRun in {args.file}", BAD_INPUT)
     run = api.parse_trainingrun(body)
     environment, registry, workroot, source = inputs(args, docs, run.spec.environment)
     try:
         result = local_runs.run(
-            run, source, registry=registry, workroot=workroot, environment=environment
+            run,
+            source,
+            registry=registry,
+            workroot=workroot,
+            environment=environment,
+            resume=args.resume,
         )
     except (OSError, ValueError) as err:
-        raise CliError(str(err), 1) from None
+        raise CliError(str(err), FAILED) from None
     if result.failure is not None:
         print(
             f"\nTrainingRun {run.name} failed after {result.seconds:.1f}s: "
             f"{local_runs.describe_failure(result.failure)}",
             file=sys.stderr,
         )
-        return result.exit_code or 1
+        return FAILED
     print(f"\nTrainingRun {run.name} succeeded in {result.seconds:.1f}s")
     ran = result.progress
     if ran is not None:
@@ -73,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"({result.model.manifest['size']}, {len(result.model.manifest['files'])} files) "
             f"at {result.model.path}"
         )
-    return 0
+    return OK
 
 
 def add_run(sub: Any) -> None:
@@ -102,4 +110,21 @@ def add_run(sub: Any) -> None:
         help="where node working folders go (default: ~/.torchyard/runs)",
     )
     p.add_argument("--name", help="which TrainingRun, when FILE holds several")
-    p.set_defaults(func=cmd_run)
+    how = p.add_mutually_exclusive_group()
+    how.add_argument(
+        "--fresh",
+        dest="resume",
+        action="store_const",
+        const="fresh",
+        help="with spec.checkpoints: start over at step 0 (the checkpoints there are moved "
+        "aside), whatever the last attempt did",
+    )
+    how.add_argument(
+        "--resume",
+        dest="resume",
+        action="store_const",
+        const="resume",
+        help="with spec.checkpoints: resume from the newest checkpoint even when the last "
+        "attempt succeeded (by default only an attempt that did not finish is resumed)",
+    )
+    p.set_defaults(func=cmd_run, resume="auto")

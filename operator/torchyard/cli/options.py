@@ -1,6 +1,9 @@
 """What several commands share: kubectl's options (``-n``, ``--context``,
 ``--kubeconfig``), the registry's (``--registry-service``, ``--registry-url`` ...), the
-registry client those options describe, and reading resource files.
+registry client those options describe, the local switch of every read command
+(``--local``, ``--registry DIR``: the local registry of ``torchyard run --local``, also
+read when there is no kubeconfig at all, said in one line), the output formats every list
+takes, and reading resource files (``sdk.documents``: read and checked once).
 
 Called by the command modules of ``torchyard.cli``.
 """
@@ -13,12 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from torchyard.cli.errors import CliError
+from torchyard import api
+from torchyard.cli.errors import BAD_INPUT, CliError
 from torchyard.launch.contract import TORCHYARD_REGISTRY_URL
-from torchyard.sdk import clusters
+from torchyard.sdk import clusters, documents
+from torchyard.sdk.local_registry import LocalRegistry
 from torchyard.sdk.registry import DEFAULT_SERVICE, RegistryClient, RegistryError
+
+# The formats of every list (``get``, ``runs list``, ``models list``, ``sweep get``):
+# a table without -o; wide: with more columns where a list has them.
+OUTPUTS = ("wide", "yaml", "json")
+PHASES = [p.value for p in api.Phase]
 
 
 def kube_options(p: argparse.ArgumentParser) -> None:
@@ -76,10 +84,85 @@ def connect(args: argparse.Namespace) -> None:
     clusters.connect(getattr(args, "kubeconfig", None), getattr(args, "context", None))
 
 
-def registry(args: argparse.Namespace) -> RegistryClient:
-    """Direct when a URL is given (in the cluster, or a port-forward); else through the
-    apiserver's service proxy. Either way the registry sees a token bound to its audience,
-    never the kubeconfig's own credentials."""
+def output_option(p: argparse.ArgumentParser, *formats: str) -> None:
+    """``-o``: :data:`OUTPUTS` (or ``formats``, for what is not a list)."""
+    shown = formats or OUTPUTS
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=shown,
+        help=f"output format: {', '.join(shown)} (default: a table)",
+    )
+
+
+def phase(text: str) -> str:
+    """A ``--phase`` value, whatever its case (``failed`` is Failed)."""
+    found = next((p for p in PHASES if p.lower() == text.lower()), None)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a phase: {', '.join(PHASES)}")
+    return found
+
+
+def local_options(p: argparse.ArgumentParser) -> None:
+    """The local switch of a read command."""
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="read the local registry of `torchyard run --local` instead of the cluster "
+        "(also chosen, and said, when there is no kubeconfig at all)",
+    )
+    local_registry_option(p)
+
+
+def local_registry_option(p: argparse.ArgumentParser) -> None:
+    """``--registry DIR``: the local registry folder a --local command reads or writes."""
+    p.add_argument(
+        "--registry",
+        metavar="DIR",
+        help="with --local: the local registry folder (default: ~/.torchyard/registry or "
+        "$TORCHYARD_REGISTRY)",
+    )
+
+
+def reads_local(args: argparse.Namespace) -> bool:
+    """Whether a read command reads the local registry: --local, or no kubeconfig at all
+    (no --kubeconfig, --context, $KUBECONFIG or ~/.kube/config, not in a Pod) and no
+    --registry-url, said once on standard error."""
+    if getattr(args, "registry", None) and not getattr(args, "local", False):
+        raise CliError("--registry goes with --local", BAD_INPUT)
+    if getattr(args, "local", False):
+        return True
+    url = getattr(args, "registry_url", None) or os.environ.get(TORCHYARD_REGISTRY_URL)
+    if url or clusters.configured(
+        getattr(args, "kubeconfig", None), getattr(args, "context", None)
+    ):
+        return False
+    args.local = True
+    print(
+        f"torchyard: no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config): reading the "
+        f"local registry {local_registry(args).root} (as --local does)",
+        file=sys.stderr,
+    )
+    return True
+
+
+def local_registry(args: argparse.Namespace) -> LocalRegistry:
+    folder = getattr(args, "registry", None)
+    return LocalRegistry(Path(folder).expanduser() if folder else None)
+
+
+def registry(args: argparse.Namespace) -> RegistryClient | LocalRegistry:
+    """The local registry (:func:`reads_local`); else the registry service: directly when
+    a URL is given (in the cluster, or a port-forward), else through the apiserver's
+    service proxy. Either way the service sees a token bound to its audience, never the
+    kubeconfig's own credentials."""
+    if reads_local(args):
+        return local_registry(args)
+    return service(args)
+
+
+def service(args: argparse.Namespace) -> RegistryClient:
+    """The registry service's client, as :func:`registry` says."""
     url = args.registry_url or os.environ.get(TORCHYARD_REGISTRY_URL)
     if not url:
         if args.registry_ca:
@@ -104,9 +187,9 @@ def registry(args: argparse.Namespace) -> RegistryClient:
 
 
 def load_documents(path: str) -> list[dict[str, Any]]:
-    """The documents of a YAML file ('-': standard input), empty ones left out."""
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+    """The documents of a YAML file ('-': standard input), every torchyard.dev one checked
+    as the operator parses it (``sdk.documents``: one verdict for every command)."""
+    return [c.body for c in documents.check(documents.load(path))]
 
 
 def pick(docs: list[dict[str, Any]], kind: str, name: str | None) -> dict[str, Any] | None:

@@ -1,9 +1,11 @@
 """Putting resources into a cluster, and checking them first: ``torchyard submit`` (with a
 source folder snapshotted; ``--dry-run`` prints what the operator would create),
-``torchyard validate`` (the operator's own parsers, offline) and ``torchyard crds``.
+``torchyard validate`` (the operator's own parsers, offline: the same checks, message and
+exit code as ``run --local``, ``submit --dry-run`` and ``sweep submit`` give the same
+file, ``sdk.documents``) and ``torchyard crds``.
 
 Called by ``torchyard.cli.app``; over ``torchyard.sdk.resources`` and
-``torchyard.sdk.snapshots``. Tested in tests/unit/test_cli.py (dry runs, validate) and
+``torchyard.sdk.snapshots``. Tested in tests/unit/cli/test_commands.py (dry runs, validate) and
 tests/integration/test_cli.py (real submissions).
 """
 
@@ -19,9 +21,9 @@ import yaml
 from torchyard import api
 from torchyard.api import crds, wire
 from torchyard.cli import follow
-from torchyard.cli.errors import CliError
-from torchyard.cli.options import connect, load_documents, registry, registry_options
-from torchyard.sdk import clusters, resources, snapshots
+from torchyard.cli.errors import BAD_INPUT, OK, CliError
+from torchyard.cli.options import connect, load_documents, registry_options, service
+from torchyard.sdk import clusters, documents, resources, snapshots
 
 FIELD_MANAGER = "torchyard-cli"
 
@@ -32,24 +34,23 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Parse every TrainingRun/Environment in FILE with the same models as the operator."""
-    parsers = {"TrainingRun": api.parse_trainingrun, "Environment": api.parse_environment}
-    failed = 0
-    for doc in load_documents(args.file):
-        kind = doc.get("kind", "?")
-        name = (doc.get("metadata") or {}).get("name", "?")
-        parse = parsers.get(kind)
-        if parse is None:
-            print(f"{kind}/{name}: skipped (not a torchyard resource torchyard validates)")
-            continue
+    """Check every document of FILE as every command that reads it does: a line for each
+    valid one; the invalid ones as ``run`` and ``submit`` say them, exit 2."""
+    problems = []
+    for body in documents.load(args.file):
         try:
-            parse(doc)
+            checked = documents.check_one(body)
         except api.InvalidSpec as err:
-            failed += 1
-            print(f"{kind}/{name}: invalid: {err}", file=sys.stderr)
+            problems.append(str(err))
+            continue
+        if checked.model is None:
+            version = checked.body.get("apiVersion")
+            print(f"{checked.name}: skipped ({version}: not a {wire.GROUP} resource)")
         else:
-            print(f"{kind}/{name}: valid")
-    return 1 if failed else 0
+            print(f"{checked.name}: valid")
+    if problems:
+        raise documents.Invalid(problems)
+    return OK
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -59,7 +60,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     docs = load_documents(args.file)
     runs = [d for d in docs if d.get("kind") == "TrainingRun"]
     if not runs:
-        raise CliError(f"no TrainingRun in {args.file}", 2)
+        raise CliError(f"no TrainingRun in {args.file}", BAD_INPUT)
     envs = {
         str((d.get("metadata") or {}).get("name")): d
         for d in docs
@@ -98,7 +99,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         connect(args)
         if snap is not None:
             print(
-                snapshots.store(snap, namespace, lambda: registry(args), progress=True),
+                snapshots.store(snap, namespace, lambda: service(args), progress=True),
                 file=sys.stderr,
             )
         for body in list(envs.values()) + runs:
@@ -148,11 +149,24 @@ def add_submit(sub: Any) -> None:
 
 
 def add_crds(sub: Any) -> None:
-    p = sub.add_parser("crds", help="print the CustomResourceDefinitions (kubectl apply -f -)")
+    p = sub.add_parser(
+        "crds",
+        help="print the CustomResourceDefinitions (kubectl apply -f -)",
+        description="Print the CustomResourceDefinitions of TrainingRun, Environment, "
+        "ModelVersion and Sweep, to apply with kubectl apply -f -.",
+    )
     p.set_defaults(func=cmd_crds)
 
 
 def add_validate(sub: Any) -> None:
-    p = sub.add_parser("validate", help="check TrainingRun/Environment YAML without a cluster")
+    p = sub.add_parser(
+        "validate",
+        help="check a YAML file of torchyard resources without a cluster",
+        description="Check every document of FILE as the operator parses it, offline: the "
+        "kind and version of the torchyard.dev group, every field (a typo is named with the "
+        "nearest field), a Sweep as its sweeps core compiles it. Documents of other groups "
+        "are skipped. The same checks, messages and exit code (2) as run --local, submit "
+        "--dry-run and sweep submit give the same file.",
+    )
     p.add_argument("file", help="YAML file ('-' for standard input)")
     p.set_defaults(func=cmd_validate)

@@ -38,7 +38,7 @@ def add_suspend(sub: Any) -> None:
         "suspend",
         help="checkpoint a run now, stop its node Pods and free its capacity (spec.suspend)",
     )
-    p.add_argument("run")
+    p.add_argument("run", help="the TrainingRun's name")
     kube_options(p)
     p.set_defaults(func=cmd_suspend)
 
@@ -47,6 +47,6 @@ def add_resume(sub: Any) -> None:
     p = sub.add_parser(
         "resume", help="admit a suspended run again; it resumes from its newest checkpoint"
     )
-    p.add_argument("run")
+    p.add_argument("run", help="the TrainingRun's name")
     kube_options(p)
     p.set_defaults(func=cmd_suspend)

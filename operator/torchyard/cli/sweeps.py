@@ -1,5 +1,6 @@
 """``torchyard sweep submit|get|describe|best|cancel``: hyperparameter sweeps (the Sweep
-resource, ~ Azure ML's HyperDrive).
+resource, ~ Azure ML's HyperDrive); ``get``, ``describe`` and ``best`` read the sweeps
+local mode ran with ``--local`` (or without any kubeconfig), from their records.
 
 Called by ``torchyard.cli.app``; over ``torchyard.sdk.sweeps`` (the HyperDrive SDK's
 reading of a Sweep). Tested in tests/unit/cli/test_sweep.py.
@@ -16,9 +17,18 @@ import yaml
 
 from torchyard import api
 from torchyard.cli import local
-from torchyard.cli.errors import CliError
+from torchyard.cli.errors import BAD_INPUT, FAILED, OK, CliError
 from torchyard.cli.inspect import age, table
-from torchyard.cli.options import connect, kube_options, load_documents
+from torchyard.cli.options import (
+    connect,
+    kube_options,
+    load_documents,
+    local_options,
+    local_registry,
+    local_registry_option,
+    output_option,
+    reads_local,
+)
 from torchyard.sdk import clusters, local_runs, sweeps
 
 TOP = 10  # the trials describe lists
@@ -36,10 +46,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise CliError(
             f"{args.file} is not a Sweep file: it holds {kinds}; a Sweep file has a document "
             "of kind: Sweep (docs/how-to/sweeps.md)",
-            2,
+            BAD_INPUT,
         )
     if len(found) > 1:
-        raise CliError(f"{args.file} holds {len(found)} Sweeps: submit one file per Sweep", 2)
+        raise CliError(
+            f"{args.file} holds {len(found)} Sweeps: submit one file per Sweep", BAD_INPUT
+        )
     body = found[0]
     meta = body.setdefault("metadata", {})
     if args.local:
@@ -51,14 +63,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
         or clusters.default_namespace(args.kubeconfig, args.context)
     )
     if args.dry_run:
-        api.parse_sweep(body)
         print(yaml.safe_dump(body, sort_keys=False), end="")
-        return 0
+        return OK
     connect(args)
     sweeps.create(body)
     ns, name = meta["namespace"], meta.get("name")
     print(f"Sweep {ns}/{name} created: torchyard sweep describe {name} -n {ns}")
-    return 0
+    return OK
 
 
 def _submit_local(
@@ -66,11 +77,8 @@ def _submit_local(
 ) -> int:
     """Run the Sweep's trials on this machine, ``--parallel`` at a time."""
     if args.parallel < 1:
-        raise CliError(f"--parallel must be at least 1, got {args.parallel}", 2)
-    try:
-        sweep = api.parse_sweep(body)
-    except api.InvalidSpec as err:
-        raise CliError(str(err), 2) from None
+        raise CliError(f"--parallel must be at least 1, got {args.parallel}", BAD_INPUT)
+    sweep = api.parse_sweep(body)
     environment, registry, workroot, source = local.inputs(args, docs, sweep.spec.trial.environment)
     try:
         result = local_runs.sweep(
@@ -82,7 +90,7 @@ def _submit_local(
             environment=environment,
         )
     except (OSError, ValueError) as err:
-        raise CliError(str(err), 1) from None
+        raise CliError(str(err), FAILED) from None
     verdict = result.verdict
     print(
         f"\nSweep {sweep.name} {'succeeded' if verdict.succeeded else 'failed'} in "
@@ -91,11 +99,13 @@ def _submit_local(
     print(table(local_runs.sweep_rows(result)))
     if result.model is not None:
         print(f"model: {result.model.model} version {result.model.version} at {result.model.path}")
-    return 0 if verdict.succeeded else 1
+    return OK if verdict.succeeded else FAILED
 
 
-def _rows(items: list[dict[str, Any]]) -> list[list[str]]:
+def _rows(items: list[dict[str, Any]], wide: bool = False) -> list[list[str]]:
     rows = [["NAME", "PHASE", "DONE", "RUNNING", "STOPPED", "FAILED", "BEST", "METRIC", "AGE"]]
+    if wide:
+        rows[0] += ["OBJECTIVE", "MODEL"]
     for s in items:
         st = s.get("status") or {}
         counts = st.get("trials") or {}
@@ -113,12 +123,38 @@ def _rows(items: list[dict[str, Any]]) -> list[list[str]]:
                 age(s),
             ]
         )
+        if wide:
+            objective = s["spec"].get("objective") or {}
+            model = st.get("model") or {}
+            rows[-1] += [
+                f"{objective.get('goal', '?')} {objective.get('metric', '?')}",
+                f"{model['name']}:{model['version']}" if model else "-",
+            ]
     return rows
 
 
-def cmd_get(args: argparse.Namespace) -> int:
+def _sweep(args: argparse.Namespace) -> tuple[dict[str, Any], list[sweeps.Trial]]:
+    """The sweep ``args.name`` and its trials: in the cluster, or a local one's record."""
+    if reads_local(args):
+        body = sweeps.recorded_one(local_registry(args), args.namespace, args.name)
+        return body, sweeps.trials_of(body, None)
     connect(args)
-    items = [sweeps.get(args.namespace, args.name)] if args.name else sweeps.list_(args.namespace)
+    return sweeps.trials(args.namespace, args.name)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    if reads_local(args):
+        source = local_registry(args)
+        items = (
+            [sweeps.recorded_one(source, args.namespace, args.name)]
+            if args.name
+            else sweeps.recorded(source, args.namespace)
+        )
+    else:
+        connect(args)
+        items = (
+            [sweeps.get(args.namespace, args.name)] if args.name else sweeps.list_(args.namespace)
+        )
     if args.output == "yaml":
         print(yaml.safe_dump_all(items, sort_keys=False), end="")
     elif args.output == "json":
@@ -126,8 +162,8 @@ def cmd_get(args: argparse.Namespace) -> int:
     elif not items:
         print(f"No sweeps in {args.namespace}.", file=sys.stderr)
     else:
-        print(table(_rows(items)))
-    return 0
+        print(table(_rows(items, wide=args.output == "wide")))
+    return OK
 
 
 def _trial_rows(trials: list[sweeps.Trial], metric: str) -> list[list[str]]:
@@ -140,8 +176,7 @@ def _trial_rows(trials: list[sweeps.Trial], metric: str) -> list[list[str]]:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     """Phase, objective, counts, conditions, the best trial and the top trials."""
-    connect(args)
-    body, trials = sweeps.trials(args.namespace, args.name)
+    body, trials = _sweep(args)
     spec, st = body["spec"], body.get("status") or {}
     objective = spec["objective"]
     counts = st.get("trials") or {}
@@ -162,8 +197,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if best:
         params = " ".join(f"{k}={v}" for k, v in sorted((best.get("parameters") or {}).items()))
         print(
-            f"Best trial:   {best['name']} {objective['metric']} {_metric(best.get('metric'))}"
-            f" at interval {best.get('interval', '-')} ({params})"
+            f"Best trial:   {sweeps.best_name(best)} {objective['metric']} "
+            f"{_metric(best.get('metric'))} at interval {best.get('interval', '-')} ({params})"
         )
     else:
         print("Best trial:   none yet")
@@ -184,29 +219,32 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print("  (none yet)")
     if st.get("trialsConfigMap"):
         print(f"Every trial:  ConfigMap {st['trialsConfigMap']}")
-    return 0
+    if st.get("model"):
+        print(f"Model:        {st['model'].get('name')} version {st['model'].get('version')}")
+    return OK
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    """The best trial: its TrainingRun, metric and parameters (exit 1: none yet)."""
-    connect(args)
-    body, trials = sweeps.trials(args.namespace, args.name)
+    """The best trial (``sweeps.best``, the rule of the summary and the SDK): its
+    TrainingRun, state, metric and parameters (exit 1: none yet)."""
+    body, trials = _sweep(args)
     metric = body["spec"]["objective"]["metric"]
-    ranked = sweeps.ranked(trials, body["spec"]["objective"]["goal"])
-    if not ranked or ranked[0].best is None:
-        raise CliError(f"Sweep {args.namespace}/{args.name}: no trial reported {metric} yet", 1)
-    best = ranked[0]
-    if args.output == "json":
-        print(
-            json.dumps(
-                {"name": best.name, "metric": {metric: best.best}, "parameters": best.parameters}
-            )
+    best = sweeps.best(body, trials, not args.exclude_failed, not args.exclude_canceled)
+    if best is None:
+        raise CliError(
+            f"Sweep {args.namespace}/{args.name}: no trial reported {metric} yet", FAILED
         )
-        return 0
+    if args.output == "json":
+        shown = {"name": best.name, "state": best.state, "metric": {metric: best.best}}
+        print(json.dumps({**shown, "parameters": best.parameters}))
+        return OK
     print(f"{best.name}  {metric} {_metric(best.best)}  ({best.state})")
     for k, v in sorted(best.parameters.items()):
         print(f"  --{k} {v}")
-    return 0
+    model = (body.get("status") or {}).get("model")
+    if model:
+        print(f"  model: {model.get('name')} version {model.get('version')} (registerBest)")
+    return OK
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -214,12 +252,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     try:
         sweeps.cancel(args.namespace, args.name)
     except ValueError as err:
-        raise CliError(str(err), 1) from None
+        raise CliError(str(err), FAILED) from None
     print(
         f"Sweep {args.namespace}/{args.name} canceling: its running trials are canceled and it "
         "ends Failed (reason Canceled) with the best trial so far"
     )
-    return 0
+    return OK
 
 
 def add_sweep(sub: Any) -> None:
@@ -231,7 +269,18 @@ def add_sweep(sub: Any) -> None:
         "parameters, stops poor trials early and names the best (docs/how-to/sweeps.md).",
     )
     cmds = p.add_subparsers(dest="sweep_command", metavar="SWEEP_COMMAND", required=True)
-    s = cmds.add_parser("submit", help="create the Sweep of a YAML file")
+    _add_submit(cmds)
+    _add_reads(cmds)
+    _add_cancel(cmds)
+
+
+def _add_submit(cmds: Any) -> None:
+    s = cmds.add_parser(
+        "submit",
+        help="create the Sweep of a YAML file (--local: run its trials on this machine)",
+        description="Create the Sweep of FILE in the cluster, checked first as validate "
+        "checks it; --dry-run only checks and prints it; --local runs its trials here.",
+    )
     s.add_argument("file", help="a YAML file with one Sweep ('-': standard input)")
     s.add_argument("--dry-run", action="store_true", help="check it and print it, create nothing")
     s.add_argument(
@@ -252,12 +301,7 @@ def add_sweep(sub: Any) -> None:
         metavar="DIR",
         help="--local: folder with the training code (default: the YAML file's folder)",
     )
-    s.add_argument(
-        "--registry",
-        metavar="DIR",
-        help="--local: local registry folder (default: ~/.torchyard/registry or "
-        "$TORCHYARD_REGISTRY)",
-    )
+    local_registry_option(s)
     s.add_argument(
         "--workdir",
         metavar="DIR",
@@ -265,25 +309,59 @@ def add_sweep(sub: Any) -> None:
     )
     kube_options(s)
     s.set_defaults(func=cmd_submit, namespace_from_file=True)
-    g = cmds.add_parser("get", help="list sweeps, or one: phase, trials, best")
+
+
+def _add_reads(cmds: Any) -> None:
+    """get, describe and best: read a sweep of the cluster or of local mode."""
+    g = cmds.add_parser(
+        "get",
+        help="list sweeps, or one: phase, trials, best",
+        description="The sweeps of the namespace (or one): phase, trial counts, the best "
+        "trial; --local: those local mode ran.",
+    )
     g.add_argument("name", nargs="?", help="one sweep")
-    g.add_argument("-o", "--output", choices=["yaml", "json"], help="output format")
+    output_option(g)
+    local_options(g)
     kube_options(g)
     g.set_defaults(func=cmd_get)
     d = cmds.add_parser(
-        "describe", help="a sweep: phase, conditions, counts, the best trial and the top trials"
+        "describe",
+        help="a sweep: phase, conditions, counts, the best trial and the top trials",
+        description="A sweep: its phase, objective, policy, conditions, counts, the best "
+        "trial and the top trials; --local: one local mode ran.",
     )
-    d.add_argument("name")
+    d.add_argument("name", help="the sweep's name")
+    local_options(d)
     kube_options(d)
     d.set_defaults(func=cmd_describe)
-    b = cmds.add_parser("best", help="the best trial: its TrainingRun, metric and parameters")
-    b.add_argument("name")
-    b.add_argument("-o", "--output", choices=["json"], help="output format")
+    b = cmds.add_parser(
+        "best",
+        help="the best trial (any state, as HyperDrive's get_best_run_by_primary_metric): "
+        "its TrainingRun, state, metric and parameters",
+        description="The best trial of a sweep, in any state unless left out (as HyperDrive's "
+        "get_best_run_by_primary_metric): its TrainingRun, state, metric and parameters (exit "
+        "1 while no trial reported the metric); --local: of one local mode ran.",
+    )
+    b.add_argument("name", help="the sweep's name")
+    b.add_argument("--exclude-failed", action="store_true", help="leave out the trials that failed")
+    b.add_argument(
+        "--exclude-canceled",
+        action="store_true",
+        help="leave out the trials stopped by the policy and those canceled",
+    )
+    output_option(b, "json")
+    local_options(b)
     kube_options(b)
     b.set_defaults(func=cmd_best)
+
+
+def _add_cancel(cmds: Any) -> None:
     c = cmds.add_parser(
-        "cancel", help="cancel a sweep (spec.cancel): its running trials are canceled"
+        "cancel",
+        help="cancel a sweep (spec.cancel): its running trials are canceled",
+        description="Cancel a sweep in the cluster (spec.cancel): its running trials are "
+        "canceled and it ends Failed, reason Canceled, with the best trial so far.",
     )
-    c.add_argument("name")
+    c.add_argument("name", help="the sweep's name")
     kube_options(c)
     c.set_defaults(func=cmd_cancel)

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.cli.errors import CliError
-from torchyard.cli.options import connect, port_number, registry, registry_options
+from torchyard.cli.options import (
+    connect,
+    local_registry_option,
+    port_number,
+    registry_options,
+    service,
+)
 from torchyard.launch.contract import TORCHYARD_TENSORBOARD
 from torchyard.sdk import clusters, local_runs, sweeps
 from torchyard.sdk import tensorboard as tb
@@ -77,7 +83,7 @@ def _session(args: argparse.Namespace, folder: Path) -> tb.Session:
     def archive() -> RegistryClient:  # (only when a run's archive or records are read)
         if not made:
             args.namespace = ns
-            made.append(registry(args))
+            made.append(service(args))
             made[0].progress = False
         return made[0]
 
@@ -188,12 +194,7 @@ def add_tensorboard(sub: Any) -> None:
         help="a local run ('torchyard run --local'): its working folder while it runs, the "
         "local registry's archive after",
     )
-    p.add_argument(
-        "--registry",
-        metavar="DIR",
-        help="with --local: the local registry folder (default: ~/.torchyard/registry or "
-        "$TORCHYARD_REGISTRY)",
-    )
+    local_registry_option(p)
     p.add_argument(
         "--workdir",
         metavar="DIR",

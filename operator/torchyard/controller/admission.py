@@ -15,7 +15,7 @@ write per Pod), one that does not is created gated; a gang created with at least
 without that pass (:func:`_far_back`: its place would be "more than 50 ahead" whatever
 the pass found, and nobody behind it moves), so a burst of thousands of new runs costs
 no pass over thousands each. A gang whose Pods all exist ungated needs none of this:
-:func:`settled` says so without the wanted manifests being built. A run with
+:func:`of_whole_gang` says so without the wanted manifests being built. A run with
 ``scheduling.queueName`` is left to Kueue. Until the cache is primed (``prime``, at
 start-up) nothing is admitted. The apiserver's refusals are raised as they come;
 ``trainingruns`` tells them apart (``refusals``: the run waits, fails, or the work queue
@@ -36,7 +36,7 @@ from torchyard.controller import cache as caches
 from torchyard.controller import context, telemetry
 from torchyard.controller.context import Context, Key
 from torchyard.planning import admission as gangs
-from torchyard.planning import names, pods, shipped
+from torchyard.planning import names, pods, shipped, topology
 
 # Before the first pass after a restart has placed a gang: what its status said is kept.
 WAITING_MESSAGE = "waiting for the admission pass"
@@ -72,7 +72,9 @@ def admit(
     return _create_and_admit(ctx, run, wanted, current, previous or {})
 
 
-def settled(ctx: Context, run: api.TrainingRun, current: list[dict[str, Any]]) -> Admission | None:
+def of_whole_gang(
+    ctx: Context, run: api.TrainingRun, current: list[dict[str, Any]]
+) -> Admission | None:
     """What :func:`admit` would answer for a gang that is whole and ungated (every node
     Pod of this attempt exists, none gated), worked out without building the wanted
     manifests: most reconciles of a running gang (each burst of its Pods' status
@@ -125,15 +127,17 @@ def _create_and_admit(
         return _create(ctx, ns, current, missing)
     if missing and current and len(gated) < len(current):
         # An admitted gang that lost some Pods before they were all created (operator
-        # restart): finish it ungated.
+        # restart): finish it ungated, each in the domain of the rank next to it.
         ctx.k8s.apply(pods.service(run))
-        return _create(ctx, ns, current, [pods.ungate(p) for p in missing])
+        return _create(ctx, ns, current, [_beside(p, current, run) for p in missing])
     if missing:
         return _create_gang(ctx, run, wanted, current, missing)
     if key in ctx.cache.admitted:  # a pass admitted it: lift every gate together
         ctx.k8s.apply(pods.service(run))
         by_name = {p["metadata"]["name"]: p for p in wanted}
-        _write(ctx, [pods.ungate(by_name[p["metadata"]["name"]]) for p in gated])
+        chosen = ctx.cache.selectors.get(key, ())
+        note = _where(run, chosen)
+        _write(ctx, [_open(by_name[p["metadata"]["name"]], chosen, note) for p in gated])
         ctx.cache.forget_run(key)
         return Admission(current, _admitted(run, wanted))
     return _queued(ctx, key, current, previous)
@@ -160,7 +164,9 @@ def _create_gang(
             if far_back is None:
                 decisions = _decide(cache, gang)
         admit_it = key in decisions and decisions[key].admit
-        planned = [pods.ungate(p) for p in missing] if admit_it else missing
+        chosen = decisions[key].selectors if admit_it else ()
+        note = _where(run, chosen)
+        planned = [_open(p, chosen, note) for p in missing] if admit_it else missing
         for p in planned:  # taken (or queued) at once, before the apiserver answers
             cache.assume(p, quiet=far_back is not None)
         admitted, moved = _record(cache, decisions, skip=key)
@@ -186,6 +192,49 @@ def _create_gang(
         return Admission(created, gangs.Decision(False, 0, WAITING_MESSAGE), others)
     gang = gangs.gang_of(key, _queued_at(run), len(wanted), wanted[0])
     return Admission(created, decision, others, queue=_queue_field(pool_name(gang), decision))
+
+
+def _rank(pod: Mapping[str, Any]) -> int:
+    return int(pod["metadata"]["labels"][names.LABEL_NODE_RANK])
+
+
+def _where(run: api.TrainingRun, selectors: Sequence[Mapping[str, str]]) -> str | None:
+    """Where a gang with a placement went, by node rank (its Pods' admitted note)."""
+    if run.spec.placement is None or not selectors:
+        return None
+    level = run.spec.placement.topology.level
+    values = [str(s.get(level, "")) for s in selectors]
+    return f"all {len(values)} node Pod(s) admitted together" + topology.describe(level, values)
+
+
+def _open(
+    pod: dict[str, Any], selectors: Sequence[Mapping[str, str]], note: str | None = None
+) -> dict[str, Any]:
+    """``pod`` ungated, in its rank's domain when its gang has a placement (``note``: where
+    the gang went)."""
+    rank = _rank(pod)
+    return pods.ungate(pod, selectors[rank] if rank < len(selectors) else None, admitted=note)
+
+
+def _beside(
+    pod: dict[str, Any], current: Sequence[Mapping[str, Any]], run: api.TrainingRun
+) -> dict[str, Any]:
+    """``pod`` ungated, in the domain of the nearest rank created before it (a gang with
+    a placement: its ranks stay together)."""
+    if run.spec.placement is None:
+        return pods.ungate(pod)
+    level = run.spec.placement.topology.level
+    rank = _rank(pod)
+    near = sorted(current, key=lambda p: (abs(_rank(p) - rank), _rank(p)))
+    selector = next(
+        (
+            {k: v for k, v in (p["spec"].get("nodeSelector") or {}).items() if k == level}
+            for p in near
+            if level in (p["spec"].get("nodeSelector") or {})
+        ),
+        None,
+    )
+    return pods.ungate(pod, selector)
 
 
 @dataclass(frozen=True)
@@ -301,9 +350,14 @@ def _create(
     ctx: Context, ns: str, current: list[dict[str, Any]], missing: list[dict[str, Any]]
 ) -> Admission:
     """Create ``missing`` as they are, with no admission decision."""
-    _write(ctx, missing, new=True)
-    telemetry.PODS_CREATED.inc(len(missing), namespace=ns)
+    create_pods(ctx, ns, missing)
     return Admission(current + missing)
+
+
+def create_pods(ctx: Context, ns: str, manifests: list[dict[str, Any]]) -> None:
+    """Create node Pods someone else admitted (Kueue), ungated, by POST."""
+    _write(ctx, manifests, new=True)
+    telemetry.PODS_CREATED.inc(len(manifests), namespace=ns)
 
 
 # -- the admission pass -------------------------------------------------------------------
@@ -388,6 +442,8 @@ def _record(
         key = (ns, name)
         if decision.admit:
             cache.admitted.add(key)
+            if decision.selectors:
+                cache.selectors[key] = decision.selectors
             cache.places.pop(key, None)
             if key != skip:
                 admitted.append(("TrainingRun", ns, name))

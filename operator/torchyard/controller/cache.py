@@ -15,9 +15,10 @@ the cache :attr:`~Cache.dirty`, and the admission pass (``admission.run_pass``) 
 
 Besides, the cache holds the admission state of the pools: the gangs a pass admitted
 whose gates their run's reconcile has yet to lift (:attr:`Cache.admitted`, counted as
-taking room), each waiting run's place in its pool's queue (:attr:`Cache.places`) and
-the pools whose head the last pass found blocked (:attr:`Cache.blocked`), so that a gang
-created far back in a blocked queue is placed without a pass.
+taking room, in the domains of their placement: :attr:`Cache.selectors`), each waiting
+run's place in its pool's queue (:attr:`Cache.places`) and the pools whose head the last
+pass found blocked (:attr:`Cache.blocked`), so that a gang created far back in a blocked
+queue is placed without a pass.
 The waiting gangs are worked out per run and kept until one of its Pods changes
 (:meth:`Cache.waiting`), so a pass over thousands of waiting runs re-reads none of
 their Pods. :meth:`Cache.echo` tells a Pod event that is this operator's own write
@@ -81,9 +82,11 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     out_meta: dict[str, Any] = {
         "name": meta.get("name", ""),
         "namespace": meta.get("namespace", ""),
-        "labels": {k: labels[k] for k in (names.LABEL_RUN,) if k in labels},
+        "labels": {k: labels[k] for k in (names.LABEL_RUN, names.LABEL_NODE_RANK) if k in labels},
         "annotations": {
-            k: annotations[k] for k in (pods.QUEUED_AT_ANNOTATION,) if k in annotations
+            k: annotations[k]
+            for k in (pods.QUEUED_AT_ANNOTATION, pods.PLACEMENT_ANNOTATION)
+            if k in annotations
         },
         "creationTimestamp": meta.get("creationTimestamp", ""),
     }
@@ -160,6 +163,8 @@ class Cache:
         self.ready = False  # primed: the start-up listing is in
         self.dirty = False  # something admission sees changed since the last pass
         self.admitted: set[RunKey] = set()  # admitted by a pass; gates not lifted yet
+        # an admitted gang with a placement: node rank i's node selector (its domain)
+        self.selectors: dict[RunKey, tuple[Mapping[str, str], ...]] = {}
         self.places: dict[RunKey, Place] = {}  # waiting runs' places in their pool's queue
         self.blocked: set[tuple[tuple[str, str], ...]] = set()  # pools whose head waits
         self._by_run: dict[RunKey, set[_PodKey]] = {}  # torchyard's Pods, per run
@@ -264,6 +269,7 @@ class Cache:
         """The run's queue place and admission are gone (its gang left the queue)."""
         with self.lock:
             self.admitted.discard(run)
+            self.selectors.pop(run, None)
             self.places.pop(run, None)
 
     # -- reading ------------------------------------------------------------------------
@@ -291,10 +297,12 @@ class Cache:
             for p in self._pods.values():
                 run = (p["metadata"]["namespace"], p["metadata"]["labels"].get(names.LABEL_RUN))
                 if run in self.admitted and gangs.is_gated(p):
-                    p = {
-                        **p,
-                        "spec": {k: v for k, v in p["spec"].items() if k != "schedulingGates"},
-                    }
+                    spec = {k: v for k, v in p["spec"].items() if k != "schedulingGates"}
+                    chosen = self.selectors.get(run, ())
+                    rank = int(p["metadata"]["labels"].get(names.LABEL_NODE_RANK, "-1"))
+                    if 0 <= rank < len(chosen):  # its domain: it takes room there
+                        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **chosen[rank]}
+                    p = {**p, "spec": spec}
                 out.append(p)
             return out
 

@@ -65,6 +65,16 @@ class K8s(Protocol):
         self, manifest: dict[str, Any], *, field_manager: str = ...
     ) -> dict[str, Any]: ...
 
+    def merge_patch(
+        self,
+        res: k8s.Resource,
+        namespace: str | None,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        subresource: str = ...,
+    ) -> dict[str, Any]: ...
+
     def delete(
         self,
         res: k8s.Resource,
@@ -128,6 +138,9 @@ class Context:
     # the chart's tracking settings, in a Context ``tracking.scoped`` made for a
     # namespace of its own (None: ``settings.tracking`` is the chart's)
     chart_tracking: run_tracking.Settings | None = None
+    # what the cluster's Kueue offers, read at most once a minute (``workloads``): a
+    # name ("workloads", "topologies") -> (when read, what was read)
+    kueue: dict[str, tuple[datetime, Any]] = field(default_factory=dict)
 
 
 @dataclass

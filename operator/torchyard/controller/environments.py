@@ -3,8 +3,8 @@
 :func:`reconcile` parses the Environment, observes its image (the registry's answer,
 the build Job and, when the Job failed, its Pod's message), starts the one build Job
 when the image is missing, writes the status once (``context.write``) and names the
-TrainingRuns waiting on it when it became Ready or Failed; an ended build's record goes to
-the registry (``recording``). Called by ``handlers``;
+TrainingRuns and OnlineEndpoints waiting on it when it became Ready or Failed; an ended
+build's record goes to the registry (``recording``). Called by ``handlers``;
 tested against a real control plane in tests/integration/test_environments.py.
 """
 
@@ -45,9 +45,13 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     result = Result()
     if changed and new.get("phase") in ("Ready", "Failed"):
         name = body["metadata"]["name"]
-        for run in ctx.k8s.list_(k8s.TRAININGRUNS, ns):
-            if run.get("spec", {}).get("environment") == name:
-                result.also.append(("TrainingRun", ns, run["metadata"]["name"]))
+        for kind, res in (
+            ("TrainingRun", k8s.TRAININGRUNS),
+            ("OnlineEndpoint", k8s.ONLINEENDPOINTS),
+        ):
+            for obj in ctx.k8s.list_(res, ns):
+                if obj.get("spec", {}).get("environment") == name:
+                    result.also.append((kind, ns, obj["metadata"]["name"]))
     if new.get("phase") == "Building":
         result.requeue_after = 30.0  # Job events wake us sooner
     elif new.get("phase") in ("Ready", "Failed") and not _recorded(ctx, body, new, build):

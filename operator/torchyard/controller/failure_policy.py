@@ -8,10 +8,12 @@ and says whether the gang
 restarts or the run fails with it: platform failures (a lost node, an eviction) are
 restarted within ``policy.platformRestartLimit``, failures of the user's code within
 ``policy.backoffLimit``, and a stuck Pod or a failed archive upload never (training
-again would not help). A gang that Kueue stopped (``status.suspensions.kueue_stopped``)
-is restarted as a suspension, counted in neither limit: Kueue gates the new Pods until it
-admits them again. ``policy.activeDeadlineSeconds`` counts from ``started``: the run's
-start moved on by the time it was suspended (``status.deadlines.counted_from``).
+again would not help). A gang that Kueue stopped (``status.suspensions.kueue_stopped``, its
+plain Pod groups) or whose Workload Kueue evicted (preempted, deactivated, a node failure)
+is restarted as a suspension, counted in neither limit: a platform event, never the
+user's code; Kueue admits the new node Pods (or the Workload) when it has room again.
+``policy.activeDeadlineSeconds`` counts from ``started``: the run's start moved on by the
+time it was suspended (``status.deadlines.counted_from``).
 The :class:`Verdict` carries the failure on to the status: it is not computed again.
 Tested as tables in tests/unit/controller/test_failure_policy.py and through the
 reconcile tables of tests/unit/controller/test_reconcile.py.
@@ -146,6 +148,10 @@ def final(run: api.TrainingRun, failure: Failure, attempts: Attempts) -> Failure
     return {**failure, "message": f"{message}; {left}" if message else left}
 
 
+def _live(pod: Mapping[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
 def decide(
     run: api.TrainingRun,
     pods: Sequence[Mapping[str, Any]],
@@ -154,15 +160,19 @@ def decide(
     started: datetime | None,
     now: datetime,
     nodes: Sequence[Mapping[str, Any]] = (),
+    evicted: str | None = None,
 ) -> Verdict:
     """The deadline, then the failure of the current attempt's ``pods`` (see the module
     docstring); ``phase`` is the run's phase before this reconcile; ``nodes`` the Nodes
     as admission sees them: a running gang's Pod on one that went NotReady or unhealthy
-    fails the attempt at once (``exclusions.down_failure``)."""
+    fails the attempt at once (``exclusions.down_failure``); ``evicted``: why Kueue
+    evicted the run's Workload (``workloads``), None when it did not."""
     left = deadline_left(run, started, now)
     if left is not None and left <= 0:
         return Verdict(deadline_exceeded=True)
     stopped = suspensions.kueue_stopped(pods)
+    if stopped is None and evicted is not None and any(_live(p) for p in pods):
+        stopped = f"Kueue evicted the run's Workload ({evicted})"
     if stopped is not None:
         after = attempts.suspended()
         message = (

@@ -1,6 +1,8 @@
 """The Kopf handlers: they put keys on the work queue (``workqueue``) and feed the cache.
 
-Kopf watches TrainingRuns, Sweeps, Environments, build Jobs and Nodes; each event puts the
+Kopf watches TrainingRuns, Sweeps, Environments, OnlineEndpoints and their serving
+Deployments, build and fetch Jobs, Nodes and Kueue's Workloads (where Kueue is
+installed); each event puts the
 key of the object to reconcile on the queue (a trial TrainingRun's, its Sweep's key too),
 whose workers call the reconcilers. The Pods are watched outside Kopf (``pod_watch``,
 started here): a Pod's event queues its run on the status lane without waiting behind
@@ -50,6 +52,7 @@ from torchyard.launch.contract import (
     TORCHYARD_INPUTS_CACHE_LIMIT,
     TORCHYARD_INPUTS_CACHE_SIZE,
     TORCHYARD_INPUTS_STORAGE_CLASS,
+    TORCHYARD_KUEUE_INTEGRATION,
     TORCHYARD_MLFLOW_SECRET,
     TORCHYARD_MLFLOW_URI,
     TORCHYARD_REGISTRY_CA_FILE,
@@ -98,6 +101,17 @@ def _settings(memo: Any) -> pods.Settings:
             uri=os.environ.get(TORCHYARD_MLFLOW_URI, ""),
             secret=os.environ.get(TORCHYARD_MLFLOW_SECRET, ""),
         ),
+        kueue_integration=_kueue_integration(os.environ.get(TORCHYARD_KUEUE_INTEGRATION, "")),
+    )
+
+
+def _kueue_integration(value: str) -> str:
+    """The chart's kueue.integration: auto (the default), workload or podGroups."""
+    if value in ("", "auto", "workload", "podGroups"):
+        return value or "auto"
+    raise RuntimeError(
+        f"{TORCHYARD_KUEUE_INTEGRATION}={value!r}: must be auto, workload or podGroups (the "
+        "chart's kueue.integration)"
     )
 
 
@@ -196,7 +210,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.queue = queue
     memo.ctx = ctx
     memo.sweep_reads = {}  # (namespace, trial) -> sweep_trials.sweep_reads of its last event
-    memo.settled_sweeps = {}  # (namespace, sweep) -> status.sweeps.settled of its last event
+    # (namespace, sweep) -> status.sweeps.keeps_books_only of its last event
+    memo.settled_sweeps = {}
+    memo.endpoints_preparing = set()  # (namespace, endpoint) waiting for its model's fetch
     memo.admission_wake = asyncio.Event()
     memo.admission_wake.set()
     memo.tasks = [asyncio.create_task(workqueue.worker(queue, ctx)) for _ in range(WORKERS)]
@@ -346,6 +362,11 @@ def _runs_listed(memo: Any) -> None:
         held.runs_listed.set()
 
 
+def _gone(kind: str | None) -> bool:
+    """Whether a watch event's type says the object was deleted."""
+    return kind == "DELETED"
+
+
 @kopf.on.event(api.GROUP, api.VERSION, "trainingruns")
 async def trainingrun_event(
     type: str,
@@ -358,15 +379,15 @@ async def trainingrun_event(
     **_: Any,
 ) -> None:
     _runs_listed(memo)
-    if type == "DELETED":
+    if _gone(type):
         _seen(memo, k8s.TRAININGRUNS, type, body)  # the others came by trainingrun_held
     sweep = (meta.get("labels") or {}).get(wire.LABEL_SWEEP)
     if sweep and _trial_changed(memo, type, namespace, name, body):
         _enqueue(memo, "Sweep", namespace, str(sweep), delay=_sweep_delay(memo, namespace, sweep))
     if namespace:
-        phase = None if type == "DELETED" else str((status or {}).get("phase") or "")
+        phase = None if _gone(type) else str((status or {}).get("phase") or "")
         telemetry.run_phase(namespace, name, phase)
-    if type == "DELETED":
+    if _gone(type):
         _deleted(memo, "TrainingRun", namespace, name, body)
     elif not _own_write(memo, ("TrainingRun", namespace or "", name), meta):
         _enqueue(memo, "TrainingRun", namespace, name)
@@ -375,7 +396,7 @@ async def trainingrun_event(
 def _sweep_delay(memo: Any, namespace: str | None, sweep: str) -> float:
     """How soon a trial's change queues its Sweep (which reads its trials' status): at
     once, but ``SETTLED_SWEEP_DELAY_SECONDS`` later for a sweep whose last status said its
-    next reconcile only keeps its books (``status.sweeps.settled``: every trial made, none
+    next reconcile only keeps its books (``status.sweeps.keeps_books_only``: every trial made, none
     paused), so that the gang admitted into the slot a trial freed is placed first, and
     the burst of its trials' events is one reconcile."""
     settled = memo.get("settled_sweeps") or {}
@@ -410,7 +431,7 @@ def _deleted(
     if ctx is None:
         return
     ctx.written.pop((kind, namespace, name), None)
-    if recording.wanted(ctx, body):
+    if recording.needs_recording(ctx, body):
         asyncio.get_running_loop().run_in_executor(None, recording.deleted, ctx, dict(body))
 
 
@@ -426,13 +447,50 @@ async def sweep_event(
 ) -> None:
     settled = memo.get("settled_sweeps")
     if settled is not None:
-        done = type != "DELETED" and sweep_status.settled(body.get("status"))
+        done = not _gone(type) and sweep_status.keeps_books_only(body.get("status"))
         settled[(namespace or "", name)] = done
-    if type == "DELETED":
+    if _gone(type):
         _deleted(memo, "Sweep", namespace, name, body)
     elif not _own_write(memo, ("Sweep", namespace or "", name), meta):
         _enqueue(memo, "Sweep", namespace, name)
     _runs_listed(memo)
+
+
+@kopf.on.event(api.GROUP, api.VERSION, "onlineendpoints")
+async def endpoint_event(
+    type: str,
+    name: str,
+    namespace: str | None,
+    meta: Mapping[str, Any],
+    status: Mapping[str, Any],
+    memo: Any,
+    **_: Any,
+) -> None:
+    """An OnlineEndpoint changed: queue it (not for its own status write); remember which
+    wait for a model fetch (``input_fetch_event`` queues them)."""
+    preparing = memo.get("endpoints_preparing")
+    if preparing is not None:
+        key = (namespace or "", name)
+        if type != "DELETED" and (status or {}).get("phase") in (None, "Pending", "Preparing"):
+            preparing.add(key)
+        else:
+            preparing.discard(key)
+    if type == "DELETED":
+        ctx = memo.get("ctx")
+        if ctx is not None:
+            ctx.written.pop(("OnlineEndpoint", namespace, name), None)
+    elif not _own_write(memo, ("OnlineEndpoint", namespace or "", name), meta):
+        _enqueue(memo, "OnlineEndpoint", namespace, name)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/component": "serving"})
+async def serving_deployment_event(
+    namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
+) -> None:
+    """A serving Deployment's rollout moved: queue its endpoint."""
+    endpoint = labels.get(names.LABEL_ENDPOINT)
+    if endpoint:
+        _enqueue(memo, "OnlineEndpoint", namespace, endpoint, workqueue.STATUS)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, "environments")
@@ -440,7 +498,7 @@ async def environment_event(
     type: str, name: str, namespace: str | None, body: Mapping[str, Any], memo: Any, **_: Any
 ) -> None:
     _seen(memo, k8s.ENVIRONMENTS, type, body)
-    if type != "DELETED":
+    if not _gone(type):
         _enqueue(memo, "Environment", namespace, name)
 
 
@@ -467,9 +525,49 @@ async def node_event(
     (``lost_nodes``) and fails the attempt on a down one at once
     (``exclusions.down_failure``), not after the taint manager's eviction."""
     _cache_event(memo, "Node", type, body)
-    if type == "DELETED" or exclusions.unhealthy(body) is not None:
+    if _gone(type) or exclusions.unhealthy(body) is not None:
         for namespace, run in _runs_on(memo, name):
             _enqueue(memo, "TrainingRun", namespace, run)
+
+
+@kopf.on.event(k8s.KUEUE_GROUP, k8s.KUEUE_VERSION, "workloads")
+async def workload_event(
+    type: str | None, namespace: str | None, body: Mapping[str, Any], memo: Any, **_: Any
+) -> None:
+    """A Kueue Workload changed (admitted, evicted, finished): queue the TrainingRun it is
+    for (its run label, or its owner: MultiKueue's copy on a worker), on the status lane
+    (an admission is a gang to place at once; controller/workloads.py)."""
+    run = workload_run(body)
+    if run is not None and type != "DELETED":
+        _enqueue(memo, "TrainingRun", namespace, run, lane=workqueue.STATUS)
+
+
+@kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions", field="spec.group",
+               value=k8s.KUEUE_GROUP)  # fmt: skip
+async def kueue_crd_event(memo: Any, **_: Any) -> None:
+    """Kueue installed, upgraded or removed: what it offers is read again
+    (``workloads.served``, ``workloads.topologies``)."""
+    ctx = memo.get("ctx")
+    if ctx is not None:
+        ctx.kueue.clear()
+
+
+@kopf.on.event(k8s.KUEUE_GROUP, k8s.KUEUE_VERSION, "topologies")
+async def topology_event(memo: Any, **_: Any) -> None:
+    """A Kueue Topology changed: the levels of the runs' placements are read again."""
+    ctx = memo.get("ctx")
+    if ctx is not None:
+        ctx.kueue.pop("topologies", None)
+
+
+def workload_run(body: Mapping[str, Any]) -> str | None:
+    """The name of the TrainingRun a Workload is for, None when it is not a run's."""
+    meta = body.get("metadata") or {}
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "TrainingRun" and owner.get("apiVersion") == api.API_VERSION:
+            return str(owner.get("name"))
+    run = (meta.get("labels") or {}).get(names.LABEL_RUN)
+    return str(run) if run else None
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/component": "environment-build"})
@@ -498,3 +596,6 @@ async def input_fetch_event(namespace: str | None, memo: Any, **_: Any) -> None:
         phase = (run.get("status") or {}).get("phase")
         if run.get("spec", {}).get("inputs") and phase in WAITS_FOR_INPUTS:
             _enqueue(memo, "TrainingRun", namespace, run["metadata"]["name"])
+    for ns, endpoint in sorted(memo.get("endpoints_preparing") or ()):
+        if ns == namespace:
+            _enqueue(memo, "OnlineEndpoint", namespace, endpoint)

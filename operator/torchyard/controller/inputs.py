@@ -19,16 +19,17 @@ on the real node in tests/node/test_s3_inputs_on_node.py.
 
 from __future__ import annotations
 
-import calendar
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from torchyard import api, k8s
+from torchyard.api.times import parse_time
 from torchyard.controller import environments
 from torchyard.controller.context import Context, Log
-from torchyard.inputs import cache, uris
+from torchyard.inputs import cache, schemes, uris
+from torchyard.planning import endpoints as endpoint_plans
 from torchyard.planning import inputs as planned
 from torchyard.planning import names
 from torchyard.status import inputs as input_status
@@ -88,11 +89,24 @@ def prepare(
     ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any], logger: Log, now: datetime
 ) -> input_status.InputsObserved | None:
     """The run's fetched inputs: ready, being fetched, or failed (None: it has none)."""
-    wanted = planned.fetched(run)
+    return prepare_sources(ctx, run.namespace, planned.fetched(run), previous, logger, now)
+
+
+def prepare_sources(
+    ctx: Context,
+    namespace: str,
+    wanted: Sequence[tuple[api.Input, uris.Source]],
+    previous: Mapping[str, Any],
+    logger: Log,
+    now: datetime,
+) -> input_status.InputsObserved | None:
+    """The cache entries of ``wanted`` (a run's fetched inputs, an endpoint's model
+    versions): ready, being fetched, or failed; ``previous``: the owner's status, whose
+    ``inputs`` say what it waited for (None: nothing wanted)."""
     if not wanted:
         return None
     seen = {str(e.get("name")): e for e in previous.get("inputs") or []}
-    index = _index(ctx, run.namespace)
+    index = _index(ctx, namespace)
     entries: list[dict[str, Any]] = []
     waiting: dict[str, str] = {}
     blocked: dict[str, tuple[str, str]] = {}
@@ -100,22 +114,22 @@ def prepare(
     for inp, source in wanted:
         before = seen.get(inp.name)
         key = source.key
-        if _no_version(source, run.namespace):
-            said = _no_version(source, run.namespace)
+        if _no_version(source, namespace):
+            said = _no_version(source, namespace)
             failure = failure or input_status.failure(inp.name, source.uri, said)
             continue
         if key in index:
-            entries.append(_ready(ctx, run, inp, index[key], before, now))
+            entries.append(_ready(ctx, namespace, inp, index[key], before, now))
             continue
         entries.append({"name": inp.name, "uri": source.uri, "key": key})
-        state, said = _fetch(ctx, run, source, index, before is not None, logger)
+        state, said = _fetch(ctx, namespace, source, index, before is not None, logger)
         if state == "Failed":
             failure = failure or input_status.failure(inp.name, source.uri, said)
         elif state == "Blocked":
             blocked[inp.name] = said
         elif state == "Complete":
-            index[key] = _commit(ctx, run.namespace, said, now)
-            entries[-1] = _ready(ctx, run, inp, index[key], before or {}, now)
+            index[key] = _commit(ctx, namespace, said, now)
+            entries[-1] = _ready(ctx, namespace, inp, index[key], before or {}, now)
         else:
             waiting[inp.name] = said
     return input_status.InputsObserved(entries, waiting, failure, blocked)
@@ -123,7 +137,7 @@ def prepare(
 
 def _no_version(source: uris.Source, namespace: str) -> str:
     """What fails a model:// input that :func:`pin_models` could not pin ('' otherwise)."""
-    if source.scheme != "model" or uris.model_of(source.uri)[1]:
+    if not schemes.of(source).unversioned(source.uri):
         return ""
     return (
         f"model {uris.model_of(source.uri)[0]} has no version in namespace {namespace} to "
@@ -131,7 +145,7 @@ def _no_version(source: uris.Source, namespace: str) -> str:
     )
 
 
-def carried(previous: Mapping[str, Any]) -> input_status.InputsObserved | None:
+def ready_from_status(previous: Mapping[str, Any]) -> input_status.InputsObserved | None:
     """The inputs of a run whose gang has its Pods: ready, as its status says."""
     entries = list(previous.get("inputs") or [])
     return input_status.InputsObserved(entries) if entries else None
@@ -139,7 +153,7 @@ def carried(previous: Mapping[str, Any]) -> input_status.InputsObserved | None:
 
 def _ready(
     ctx: Context,
-    run: api.TrainingRun,
+    namespace: str,
     inp: api.Input,
     found: Mapping[str, Any],
     before: Mapping[str, Any] | None,
@@ -152,7 +166,7 @@ def _ready(
         fetched = int(found["fetchedBytes"]) if before is not None else 0
         if found["lastUsed"] != timestamp(now):  # first used by this run: the newest use
             entry = planned.entry_config_map(
-                run.namespace, record, int(found["fetchedBytes"]), timestamp(now)
+                namespace, record, int(found["fetchedBytes"]), timestamp(now)
             )
             ctx.k8s.apply(entry)
     else:
@@ -170,7 +184,7 @@ def _ready(
 
 def _fetch(
     ctx: Context,
-    run: api.TrainingRun,
+    namespace: str,
     source: uris.Source,
     index: Mapping[str, Any],
     waited: bool,
@@ -178,18 +192,18 @@ def _fetch(
 ) -> tuple[str, Any]:
     """The key's fetch Job, started when there is none: (its state, what it said)."""
     name = names.input_fetch(source.key)
-    job = ctx.k8s.get_or_none(k8s.JOBS, run.namespace, name)
+    job = ctx.k8s.get_or_none(k8s.JOBS, namespace, name)
     state = environments.job_state(job) if job is not None else ""
     if state == "Failed" and not waited:
         # A Job that failed before this run asked: this run tries again.
-        ctx.k8s.delete(k8s.JOBS, run.namespace, name, propagation="Background")
+        ctx.k8s.delete(k8s.JOBS, namespace, name, propagation="Background")
         return "Running", "a fetch that failed before is being retried"
     if job is None:
-        evicted = _evict(ctx, run.namespace, index)
-        ctx.k8s.apply(planned.cache_claim(run.namespace, ctx.settings.inputs_cache))
+        evicted = _evict(ctx, namespace, index)
+        ctx.k8s.apply(planned.cache_claim(namespace, ctx.settings.inputs_cache))
         ctx.k8s.apply(
             planned.fetch_job(
-                run.namespace,
+                namespace,
                 source,
                 image=ctx.settings.init_image,
                 cache=ctx.settings.inputs_cache,
@@ -198,25 +212,25 @@ def _fetch(
                 registry_ca=ctx.settings.registry_ca,
             )
         )
-        logger.info("input %s: fetching it in Job %s/%s", source.uri, run.namespace, name)
+        logger.info("input %s: fetching it in Job %s/%s", source.uri, namespace, name)
         return "Running", f"fetching {source.uri} (Job {name})"
-    pods = ctx.k8s.list_(k8s.PODS, run.namespace, label_selector=f"job-name={name}")
+    pods = ctx.k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={name}")
     if state == "Running":
-        stuck = input_status.stuck_fetch(source.uri, source.secret, run.namespace, pods)
+        stuck = input_status.stuck_fetch(source.uri, source.secret, namespace, pods)
         if stuck is not None:
             return "Blocked", stuck
         return "Running", f"fetching {source.uri} (Job {name})"
-    said = _said(pods)
+    said = _fetcher_report(pods)
     if state == "Complete" and isinstance(said.get("entry"), dict):
         return "Complete", said
     error = said.get("error") or (
         "the fetch Job ended without saying what it fetched (see its Pod's log: "
-        f"kubectl logs -n {run.namespace} job/{name})"
+        f"kubectl logs -n {namespace} job/{name})"
     )
     return "Failed", str(error)
 
 
-def _said(pods: list[dict[str, Any]]) -> dict[str, Any]:
+def _fetcher_report(pods: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON the fetcher wrote to its termination log (the last Pod's), else {}."""
     for pod in reversed(pods):
         for cs in pod.get("status", {}).get("containerStatuses", []) or []:
@@ -242,14 +256,18 @@ def _commit(ctx: Context, namespace: str, said: Mapping[str, Any], now: datetime
 
 def _seconds(stamp: str) -> float:
     try:
-        return float(calendar.timegm(datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").timetuple()))
+        when = parse_time(stamp)
     except ValueError:
         return 0.0
+    return when.timestamp() if when is not None else 0.0
 
 
 def _pinned(ctx: Context, namespace: str) -> set[str]:
-    """The keys of the unfinished runs of the namespace (their entries stay)."""
+    """The keys of the unfinished runs and of the endpoints of the namespace (their
+    entries stay: the runs will read them, the serving Pods mount them)."""
     keys: set[str] = set()
+    for body in ctx.k8s.list_(k8s.ONLINEENDPOINTS, namespace):
+        keys.update(endpoint_plans.cache_keys(body))
     for body in ctx.k8s.list_(k8s.TRAININGRUNS, namespace):
         if (body.get("status") or {}).get("phase") in TERMINAL or not body["spec"].get("inputs"):
             continue

@@ -6,7 +6,8 @@ handler machinery, a log line): with thousands of Pods that delays a Pod's phase
 by seconds before its run's status can say it. :class:`PodWatch` instead reads one watch
 stream per watched namespace (or one for the cluster) on a thread of its own
 (``k8s.WatchStream``), keeps only the Pods admission or a run's status cares about
-(torchyard's, labelled with their run, and others' that ask for GPUs), and hands each
+(torchyard's, labelled with their run or endpoint, and others' that ask for GPUs), and
+hands each
 chunk of events to the event loop at once (one ``call_soon_threadsafe`` per chunk):
 there :func:`deliver` feeds the cache (``cache.Cache.feed``), wakes the admission pass,
 and queues the owning run on the work queue's status lane (``workqueue.STATUS``), unless
@@ -53,9 +54,10 @@ logger = logging.getLogger("torchyard.controller")
 
 
 def relevant(pod: Mapping[str, Any]) -> bool:
-    """A Pod torchyard made (labelled with its run), or another that asks for GPUs."""
+    """A Pod torchyard made (labelled with its run or its endpoint), or another that asks
+    for GPUs."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return names.LABEL_RUN in labels or cache.holds_gpus(pod)
+    return names.LABEL_RUN in labels or names.LABEL_ENDPOINT in labels or cache.holds_gpus(pod)
 
 
 def batch_delay(pods: int) -> float:
@@ -76,6 +78,10 @@ def deliver(
     for type_, pod in events:
         ctx.cache.feed("Pod", type_, pod)
         meta = pod.get("metadata") or {}
+        endpoint = (meta.get("labels") or {}).get(names.LABEL_ENDPOINT)
+        if endpoint is not None:  # a serving Pod: its endpoint's status says how it is
+            queue.add(("OnlineEndpoint", str(meta.get("namespace") or ""), endpoint))
+            continue
         run = (meta.get("labels") or {}).get(names.LABEL_RUN)
         if run is None or (type_ != "DELETED" and ctx.cache.echo(pod)):
             continue

@@ -235,6 +235,13 @@ class WatchedReads:
         self._answer(k8s.resource_of(manifest), answer)
         return answer
 
+    def merge_patch(
+        self, res: k8s.Resource, namespace: str | None, name: str, patch: dict[str, Any], **kw: Any
+    ) -> dict[str, Any]:
+        answer = self.inner.merge_patch(res, namespace, name, patch, **kw)
+        self._answer(res, answer)
+        return answer
+
     def delete(self, res: k8s.Resource, namespace: str | None, name: str, **kw: Any) -> bool:
         deleted = self.inner.delete(res, namespace, name, **kw)
         with self._lock:

@@ -65,7 +65,7 @@ class Recorded:
     hold: bool = False
 
 
-def wanted(ctx: Context, body: Mapping[str, Any]) -> bool:
+def needs_recording(ctx: Context, body: Mapping[str, Any]) -> bool:
     """A registry is there and the object's status does not say it was recorded."""
     cond = status.find((body.get("status") or {}).get("conditions"), CONDITION)
     return bool(ctx.settings.registry_url) and (cond or {}).get("status") != "True"
@@ -130,7 +130,9 @@ def tails(
     return out
 
 
-def _said(body: Mapping[str, Any], outcome: str, message: str, now: datetime, log: Log) -> Recorded:
+def _recorded_status(
+    body: Mapping[str, Any], outcome: str, message: str, now: datetime, log: Log
+) -> Recorded:
     """The status and Events that say how the write went."""
     previous = dict(body.get("status") or {})
     meta = body["metadata"]
@@ -164,23 +166,23 @@ def finished_run(
     ctx: Context, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], log: Log
 ) -> Recorded:
     """A finished TrainingRun's record, unless written already."""
-    if not wanted(ctx, body):
+    if not needs_recording(ctx, body):
         return Recorded()
     now = ctx.clock()
     ns = body["metadata"]["namespace"]
     failing = ((body.get("status") or {}).get("failure") or {}).get("node")
     read = tails(ctx, ns, pods, failing=failing if isinstance(failing, int) else None)
     record = records.trainingrun_record(body, pods, events_of(ctx, body), read, now)
-    return _said(body, *send(ctx, record), now, log)
+    return _recorded_status(body, *send(ctx, record), now, log)
 
 
 def finished_sweep(ctx: Context, body: Mapping[str, Any], log: Log) -> Recorded:
     """A finished Sweep's record, unless written already."""
-    if not wanted(ctx, body):
+    if not needs_recording(ctx, body):
         return Recorded()
     now = ctx.clock()
     record = records.sweep_record(body, events_of(ctx, body), now)
-    return _said(body, *send(ctx, record), now, log)
+    return _recorded_status(body, *send(ctx, record), now, log)
 
 
 def built_environment(ctx: Context, body: Mapping[str, Any], build_pods: Sequence[Any]) -> bool:
@@ -217,7 +219,7 @@ def environment_wanted(ctx: Context, body: Mapping[str, Any]) -> bool:
 def deleted(ctx: Context, body: Mapping[str, Any]) -> None:
     """A TrainingRun or Sweep deleted: what it held, recorded unless it was already (best
     effort: run in a thread by ``handlers``, never raises)."""
-    if not wanted(ctx, body) or not (body.get("metadata") or {}).get("uid"):
+    if not needs_recording(ctx, body) or not (body.get("metadata") or {}).get("uid"):
         return
     meta = body["metadata"]
     now = ctx.clock()

@@ -14,7 +14,7 @@ missing the run is Pending, with ``Admitted`` False, a reason (``ConfigMapNotFou
 later: the run is looked at again every ``refusals.WAIT_SECONDS`` and goes on once all
 are there.
 
-:func:`wanted` and :func:`served_version` are pure; :func:`missing` reads through
+:func:`named_references` and :func:`served_version` are pure; :func:`missing` reads through
 ``Context.k8s``. Called by ``trainingruns`` ("apply children"); tested in
 tests/unit/controller/test_references.py.
 """
@@ -58,7 +58,7 @@ class Reference:
         )
 
 
-def wanted(run: api.TrainingRun) -> list[Reference]:
+def named_references(run: api.TrainingRun) -> list[Reference]:
     """The objects ``run`` names whose place is known without asking the cluster (all but
     Kueue's LocalQueue, whose version its CRD tells: :func:`missing`)."""
     spec, ns = run.spec, run.namespace
@@ -158,7 +158,7 @@ def missing(ctx: Context, run: api.TrainingRun) -> tuple[str, str] | None:
     the message names every missing one), else None."""
     found: list[tuple[str, str]] = [
         (ref.reason, ref.message)
-        for ref in wanted(run)
+        for ref in named_references(run)
         if ctx.k8s.get_or_none(ref.resource, ref.namespace, ref.name) is None
     ]
     queue = run.spec.scheduling.queue_name

@@ -10,8 +10,10 @@ stopped attempt as a suspension (a new attempt, no limit used) and says ``Suspen
 it is gone (the Pod events start an admission pass that lets waiting gangs in). With
 ``spec.suspend`` false again the reconcile creates the next attempt's gang, which is
 admitted in its queue order (priority, then the run's age) and resumes from the newest
-complete checkpoint. :func:`stop_gracefully` is also how a gang Kueue stopped is
-restarted (``failure_policy``): never with a shorter grace period than its own.
+complete checkpoint. A run with a Kueue Workload has it deactivated meanwhile, and its
+quota released once its Pods are gone (``workloads.suspend``). :func:`stop_gracefully`
+is also how a gang Kueue stopped or evicted is restarted (``failure_policy``): never with a
+shorter grace period than its own.
 Tested in tests/unit/controller/test_suspension.py, on a real control plane in
 tests/integration/test_suspend.py and on the real node in tests/node/test_suspend.py.
 """
@@ -23,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from torchyard import api, k8s
-from torchyard.controller import context
+from torchyard.controller import context, workloads
 from torchyard.controller.context import Context, Log, Outcome, Result
 from torchyard.status import suspensions
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 STOPPING_RETRY_SECONDS = 2.0
 
 
-def wanted(run: api.TrainingRun, phase: str | None) -> bool:
+def to_suspend(run: api.TrainingRun, phase: str | None) -> bool:
     """Whether the run is to be suspended now: spec.suspend, unless every node already
     succeeded (a Finalizing run archives and registers, it does not train again)."""
     return run.spec.suspend and phase != api.Phase.FINALIZING.value
@@ -64,6 +66,7 @@ def suspend(
             len(seen.current),
         )
     stop_gracefully(ctx, run.namespace, seen.children)
+    workloads.suspend(ctx, seen.workload, len(seen.children), now)  # Kueue's quota freed
     new = suspensions.suspended_status(
         run, seen.previous, attempts.restarts, attempts.suspensions, len(seen.children), now
     )

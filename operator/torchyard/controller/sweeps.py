@@ -47,7 +47,7 @@ from torchyard.controller import inputs as input_fetch
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.planning import inputs as input_plans
 from torchyard.planning import names
-from torchyard.planning import sweeps as plans
+from torchyard.planning import sweeps as sweep_manifests
 from torchyard.status import sweeps as sweep_status
 from torchyard.sweeps import sampling, stopping, trials
 from torchyard.tuning import plans as tuning
@@ -108,7 +108,7 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
     if finished:  # only its best trial's registration is left to do
         return _conclude(ctx, body, sweep, book, Outcome(previous, now, []), logger, Result())
     pins = _pin_models(ctx, sweep, previous, seen)
-    sweep = plans.pinned(sweep, {p["name"]: p["revision"] for p in pins})
+    sweep = sweep_manifests.pinned(sweep, {p["name"]: p["revision"] for p in pins})
     result = Result()
     events: list[Event] = []
 
@@ -124,7 +124,7 @@ def reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> Result:
 
     # apply: stop first (their room goes to the next gangs), then make the new trials
     for index, reason in cancels:
-        _decide(ctx, sweep, index, plans.Decision("canceled", reason))
+        _decide(ctx, sweep, index, sweep_manifests.Decision("canceled", reason))
     if cancels:
         shown = ", ".join(_trial(sweep, i) for i, _ in cancels)
         events.append(Event("Normal", "TrialsCanceled", f"{shown}: {cancels[0][1]}"))
@@ -194,7 +194,7 @@ def _grow(
     return book
 
 
-_APPLIED: dict[stopping.Action, tuple[plans.What, str]] = {
+_APPLIED: dict[stopping.Action, tuple[sweep_manifests.What, str]] = {
     stopping.Action.STOP: ("stopped", "TrialStopped"),
     stopping.Action.PAUSE: ("paused", "TrialPaused"),
     stopping.Action.PROMOTE: ("promoted", "TrialPromoted"),
@@ -216,7 +216,7 @@ def _apply_policy(
             decision.action is stopping.Action.PROMOTE
         )
         what, reason = _APPLIED[decision.action]
-        _decide(ctx, sweep, decision.trial, plans.Decision(what, decision.reason, count))
+        _decide(ctx, sweep, decision.trial, sweep_manifests.Decision(what, decision.reason, count))
         book = trials.fold(book, trials.decided(book, decision))
         events.append(
             Event("Normal", reason, f"{_trial(sweep, decision.trial)}: {decision.reason}")
@@ -293,14 +293,14 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
     namesakes: set[str] = set()
     versions: dict[str, str] = {}
     for run in ctx.k8s.list_(
-        k8s.TRAININGRUNS, sweep.namespace, label_selector=plans.selector(sweep.name)
+        k8s.TRAININGRUNS, sweep.namespace, label_selector=sweep_manifests.selector(sweep.name)
     ):
-        index = plans.index_of(run)
+        index = sweep_manifests.index_of(run)
         if not sweep_trials.owned(run, sweep.uid):
             namesakes.add(str(run["metadata"]["name"]))
         elif index is not None:
             seen[index] = sweep_trials.seen(run, index, metric)
-            versions.update(plans.trial_versions(run, loose))
+            versions.update(sweep_manifests.trial_versions(run, loose))
     found = ctx.k8s.get_or_none(k8s.CONFIGMAPS, sweep.namespace, names.sweep_trials(sweep.name))
     ledger = (
         dict(found.get("data") or {}) if found and sweep_trials.owned(found, sweep.uid) else None
@@ -363,8 +363,11 @@ def _cancels(
     return out
 
 
-def _decide(ctx: Context, sweep: api.Sweep, index: int, decision: plans.Decision) -> None:
-    ctx.k8s.apply(plans.decided(sweep, index, decision), field_manager=plans.DECISION_FIELD_MANAGER)
+def _decide(ctx: Context, sweep: api.Sweep, index: int, decision: sweep_manifests.Decision) -> None:
+    ctx.k8s.apply(
+        sweep_manifests.decided(sweep, index, decision),
+        field_manager=sweep_manifests.DECISION_FIELD_MANAGER,
+    )
 
 
 class Refused(Exception):
@@ -387,7 +390,7 @@ def _create(
     name) stops the making, and says so (True)."""
     for index in indices:
         parameters = tuning.parameters(compiled, index, book)
-        manifest = plans.trial(
+        manifest = sweep_manifests.trial(
             sweep,
             index,
             parameters,
@@ -451,23 +454,10 @@ def _write_ledger(
             entries[record.index] = sweep_trials.now_entry(entries[record.index], record)
     data = sweep_trials.encode(entries, LEDGER_BUDGET)
     if data != seen.ledger:
-        ctx.k8s.apply(plans.ledger(sweep, data))
+        ctx.k8s.apply(sweep_manifests.ledger(sweep, data))
 
 
 # -- status ----------------------------------------------------------------------------
-
-
-def _row(sweep: api.Sweep, record: trials.TrialRecord) -> sweep_status.Row:
-    return sweep_status.Row(
-        name=_trial(sweep, record.index),
-        index=record.index,
-        state=record.state.value,
-        parameters=sweep_trials.shown(record.params()),
-        metric=record.best,
-        interval=record.best_interval,
-        intervals=record.intervals,
-        reason=record.reason,
-    )
 
 
 def _status_inputs(
@@ -492,8 +482,8 @@ def _status_inputs(
         created=len(book.trials),
         counts=trials.counts(book),
         trials_config_map=names.sweep_trials(sweep.name),
-        best=_row(sweep, best) if best is not None else None,
-        summary=[_row(sweep, r) for r in [*top, *running]],
+        best=sweep_trials.status_row(sweep.name, best) if best is not None else None,
+        summary=[sweep_trials.status_row(sweep.name, r) for r in [*top, *running]],
         seconds_spent=round(trials.seconds_spent(book), 1),
         seconds_saved=round(saved, 1) if saved is not None else None,
         failed_trials=[
@@ -503,6 +493,7 @@ def _status_inputs(
         metric_missing=None if said else sweep_policy.metric_missing(metric, seen.seen),
         verdict=verdict,
         hints=compiled.hints,
+        waiting=sweep_trials.waiting(seen.seen),
     )
 
 

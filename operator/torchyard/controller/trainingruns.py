@@ -43,6 +43,7 @@ from torchyard.controller import (
     inputs,
     lost_nodes,
     mpi_keys,
+    multikueue,
     progress,
     recording,
     references,
@@ -50,10 +51,12 @@ from torchyard.controller import (
     suspension,
     telemetry,
     tracking,
+    workloads,
 )
 from torchyard.controller import ttl_after_finished as ttl
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.planning import checkpoints, names, pods
+from torchyard.planning import workloads as run_workloads
 from torchyard.status import deadlines, exclusions
 from torchyard.status import tracking as tracking_status
 from torchyard.status import trainingruns as run_status
@@ -86,6 +89,10 @@ class Observed:
     environment: Mapping[str, Any] | None = None  # None: missing (or not looked at)
     # status.tracking as ``tracking.start`` just found it before the Pods (None: not asked)
     tracking: Mapping[str, Any] | None = None
+    # how the run goes to Kueue (``workloads.mode``: "workload", "podGroups"; None: it
+    # does not), and its Workload (None: none yet, or not through one)
+    kueue: str | None = None
+    workload: Mapping[str, Any] | None = None
 
     @property
     def phase(self) -> str | None:
@@ -141,13 +148,15 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         return _invalid(meta.get("generation"), str(err), previous, now), Result()
     if meta.get("deletionTimestamp"):
         return None, Result()  # being deleted: owner references take the children away
+    if run.spec.managed_by:  # MultiKueue runs it on a worker cluster
+        return multikueue.manage(ctx, run, previous, logger, now)
     ctx = tracking.scoped(ctx, run.namespace, logger)  # the namespace's tracking server
 
     seen = observe(ctx, run, previous)
     seen = seen.without(lost_nodes.release(ctx, body, seen.children))
     if seen.finished:
         return _finished(ctx, body, run, seen, logger, now)
-    if suspension.wanted(run, seen.phase):
+    if suspension.to_suspend(run, seen.phase):
         return suspension.suspend(ctx, run, seen, logger, now)
 
     verdict = failure_policy.decide(
@@ -158,6 +167,7 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         deadlines.counted_from(seen.previous, now),  # suspensions left out
         now,
         ctx.cache.nodes(),
+        evicted=_evicted(seen),
     )
     if verdict.settle_seconds is not None:
         logger.debug(
@@ -177,7 +187,7 @@ def _reconcile(body: Mapping[str, Any], logger: Log, ctx: Context) -> tuple[Outc
         if not seen.current:  # before a gang's Pods: its inputs must be in the cache
             prepared = inputs.prepare(ctx, run, seen.previous, logger, now)
         else:  # the gang has its Pods: its inputs were ready
-            prepared = inputs.carried(seen.previous)
+            prepared = inputs.ready_from_status(seen.previous)
         if prepared is None or prepared.ready:
             if not seen.current and not seen.stale:  # its MLflow run, before its Pods
                 tracked = tracking.start(ctx, run, seen.previous, _image(seen), now, logger)
@@ -231,6 +241,14 @@ def _tracked(
     return outcome
 
 
+def _evicted(seen: Observed) -> str | None:
+    """Why Kueue evicted the run's Workload (None: it did not)."""
+    wl = seen.workload
+    if wl is None or not run_workloads.evicted(wl):
+        return None
+    return run_workloads.eviction(wl)
+
+
 def _sooner(current: float | None, seconds: float) -> float:
     return seconds if current is None else min(current, seconds)
 
@@ -247,6 +265,7 @@ def _finished(
     the registry cannot be reached, since the record keeps the Pods' log tails), then its
     TTL (``ttl_after_finished``); its MLflow run is ended when that failed before (the
     TTL does not wait for the tracking server)."""
+    workloads.finish(ctx, seen.workload, str(seen.phase), _failed_message(seen.previous), now)
     recorded = recording.finished_run(ctx, body, seen.current, logger)
     outcome = None if recorded.status is None else Outcome(recorded.status, now, recorded.events)
     if recorded.hold:
@@ -294,6 +313,11 @@ def observe(ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any]) -> 
         current=current,
         stale=[p for p in children if _attempt(p) != attempts.restarts],
     )
+    kueue = workloads.mode(ctx, run)
+    if kueue == "workload":
+        seen = replace(seen, kueue=kueue, workload=workloads.observe(ctx, run))
+    elif kueue is not None:
+        seen = replace(seen, kueue=kueue)
     if seen.finished:
         return seen
     environment = ctx.k8s.get_or_none(k8s.ENVIRONMENTS, run.namespace, run.spec.environment)
@@ -320,7 +344,7 @@ def _apply_children(
         context.delete_pods(ctx, run.namespace, on_bad, grace_period_seconds=0)
         result.requeue_after = STALE_RETRY_SECONDS
         return None
-    settled = admission.settled(ctx, run, seen.current)
+    settled = admission.of_whole_gang(ctx, run, seen.current)
     if settled is not None:  # whole and ungated: no manifests to build, nothing to write
         return settled
     if not seen.current:  # before a gang's first Pod: what it names must exist
@@ -346,22 +370,36 @@ def _create_children(
     """The node Pods this attempt wants, created and admitted, and what they need first
     (the MPI key, the checkpoint claim, the run's MLflow run: ``seen.tracking``)."""
     env_spec = (seen.environment or {}).get("spec", {})
-    wanted = pods.pods(
-        run,
-        image=_image(seen),
-        python=str(env_spec.get("python") or "python3"),
-        attempt=seen.attempts.restarts,
-        settings=ctx.settings,
-        excluded=_excluded(seen),
-        deadline_left=deadlines.pod_seconds(run, seen.previous, now),
-        tracking=seen.tracking if seen.tracking is not None else seen.previous.get("tracking"),
-    )
+
+    def wanted() -> list[dict[str, Any]]:
+        return pods.pods(
+            run,
+            image=_image(seen),
+            python=str(env_spec.get("python") or "python3"),
+            attempt=seen.attempts.restarts,
+            settings=ctx.settings,
+            excluded=_excluded(seen),
+            deadline_left=deadlines.pod_seconds(run, seen.previous, now),
+            tracking=seen.tracking if seen.tracking is not None else seen.previous.get("tracking"),
+            # torchyard's own gang admission places it by its placement; Kueue by the
+            # Workload's admission, or its Pod groups (the fallback)
+            placement=workloads.request(ctx, run) if seen.kueue is None else None,
+            gated=seen.kueue is None,
+            pod_group=seen.kueue == "podGroups",
+        )
+
     if not seen.current:
         mpi_keys.ensure(ctx, run)  # before the Pods that mount it
     claim = checkpoints.claim(run, pods.owner_reference(run))
-    if claim is not None and len(seen.current) < len(wanted):
+    if claim is not None and len(seen.current) < run.spec.distribution.node_count:
         ctx.k8s.apply(claim)  # before the Pods that mount it; owned by the run
-    applied = admission.admit(ctx, run, wanted, seen.current, seen.previous)
+    if seen.kueue == "workload":  # Kueue admits its Workload: the Pods come after
+        resuming = seen.phase == api.Phase.SUSPENDED.value
+        applied = workloads.admit(
+            ctx, run, seen.workload, wanted, seen.current, result, logger, now, resuming=resuming
+        )
+    else:
+        applied = admission.admit(ctx, run, wanted(), seen.current, seen.previous)
     result.also.extend(applied.others)
     decision = applied.decision
     if decision is not None and decision.admit:
@@ -450,6 +488,8 @@ def _conclude(
             result.requeue_after = float(after) + ttl.MARGIN_SECONDS
         if ctx.settings.registry_url:  # its record is written by the next reconcile
             result.requeue_after = 0.0
+        if seen.workload is not None:  # its Workload is finished by the next one, once
+            result.requeue_after = 0.0  # the status says so (MultiKueue copies it then)
     return outcome
 
 

@@ -3,23 +3,25 @@
 Each Kopf event puts the key of the object to reconcile on :class:`WorkQueue`; the
 :func:`worker` tasks take keys one at a time per key, and :func:`reconcile_key` fetches
 the object fresh and calls its reconciler (``trainingruns.reconcile``,
-``environments.reconcile``, ``sweeps.reconcile``) in a thread. The queue holds each key
-once (many events for a run, queued or while it is being reconciled, collapse into one
-more reconcile) and serves keys in the order they became due, from three lanes: **status**
-(a run's own Pods changed, or the admission pass admitted its gang) before **events**
-(other watch events, e.g. a new run, and the delays a reconcile asks for: TTL, deadlines,
-restarts) before **background** (retries with exponential backoff after a passing failure,
-and resync), so that a run's status write never waits behind new runs or a resync of every
-other run; and a few workers serve the status lane only, so it does not wait for a worker
-either. An idle queue sleeps until its next due time or the next event: no timer ticks.
+``environments.reconcile``, ``sweeps.reconcile``, ``endpoints.reconcile``) in a thread.
+The queue holds each key once (many events for a run, queued or while it is being
+reconciled, collapse into one more reconcile) and serves keys in the order they became
+due, from three lanes: **status** (a run's own Pods changed, or the admission pass
+admitted its gang) before **events** (other watch events, e.g. a new run, and the delays a
+reconcile asks for: TTL, deadlines, restarts) before **background** (retries with
+exponential backoff after a passing failure, and resync), so that a run's status write
+never waits behind new runs or a resync of every other run; and a few workers serve the
+status lane only, so it does not wait for a worker either. An idle queue sleeps until its
+next due time or the next event: no timer ticks.
 
 :func:`resync` is a cheap consistency check, not a reconcile of every object: every
-``TORCHYARD_RESYNC_SECONDS`` (default 600) it lists the TrainingRuns, Environments and Sweeps
-and queues, on the background lane and spread over the next period (each key at its own
-offset), only those whose ``resourceVersion`` differs from the one their last successful
-reconcile saw (an event this operator missed) or that were never reconciled. With
-``--namespace`` the queue and the resync keep to the watched namespaces. No Kopf here:
-``handlers`` starts the tasks; tested in tests/unit/controller/test_workqueue.py.
+``TORCHYARD_RESYNC_SECONDS`` (default 600) it lists the TrainingRuns, Environments, Sweeps
+and OnlineEndpoints and queues, on the background lane and spread over the next period
+(each key at its own offset), only those whose ``resourceVersion`` differs from the one
+their last successful reconcile saw (an event this operator missed) or that were never
+reconciled. With ``--namespace`` the queue and the resync keep to the watched namespaces.
+No Kopf here: ``handlers`` starts the tasks; tested in
+tests/unit/controller/test_workqueue.py.
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard import k8s
-from torchyard.controller import context, environments, sweeps, telemetry, trainingruns
+from torchyard.controller import (
+    context,
+    endpoints,
+    environments,
+    sweeps,
+    telemetry,
+    trainingruns,
+)
 from torchyard.launch.contract import TORCHYARD_RESYNC_SECONDS
 
 RESYNC_SECONDS = 600.0  # the default of $TORCHYARD_RESYNC_SECONDS
@@ -53,6 +62,7 @@ _RECONCILERS: dict[str, tuple[k8s.Resource, Reconciler]] = {
     "TrainingRun": (k8s.TRAININGRUNS, trainingruns.reconcile),
     "Environment": (k8s.ENVIRONMENTS, environments.reconcile),
     "Sweep": (k8s.SWEEPS, sweeps.reconcile),
+    "OnlineEndpoint": (k8s.ONLINEENDPOINTS, endpoints.reconcile),
 }
 logger = logging.getLogger("torchyard.controller")
 

@@ -53,7 +53,7 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def rules() -> tuple[Rule, ...]:
+def rules() -> tuple[Rule[Spec], ...]:
     """Every registered type's rules, which apply to every run."""
     return tuple(rule for kind in _REGISTRY.values() for rule in kind.rules)
 
@@ -62,7 +62,7 @@ for _kind in (PyTorch(), NoDistribution(), Mpi()):
     register(_kind)
 # The types this torchyard ships: the CRD's enum and rules are made from them.
 BUILT_IN: tuple[str, ...] = names()
-BUILT_IN_RULES: tuple[Rule, ...] = rules()
+BUILT_IN_RULES: tuple[Rule[Spec], ...] = rules()
 
 __all__ = [
     "BUILT_IN",

@@ -14,11 +14,12 @@ Below the API in the layers: a type reads the spec through :class:`Spec` (which 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from torchyard.launch.contract import NODE_LAUNCHER
+from torchyard.variants import Rule as Rule  # re-exported: the types write their rules with it
 
 
 class Spec(Protocol):
@@ -40,21 +41,6 @@ class Spec(Protocol):
     def mpirun_args(self) -> Sequence[str] | None: ...
     @property
     def world_size(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One rule of ``spec.distribution``: ``cel`` goes into the CRD (the apiserver checks
-    it), ``holds`` is the same rule in Python (the models check it, as local mode and the
-    SDK parse runs without an apiserver). Every registered type's rules apply to every run
-    (a rule may say a field belongs to its type only)."""
-
-    cel: dict[str, str]
-    holds: Callable[[Spec], bool]
-
-    @property
-    def message(self) -> str:
-        return self.cel["message"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +68,9 @@ class DistributionType:
     (PyTorch's: one launcher per node, each starting its ranks with the rank contract)."""
 
     name: str = ""
-    rules: tuple[Rule, ...] = ()
+    # the type's rules (CEL for the CRD, the same check in Python): every registered
+    # type's rules apply to every run (a rule may say a field belongs to its type only)
+    rules: tuple[Rule[Spec], ...] = ()
     # The launcher class that runs each node (a key of ``launch.main.LAUNCHERS``, named in
     # ``launch.contract``): the planner puts it in the launcher's TORCHYARD_DISTRIBUTION
     launcher: str = NODE_LAUNCHER

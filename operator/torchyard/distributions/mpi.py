@@ -66,7 +66,7 @@ def _is_mpi(spec: Spec) -> bool:
 
 
 # The CEL rules of type mpi (the CRD) and the same rules in Python (the models).
-RULES: tuple[Rule, ...] = (
+RULES: tuple[Rule[Spec], ...] = (
     Rule(
         {
             "rule": "!has(self.implementation) || self.type == 'mpi'",

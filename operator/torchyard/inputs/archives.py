@@ -1,11 +1,15 @@
 """Unpacking an archive input (tar in any compression, or zip) into a staging folder.
 
-Only regular files and folders, every path inside the folder: absolute names, ``..``
-(plain or %-encoded), backslashes, NUL bytes, symbolic and hard links, devices and FIFOs
-are refused with the member's name, and the archive as a whole is refused (nothing of it
-is used: the caller throws the staging folder away). Sizes are checked from each
-member's header before a byte is inflated, so an archive that unpacks to more than the
-cache allows (a "zip bomb") costs neither the disk nor minutes. Members that the input's
+Whether a file is an archive is its name's business (:func:`is_archive`, the suffixes the
+docs list); which reader opens it is the file's: :func:`format_of` reads its first bytes
+(``FORMATS``), so the staging file, which has no suffix, is read the same in local mode
+and in the fetch Job, and an archive whose suffix lies is read as what it is. Only
+regular files and folders, every path inside the folder: absolute names, ``..`` (plain
+or %-encoded), backslashes, NUL bytes, symbolic and hard links, devices and FIFOs are
+refused with the member's name, and the archive as a whole is refused (nothing of it is
+used: the caller throws the staging folder away). Sizes are checked from each member's
+header before a byte is inflated, so an archive that unpacks to more than the cache
+allows (a "zip bomb") costs neither the disk nor minutes. Members that the input's
 include and exclude patterns leave out are skipped unread. Standard library only; tested
 with hostile archives in tests/unit/inputs/test_archives.py.
 """
@@ -15,11 +19,12 @@ from __future__ import annotations
 import os
 import tarfile
 import zipfile
-from collections.abc import Iterator
-from typing import IO
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Literal
 
 from torchyard.inputs import patterns
-from torchyard.inputs.uris import InputError
+from torchyard.inputs.base import InputError
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
 MAX_MEMBERS = 1_000_000
@@ -60,8 +65,11 @@ class _Budget:
             )
 
 
-def _tar_members(path: str) -> Iterator[tuple[str, int, bool, IO[bytes] | None]]:
-    with tarfile.open(path, "r:*") as tar:
+Member = tuple[str, int, bool, "IO[bytes] | None"]  # name, size, is a folder, its bytes
+
+
+def _tar_members(path: str, mode: Literal["r:", "r:gz", "r:bz2", "r:xz"]) -> Iterator[Member]:
+    with tarfile.open(path, mode) as tar:
         for member in tar:
             if member.isdir():
                 yield member.name, 0, True, None
@@ -74,7 +82,7 @@ def _tar_members(path: str) -> Iterator[tuple[str, int, bool, IO[bytes] | None]]
             yield member.name, member.size, False, tar.extractfile(member)
 
 
-def _zip_members(path: str) -> Iterator[tuple[str, int, bool, IO[bytes] | None]]:
+def _zip_members(path: str) -> Iterator[Member]:
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
             mode = (info.external_attr >> 16) & 0o170000
@@ -90,6 +98,41 @@ def _zip_members(path: str) -> Iterator[tuple[str, int, bool, IO[bytes] | None]]
                 yield info.filename, info.file_size, False, source
 
 
+@dataclass(frozen=True)
+class Format:
+    """One archive format: the bytes at ``offset`` that mark it, and its reader."""
+
+    name: str
+    magic: bytes
+    offset: int
+    members: Callable[[str], Iterator[Member]]
+
+
+FORMATS = (
+    Format("zip", b"PK\x03\x04", 0, _zip_members),
+    Format("zip", b"PK\x05\x06", 0, _zip_members),  # an empty zip
+    Format("tar.gz", b"\x1f\x8b", 0, lambda path: _tar_members(path, "r:gz")),
+    Format("tar.bz2", b"BZh", 0, lambda path: _tar_members(path, "r:bz2")),
+    Format("tar.xz", b"\xfd7zXZ\x00", 0, lambda path: _tar_members(path, "r:xz")),
+    Format("tar", b"ustar", 257, lambda path: _tar_members(path, "r:")),
+)
+
+
+def format_of(path: str) -> Format:
+    """The format of the archive at ``path``, by its first bytes; InputError for a file
+    that is none of ``FORMATS``."""
+    with open(path, "rb") as file:
+        head = file.read(max(each.offset + len(each.magic) for each in FORMATS))
+    for candidate in FORMATS:
+        if head[candidate.offset : candidate.offset + len(candidate.magic)] == candidate.magic:
+            return candidate
+    raise InputError(
+        "cannot unpack the archive: it is not a zip or tar archive (plain, gzip, bzip2 or "
+        f"xz); its first bytes are {head[:16]!r}: check that the URL serves the archive "
+        "itself (not a web page)"
+    )
+
+
 def unpack(
     path: str, dest: str, include: tuple[str, ...], exclude: tuple[str, ...], max_bytes: int
 ) -> int:
@@ -97,11 +140,11 @@ def unpack(
     Members whose paths the patterns leave out are skipped; InputError for a hostile
     member, a member over ``max_bytes`` or an archive that cannot be read."""
     budget = _Budget(max_bytes)
-    members = _zip_members(path) if path.lower().endswith(".zip") else _tar_members(path)
+    members = format_of(path).members(path)
     try:
         for name, size, is_dir, source in members:
             rel = member_path(name)
-            if is_dir or not rel or not patterns.wanted(rel, include, exclude):
+            if is_dir or not rel or not patterns.included(rel, include, exclude):
                 continue
             budget.take(name, size)
             _write(source, os.path.join(dest, rel), size, name)

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torchyard.inputs.uris import InputError, Source
+from torchyard.inputs.base import InputError, Source
 
 ENTRY = "entry.json"
 DATA = "data"

@@ -1,12 +1,12 @@
 """Fetch one input into the cache: the schemes' one interface, and the fetch Job's entry.
 
 :func:`fetch` takes the key's lock; an entry that is there and intact is a hit (nothing
-fetched); else the scheme's fetcher (``SCHEMES``: a module with ``fetch(source, staging,
-env, max_bytes) -> bytes received``) fills ``partial/<key>/data`` (and may write the
-revision it resolved to ``partial/<key>/revision``), and ``cache.commit`` lists, hashes
-and renames it into ``entries/<key>`` in one step. A scheme whose content may change
-under one URI (``s3``, ``hf``: a module with ``revision(source, env)``) is asked for its revision
-first, and an entry of another revision is fetched again. A failed fetch leaves the
+fetched); else the scheme's fetcher (its registered ``InputScheme.fetch(source, staging,
+env, max_bytes) -> bytes received``, ``inputs.schemes``) fills ``partial/<key>/data`` (and
+may write the revision it resolved to ``partial/<key>/revision``), and ``cache.commit``
+lists, hashes and renames it into ``entries/<key>`` in one step. A scheme whose content
+may change under one URI (``s3``, ``hf``: its ``current(source, env)``) is asked for its
+revision first, and an entry of another revision is fetched again. A failed fetch leaves the
 staging folder for the next try to go on from (the fetchers never keep a file that
 failed its check) and nothing in ``entries/``.
 
@@ -26,13 +26,10 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 
-from torchyard.inputs import cache, hf, models, s3, web
-from torchyard.inputs.uris import InputError, Source, parse
-
-SCHEMES: dict[str, ModuleType] = {"https": web, "http": web, "model": models, "s3": s3, "hf": hf}
-TERMINATION_LOG = "/dev/termination-log"
+from torchyard.inputs import cache, schemes
+from torchyard.inputs.base import InputError, Source
+from torchyard.launch.contract import TERMINATION_LOG
 
 
 @dataclass(frozen=True)
@@ -53,12 +50,12 @@ def fetch(
 ) -> Fetched:
     """The entry of ``source`` under ``root``, fetched unless it is there and intact;
     ``fetcher``: another one than the scheme's (local mode reads its own registry)."""
-    parse(source.uri, source.sha256)
+    schemes.parse(source.uri, source.sha256)
     if fetcher is None:
-        module = SCHEMES.get(source.scheme)
-        if module is None:
+        scheme = schemes.of(source)
+        if not scheme.FETCHED:
             raise InputError(f"{source.uri}: {source.scheme}:// inputs are mounted, not fetched")
-        fetcher = module.fetch
+        fetcher = scheme.fetch
     key = source.key
     env = dict(os.environ if env is None else env)
     with cache.locked(root, key):
@@ -76,8 +73,8 @@ def fetch(
 
 def _current(entry: cache.Entry, source: Source, env: Mapping[str, str]) -> bool:
     """Whether the entry holds the source's revision as its store has it now."""
-    resolve = getattr(SCHEMES.get(source.scheme), "revision", None)
-    return resolve is None or resolve(source, env) == entry.revision
+    now = schemes.of(source).current(source, env)
+    return now is None or now == entry.revision
 
 
 def _resolved(staging: str) -> str:

@@ -23,13 +23,78 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from torchyard.inputs import archives, patterns
+from torchyard.inputs.base import (
+    DOT_SEGMENT,
+    FetchPod,
+    InputError,
+    InputScheme,
+    RegistryService,
+    Source,
+)
 from torchyard.inputs.cache import DATA, prune, sha256_file
-from torchyard.inputs.uris import COMMIT, InputError, Source, hub_repo_of
+from torchyard.variants import Rule
+
+# A Hub repository: [datasets/][<org>/]<name>, each part of letters, digits, '.', '_', '-'
+# (not starting or ending with '.' or '-'), then an optional @revision: a branch, a tag
+# or a commit, which may hold '/' (refs/pr/1) but no '.'-only or empty segment.
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+_HUB = re.compile(
+    r"^hf://(datasets/)?((?:" + _HUB_PART + r"/)?" + _HUB_PART + r")(?:@([A-Za-z0-9._/-]{1,200}))?$"
+)
+_HUB_REVISION = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._/-]*[A-Za-z0-9_])?$")
+DEFAULT_HUB_REVISION = "main"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# What CEL checks of an hf:// URI (RE2; the parser says more): the pattern, and what it
+# may not hold after its scheme: '..', '--', an empty or '.'-led segment.
+_CEL_PART = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9_])?"
+_HUB_HOSTILE = r"^hf://.*(\.\.|--|[^:]//|/\.|@\.|\.lock$)"
+HUB_RULE = (
+    "an hf:// uri names a repository and a revision of the Hub: no '..', '--', empty or "
+    "'.'-led segment, and a revision not ending in '.lock'"
+)
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """What an hf:// URI names: a repository of the Hub at a revision."""
+
+    kind: str  # "model" or "dataset", as huggingface_hub's repo_type
+    repo_id: str
+    revision: str
+
+
+def hub_repo_of(uri: str) -> HubRepo:
+    """The repository and revision of an hf:// URI; InputError when it is not one or a
+    part would not stay a name on the Hub ('..', '--', '%', an empty segment)."""
+    match = _HUB.match(uri)
+    if match is None or "--" in match.group(2) or ".." in match.group(2):
+        raise InputError(
+            f"{uri!r} is not a Hub input: write hf://<org>/<repo>[@revision] (a model) or "
+            "hf://datasets/<org>/<repo>[@revision], the names of letters, digits, '.', '_' "
+            "and '-' (no '..' nor '--')"
+        )
+    revision = match.group(3)
+    if revision is not None and (
+        not _HUB_REVISION.match(revision)
+        or DOT_SEGMENT.search(revision)
+        or ".." in revision
+        or "//" in revision
+        or revision.endswith(".lock")
+        or any(part.startswith(".") for part in revision.split("/"))
+    ):
+        raise InputError(
+            f"{uri!r}: the revision must be a branch, a tag or a commit (letters, digits, "
+            "'.', '_', '-' and '/' between names; no '..', empty or '.'-led segment)"
+        )
+    kind = "dataset" if match.group(1) else "model"
+    return HubRepo(kind, match.group(2), revision or DEFAULT_HUB_REVISION)
+
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DOWNLOADS = "hf"
@@ -141,7 +206,7 @@ def _kept(source: Source, files: list[File]) -> list[File]:
                 f"{source.uri}: the repository holds {f.path!r}, a path that would not stay "
                 "inside the input's folder"
             )
-    return [f for f in files if patterns.wanted(f.path, source.include, source.exclude)]
+    return [f for f in files if patterns.included(f.path, source.include, source.exclude)]
 
 
 def _intact(path: str, f: File) -> bool:
@@ -225,3 +290,60 @@ def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) 
     with open(os.path.join(staging, REVISION), "w") as out:
         out.write(commit)
     return received
+
+
+class HubScheme(InputScheme):
+    """``hf://``: a repository of the Hugging Face Hub at a revision (as written: part of
+    the key; the commit it resolves to now is its current revision), read with the
+    input's Secret (part of the key)."""
+
+    TYPE = "hf"
+    SUMMARY = (
+        "hf://[datasets/]<org>/<repo>[@revision] (a repository of the Hugging Face Hub at a "
+        "branch, tag or commit, default main; see secretRef)"
+    )
+    FORM = "hf://[datasets/]<org>/<repo>[@revision]"
+    PATTERN = (
+        r"hf://(datasets/)?("
+        + _CEL_PART
+        + "/)?"
+        + _CEL_PART
+        + r"(@[A-Za-z0-9_]([A-Za-z0-9._/-]*[A-Za-z0-9_])?)?"
+    )
+    TAKES_SECRET = True
+    RULES = (
+        Rule(
+            {
+                "rule": f"!self.uri.matches(r'{_HUB_HOSTILE}')",
+                "message": HUB_RULE,
+                "fieldPath": ".uri",
+                "reason": "FieldValueInvalid",
+            },
+            lambda i: not re.search(_HUB_HOSTILE, i.uri),
+        ),
+    )
+
+    def check(self, uri: str, sha256: str) -> None:
+        hub_repo_of(uri)
+
+    def fetch(self, source: Source, staging: str, env: Mapping[str, str], max_bytes: int) -> int:
+        return fetch(source, staging, env, max_bytes)
+
+    def revision(self, source: Source) -> str:
+        return hub_repo_of(source.uri).revision
+
+    def current(self, source: Source, env: Mapping[str, str]) -> str:
+        return revision(source, env)
+
+    def key_parts(self, source: Source) -> dict[str, str]:
+        return {"secret": source.secret}
+
+    def fetch_pod(self, source: Source, namespace: str, registry: RegistryService) -> FetchPod:
+        """The client's own cache and settings in the Pod's /tmp, and the Hub's token from
+        the input's Secret, in this Pod only."""
+        env = (
+            {"name": "HF_HOME", "value": "/tmp/huggingface"},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        )
+        secret = ({"secretRef": {"name": source.secret}},) if source.secret else ()
+        return FetchPod(env=env, env_from=secret)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -21,14 +22,44 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchyard.inputs import archives, patterns, transfer
+from torchyard.inputs.base import (
+    DNS1123_LABEL,
+    FetchPod,
+    InputError,
+    InputScheme,
+    RegistryService,
+    Source,
+)
 from torchyard.inputs.cache import DATA, sha256_file
-from torchyard.inputs.uris import InputError, Source, model_of
 from torchyard.launch.contract import (
     TORCHYARD_NAMESPACE,
     TORCHYARD_REGISTRY_CA,
     TORCHYARD_REGISTRY_TOKEN_FILE,
     TORCHYARD_REGISTRY_URL,
 )
+from torchyard.variants import Rule
+
+_MODEL = re.compile(r"^model://(" + DNS1123_LABEL + r")(?:/([1-9][0-9]{0,8}))?$")
+# The registry token of the reading ServiceAccount, in the fetch Pod
+TOKEN_DIR = "/var/run/secrets/torchyard/registry"
+REVISION_RULE = (
+    "revision is a model:// input's version, when its uri has none (model://birds with "
+    "revision '3' is model://birds/3); an https input is pinned by sha256"
+)
+
+
+def model_of(uri: str) -> tuple[str, str]:
+    """(model, version) of a model:// URI, the version '' when it names none (the
+    latest, which the operator or local mode pins before the fetch); InputError when it
+    is not one."""
+    match = _MODEL.match(uri)
+    if match is None:
+        raise InputError(
+            f"{uri!r} is not a model input: write model://<model>[/<version>], the model's "
+            "name as registered (a DNS-1123 label) and a version number (e.g. model://birds/3; "
+            "none: the latest)"
+        )
+    return match.group(1), match.group(3) or ""
 
 
 def _context(env: Mapping[str, str]) -> ssl.SSLContext | None:
@@ -86,7 +117,7 @@ def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) 
         (archives.member_path(str(f["path"])), int(f["size"]), str(f["sha256"]))
         for f in manifest.get("files") or []
     ]
-    kept = [f for f in files if f[0] and patterns.wanted(f[0], source.include, source.exclude)]
+    kept = [f for f in files if f[0] and patterns.included(f[0], source.include, source.exclude)]
     if sum(size for _, size, _ in kept) > max_bytes:
         raise InputError(
             f"{source.uri} is {sum(s for _, s, _ in kept)} bytes, over the inputs cache's "
@@ -113,3 +144,66 @@ def fetch(source: Source, staging: str, env: Mapping[str, str], max_bytes: int) 
                 "the registry's copy is damaged (torchyard models verify)"
             )
     return received
+
+
+class ModelScheme(InputScheme):
+    """``model://<name>[/<version>]``: a ModelVersion of the torchyard registry, read with
+    the run's ServiceAccount (part of the key); no version: the latest, pinned before the
+    fetch (``revision``)."""
+
+    TYPE = "model"
+    SUMMARY = (
+        "model://<model>[/<version>] (a ModelVersion of the model registry, read with the "
+        "run's ServiceAccount; no version: the latest when the run is prepared)"
+    )
+    FORM = "model://<model>/<version>"
+    PATTERN = "model://" + DNS1123_LABEL + "(/[1-9][0-9]{0,8})?"
+    READS_REGISTRY = True
+    RULES = (
+        Rule(
+            {
+                "rule": "!has(self.revision) || self.uri.matches(r'^model://[^/]+$')",
+                "message": REVISION_RULE,
+                "fieldPath": ".revision",
+            },
+            lambda i: i.revision is None or (i.scheme == "model" and i.uri.count("/") == 2),
+        ),
+    )
+
+    def check(self, uri: str, sha256: str) -> None:
+        model_of(uri)
+
+    def fetch(self, source: Source, staging: str, env: Mapping[str, str], max_bytes: int) -> int:
+        return fetch(source, staging, env, max_bytes)
+
+    def revision(self, source: Source) -> str:
+        return model_of(source.uri)[1]
+
+    def key_parts(self, source: Source) -> dict[str, str]:
+        return {"reader": source.reader}
+
+    def unversioned(self, uri: str) -> bool:
+        return not model_of(uri)[1]
+
+    def fetch_pod(self, source: Source, namespace: str, registry: RegistryService) -> FetchPod:
+        """The registry's address and the reader's registry token (for the registry's
+        audience only), and the reader's ServiceAccount."""
+        env = [
+            {"name": TORCHYARD_REGISTRY_URL, "value": registry.url},
+            {"name": TORCHYARD_NAMESPACE, "value": namespace},
+            {"name": TORCHYARD_REGISTRY_TOKEN_FILE, "value": f"{TOKEN_DIR}/token"},
+        ]
+        if registry.ca:
+            env.append({"name": TORCHYARD_REGISTRY_CA, "value": registry.ca})
+        token = {"audience": registry.audience, "expirationSeconds": 3600, "path": "token"}
+        return FetchPod(
+            env=tuple(env),
+            mounts=({"name": "registry-token", "mountPath": TOKEN_DIR, "readOnly": True},),
+            volumes=(
+                {
+                    "name": "registry-token",
+                    "projected": {"sources": [{"serviceAccountToken": token}]},
+                },
+            ),
+            service_account=source.reader,
+        )

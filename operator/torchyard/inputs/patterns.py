@@ -18,7 +18,7 @@ def _matches(path: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def wanted(path: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+def included(path: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
     """Whether the file at ``path`` is kept."""
     if include and not _matches(path, include):
         return False

@@ -35,8 +35,49 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torchyard.inputs import patterns, transfer
+from torchyard.inputs.base import FetchPod, InputError, InputScheme, RegistryService, Source
 from torchyard.inputs.cache import DATA, prune
-from torchyard.inputs.uris import S3_KEY_MAX_BYTES, InputError, Source, bucket_of
+from torchyard.variants import Rule
+
+# A bucket name as S3 allows it (3-63 of a-z 0-9 . -), then an optional key prefix.
+_BUCKET = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(.*))?$")
+# An s3:// URI whose prefix could name a path outside the input's folder, or that a
+# store would read otherwise than it is written: a '.' or '..' segment (plain or
+# %-encoded), an empty segment (a leading '/' or '//'), a backslash (plain or %-encoded),
+# a NUL or a control character. One rule for the CRD's CEL (RE2) and :func:`bucket_of`.
+S3_PREFIX_REFUSED = (
+    r"^s3://[^/]+/((.*/)?((\.|%2[eE]){1,2}(/.*)?|/.*)|.*(\\|%5[cC]|%00|[\x00-\x1f\x7f]).*)$"
+)
+S3_PREFIX_RULE = (
+    "an s3:// prefix may not hold a '.', '..' or empty segment (nor start with '/'), plain "
+    "or %-encoded, a backslash, a NUL or a control character"
+)
+# S3's longest key: a longer prefix names nothing.
+S3_KEY_MAX_BYTES = 1024
+
+
+def bucket_of(uri: str) -> tuple[str, str]:
+    """(bucket, key prefix) of an s3:// URI, the prefix '' or ending in '/'; InputError
+    when it is not one or the prefix has a '.', '..' or empty segment."""
+    match = _BUCKET.match(uri)
+    if match is None:
+        raise InputError(
+            f"{uri!r} is not an s3 input: write s3://<bucket>[/prefix], the bucket's name "
+            "3 to 63 of a-z, 0-9, '.' and '-'"
+        )
+    prefix = match.group(3) or ""
+    if re.match(S3_PREFIX_REFUSED, uri, re.DOTALL):
+        raise InputError(
+            f"{uri!r}: the prefix may not hold a '.', '..' or empty segment (nor start "
+            "with '/'), plain or %-encoded, a backslash, a NUL or a control character"
+        )
+    if len(prefix.encode()) > S3_KEY_MAX_BYTES:
+        raise InputError(
+            f"{uri[:80]!r}...: the prefix is {len(prefix.encode())} bytes; an S3 key is at "
+            f"most {S3_KEY_MAX_BYTES}"
+        )
+    return match.group(1), prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 DONE = "s3-done.json"
@@ -277,7 +318,7 @@ def _kept(source: Source, objects: list[Object], prefix: str) -> list[tuple[str,
         if obj.key.endswith("/") and obj.size == 0:
             continue  # a folder marker
         path = obj.key[len(prefix) :]
-        if patterns.wanted(path, source.include, source.exclude):
+        if patterns.included(path, source.include, source.exclude):
             kept.append((relative(obj.key, prefix), obj))
     paths = {path for path, _ in kept}
     for path, obj in kept:
@@ -381,3 +422,63 @@ def _save(path: str, done: Mapping[str, str]) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(done, f)
     os.replace(path + ".tmp", path)
+
+
+class S3Scheme(InputScheme):
+    """``s3://``: the objects under a prefix, read with the input's Secret (part of the
+    key); its listing is its revision (fetched again when it changed)."""
+
+    TYPE = "s3"
+    SUMMARY = (
+        "s3://<bucket>[/prefix] (every object under the prefix of an S3-compatible store; "
+        "see secretRef)"
+    )
+    FORM = "s3://<bucket>[/prefix]"
+    PATTERN = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?"
+    TAKES_SECRET = True
+    RULES = (
+        Rule(
+            {
+                "rule": "!self.uri.startsWith('s3://') || "
+                f"!self.uri.matches(r'{S3_PREFIX_REFUSED}')",
+                "message": S3_PREFIX_RULE,
+                "fieldPath": ".uri",
+                "reason": "FieldValueInvalid",
+            },
+            lambda i: (
+                not i.uri.startswith("s3://") or not re.match(S3_PREFIX_REFUSED, i.uri, re.DOTALL)
+            ),
+        ),
+    )
+
+    def check(self, uri: str, sha256: str) -> None:
+        bucket_of(uri)
+
+    def fetch(self, source: Source, staging: str, env: Mapping[str, str], max_bytes: int) -> int:
+        return fetch(source, staging, env, max_bytes)
+
+    def current(self, source: Source, env: Mapping[str, str]) -> str:
+        return revision(source, env)
+
+    def key_parts(self, source: Source) -> dict[str, str]:
+        return {"secret": source.secret}
+
+    def fetch_pod(self, source: Source, namespace: str, registry: RegistryService) -> FetchPod:
+        """The Secret's keys as the fetcher's variables, in this Pod only: the credentials
+        required (the kubelet holds the Pod back, CreateContainerConfigError, when one is
+        missing), the store's address and region optional."""
+        if not source.secret:
+            return FetchPod()
+        required = [(key, False) for key in CREDENTIALS]
+        optional = [(key, True) for key in STORE_KEYS]
+        return FetchPod(
+            env=tuple(
+                {
+                    "name": key,
+                    "valueFrom": {
+                        "secretKeyRef": {"name": source.secret, "key": key, "optional": maybe}
+                    },
+                }
+                for key, maybe in required + optional
+            )
+        )

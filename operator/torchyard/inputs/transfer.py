@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from torchyard.inputs.uris import InputError
+from torchyard.inputs.base import InputError
 
 TIMEOUT_SECONDS = 60
 BLOCK = 1 << 20

@@ -90,6 +90,12 @@ class Client:
     ) -> dict[str, Any]:
         return rest.apply_status(manifest, field_manager=field_manager, api=self.api)
 
+    def merge_patch(
+        self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any], **options: Any
+    ) -> dict[str, Any]:
+        """``rest.merge_patch`` (its ``subresource``)."""
+        return rest.merge_patch(res, namespace, name, patch, **options, api=self.api)
+
     def delete(self, res: Resource, namespace: str | None, name: str, **options: Any) -> bool:
         """``rest.delete`` (its ``propagation``, ``grace_period_seconds``)."""
         return rest.delete(res, namespace, name, **options, api=self.api)

@@ -26,13 +26,15 @@ def pod_log_lines(
     limit_bytes: int | None = None,
     timeout: float = 60,
     api: ApiClient | None = None,
+    previous: bool = False,
 ) -> Iterator[str]:
-    """A Pod's log, line by line (``follow``: until the container ends; ``tail_lines``:
-    its last lines only; ``limit_bytes``: at most that much of them). The apiserver
-    gets it from the node's kubelet; errors surface as :class:`ApiError`, or
-    :class:`Unreachable` when the apiserver does not answer (within ``timeout`` seconds,
-    unless following) or the stream breaks off. ``api``: whose credentials (default: the
-    shared client)."""
+    """A Pod's log, line by line (``follow``: until the container ends; ``tail_lines``: its
+    last lines only; ``limit_bytes``: at most that much of them; ``previous``: the
+    container's run before its last restart, e.g. a serving process whose init()
+    raised). The apiserver gets it from the node's kubelet; errors surface as
+    :class:`ApiError`, or :class:`Unreachable` when the apiserver does not answer
+    (within ``timeout`` seconds, unless following) or the stream breaks off. ``api``:
+    whose credentials (default: the shared client)."""
     api = api or connections.load()
     query: list[tuple[str, Any]] = []
     if container:
@@ -43,6 +45,8 @@ def pod_log_lines(
         query.append(("tailLines", tail_lines))
     if limit_bytes is not None:
         query.append(("limitBytes", limit_bytes))
+    if previous:
+        query.append(("previous", "true"))
     rest.REQUESTS["GET"] += 1
     try:
         method, url, headers, _, _ = api.param_serialize(

@@ -43,6 +43,7 @@ TRAININGRUNS = Resource(wire.GROUP, wire.VERSION, "trainingruns")
 ENVIRONMENTS = Resource(wire.GROUP, wire.VERSION, "environments")
 MODELVERSIONS = Resource(wire.GROUP, wire.VERSION, "modelversions")
 SWEEPS = Resource(wire.GROUP, wire.VERSION, "sweeps")
+ONLINEENDPOINTS = Resource(wire.GROUP, wire.VERSION, "onlineendpoints")
 PODS = Resource("", "v1", "pods")
 SERVICES = Resource("", "v1", "services")
 CONFIGMAPS = Resource("", "v1", "configmaps")
@@ -51,6 +52,8 @@ EVENTS = Resource("", "v1", "events")
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 JOBS = Resource("batch", "v1", "jobs")
+DEPLOYMENTS = Resource("apps", "v1", "deployments")
+HORIZONTALPODAUTOSCALERS = Resource("autoscaling", "v2", "horizontalpodautoscalers")
 SECRETS = Resource("", "v1", "secrets")
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts")
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
@@ -62,6 +65,10 @@ SUBJECTACCESSREVIEWS = Resource(
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 PRIORITYCLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 # Kueue's queues: its version is the one the cluster's CRD serves (``local_queues``).
+# KServe's InferenceService (an OnlineEndpoint's backend KServe), where its CRD is installed.
+KSERVE_GROUP = "serving.kserve.io"
+INFERENCESERVICES = Resource(KSERVE_GROUP, "v1beta1", "inferenceservices")
+INFERENCESERVICES_CRD = f"inferenceservices.{KSERVE_GROUP}"
 KUEUE_GROUP = "kueue.x-k8s.io"
 LOCALQUEUES_CRD = f"localqueues.{KUEUE_GROUP}"
 
@@ -71,11 +78,21 @@ def local_queues(version: str) -> Resource:
     return Resource(KUEUE_GROUP, version, "localqueues")
 
 
+# Kueue's kinds torchyard reads and writes as a job's controller: v1beta2 only (a Kueue
+# that does not serve it gets plain Pod groups: ``controller.workloads``).
+KUEUE_VERSION = "v1beta2"
+WORKLOADS_CRD = f"workloads.{KUEUE_GROUP}"
+WORKLOADS = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads")
+TOPOLOGIES = Resource(KUEUE_GROUP, KUEUE_VERSION, "topologies", namespaced=False)
+RESOURCEFLAVORS = Resource(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", namespaced=False)
+
+
 _BY_KIND: dict[tuple[str, str], Resource] = {
     (wire.API_VERSION, "TrainingRun"): TRAININGRUNS,
     (wire.API_VERSION, "Environment"): ENVIRONMENTS,
     (wire.API_VERSION, "ModelVersion"): MODELVERSIONS,
     (wire.API_VERSION, "Sweep"): SWEEPS,
+    (wire.API_VERSION, "OnlineEndpoint"): ONLINEENDPOINTS,
     ("v1", "Pod"): PODS,
     ("v1", "Service"): SERVICES,
     ("v1", "ConfigMap"): CONFIGMAPS,
@@ -84,6 +101,9 @@ _BY_KIND: dict[tuple[str, str], Resource] = {
     ("v1", "Namespace"): NAMESPACES,
     ("v1", "Node"): NODES,
     ("batch/v1", "Job"): JOBS,
+    ("apps/v1", "Deployment"): DEPLOYMENTS,
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): HORIZONTALPODAUTOSCALERS,
+    (f"{KSERVE_GROUP}/v1beta1", "InferenceService"): INFERENCESERVICES,
     ("v1", "Secret"): SECRETS,
     ("v1", "ServiceAccount"): SERVICEACCOUNTS,
     ("rbac.authorization.k8s.io/v1", "Role"): ROLES,
@@ -92,6 +112,7 @@ _BY_KIND: dict[tuple[str, str], Resource] = {
     ("authorization.k8s.io/v1", "SubjectAccessReview"): SUBJECTACCESSREVIEWS,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
     ("scheduling.k8s.io/v1", "PriorityClass"): PRIORITYCLASSES,
+    (f"{KUEUE_GROUP}/{KUEUE_VERSION}", "Workload"): WORKLOADS,
 }
 
 
@@ -106,17 +127,25 @@ def resource_of(manifest: dict[str, Any]) -> Resource:
 __all__ = [
     "CONFIGMAPS",
     "CRDS",
+    "DEPLOYMENTS",
     "ENVIRONMENTS",
     "EVENTS",
+    "HORIZONTALPODAUTOSCALERS",
+    "INFERENCESERVICES",
+    "INFERENCESERVICES_CRD",
     "JOBS",
+    "KSERVE_GROUP",
     "KUEUE_GROUP",
+    "KUEUE_VERSION",
     "LOCALQUEUES_CRD",
     "MODELVERSIONS",
     "NAMESPACES",
     "NODES",
+    "ONLINEENDPOINTS",
     "PERSISTENTVOLUMECLAIMS",
     "PODS",
     "PRIORITYCLASSES",
+    "RESOURCEFLAVORS",
     "ROLEBINDINGS",
     "ROLES",
     "SECRETS",
@@ -125,7 +154,10 @@ __all__ = [
     "SUBJECTACCESSREVIEWS",
     "SWEEPS",
     "TOKENREVIEWS",
+    "TOPOLOGIES",
     "TRAININGRUNS",
+    "WORKLOADS",
+    "WORKLOADS_CRD",
     "Resource",
     "local_queues",
     "resource_of",

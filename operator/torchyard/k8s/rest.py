@@ -142,6 +142,28 @@ def apply_status(
     return apply(manifest, field_manager=field_manager, subresource="status", api=api)
 
 
+def merge_patch(
+    res: Resource,
+    namespace: str | None,
+    name: str,
+    patch: dict[str, Any],
+    *,
+    subresource: str = "",
+    api: ApiClient | None = None,
+) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386): what server-side apply cannot do, such as clearing
+    a field another manager set; a ``metadata.resourceVersion`` in ``patch`` makes it
+    conditional (409 when the object changed since)."""
+    result: dict[str, Any] = call(
+        "PATCH",
+        res.path(namespace, name, subresource),
+        body=patch,
+        content_type="application/merge-patch+json",
+        api=api,
+    )
+    return result
+
+
 def delete(
     res: Resource,
     namespace: str | None,
@@ -174,4 +196,5 @@ __all__ = [
     "get",
     "get_or_none",
     "list_",
+    "merge_patch",
 ]

@@ -41,9 +41,11 @@ def allowed(
     resource: str,
     group: str = wire.GROUP,
     subresource: str = "",
+    name: str = "",
 ) -> bool:
     """SubjectAccessReview: may ``user`` (from review_token) do ``verb`` on ``resource``
-    (its ``subresource``, e.g. ``pods``' ``log``, when given)?"""
+    (its ``subresource``, e.g. ``pods``' ``log``, when given; the object ``name`` when
+    given, else any)?"""
     review = rest.create(
         {
             "apiVersion": "authorization.k8s.io/v1",
@@ -59,6 +61,7 @@ def allowed(
                     "group": group,
                     "resource": resource,
                     "subresource": subresource,
+                    "name": name,
                 },
             },
         }

@@ -23,7 +23,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any, TypeVar
 
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -131,6 +131,7 @@ TORCHYARD_INPUTS_CACHE_SIZE = "TORCHYARD_INPUTS_CACHE_SIZE"
 TORCHYARD_INPUTS_STORAGE_CLASS = "TORCHYARD_INPUTS_STORAGE_CLASS"
 TORCHYARD_MLFLOW_URI = "TORCHYARD_MLFLOW_URI"
 TORCHYARD_MLFLOW_SECRET = "TORCHYARD_MLFLOW_SECRET"
+TORCHYARD_KUEUE_INTEGRATION = "TORCHYARD_KUEUE_INTEGRATION"
 TORCHYARD_METRICS_PORT = "TORCHYARD_METRICS_PORT"
 TORCHYARD_PEERING_NAME = "TORCHYARD_PEERING_NAME"
 TORCHYARD_RESYNC_SECONDS = "TORCHYARD_RESYNC_SECONDS"
@@ -139,6 +140,23 @@ TORCHYARD_TENSORBOARD = "TORCHYARD_TENSORBOARD"
 TORCHYARD_REGISTRY = "TORCHYARD_REGISTRY"  # local mode's registry folder
 TORCHYARD_LOCAL_RUNS = "TORCHYARD_LOCAL_RUNS"
 TORCHYARD_INPUTS_CACHE = "TORCHYARD_INPUTS_CACHE"
+
+# An OnlineEndpoint's serving process (``planning.endpoints`` sets them, the serving
+# runtime ``torchyard.serving`` reads them; ``serving.contract`` has the rest of what they
+# agree on). The guide's two: the model's folder and the scoring script.
+AZUREML_MODEL_DIR = "AZUREML_MODEL_DIR"
+AZUREML_ENTRY_SCRIPT = "AZUREML_ENTRY_SCRIPT"
+TORCHYARD_MODEL_NAME = "TORCHYARD_MODEL_NAME"
+TORCHYARD_MODEL_VERSION = "TORCHYARD_MODEL_VERSION"
+TORCHYARD_ENDPOINT = "TORCHYARD_ENDPOINT"
+TORCHYARD_MAX_BODY_BYTES = "TORCHYARD_MAX_BODY_BYTES"
+TORCHYARD_REQUEST_TIMEOUT_SECONDS = "TORCHYARD_REQUEST_TIMEOUT_SECONDS"
+TORCHYARD_CONCURRENCY = "TORCHYARD_CONCURRENCY"
+TORCHYARD_DRAIN_SECONDS = "TORCHYARD_DRAIN_SECONDS"
+# where the runtime asks whether a caller's token may call the endpoint (unset: public)
+TORCHYARD_ENDPOINT_ACCESS_URL = "TORCHYARD_ENDPOINT_ACCESS_URL"
+# another port (tests run several serving processes on one machine; a Pod sets none)
+TORCHYARD_SERVING_PORT = "TORCHYARD_SERVING_PORT"
 
 # The variables of the rank contract: torchyard sets them (a TrainingRun's env may not),
 # and a command's arguments may name them, as in the Azure ML guide's tip
@@ -302,6 +320,24 @@ def parse_progress(line: bytes | str) -> dict[str, Any] | None:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         return None
     return record
+
+
+# The fields of a ``logs/metrics.jsonl`` record that are no metric: the progress line's
+# own and the rank and time the launcher adds.
+NOT_METRICS = frozenset({"step", "total", "phase", "rank", "time"})
+
+
+def rank0_records(text: str) -> Iterator[dict[str, Any]]:
+    """The records of a node's ``logs/metrics.jsonl`` text that rank 0 reported (or that
+    name no rank), in order, as the status's progress keeps them; a line that is no JSON
+    object is passed over."""
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("rank") in (0, None):
+            yield record
 
 
 # -- evidence: what lines of a rank's output say of a failure ----------------------------

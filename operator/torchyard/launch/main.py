@@ -38,7 +38,9 @@ It reads its configuration from variables that ``torchyard.planning`` sets:
                                what ``--copy``/``--fetch`` may unpack (default 1 GiB,
                                100000 entries)
     TORCHYARD_SHIPPED_PATH     the folder holding the shipped ``torchyard`` package: put
-                               first on the ranks' PYTHONPATH
+                               first on the ranks' PYTHONPATH (unset: a folder linking
+                               the launcher's own package, so that every process the
+                               ranks start, torchrun's workers too, imports torchyard)
     TORCHYARD_MPI_END_WAIT     MPI runs: seconds a worker node waits, after its orted ended,
                                for node 0 to say how mpirun ended (default 30)
     TORCHYARD_CGROUP_ROOT      where the container's cgroups are mounted (default

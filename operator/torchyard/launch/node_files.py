@@ -135,7 +135,7 @@ def upload_file(url: str, path: str, token: str, context: ssl.SSLContext | None 
     parts = urllib.parse.urlsplit(url)
     conn = (
         http.client.HTTPSConnection(parts.netloc, timeout=300, context=context)
-        if parts.scheme == "https"
+        if url.lower().startswith("https://")
         else http.client.HTTPConnection(parts.netloc, timeout=300)
     )
     auth = {"Authorization": "Bearer " + token}
@@ -481,7 +481,7 @@ def archive(
         with open(token_file) as f:
             token = f.read().strip()
     except OSError as err:
-        return _said(
+        return _say_problem(
             say,
             f"cannot archive to the model registry: no registry token at {token_file!r} "
             f"({err.strerror}); node Pods get one (audience torchyard-registry) when the "
@@ -490,7 +490,9 @@ def archive(
     try:
         context = registry_context(env)
     except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-        return _said(say, f"cannot archive: TORCHYARD_REGISTRY_CA is not a PEM certificate ({err})")
+        return _say_problem(
+            say, f"cannot archive: TORCHYARD_REGISTRY_CA is not a PEM certificate ({err})"
+        )
     folders = [(logs, f"logs/node-{node_rank}")]
     if node_rank == 0:
         folders.append((env[TORCHYARD_OUTPUTS], "outputs"))
@@ -515,7 +517,7 @@ def archive(
     if first is None:
         say(f"archived {sent} file(s) to the registry")
         return None
-    return _said(
+    return _say_problem(
         say,
         f"archiving to the model registry failed: {len(files) - sent} of {len(files)} "
         f"file(s) not uploaded (first: {failed[0]}): "
@@ -523,7 +525,7 @@ def archive(
     )
 
 
-def _said(say: Callable[[str], None], problem: str) -> str:
+def _say_problem(say: Callable[[str], None], problem: str) -> str:
     say(problem)
     return problem
 

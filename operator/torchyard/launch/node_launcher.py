@@ -66,6 +66,7 @@ from torchyard.launch.ranks import (
     memory_limit,
     oom_kills,
     oom_message,
+    own_package_folder,
     wait_for_dns,
     writable_folder,
 )
@@ -220,8 +221,9 @@ class Launcher:
         if nproc > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("PYTHONUNBUFFERED", "1")
-        # In a node Pod the shipped torchyard package (a ConfigMap volume) is importable
-        # by the ranks (``from torchyard import ...``), ahead of the image's PYTHONPATH.
+        # The ranks import torchyard (``from torchyard import progress``) from the shipped
+        # package, ahead of the image's PYTHONPATH: in a node Pod a ConfigMap volume,
+        # elsewhere a link to the launcher's own package (``run``).
         shipped = env.get(TORCHYARD_SHIPPED_PATH)
         if shipped:
             paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -405,9 +407,14 @@ class Launcher:
 
     def run(self) -> int:
         """Run the node; its output written (ECHO_DRAIN_SECONDS at most) when it returns."""
+        own = "" if self.env.get(TORCHYARD_SHIPPED_PATH) else own_package_folder()
+        if own:  # no shipped package: the ranks import the one this launcher runs from
+            self.env[TORCHYARD_SHIPPED_PATH] = own
         try:
             return self._run()
         finally:
+            if own:
+                shutil.rmtree(own, ignore_errors=True)
             self.echo.drain()
 
     def _run(self) -> int:

@@ -1,6 +1,7 @@
 """A node's ranks as processes: :class:`Rank` starts one and tees its output (its log file,
 the node's output, the evidence scanner, the progress tracker); what the ranks need of
-their node before they start (MASTER_ADDR resolving, writable folders) and what is left
+their node before they start (MASTER_ADDR resolving, writable folders, an importable
+torchyard) and what is left
 of them after (:func:`end_leftovers`; the OOM killer's count and the memory limit, to say
 why a rank was SIGKILLed).
 
@@ -94,6 +95,21 @@ def writable_folder(name: str, folder: str, say: Callable[[str], None]) -> str:
         ) from None
     say(f"{name}: cannot create {where} ({reason}); using {fallback} instead ({advice})")
     return fallback
+
+
+def own_package_folder() -> str:
+    """A new temporary folder holding only a link ``torchyard`` to the package this launcher
+    runs from, for the ranks' PYTHONPATH where no package was shipped (local mode, an
+    image with torchyard installed): every process the ranks start imports this
+    torchyard, whatever Python runs it (``torchrun`` may be a script of another
+    environment, whose workers run that environment's Python), and nothing else of this
+    launcher's environment. The caller removes it once the ranks are gone."""
+    import tempfile
+
+    top = sys.modules[__name__.partition(".")[0]]
+    folder = tempfile.mkdtemp(prefix="torchyard-lib-")
+    os.symlink(next(iter(top.__path__)), os.path.join(folder, top.__name__))
+    return folder
 
 
 def oom_kills(root: str) -> int | None:

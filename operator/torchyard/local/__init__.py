@@ -11,7 +11,7 @@ processes), ``results`` (what a run did, which failure is its), ``checks`` (pack
 register path, ONNX), ``finalize`` (archive and register) and ``sweeps`` (a Sweep's
 trials, ``torchyard sweep submit FILE --local``).
 
-Tested in ``tests/unit/test_local_mode.py`` and ``tests/e2e/``.
+Tested in ``tests/unit/local/test_mode.py`` and ``tests/e2e/``.
 """
 
 from torchyard.local.checks import *  # noqa: F403

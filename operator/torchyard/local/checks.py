@@ -1,7 +1,7 @@
 """What local mode checks around a run: the Environment's packages in this Python
 (:func:`missing_packages`, a warning before), the register path inside node 0's folder
 (:func:`register_source`) and the exported ONNX model (:func:`check_onnx`), after. Used
-by ``local.runs`` and ``local.finalize``; tested in tests/unit/test_local_mode.py.
+by ``local.runs`` and ``local.finalize``; tested in tests/unit/local/test_mode.py.
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@ it comes, and one progress line for the whole run that a person reads, updated i
 on a terminal (``\\r``), or a plain line at most every PLAIN_EVERY_SECONDS elsewhere (a
 CI log, a file). Made by ``local.runs.LocalRun``, fed the launchers' summaries
 (TORCHYARD_PROGRESS_FILE) and merged by ``status.steps.run_progress``, as the operator
-merges them into ``status.progress``. Tested in tests/unit/test_local_console.py.
+merges them into ``status.progress``. Tested in tests/unit/local/test_console.py.
 
 The relay never makes a launcher wait long: a slow terminal fills the launcher's own
 buffer, and the launcher drops rank lines from its output, not from the rank's log
-(``launch.output.Echo``).
+(``launch.output.Echo``). A ``label`` (a sweep's trial, when several run at once) starts
+every line it writes.
 """
 
 from __future__ import annotations
@@ -57,8 +58,11 @@ class Console:
         tty: bool | None = None,
         width: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        label: str = "",
     ) -> None:
         self.out = status
+        # Put before every line (a sweep's trials running side by side: ``[sweep-t1] ``)
+        self.label = f"[{label}] " if label else ""
         self.tty = bool(getattr(status, "isatty", lambda: False)()) if tty is None else tty
         self.width = width
         self.clock = clock
@@ -77,6 +81,9 @@ class Console:
 
     def write(self, sink: IO[str], data: bytes) -> None:
         """Lines of a node's output: above the progress line, which is drawn again."""
+        if self.label:
+            tag = self.label.encode()
+            data = b"".join(tag + line for line in data.splitlines(keepends=True))
         with self._lock:
             if self.tty and self.line:
                 self.out.write(CLEAR)
@@ -91,14 +98,14 @@ class Console:
             return
         with self._lock:
             if self.tty:
-                line = f"[torchyard] {text}"[: max(self._columns() - 1, 20)]
+                line = f"{self.label}[torchyard] {text}"[: max(self._columns() - 1, 20)]
                 if line != self.line:
                     self.line = line
                     self.out.write(CLEAR + line)
                     self.out.flush()
             elif self.plain_at is None or self.clock() - self.plain_at >= PLAIN_EVERY_SECONDS:
                 self.plain_at = self.clock()
-                self.out.write(f"[torchyard] {text}\n")
+                self.out.write(f"{self.label}[torchyard] {text}\n")
                 self.out.flush()
 
     def relay(self, pipe: IO[bytes], sink: IO[str]) -> None:

@@ -4,7 +4,7 @@ layout), then ``outputs.register`` published as the model's next version with th
 metadata every registration uses (``planning.models.promote_metadata``), after the path
 is checked to stay inside node 0's folder and an exported ONNX model is run once; and the
 run's record (``torchyard.records``) written beside its archive. Called
-by ``local.runs.LocalRun``; tested in tests/unit/test_local_mode.py and tests/e2e/.
+by ``local.runs.LocalRun``; tested in tests/unit/local/test_mode.py and tests/e2e/.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from torchyard import records
 from torchyard.api import Environment, TrainingRun, wire
 from torchyard.api.trainingruns import ModelOutput
+from torchyard.launch.contract import PROGRESS_TEXT
 from torchyard.local.checks import check_onnx, register_source
 from torchyard.local.results import LocalResult, NodeResult
 from torchyard.planning import models
@@ -99,9 +100,11 @@ def record(
     store_root: Path,
     started: datetime,
     say: Callable[[str], None],
+    uid: str = "",
 ) -> Path:
     """The run's record (``torchyard.records``) in the local registry, as the operator
-    writes it for a run in a cluster, with the metric reports of its archive."""
+    writes it for a run in a cluster, with the metric reports of its archive (``uid``:
+    this execution's, else the run's own or a new one)."""
     now = datetime.now(timezone.utc)
     status: dict[str, Any] = {
         "phase": "Succeeded" if result.succeeded else "Failed",
@@ -117,7 +120,7 @@ def record(
         "metadata": {
             **run.metadata,
             "namespace": run.namespace,  # "default" when the YAML names none, as the archive
-            "uid": str(run.metadata.get("uid") or uuid.uuid4()),
+            "uid": uid or str(run.metadata.get("uid") or uuid.uuid4()),
             "creationTimestamp": build.timestamp(started),
         },
         "spec": run.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
@@ -126,14 +129,39 @@ def record(
     pods = [_node_pod(run.name, n) for n in result.nodes]
     tails = {n.node: _tail(nodes[n.node] / "logs") for n in result.nodes if n.node < len(nodes)}
     made = records.trainingrun_record(body, pods, [], tails, now)
+    reason = (result.failure or {}).get("reason")
+    if reason == INTERRUPTED and made.get("attempts"):
+        made["attempts"][-1]["outcome"] = INTERRUPTED  # stopped, not failed of itself
     folder = records.FolderRecords(store_root).write(made, result.archive)
     say(f"recorded the run in {folder}")
     return folder
 
 
+def record_model(store_root: Path, run: TrainingRun, uid: str, model: Version) -> None:
+    """The record of run ``run`` (this ``uid``) names ``model``, which was registered from
+    it after it ended (a local sweep's ``registerBest``), as ``status.model`` would."""
+    folder = records.FolderRecords(store_root)
+    found = folder.get_record(run.namespace, run.name, uid)
+    if found is None:
+        return
+    ref = {"name": model.model, "version": model.version}
+    found["model"] = ref  # type: ignore[typeddict-item]
+    found["status"] = {**(found.get("status") or {}), "model": ref}
+    folder.write(found, Store(store_root).run_dir(run.namespace, run.name))
+
+
+# The failure reason of a local run that Ctrl-C (or SIGTERM, SIGHUP) stopped.
+INTERRUPTED = "Interrupted"
+
+
 def _node_pod(run: str, node: NodeResult) -> dict[str, Any]:
     """A node as the record's builder reads a node Pod: its rank, phase and exit."""
-    ended = {"exitCode": node.exit_code, "reason": node.termination.get("reason")}
+    ended = {
+        "exitCode": node.exit_code,
+        "reason": node.termination.get("reason"),
+        "startedAt": build.timestamp(node.started_at) if node.started_at else None,
+        "finishedAt": build.timestamp(node.finished_at) if node.finished_at else None,
+    }
     return {
         "metadata": {
             "name": f"{run}-{node.node}",
@@ -148,12 +176,14 @@ def _node_pod(run: str, node: NodeResult) -> dict[str, Any]:
 
 
 def _tail(logs: Path) -> list[str]:
-    """The last lines of a node's rank logs (``logs/rank-*.txt``), rank by rank."""
+    """The last lines of a node's rank logs (``logs/rank-*.txt``), rank by rank, without
+    the ranks' progress lines (``@@torchyard {...}``: what the progress line showed)."""
     lines: list[str] = []
     for path in sorted(logs.glob("rank-*.txt")):
         with contextlib.suppress(OSError):
             rank = path.stem.replace("-", " ")
-            lines += [f"[{rank}] {line}" for line in path.read_text(errors="replace").splitlines()]
+            text = path.read_text(errors="replace").splitlines()
+            lines += [f"[{rank}] {line}" for line in text if not line.startswith(PROGRESS_TEXT)]
     return lines[-build.TAIL_LINES :]
 
 

@@ -9,7 +9,7 @@ local runs register into), each file checked against its manifest's sha256; one 
 names no version is the latest version there. A ``mount``
 input is the cache entry itself; a ``download`` input a copy in the run's folder. A
 ``pvc://`` input names a claim of the cluster, which this machine cannot mount: refused.
-Called by ``local.runs``; tested in tests/unit/test_local_inputs.py.
+Called by ``local.runs``; tested in tests/unit/local/test_inputs.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from torchyard.api import Input, TrainingRun
 from torchyard.api.quantities import quantity
-from torchyard.inputs import archives, cache, fetch, patterns, uris
+from torchyard.inputs import archives, cache, fetch, patterns, schemes, uris
 from torchyard.inputs.cache import DATA, sha256_file
 from torchyard.launch.contract import TORCHYARD_INPUTS_CACHE, TORCHYARD_INPUTS_CACHE_LIMIT
 from torchyard.planning import inputs as planned
@@ -57,7 +57,7 @@ def _from_store(store: Store, namespace: str) -> fetch.Fetcher:
         copied = 0
         for f in found.manifest.get("files") or []:
             rel = archives.member_path(str(f["path"]))
-            if not patterns.wanted(rel, source.include, source.exclude):
+            if not patterns.included(rel, source.include, source.exclude):
                 continue
             copied += int(f["size"])
             if copied > max_bytes:
@@ -96,13 +96,14 @@ def fetch_all(
     """Each input's folder, by name: fetched (or found) in the cache, a download copied
     into ``workdir/inputs``. InputError names the input that cannot be had."""
     root = (root or default_cache()).resolve()
-    claims = [i.name for i in run.spec.inputs if i.scheme == "pvc"]
-    if claims:
-        raise uris.InputError(
-            f"input {claims[0]}: a pvc:// input names a claim of the cluster, which local "
-            "mode cannot mount; use an https://, model://, s3:// or hf:// input, or run in "
-            "the cluster"
-        )
+    for inp in run.spec.inputs:
+        refused = schemes.of(inp).NOT_LOCAL
+        if refused:
+            local = [f"{s.TYPE}://" for s in schemes.registered() if s.FORM and not s.NOT_LOCAL]
+            raise uris.InputError(
+                f"input {inp.name}: {refused}; use an {', '.join(local[:-1])} or {local[-1]} "
+                "input, or run in the cluster"
+            )
     run = planned.pinned(run, latest(store, run.namespace, run.spec.inputs))
     wanted = planned.fetched(run)
     keys = [source.key for _, source in wanted]
@@ -116,7 +117,7 @@ def fetch_all(
                 source,
                 str(root),
                 cache_limit(),
-                fetcher=models if source.scheme == "model" else None,
+                fetcher=models if schemes.of(source).READS_REGISTRY else None,
             )
         except uris.InputError as err:
             raise uris.InputError(f"input {inp.name} ({source.uri}): {err}") from None

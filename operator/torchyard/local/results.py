@@ -1,7 +1,7 @@
 """What a local run did: each node's exit (:class:`NodeResult`), the whole run
 (:class:`LocalResult`), and which node's failure is the run's (:func:`first_failure`,
 ordered by the launcher's ``exitedAt`` as the operator orders failed Pods). Pure; used by
-``local.runs`` and the CLI; tested in tests/unit/test_local_mode.py.
+``local.runs`` and the CLI; tested in tests/unit/local/test_mode.py.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ class NodeResult:
     exit_code: int
     seconds: float
     termination: dict[str, Any] = field(default_factory=dict)
+    started_at: datetime | None = None  # when its launcher started
+    finished_at: datetime | None = None  # when it was seen to end
 
 
 @dataclass

@@ -5,7 +5,7 @@ process per node with the variables of a node Pod's launcher
 line per node, and a failing node stopping the others (as the operator deletes sibling
 Pods). Then ``local.finalize`` archives and
 registers. Called through ``torchyard.local`` by the SDK's ``local_runs``; tested in
-tests/unit/test_local_mode.py and tests/e2e/.
+tests/unit/local/test_mode.py and tests/e2e/.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -38,13 +39,15 @@ from torchyard.launch.contract import (
     TORCHYARD_TERMINATION_LOG,
 )
 from torchyard.launch.ranks import end_leftovers
+from torchyard.local import attempts
 from torchyard.local import inputs as local_inputs
 from torchyard.local.checks import missing_packages
 from torchyard.local.console import Console, Progress, progress_line
-from torchyard.local.finalize import archive_and_register, record
+from torchyard.local.finalize import INTERRUPTED, archive_and_register, record
 from torchyard.local.results import LocalResult, NodeResult, first_failure, settle_seconds
 from torchyard.planning import checkpoints, pods
 from torchyard.planning import inputs as run_inputs
+from torchyard.records.build import timestamp as build_timestamp
 from torchyard.registry import Store
 
 LAUNCHER_FILE = Path(torchyard.launch.main.__file__)
@@ -80,7 +83,12 @@ class LocalRun:
         workroot: Path,
         out: IO[str],
         grace: int,
+        resume: attempts.Resume = "auto",
+        stdout: IO[str] | None = None,
+        label: str = "",
     ) -> None:
+        """``label``: put before each line of its output (a sweep's trial name, when several
+        trials run at once)."""
         self.run = run
         self.source = source.resolve()
         # Relative /-separated paths under source; nothing else is copied.
@@ -91,17 +99,26 @@ class LocalRun:
         self.workroot = workroot.expanduser().resolve()
         self.environment = environment
         self.out = out
+        # where the nodes' standard output goes (the CLI's own; the SDK's transcript)
+        self.stdout = stdout
         self.grace = grace
+        self.resume = resume
+        self.started_at: dict[int, datetime] = {}  # when each node's launcher started
+        self.interrupted: KeyboardInterrupt | None = None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.workdir = self.workroot / f"{run.namespace}-{run.name}-{stamp}-{os.getpid()}"
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         # Each node's launcher marks what its ranks start with this (TORCHYARD_NODE_COOKIE): what
         # is left of them when the node ended is ended, even should its launcher be killed.
         self.cookies: dict[int, str] = {}
-        self.console = Console(out)
+        self.console = Console(out, label=label)
         self.progress = Progress({})
         self.ended = threading.Event()  # every node ended: no more progress to show
         self.input_paths: dict[str, str] = {}  # each input's folder (local.inputs)
+        self.attempt: attempts.Attempt | None = None  # with checkpoints: this attempt
+        self.warnings: list[str] = []
+        # this execution's uid (its record's), the run's own when it has one
+        self.uid = str(run.metadata.get("uid") or uuid.uuid4())
 
     def say(self, text: str) -> None:
         self.console.write(self.out, f"[torchyard] {text}\n".encode())
@@ -216,7 +233,8 @@ class LocalRun:
             # relayed, so that the progress line stays below the nodes' output
             stdout, stderr = self.procs[node].stdout, self.procs[node].stderr
             assert stdout is not None and stderr is not None
-            self.console.relay(stdout, sys.stdout)
+            self.started_at[node] = datetime.now(timezone.utc)
+            self.console.relay(stdout, self.stdout or sys.stdout)
             self.console.relay(stderr, self.out)
             nproc = self.run.spec.distribution.process_count_per_node
             what = (
@@ -255,10 +273,10 @@ class LocalRun:
                 code = proc.poll()
                 if code is None or node in done:
                     continue
-                result = NodeResult(node, code, time.monotonic() - started, self._termination(node))
+                result = self._node_result(node, code, started)
                 done[node] = result
-                verdict = "succeeded" if code == 0 else f"failed (exit code {code})"
-                self.say(f"node {node} {verdict} after {result.seconds:.1f}s")
+                if code != 0:  # (the launcher itself says when all its ranks succeeded)
+                    self.say(f"node {node} failed (exit code {code}) after {result.seconds:.1f}s")
                 if code != 0 and stop_deadline is None:
                     # as the operator does on each report: a failure that may be what its
                     # ranks saw of another node's (a lost peer, a stall) waits for the
@@ -280,6 +298,16 @@ class LocalRun:
             time.sleep(0.05)
         return [done[n] for n in sorted(done)]
 
+    def _node_result(self, node: int, code: int, started: float) -> NodeResult:
+        return NodeResult(
+            node,
+            code,
+            time.monotonic() - started,
+            self._termination(node),
+            started_at=self.started_at.get(node),
+            finished_at=datetime.now(timezone.utc),
+        )
+
     def _termination(self, node: int) -> dict[str, Any]:
         path = self.node_dir(node) / "termination-log.json"
         try:
@@ -288,7 +316,61 @@ class LocalRun:
             return {}
         return data
 
+    def _checkpoints_first(self, started_at: datetime) -> None:
+        """With checkpoints: resume from them or start fresh (``local.attempts``), said
+        before anything starts, and this attempt marked as running."""
+        if self.run.spec.checkpoints is None:
+            return
+        folder = self.checkpoint_dir()
+        world = self.run.spec.distribution.world_size
+        decision = attempts.decide(
+            attempts.read(folder), attempts.newest_step(folder, world), self.resume, folder
+        )
+        if decision.set_aside:
+            attempts.set_aside(folder)
+        self.say(decision.message)
+        self.attempt = attempts.Attempt(self.run.name, build_timestamp(started_at), "Running")
+        attempts.write(folder, self.attempt)
+
+    def _attempt_ended(self, outcome: str) -> int | None:
+        """Mark this attempt's outcome beside the checkpoints; the newest step kept."""
+        if self.run.spec.checkpoints is None or self.attempt is None:
+            return None
+        folder = self.checkpoint_dir()
+        step = attempts.newest_step(folder, self.run.spec.distribution.world_size)
+        ended = build_timestamp(datetime.now(timezone.utc))
+        attempts.write(
+            folder,
+            attempts.Attempt(self.run.name, self.attempt.started, outcome, ended, step),
+        )
+        return step
+
+    def interrupt(self) -> None:
+        """From another thread (the SDK's Ctrl-C or ``cancel()``): stop every node as
+        Ctrl-C does here; :meth:`execute` then ends as an interrupted run."""
+        self.interrupted = KeyboardInterrupt()
+        self._stop_all()
+
+    def _interrupt(self, err: KeyboardInterrupt, started: float) -> list[NodeResult]:
+        """Ctrl-C, SIGTERM or SIGHUP: every node asked to stop (a just-in-time checkpoint
+        saved where the run has checkpoints), then killed after its time."""
+        self.interrupted = err
+        self.say(f"{interruption(err)}: stopping every node")
+        self._stop_all()
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(self._stop_seconds())
+        self._stop_all(signal.SIGKILL)
+        self._end_leftovers()
+        return [
+            self._node_result(node, proc.wait(), started)
+            for node, proc in sorted(self.procs.items())
+        ]
+
     def execute(self) -> LocalResult:
+        """Run it to its end. Interrupted (Ctrl-C, SIGTERM, SIGHUP), it stops every node,
+        archives and records what there is, says how to go on, and raises the
+        KeyboardInterrupt again."""
         dist = self.run.spec.distribution
         self._check_source()
         self._claim_workdir()
@@ -299,10 +381,11 @@ class LocalRun:
         )
         started = time.monotonic()
         started_at = datetime.now(timezone.utc)
+        self._checkpoints_first(started_at)
         self.input_paths = local_inputs.fetch_all(
             self.run, self.workdir, Store(self.store_root), self.say
         )
-        warnings = self._prepare()
+        self.warnings = warnings = self._prepare()
         for warning in warnings:
             self.say(f"warning: {warning}")
         with stopped_by_signals():  # held while stopping too: a second signal is ignored
@@ -310,18 +393,27 @@ class LocalRun:
                 self._start()
                 nodes = self._wait(started)
             except KeyboardInterrupt as err:
-                self.say(f"{interruption(err)}: stopping every node")
-                self._stop_all()
-                for proc in self.procs.values():
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(self._stop_seconds())
-                self._stop_all(signal.SIGKILL)
+                nodes = self._interrupt(err, started)
+            else:
                 self._end_leftovers()
-                raise
-            self._end_leftovers()
+            result = self._finish(nodes, started, started_at)
+        if self.interrupted is not None:
+            raise self.interrupted
+        return result
+
+    def _finish(self, nodes: list[NodeResult], started: float, started_at: datetime) -> LocalResult:
+        """Archive, register, record; and say how an interrupted run goes on."""
         failure = first_failure(nodes, self.run.spec.distribution.process_count_per_node)
+        if self.interrupted is not None:
+            failure = {
+                "reason": INTERRUPTED,
+                "message": f"{interruption(self.interrupted)}: every node was stopped",
+                "exitCode": 128 + getattr(self.interrupted, "signum", signal.SIGINT),
+            }
         exit_code = 0 if failure is None else int(failure.get("exitCode") or 1)
-        result = LocalResult(exit_code, self.workdir, nodes, failure=failure, warnings=warnings)
+        result = LocalResult(
+            exit_code, self.workdir, nodes, failure=failure, warnings=self.warnings
+        )
         folders = [self.node_dir(n) for n in range(len(self.procs))]
         try:
             store = Store(self.store_root)
@@ -331,11 +423,24 @@ class LocalRun:
             result.exit_code = result.exit_code or 1
             result.failure = result.failure or {"reason": "FinalizeFailed", "message": str(err)}
         result.seconds = time.monotonic() - started
+        outcome = "Succeeded" if result.succeeded else "Failed"
+        step = self._attempt_ended(INTERRUPTED if self.interrupted is not None else outcome)
         try:
-            record(self.run, result, folders, self.store_root, started_at, self.say)
+            record(self.run, result, folders, self.store_root, started_at, self.say, self.uid)
         except (OSError, ValueError) as err:
             self.say(f"the run's record was not written: {err}")
+        if self.interrupted is not None:
+            self.say(self._how_to_go_on(step))
         return result
+
+    def _how_to_go_on(self, step: int | None) -> str:
+        """What an interrupted run says last."""
+        if self.run.spec.checkpoints is None:
+            return "run it again to start it over (it has no spec.checkpoints to resume from)"
+        where = f"checkpoints in {self.checkpoint_dir()}"
+        if step is None:
+            return f"run it again to start it over: no checkpoint was complete yet ({where})"
+        return f"run it again to resume from step {step} ({where}; --fresh starts over)"
 
 
 class Stopped(KeyboardInterrupt):
@@ -395,6 +500,7 @@ def run_local(
     environment: Environment | None = None,
     out: IO[str] | None = None,
     grace_seconds: int = 10,
+    resume: attempts.Resume = "auto",
 ) -> LocalResult:
     """Run ``run`` on this machine with ``files`` of ``source`` in every node's folder.
 
@@ -402,7 +508,8 @@ def run_local(
     ``workroot``: where each run's folder is made (default :func:`default_workroot`);
     ``environment``: the run's Environment, whose pip packages are checked in this Python
     and whose image is recorded with the model; ``out``: where progress lines go
-    (standard error); ``grace_seconds``: how long a stopped node has to exit."""
+    (standard error); ``grace_seconds``: how long a stopped node has to exit; ``resume``:
+    with checkpoints, whether to resume from them (``local.attempts``)."""
     return LocalRun(
         run,
         source,
@@ -412,10 +519,12 @@ def run_local(
         workroot=workroot or default_workroot(),
         out=out or sys.stderr,
         grace=grace_seconds,
+        resume=resume,
     ).execute()
 
 
 __all__ = [
+    "INTERRUPTED",
     "LAUNCHER_FILE",
     "LocalRun",
     "default_registry",

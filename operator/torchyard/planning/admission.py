@@ -28,9 +28,16 @@ from typing import Any
 from torchyard.api.quantities import quantity as quantity  # re-exported: one parser
 from torchyard.api.trainingrun_status import QUEUE_EXACT_POSITIONS
 from torchyard.api.wire import NOT_READY_TAINTS
+from torchyard.planning import topology
 from torchyard.planning.exclusions import excluded_of
 from torchyard.planning.names import LABEL_RUN
-from torchyard.planning.pods import GANG_GATE, GPU_RESOURCE, POOL_LABEL, QUEUED_AT_ANNOTATION
+from torchyard.planning.pods import (
+    GANG_GATE,
+    GPU_RESOURCE,
+    PLACEMENT_ANNOTATION,
+    POOL_LABEL,
+    QUEUED_AT_ANNOTATION,
+)
 
 TRACKED = ("cpu", "memory", GPU_RESOURCE, "pods")
 # A waiting gang's exact place is kept (and written) for the first this many of its pool's
@@ -149,6 +156,7 @@ class Gang:
     pool: str = ""  # for messages
     priority: int = 0  # the Pods' priority (their PriorityClass's value): higher goes first
     excluded: frozenset[str] = frozenset()  # nodes its Pods' affinity rules out (bad nodes)
+    placement: topology.Request | None = None  # spec.placement (``planning.topology``)
 
     @cached_property
     def pool_key(self) -> tuple[tuple[str, str], ...]:
@@ -164,6 +172,7 @@ class Gang:
             tuple(sorted(self.request.items())),
             self.size,
             tuple(sorted(self.excluded)),
+            self.placement,
         )
 
 
@@ -175,6 +184,8 @@ class Decision:
     position: int = 0  # 1-based place in its pool's queue when not admitted; 0 when admitted
     # (or further back than EXACT_POSITIONS)
     blocking: bool = False  # the first gang of its pool that does not fit: the rest wait
+    # an admitted gang with a placement: node rank i's node selector (its domain)
+    selectors: tuple[Mapping[str, str], ...] = ()
 
 
 def order_key(gang: Gang) -> tuple[int, str, tuple[str, str]]:
@@ -190,6 +201,7 @@ def order(waiting: Iterable[Gang]) -> list[Gang]:
 def gang_of(key: tuple[str, str], created: str, size: int, pod: Mapping[str, Any]) -> Gang:
     """A gang of ``size`` Pods like ``pod``, waiting since ``created``."""
     spec = pod["spec"]
+    text = (pod.get("metadata", {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
     return Gang(
         key=key,
         created=created,
@@ -200,6 +212,7 @@ def gang_of(key: tuple[str, str], created: str, size: int, pod: Mapping[str, Any
         pool=spec.get("nodeSelector", {}).get(POOL_LABEL, ""),
         priority=int(spec.get("priority") or 0),
         excluded=excluded_of(pod),
+        placement=topology.Request.from_json(text) if text else None,
     )
 
 
@@ -229,12 +242,72 @@ def describe_need(gang: Gang) -> str:
     return what + pool
 
 
+def slots(node: Node, request: Mapping[str, Decimal]) -> int:
+    """How many Pods asking for ``request`` fit ``node``'s free room."""
+    counts = [int(node.free.get(k, Decimal(0)) // v) for k, v in request.items() if v > 0]
+    return max(0, min(counts)) if counts else 0
+
+
+def room(gang: Gang, nodes: Sequence[Node]) -> dict[topology.Domain, int]:
+    """How many of ``gang``'s Pods each domain of its placement has room for now."""
+    assert gang.placement is not None
+    levels = gang.placement.levels
+    out: dict[topology.Domain, int] = {}
+    for node in nodes:
+        domain = topology.domain_of(node.labels, levels)
+        if domain is not None and eligible(node, gang.selector, gang.tolerations, gang.excluded):
+            out[domain] = out.get(domain, 0) + slots(node, gang.request)
+    return out
+
+
+def pack(gang: Gang, nodes: Sequence[Node]) -> topology.Packing:
+    """The domains ``gang`` (with a placement) would take of ``nodes`` now."""
+    assert gang.placement is not None
+    return topology.pack(gang.placement, gang.size, room(gang, nodes))
+
+
+def admit_into(gang: Gang, nodes: list[Node]) -> tuple[Mapping[str, str], ...]:
+    """Take ``gang``'s room from ``nodes`` (it fits whole): for a gang with a placement,
+    in the domains :func:`pack` chose, and node rank i's node selector for each."""
+    if gang.placement is None:
+        place(gang, nodes)
+        return ()
+    packing = pack(gang, nodes)
+    _take(gang, nodes, packing)
+    levels = gang.placement.levels
+    return tuple(topology.selector(levels, d) for d in topology.ranks(packing.domains))
+
+
+def _take(gang: Gang, nodes: list[Node], packing: topology.Packing) -> None:
+    """Take the room of ``packing``'s share of ``gang`` from the nodes of each domain."""
+    assert gang.placement is not None
+    levels = gang.placement.levels
+    for domain, count in packing.domains:
+        inside = [n for n in nodes if topology.domain_of(n.labels, levels) == domain]
+        share = Gang(
+            gang.key,
+            gang.created,
+            count,
+            gang.request,
+            gang.selector,
+            gang.tolerations,
+            excluded=gang.excluded,
+        )
+        place(share, inside)
+
+
 def place(gang: Gang, nodes: list[Node]) -> int:
-    """How many of the gang's Pods fit (first fit; takes what it places from ``nodes``).
+    """How many of the gang's Pods fit (first fit; takes what it places from ``nodes``;
+    a gang with a placement: in the domains :func:`pack` chooses, all or none).
     A node that cannot take one more of the gang's Pods cannot take one later in this
     call either (room only shrinks), so each Pod's scan starts at the node the last one
     went to: one pass over the nodes, not one per Pod (a 256-node gang was 65,536 checks
     before its Pods were created)."""
+    if gang.placement is not None:
+        packing = pack(gang, nodes)
+        if packing.placed == gang.size:
+            _take(gang, nodes, packing)
+        return packing.placed
     placed, start = 0, 0
     request = dict(gang.request)
     for _ in range(gang.size):
@@ -310,9 +383,11 @@ class _Pass:
     decisions: dict[tuple[str, str], Decision] = field(default_factory=dict)
     blocked_pools: dict[tuple[tuple[str, str], ...], tuple[str, str]] = field(default_factory=dict)
     ahead: dict[tuple[tuple[str, str], ...], int] = field(default_factory=dict)  # per pool
-    # shape -> (matching nodes, fits the idle pool); shape -> fit now, while free stays
-    statics: dict[tuple[Any, ...], tuple[int, bool]] = field(default_factory=dict)
-    fits_now: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    # shape -> (matching nodes, of those with its placement's level, fits the idle pool,
+    # the most one domain of its placement holds when idle); shape -> (fit now, why not),
+    # while free stays
+    statics: dict[tuple[Any, ...], tuple[int, int, bool, int]] = field(default_factory=dict)
+    fits_now: dict[tuple[Any, ...], tuple[int, str]] = field(default_factory=dict)
 
     def decide(self, gang: Gang) -> None:
         """Admit ``gang`` if it fits whole and its pool is not blocked; else say why not."""
@@ -326,22 +401,23 @@ class _Pass:
             # Far back in a blocked queue: a message that stays put while the head moves.
             self._wait(gang, Decision(False, 0, beyond_message(need)))
             return
-        fit = self._fit_now(gang)
+        fit, why = self._fit_now(gang, need)
         if fit == gang.size and blocker is None:
-            place(gang, self.free)
+            selectors = admit_into(gang, self.free)
             self.fits_now.clear()  # the free room changed
-            self.decisions[gang.key] = Decision(True, fit, f"{need}: all fit")
+            self.decisions[gang.key] = Decision(
+                True, fit, f"{need}: all fit{_where(gang, selectors)}", selectors=selectors
+            )
             return
         if blocker is not None:
             decision = Decision(
                 False,
                 fit,
-                f"needs {need}; {fit} fit now; waiting behind {blocker[0]}/{blocker[1]} "
-                "(first come, first served)",
+                f"{why}; waiting behind {blocker[0]}/{blocker[1]} (first come, first served)",
             )
         else:
             self.blocked_pools[gang.pool_key] = gang.key
-            decision = Decision(False, fit, f"needs {need}; {fit} fit now", blocking=True)
+            decision = Decision(False, fit, why, blocking=True)
         self._wait(gang, decision)
 
     def _wait(self, gang: Gang, decision: Decision) -> None:
@@ -351,22 +427,44 @@ class _Pass:
 
     def _unplaceable(self, gang: Gang, need: str) -> Decision | None:
         """Why ``gang`` cannot be placed in its pool however long it waits (no node
-        matches, or even the idle pool cannot hold it: it does not block the pool), else
-        None. Worked out once per shape."""
+        matches, none has its placement's level, or even the idle pool cannot hold it: it
+        does not block the pool), else None. Worked out once per shape."""
         shape = gang.shape
         if shape not in self.statics:
-            matching = sum(
-                1 for n in self.free if eligible(n, gang.selector, gang.tolerations, gang.excluded)
-            )
+            found = [
+                n for n in self.free if eligible(n, gang.selector, gang.tolerations, gang.excluded)
+            ]
+            level = gang.placement.level if gang.placement is not None else None
+            labelled = sum(1 for n in found if level is None or level in n.labels)
             idle = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in self.empty]
-            self.statics[shape] = (matching, place(gang, idle) == gang.size)
-        matching, holds = self.statics[shape]
+            largest = max(room(gang, idle).values(), default=0) if gang.placement else 0
+            holds = place(gang, idle) == gang.size
+            self.statics[shape] = (len(found), labelled, holds, largest)
+        matching, labelled, holds, largest = self.statics[shape]
+        if matching and not labelled and gang.placement is not None:
+            level = gang.placement.level
+            return Decision(
+                False,
+                0,
+                f"needs {need}; no Ready node that matches the pool's selector and "
+                f"tolerations has the label {level} (spec.placement.topology.level): label "
+                "the nodes, or name a level they have" + _left_out(gang, self.free),
+            )
         if not matching:
             return Decision(
                 False,
                 0,
                 f"needs {need}; no Ready node matches the pool's selector and tolerations"
                 + _left_out(gang, self.free),
+            )
+        if not holds and gang.placement is not None and gang.placement.mode == "required":
+            unit = gang.placement.unit(gang.size)
+            return Decision(
+                False,
+                0,
+                f"needs {need}; no {gang.placement.level} can hold {unit} of its nodes even "
+                f"when idle (the largest holds {largest}): a smaller sliceSize, or mode "
+                "preferred" + _left_out(gang, self.free),
             )
         if not holds:
             return Decision(
@@ -377,13 +475,27 @@ class _Pass:
             )
         return None
 
-    def _fit_now(self, gang: Gang) -> int:
-        """How many of ``gang``'s Pods fit the free room now (once per shape while the
-        free room stays as it is)."""
+    def _fit_now(self, gang: Gang, need: str) -> tuple[int, str]:
+        """How many of ``gang``'s Pods fit the free room now, and why it waits if not all
+        (once per shape while the free room stays as it is)."""
         if gang.shape not in self.fits_now:
             trial = [Node(n.name, n.labels, n.taints, dict(n.free)) for n in self.free]
-            self.fits_now[gang.shape] = place(gang, trial)
+            if gang.placement is not None:
+                packing = pack(gang, trial)
+                why = topology.wait_message(gang.placement, gang.size, packing, need)
+                self.fits_now[gang.shape] = (packing.placed, why)
+            else:
+                fit = place(gang, trial)
+                self.fits_now[gang.shape] = (fit, f"needs {need}; {fit} fit now")
         return self.fits_now[gang.shape]
+
+
+def _where(gang: Gang, selectors: Sequence[Mapping[str, str]]) -> str:
+    """Where an admitted gang with a placement went (``topology.describe``)."""
+    if gang.placement is None or not selectors:
+        return ""
+    level = gang.placement.level
+    return topology.describe(level, [sel.get(level, "") for sel in selectors])
 
 
 def _left_out(gang: Gang, nodes: Sequence[Node]) -> str:

@@ -49,7 +49,7 @@ def pip_args(env: Environment) -> list[str]:
         return []
     args = [f"--index-url={url}"]
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "http" and parts.hostname:
+    if url.lower().startswith("http://") and parts.hostname:
         host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
         args.append(f"--trusted-host={host}")
     return args
@@ -72,7 +72,8 @@ def job_name(env: Environment, hash_: str) -> str:
     return f"envbuild-{hashlib.sha256(key).hexdigest()[:16]}"
 
 
-def _restricted() -> dict[str, Any]:
+def restricted() -> dict[str, Any]:
+    """A container's securityContext under Pod Security "restricted" (a non-root image)."""
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
@@ -150,7 +151,7 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
                         ENVBUILD_PATH,
                     ],
                     "volumeMounts": [{"name": "tools", "mountPath": "/torchyard"}],
-                    "securityContext": _restricted(),
+                    "securityContext": restricted(),
                 }
             ],
             "containers": [
@@ -160,7 +161,7 @@ def build_job(env: Environment, hash_: str, settings: Settings | None = None) ->
                     "command": [spec.python, ENVBUILD_PATH, *args],
                     "env": env_vars,
                     "volumeMounts": mounts,
-                    "securityContext": _restricted(),
+                    "securityContext": restricted(),
                 }
             ],
             "volumes": volumes,

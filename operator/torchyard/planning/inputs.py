@@ -22,15 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard.api import Input, TrainingRun, TrainingRunSpec, wire
-from torchyard.inputs import s3, uris
+from torchyard.inputs import schemes, uris
+from torchyard.inputs.base import RegistryService
 from torchyard.inputs.cache import DATA
-from torchyard.launch.contract import (
-    TORCHYARD_INPUTS_COPIES,
-    TORCHYARD_NAMESPACE,
-    TORCHYARD_REGISTRY_CA,
-    TORCHYARD_REGISTRY_TOKEN_FILE,
-    TORCHYARD_REGISTRY_URL,
-)
+from torchyard.launch.contract import TORCHYARD_INPUTS_COPIES
 from torchyard.planning import checkpoints, names
 
 CACHE_MOUNT = "/cache"
@@ -44,7 +39,6 @@ LABEL_KEY = f"{wire.GROUP}/input-key"
 FETCH_RETRIES = 3
 FETCH_TTL_SECONDS = 600
 FETCHER_UID = 65532
-TOKEN_DIR = "/var/run/secrets/torchyard/registry"
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,7 @@ class CacheSettings:
 def fetched(run: TrainingRun) -> list[tuple[Input, uris.Source]]:
     """The inputs the cache holds (all but pvc://), each with its fetcher's source."""
     reader = run.spec.service_account_name
-    return [(i, i.source(reader)) for i in run.spec.inputs if i.scheme != "pvc"]
+    return [(i, i.source(reader)) for i in run.spec.inputs if schemes.of(i).FETCHED]
 
 
 def unversioned(run: TrainingRun) -> list[Input]:
@@ -70,7 +64,7 @@ def unversioned(run: TrainingRun) -> list[Input]:
 
 def unversioned_of(inputs: Sequence[Input]) -> list[Input]:
     """The model:// inputs of ``inputs`` that name no version (a run's, a Sweep's trial's)."""
-    return [i for i in inputs if i.scheme == "model" and not uris.model_of(i.canonical_uri)[1]]
+    return [i for i in inputs if schemes.of(i).unversioned(i.canonical_uri)]
 
 
 def recorded_versions(status: Mapping[str, Any]) -> dict[str, str]:
@@ -124,7 +118,7 @@ def pins(inputs: Sequence[Input], versions: Mapping[str, str]) -> list[dict[str,
 
 def claims(run: TrainingRun) -> list[str]:
     """The claims of the run's pvc:// inputs (they must exist before its Pods do)."""
-    return sorted({uris.claim_of(i.uri)[0] for i in run.spec.inputs if i.scheme == "pvc"})
+    return sorted({claim[0] for i in run.spec.inputs if (claim := schemes.of(i).claim(i.uri))})
 
 
 def _labels(component: str, key: str = "") -> dict[str, str]:
@@ -246,40 +240,27 @@ def _fetch_pod(
     registry_url: str,
     registry_ca: str,
 ) -> dict[str, Any]:
-    """The fetch Pod around ``container``: the cache at CACHE_MOUNT, and for a model://
-    input the registry's address and the reader's registry token."""
-    model = source.scheme == "model"
-    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    """The fetch Pod around ``container``: the cache at CACHE_MOUNT, and what the input's
+    scheme adds (a model's registry address and reader's token, an s3 input's credentials,
+    the Hub's settings and token)."""
+    service = RegistryService(registry_url, registry_ca, wire.REGISTRY_AUDIENCE)
+    parts = schemes.of(source).fetch_pod(source, namespace, service)
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}, *parts.env]
     mounts: list[dict[str, Any]] = [
         {"name": "cache", "mountPath": CACHE_MOUNT},
         {"name": "tmp", "mountPath": "/tmp"},
+        *parts.mounts,
     ]
     volumes: list[dict[str, Any]] = [
         {"name": "cache", "persistentVolumeClaim": {"claimName": names.INPUTS_CLAIM}},
         {"name": "tmp", "emptyDir": {}},
+        *parts.volumes,
     ]
-    if model:
-        env += [
-            {"name": TORCHYARD_REGISTRY_URL, "value": registry_url},
-            {"name": TORCHYARD_NAMESPACE, "value": namespace},
-            {"name": TORCHYARD_REGISTRY_TOKEN_FILE, "value": f"{TOKEN_DIR}/token"},
-        ]
-        if registry_ca:
-            env.append({"name": TORCHYARD_REGISTRY_CA, "value": registry_ca})
-        mounts.append({"name": "registry-token", "mountPath": TOKEN_DIR, "readOnly": True})
-        volumes.append(_registry_token())
-    if source.scheme == "hf":  # the client's own cache and settings, in the Pod's /tmp
-        env += [
-            {"name": "HF_HOME", "value": "/tmp/huggingface"},
-            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-        ]
-    if source.secret and source.scheme == "s3":  # the store's credentials: this Pod's only
-        env += _secret_env(source.secret)
     container = {**container, "env": env, "volumeMounts": mounts}
-    if source.secret and source.scheme == "hf":  # the Hub's token: this Pod's only
-        container["envFrom"] = [{"secretRef": {"name": source.secret}}]
+    if parts.env_from:
+        container["envFrom"] = list(parts.env_from)
     return {
-        "serviceAccountName": source.reader if model else "default",
+        "serviceAccountName": parts.service_account or "default",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "restartPolicy": "Never",
@@ -293,26 +274,6 @@ def _fetch_pod(
         "containers": [container],
         "volumes": volumes,
     }
-
-
-def _secret_env(secret: str) -> list[dict[str, Any]]:
-    """The Secret's keys as the fetcher's variables: the credentials are required (the
-    kubelet holds the Pod back, CreateContainerConfigError, when one is missing), the
-    store's address and region optional."""
-    required = [(key, False) for key in s3.CREDENTIALS]
-    optional = [(key, True) for key in s3.STORE_KEYS]
-    return [
-        {
-            "name": key,
-            "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": maybe}},
-        }
-        for key, maybe in required + optional
-    ]
-
-
-def _registry_token() -> dict[str, Any]:
-    token = {"audience": wire.REGISTRY_AUDIENCE, "expirationSeconds": 3600, "path": "token"}
-    return {"name": "registry-token", "projected": {"sources": [{"serviceAccountToken": token}]}}
 
 
 def _volume(index: int) -> str:
@@ -335,12 +296,12 @@ def volumes(run: TrainingRun) -> list[dict[str, Any]]:
             }
         )
     for index, inp in enumerate(run.spec.inputs):
-        if inp.scheme == "pvc":
-            claim = uris.claim_of(inp.uri)[0]
+        claim = schemes.of(inp).claim(inp.uri)
+        if claim is not None:
             vols.append(
                 {
                     "name": _volume(index),
-                    "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+                    "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True},
                 }
             )
         if inp.mode == "download":
@@ -354,11 +315,11 @@ def mounts(run: TrainingRun) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for index, inp in enumerate(run.spec.inputs):
         at = f"{SOURCES}/{inp.name}" if inp.mode == "download" else inp.mount_path
-        if inp.scheme == "pvc":
+        claim = schemes.of(inp).claim(inp.uri)
+        if claim is not None:
             mount = {"name": _volume(index), "mountPath": at, "readOnly": True}
-            sub = uris.claim_of(inp.uri)[1]
-            if sub:
-                mount["subPath"] = sub
+            if claim[1]:
+                mount["subPath"] = claim[1]
         else:
             mount = {
                 "name": "inputs-cache",

@@ -13,6 +13,7 @@ LABEL_RUN = wire.LABEL_RUN
 LABEL_NODE_RANK = wire.LABEL_NODE_RANK
 LABEL_ENVIRONMENT = wire.LABEL_ENVIRONMENT
 LABEL_MODEL = wire.LABEL_MODEL
+LABEL_ENDPOINT = wire.LABEL_ENDPOINT
 
 
 def service(run: str) -> str:
@@ -22,6 +23,12 @@ def service(run: str) -> str:
 
 def pod(run: str, node_rank: int) -> str:
     return f"{run}-{node_rank}"
+
+
+def workload(run: str, uid: str) -> str:
+    """A run's Kueue Workload: its kind, name and the first digits of its uid (a run made
+    again under the same name gets a Workload of its own, not the old one's)."""
+    return f"trainingrun-{run}-{uid.replace('-', '')[:8]}" if uid else f"trainingrun-{run}"
 
 
 def key_secret(run: str) -> str:
@@ -65,3 +72,22 @@ def input_fetch(key: str) -> str:
 
 def input_entry(key: str) -> str:
     return f"torchyard-input-{key[:20]}"
+
+
+# An OnlineEndpoint's children: the Service (its DNS name is the scoring URI's host), the
+# HorizontalPodAutoscaler and the primary Deployment (or KServe's InferenceService) share
+# its name; a canary's Deployment is <name>-canary.
+TRACKS = ("primary", "canary")
+
+
+def endpoint_service(endpoint: str) -> str:
+    return endpoint
+
+
+def endpoint_deployment(endpoint: str, track: str) -> str:
+    return endpoint if track == "primary" else f"{endpoint}-{track}"
+
+
+def endpoint_model_input(version: int) -> str:
+    """The name of an endpoint's model version as an input of the inputs cache."""
+    return f"model_v{version}"

@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 from typing_extensions import Unpack
 
 from torchyard import __version__, distributions
-from torchyard.api import TrainingRun, wire
+from torchyard.api import GitSource, OnlineEndpoint, TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
 from torchyard.launch.contract import (
     NODE_LAUNCHER,
@@ -39,7 +39,7 @@ from torchyard.launch.contract import (
     TORCHYARD_STALL_BUDGETS,
     TORCHYARD_STALL_TIMEOUT,
 )
-from torchyard.planning import checkpoints, exclusions, names, shipped
+from torchyard.planning import checkpoints, exclusions, names, shipped, topology
 from torchyard.planning import inputs as run_inputs
 from torchyard.planning import tracking as run_tracking
 from torchyard.planning.rank import node_env
@@ -49,6 +49,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 POOL_LABEL = wire.LABEL_POOL
 ATTEMPT_LABEL = wire.LABEL_ATTEMPT
 QUEUED_AT_ANNOTATION = wire.ANNOTATION_QUEUED_AT
+PLACEMENT_ANNOTATION = wire.ANNOTATION_PLACEMENT
+ADMITTED_ANNOTATION = wire.ANNOTATION_ADMITTED
 WORKDIR = "/workspace"
 TOOLS_DIR = "/torchyard"
 # The stdlib-only modules of the torchyard package that reach every node Pod, in a
@@ -104,6 +106,10 @@ class Settings:
     inputs_cache: run_inputs.CacheSettings = field(default_factory=run_inputs.CacheSettings)
     # The MLflow tracking server (the chart's tracking.mlflow; no URI: none).
     tracking: run_tracking.Settings = field(default_factory=run_tracking.Settings)
+    # How a run with scheduling.queueName goes to Kueue (the chart's kueue.integration):
+    # "workload" (torchyard makes its Workload), "podGroups" (plain Pod groups: a Kueue
+    # without Workload v1beta2), "auto" (a Workload when Kueue serves v1beta2).
+    kueue_integration: str = "auto"
 
     def resolves(self, host: str) -> bool:
         if self.resolve_curated in ("all", "none"):
@@ -111,12 +117,14 @@ class Settings:
         return any(host.startswith(p) for p in self.resolve_curated.split(",") if p)
 
 
-def owner_reference(run: TrainingRun) -> dict[str, Any]:
+def owner_reference(owner: TrainingRun | OnlineEndpoint) -> dict[str, Any]:
+    """The controller reference of a child of ``owner`` (a run's Pods, an endpoint's
+    Deployments)."""
     return {
-        "apiVersion": run.api_version,
-        "kind": "TrainingRun",
-        "name": run.name,
-        "uid": str(run.metadata.get("uid", "")),
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
+        "name": owner.name,
+        "uid": str(owner.metadata.get("uid", "")),
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -180,22 +188,20 @@ def tolerations(run: TrainingRun) -> list[dict[str, Any]]:
 
 def resource_requirements(run: TrainingRun) -> dict[str, Any]:
     res = run.spec.resources
+    return requirements(res.cpu, res.memory, res.gpus_per_node)
+
+
+def requirements(cpu: str | None, memory: str | None, gpus: int) -> dict[str, Any]:
+    """A container's resources: CPU requested, memory and GPUs requested and limited."""
     requests: dict[str, Any] = {}
     limits: dict[str, Any] = {}
-    if res.cpu:
-        requests["cpu"] = res.cpu
-    if res.memory:
-        requests["memory"] = res.memory
-        limits["memory"] = res.memory
-    if res.gpus_per_node:
-        requests[GPU_RESOURCE] = str(res.gpus_per_node)
-        limits[GPU_RESOURCE] = str(res.gpus_per_node)
-    out: dict[str, Any] = {}
-    if requests:
-        out["requests"] = requests
-    if limits:
-        out["limits"] = limits
-    return out
+    if cpu:
+        requests["cpu"] = cpu
+    if memory:
+        requests["memory"] = limits["memory"] = memory
+    if gpus:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
 def shm_size(run: TrainingRun) -> str:
@@ -232,15 +238,17 @@ def source_arguments(run: TrainingRun) -> list[str]:
     return []
 
 
-def _git_clone(run: TrainingRun, settings: Settings) -> list[dict[str, Any]]:
-    """The init container of a git source: clone the repository into the workspace."""
-    git = run.spec.source.git
+def git_clone(
+    git: GitSource | None, image: str, security: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The init container of a git source (a node Pod's, a serving Pod's): clone the
+    repository into the workspace (none for another source)."""
     if git is None:
         return []
     return [
         {
             "name": "git-clone",
-            "image": settings.git_image,
+            "image": image,
             "command": [
                 "sh",
                 "-ec",
@@ -254,7 +262,7 @@ def _git_clone(run: TrainingRun, settings: Settings) -> list[dict[str, Any]]:
                 {"name": "SUBDIR", "value": git.path},
             ],
             "volumeMounts": [{"name": "workspace", "mountPath": WORKDIR}],
-            "securityContext": _restricted(),
+            "securityContext": dict(security),
         }
     ]
 
@@ -400,12 +408,20 @@ def pod(
     excluded: Sequence[str] = (),
     deadline_left: int | None = None,
     tracking: Mapping[str, Any] | None = None,
+    placement: topology.Request | None = None,
+    gated: bool = True,
+    pod_group: bool = False,
 ) -> dict[str, Any]:
     """The Pod of node ``node_rank``: the launcher starts the ranks inside ``image``, on
     none of the ``excluded`` nodes (the run's ``status.excludedNodes``); its
     ``activeDeadlineSeconds`` is ``deadline_left``, the seconds left of the run's
     ``policy.activeDeadlineSeconds`` (``status.deadlines.pod_seconds``; None: all of it);
-    ``tracking`` is the run's ``status.tracking`` (its MLflow run, ``planning.tracking.env``)."""
+    ``tracking`` is the run's ``status.tracking`` (its MLflow run, ``planning.tracking.env``);
+    ``placement`` its ``spec.placement`` as torchyard's own gang admission reads it (an
+    annotation of the gated Pod, ``planning.admission``); ``gated`` False: a Pod of a gang
+    Kueue admitted, created without the gang gate (``planning.workloads``); ``pod_group``:
+    handed to Kueue as a plain Pod group (the fallback of a Kueue without Workload
+    v1beta2: its labels, and Kueue's own gate instead of torchyard's)."""
     settings = settings or Settings()
     in_workspace = run.spec.source.in_workspace
     env = launcher_env(
@@ -439,8 +455,10 @@ def pod(
     annotations: dict[str, str] = {}
     if run.metadata.get("creationTimestamp"):
         annotations[QUEUED_AT_ANNOTATION] = str(run.metadata["creationTimestamp"])
+    if placement is not None:
+        annotations[PLACEMENT_ANNOTATION] = placement.to_json()
     queue = run.spec.scheduling.queue_name
-    if queue:
+    if queue and pod_group:
         pod_labels[KUEUE_QUEUE_LABEL] = queue
         pod_labels[KUEUE_GROUP_LABEL] = f"{run.name}-{attempt}"
         annotations[KUEUE_TOTAL_ANNOTATION] = str(run.spec.distribution.node_count)
@@ -516,11 +534,11 @@ def pod(
     }
     spec["volumes"].extend(checkpoints.volumes(run))
     spec["volumes"].extend(run_inputs.volumes(run))
-    init = _git_clone(run, settings)
+    init = git_clone(run.spec.source.git, settings.git_image, _restricted())
     if init:
         spec["initContainers"] = init
     spec["volumes"].extend(extra.volumes)
-    if not queue:
+    if gated and not pod_group:
         spec["schedulingGates"] = [{"name": GANG_GATE}]
     selector = node_selector(run)
     if selector:
@@ -549,9 +567,26 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def ungate(pod_manifest: dict[str, Any]) -> dict[str, Any]:
-    """The same Pod without the gang gate: applying it lets the scheduler place it."""
+def ungate(
+    pod_manifest: dict[str, Any],
+    selector: Mapping[str, str] | None = None,
+    tolerations_: Sequence[Mapping[str, Any]] = (),
+    admitted: str | None = None,
+) -> dict[str, Any]:
+    """The same Pod without the gang gate: applying it lets the scheduler place it; with
+    ``selector`` and ``tolerations_`` added (its domain of the placement, a Kueue
+    flavor's labels and taints: a gated Pod's node selector and tolerations may grow) and
+    ``admitted``, how its gang was admitted, as :data:`ADMITTED_ANNOTATION`."""
+    if admitted:
+        meta = dict(pod_manifest["metadata"])
+        meta["annotations"] = {**meta.get("annotations", {}), ADMITTED_ANNOTATION: admitted}
+        pod_manifest = {**pod_manifest, "metadata": meta}
     spec = {k: v for k, v in pod_manifest["spec"].items() if k != "schedulingGates"}
+    if selector:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **selector}
+    if tolerations_:
+        have = list(spec.get("tolerations", []))
+        spec["tolerations"] = have + [dict(t) for t in tolerations_ if t not in have]
     return {**pod_manifest, "spec": spec}
 
 
@@ -564,6 +599,9 @@ class PodOptions(TypedDict, total=False):
     excluded: Sequence[str]
     deadline_left: int | None
     tracking: Mapping[str, Any] | None
+    placement: topology.Request | None
+    gated: bool
+    pod_group: bool
 
 
 def pods(run: TrainingRun, *, image: str, **options: Unpack[PodOptions]) -> list[dict[str, Any]]:

@@ -61,11 +61,21 @@ def owner_reference(sweep: Sweep) -> dict[str, Any]:
 
 
 def labels(sweep: Sweep, index: int) -> dict[str, str]:
+    """A trial's labels: its Sweep, its index, and its experiment (the Sweep's, else the
+    Sweep's name), so that ``runs list --experiment`` finds the trials as Azure ML lists a
+    HyperDrive run's children in its experiment."""
     return {
         wire.LABEL_SWEEP: sweep.name,
         wire.LABEL_TRIAL: str(index),
+        wire.LABEL_EXPERIMENT: experiment(sweep),
         "app.kubernetes.io/managed-by": "torchyard",
     }
+
+
+def experiment(sweep: Sweep) -> str:
+    """The experiment of a Sweep's trials: its own experiment label, else its name."""
+    own = (sweep.metadata.get("labels") or {}).get(wire.LABEL_EXPERIMENT)
+    return str(own) if own else sweep.name
 
 
 def selector(sweep: str) -> str:

@@ -6,7 +6,12 @@ the object. ``schema`` is the record's shape, ``build`` makes one from the objec
 
 from __future__ import annotations
 
-from torchyard.records.build import environment_record, sweep_record, trainingrun_record
+from torchyard.records.build import (
+    as_object,
+    environment_record,
+    sweep_record,
+    trainingrun_record,
+)
 from torchyard.records.reader import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -29,6 +34,7 @@ __all__ = [
     "Record",
     "Records",
     "Summary",
+    "as_object",
     "environment_record",
     "sweep_record",
     "trainingrun_record",

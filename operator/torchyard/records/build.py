@@ -2,7 +2,8 @@
 
 :func:`trainingrun_record` takes a TrainingRun as the operator last saw it, its node Pods,
 its Events and the tails of its node Pods' logs; :func:`sweep_record` and
-:func:`environment_record` take a Sweep or an Environment and their Events. No I/O, no
+:func:`environment_record` take a Sweep or an Environment and their Events;
+:func:`as_object` reads a record back as the object it describes. No I/O, no
 clock: the caller passes ``now`` (when the record is written) and says whether the object
 was deleted before it ended. Every list and text is bounded (:data:`MAX_EVENTS`,
 :data:`TAIL_LINES` ...), so a record stays small whatever the run printed.
@@ -74,6 +75,24 @@ def _base(obj: Mapping[str, Any], kind: Kind, now: datetime, deleted: bool) -> R
         status=st,
         events=[],
     )
+
+
+def as_object(record: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The object of kind ``kind`` a record describes (metadata, spec and status as they
+    were), for what shows that object: :func:`_base` read back."""
+    return {
+        "apiVersion": wire.API_VERSION,
+        "kind": kind,
+        "metadata": {
+            "name": record.get("name"),
+            "namespace": record.get("namespace"),
+            "uid": record.get("uid"),
+            "creationTimestamp": record.get("created"),
+            "labels": record.get("labels") or {},
+        },
+        "spec": record.get("spec") or {},
+        "status": record.get("status") or {},
+    }
 
 
 def events(items: Sequence[Mapping[str, Any]]) -> list[EventRecord]:

@@ -35,10 +35,12 @@ import shutil
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
+from torchyard.api import times
+from torchyard.launch.contract import PROGRESS_TEXT
 from torchyard.records import build, index
 from torchyard.records.schema import KINDS, Kind, Record, Summary, summary_of
 
@@ -100,10 +102,12 @@ def parse_selector(text: str) -> tuple[Requirement, ...]:
 def parse_time(text: str) -> datetime:
     """An RFC 3339 time (``2026-01-01T12:00:00Z``), aware."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = times.parse_time(text)
     except ValueError:
-        raise BadQuery(f"since: {text[:40]!r} is not a time such as 2026-01-01T12:00:00Z") from None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        when = None
+    if when is None:
+        raise BadQuery(f"since: {text[:40]!r} is not a time such as 2026-01-01T12:00:00Z")
+    return when
 
 
 Key = tuple[str, str, str, str]
@@ -434,7 +438,11 @@ def _with_archived_tails(record: Record, archive: Path | None) -> Record:
             if log.is_file() and not log.is_symlink():
                 said = log.stem.replace("-", " ")
                 text = _tail_of(log)
-                lines += [f"[{said}] {line}" for line in text.splitlines()]
+                lines += [
+                    f"[{said}] {line}"
+                    for line in text.splitlines()
+                    if not line.startswith(PROGRESS_TEXT)  # a progress report, not output
+                ]
         if lines:
             tails[str(rank)] = [build.cut(x) for x in lines[-build.TAIL_LINES :]]
     return cast(Record, {**record, "logTails": tails}) if tails else record

@@ -9,7 +9,9 @@ the apiserver, such as a Pod's automounted one or a kubeconfig's, is refused, so
 registry can never replay one against the apiserver); reading and writing are ``get`` and
 ``create`` on ``modelversions`` in the namespace; a run's archive is written by the
 ServiceAccount of its TrainingRun (``spec.serviceAccountName``, else ``default``); a run
-record is written by whoever may ``create`` ``runrecords`` there (the operator).
+record is written by whoever may ``create`` ``runrecords`` there (the operator). A caller
+of an OnlineEndpoint that is not public (the serving Pod forwards its token) must hold a
+token bound to that endpoint's own audience whose user may ``get`` the endpoint.
 
 The questions themselves (TokenReview, SubjectAccessReview, reading the TrainingRun) are
 Kubernetes calls, and ``registry`` lies below ``k8s`` in the layers (pyproject.toml's
@@ -39,6 +41,8 @@ RUN_TTL = 5.0
 # What SubjectAccessReview is asked about: the registry's models are ModelVersions (a
 # run record's write asks about ``runrecords`` instead, ``registry.records``).
 RESOURCE = "modelversions"
+# Who may call an OnlineEndpoint that is not public: get on it (``endpoint_allowed``).
+ENDPOINTS = "onlineendpoints"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,15 @@ class Authorizer(Protocol):
 
     def training_run(self, namespace: str, name: str) -> RunIdentity | None:
         """TrainingRun ``name`` in ``namespace``, or None when there is none."""
+        ...
+
+    def endpoint_user(self, token: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """Who this token is, when it is bound to OnlineEndpoint ``namespace/name``'s own
+        audience (``wire.endpoint_audience``), else None."""
+        ...
+
+    def endpoint_allowed(self, user: dict[str, Any], namespace: str, name: str) -> bool:
+        """May the user ``get`` OnlineEndpoint ``namespace/name`` (so call it)?"""
         ...
 
 
@@ -120,23 +133,45 @@ class CachingAuthorizer:
 
     def user(self, token: str) -> dict[str, Any] | None:
         key = hashlib.sha256(token.encode()).hexdigest()
+        return self._cached_user(key, lambda: self.inner.user(token))
+
+    def _cached_user(
+        self, key: str, ask: Callable[[], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
         hit = self._users.get(key)
         if hit is not None:
             return hit[0]
-        user = self.inner.user(token)
+        user = ask()
         self._users.put(key, user)
         return user
+
+    def _decided(self, key: tuple[str, str, str, str], ask: Callable[[], bool]) -> bool:
+        hit = self._decisions.get(key)
+        if hit is not None:
+            return hit[0]
+        answer = ask()
+        self._decisions.put(key, answer)
+        return answer
 
     def allowed(
         self, user: dict[str, Any], verb: str, namespace: str, resource: str = RESOURCE
     ) -> bool:
         key = (str(user.get("uid") or user.get("username")), verb, namespace, resource)
-        hit = self._decisions.get(key)
-        if hit is not None:
-            return hit[0]
-        answer = self.inner.allowed(user, verb, namespace, resource)
-        self._decisions.put(key, answer)
-        return answer
+        return self._decided(key, lambda: self.inner.allowed(user, verb, namespace, resource))
+
+    def endpoint_user(self, token: str, namespace: str, name: str) -> dict[str, Any] | None:
+        audience = wire.endpoint_audience(namespace, name)
+        key = hashlib.sha256(f"{audience}\n{token}".encode()).hexdigest()
+        return self._cached_user(key, lambda: self.inner.endpoint_user(token, namespace, name))
+
+    def endpoint_allowed(self, user: dict[str, Any], namespace: str, name: str) -> bool:
+        key = (
+            str(user.get("uid") or user.get("username")),
+            "get",
+            namespace,
+            f"{ENDPOINTS}/{name}",
+        )
+        return self._decided(key, lambda: self.inner.endpoint_allowed(user, namespace, name))
 
     def training_run(self, namespace: str, name: str) -> RunIdentity | None:
         hit = self._runs.get((namespace, name))
@@ -160,6 +195,9 @@ class Reviews:
     allowed: Callable[[dict[str, Any], str, str, str], bool]
     # The TrainingRun (namespace, name), or None when there is none.
     training_run: Callable[[str, str], dict[str, Any] | None]
+    # SubjectAccessReview of one object: (user, verb, namespace, resource, name); None:
+    # nobody may (a registry wired without it serves no endpoint's callers).
+    allowed_named: Callable[[dict[str, Any], str, str, str, str], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -185,8 +223,16 @@ class ReviewAuthorizer:
         account = (run.get("spec") or {}).get("serviceAccountName") or "default"
         return RunIdentity(str(run["metadata"].get("uid", "")), str(account))
 
+    def endpoint_user(self, token: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.reviews.review_token(token, [wire.endpoint_audience(namespace, name)])
+
+    def endpoint_allowed(self, user: dict[str, Any], namespace: str, name: str) -> bool:
+        ask = self.reviews.allowed_named
+        return ask is not None and ask(user, "get", namespace, ENDPOINTS, name)
+
 
 __all__ = [
+    "ENDPOINTS",
     "MAX_CACHED",
     "RUN_TTL",
     "Authorizer",

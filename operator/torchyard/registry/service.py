@@ -55,6 +55,8 @@ Tested in ``tests/unit/registry/`` (``test_service.py`` with the hostile request
     GET  /metrics                                                Prometheus (bytes, RSS, CPU)
     PUT  /v1/namespaces/{ns}/snapshots/{sha256}                 a source snapshot
     GET  /v1/namespaces/{ns}/snapshots/{sha256}                 (HEAD: is it there?)
+    GET  /v1/namespaces/{ns}/endpoints/{name}/access            may this token call the
+                                            OnlineEndpoint? (a serving Pod asks; ``endpoints``)
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from torchyard.registry.auth import ExpiringCache as ExpiringCache  # (re-export
 from torchyard.registry.auth import RunIdentity as RunIdentity  # (re-exported)
 from torchyard.registry.bodies import MAX_JSON_BODY
 from torchyard.registry.bodies import Limits as Limits  # (re-exported)
+from torchyard.registry.endpoints import EndpointAccess
 from torchyard.registry.records import RecordRoutes
 from torchyard.registry.store import Store
 from torchyard.registry.tls import TLSFiles as TLSFiles  # (re-exported)
@@ -119,6 +122,7 @@ def create_app(
     app.router.add_put(kinds + "/{name}/{uid}", records.put)
     app.router.add_get(kinds + "/{name}/{uid}", records.get)
     app.router.add_get(kinds + "/{name}/{uid}/metrics", records.metrics)
+    app.router.add_get(prefix + "/endpoints/{name}/access", EndpointAccess(authorizer).check)
     app.router.add_get("/healthz", healthz)
     _add_metrics(app)
     unchecked = unruled(app.router.resources())

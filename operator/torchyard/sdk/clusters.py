@@ -14,6 +14,9 @@ tests/unit/cli/test_errors.py and tests/unit/k8s/test_unreachable.py.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from torchyard import k8s
 from torchyard.k8s import ApiError, Unreachable
 
@@ -26,9 +29,20 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> None:
         k8s.load(kubeconfig, context)
 
 
+def configured(kubeconfig: str | None = None, context: str | None = None) -> bool:
+    """Whether there is any way to a cluster at all: a kubeconfig or context given,
+    ``$KUBECONFIG`` set, ``~/.kube/config`` there, or a Pod's own ServiceAccount. (Whether
+    it works is another matter: a call then raises :class:`Unreachable` saying why.)"""
+    if kubeconfig or context or os.environ.get("KUBECONFIG"):
+        return True
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    return Path("~/.kube/config").expanduser().is_file()
+
+
 def default_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
     """The namespace kubectl would use: the context's, in a Pod its own, else default."""
     return k8s.default_namespace(kubeconfig, context)
 
 
-__all__ = ["ApiError", "Unreachable", "connect", "default_namespace"]
+__all__ = ["ApiError", "Unreachable", "configured", "connect", "default_namespace"]

@@ -7,7 +7,7 @@ the ones before); secrets stay, since the copies stay on this machine. :func:`ru
 them to ``torchyard.local``, which starts one launcher per node and archives outputs and
 logs into the local registry; :func:`sweep` runs a Sweep's trials so (``local.sweeps``).
 Called by ``torchyard.cli.local`` and ``torchyard.cli.sweeps``; tested in
-tests/unit/test_local_mode.py and tests/e2e/.
+tests/unit/local/test_mode.py and tests/e2e/.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Unpack
+
 from torchyard import api, local
 from torchyard.local import LocalResult, default_registry, default_workroot, describe_failure
+from torchyard.local.attempts import RESUME_MODES, Resume
 from torchyard.sdk import snapshots
 from torchyard.sweeps import trials
 from torchyard.tuning.plans import Invalid
@@ -60,9 +63,13 @@ def run(
     registry: Path,
     workroot: Path,
     environment: api.Environment | None = None,
+    resume: Resume = "auto",
 ) -> LocalResult:
     """Run ``trainingrun`` here until it ends (OSError or ValueError when it cannot
-    start: a working folder that cannot be made, a register path outside node 0's)."""
+    start: a working folder that cannot be made, a register path outside node 0's).
+    ``resume``, for a run with checkpoints: ``auto`` resumes an attempt that did not
+    finish and starts fresh after one that succeeded; ``fresh`` always starts over;
+    ``resume`` always resumes from the newest checkpoint (``local.attempts``)."""
     return local.run_local(
         trainingrun,
         source.root,
@@ -70,31 +77,21 @@ def run(
         registry=registry,
         workroot=workroot,
         environment=environment,
+        resume=resume,
     )
 
 
 def sweep(
-    body: dict[str, Any],
-    source: Source,
-    *,
-    parallel: int,
-    registry: Path,
-    workroot: Path,
-    environment: api.Environment | None = None,
+    body: dict[str, Any], source: Source, **options: Unpack[local.SweepOptions]
 ) -> local.SweepResult:
-    """Run the Sweep ``body`` here, ``parallel`` trials at a time, until it finished
-    (``api.InvalidSpec`` or ``ValueError`` naming the field when it cannot run)."""
+    """Run the Sweep ``body`` here until it finished (``api.InvalidSpec`` or ``ValueError``
+    naming the field when it cannot run); ``options`` as ``local.run_sweep`` takes them:
+    ``parallel`` trials at a time, the local ``registry`` and ``workroot``, ``out``: where
+    it says what it does (standard error), ``stop``: once set, it is canceled."""
     parsed = api.parse_sweep(body)
     try:
         return local.run_sweep(
-            parsed,
-            body["spec"]["parameters"],
-            source.root,
-            source.files,
-            parallel=parallel,
-            registry=registry,
-            workroot=workroot,
-            environment=environment,
+            parsed, body["spec"]["parameters"], source.root, source.files, **options
         )
     except Invalid as err:
         raise ValueError(str(err)) from None
@@ -116,7 +113,9 @@ def sweep_rows(result: local.SweepResult) -> list[list[str]]:
 
 
 __all__ = [
+    "RESUME_MODES",
     "LocalResult",
+    "Resume",
     "Source",
     "collect_source",
     "default_registry",

@@ -18,7 +18,16 @@ from typing import Any
 
 from torchyard.api import wire
 from torchyard.local import default_registry
-from torchyard.records import BadQuery, FolderRecords, Page, Query, Record, Records, Summary
+from torchyard.records import (
+    BadQuery,
+    FolderRecords,
+    Page,
+    Query,
+    Record,
+    Records,
+    Summary,
+    as_object,
+)
 
 
 def local(registry: Path | None = None) -> FolderRecords:
@@ -119,19 +128,7 @@ def _summary(run: Mapping[str, Any]) -> dict[str, Any]:
 def as_run(record: Record) -> dict[str, Any]:
     """The record as the TrainingRun it describes (metadata, spec, status as they were),
     for what shows a TrainingRun."""
-    return {
-        "apiVersion": wire.API_VERSION,
-        "kind": record.get("kind", "TrainingRun"),
-        "metadata": {
-            "name": record.get("name"),
-            "namespace": record.get("namespace"),
-            "uid": record.get("uid"),
-            "creationTimestamp": record.get("created"),
-            "labels": record.get("labels") or {},
-        },
-        "spec": record.get("spec") or {},
-        "status": record.get("status") or {},
-    }
+    return as_object(record, record.get("kind", "TrainingRun"))
 
 
 __all__ = [

@@ -5,7 +5,7 @@ reading runs, environments and models.
 
 Called by ``torchyard submit`` and ``torchyard get`` (``torchyard.cli.submit``,
 ``torchyard.cli.inspect``) and by scripts; reads and writes go through ``torchyard.k8s``,
-manifests come from ``torchyard.planning``. Tested in tests/unit/test_cli.py (the dry run)
+manifests come from ``torchyard.planning``. Tested in tests/unit/cli/test_commands.py (the dry run)
 and tests/integration/test_cli.py.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from torchyard import api, k8s
-from torchyard.planning import pods
+from torchyard.planning import pods, topology, workloads
 from torchyard.sdk import snapshots
 
 Kind = Literal["runs", "envs", "models"]
@@ -50,9 +50,10 @@ def dry_run(
 ) -> list[dict[str, Any]]:
     """What submitting ``runs`` (with ``environments``, by name, and the source
     ``snapshot``) would create: the snapshot's ConfigMap when it fits one, the
-    Environments, then each run with its headless Service and node Pods, as the operator
-    plans them (with the Environment's image when it names one), after the ConfigMap of
-    the modules shipped to node Pods (the launcher) that the operator applies first."""
+    Environments, then each run with its headless Service and node Pods (a queued run's
+    Kueue Workload first), as the operator plans them (with the Environment's image when
+    it names one), after the ConfigMap of the modules shipped to node Pods (the launcher)
+    that the operator applies first."""
     out: list[dict[str, Any]] = []
     if snapshot is not None and snapshot.fits_configmap:
         out.append(snapshots.configmap(snapshot, namespace))
@@ -65,8 +66,22 @@ def dry_run(
         env = environments.get(run.spec.environment, {}).get("spec", {})
         image = env.get("image") or f"<image of Environment {run.spec.environment}>"
         out += [body, pods.service(run)]
-        out += pods.pods(run, image=image, python=env.get("python", "python3"))
+        out += _gang(run, image, env.get("python", "python3"))
     return out
+
+
+def _gang(run: api.TrainingRun, image: str, python: str) -> list[dict[str, Any]]:
+    """A queued run's Kueue Workload and its node Pods as created once Kueue admits it
+    (before its flavors and domains are known); else the gated node Pods, with their
+    placement (its level alone: the cluster's Kueue Topology is not read here)."""
+    request = topology.request(run.spec.placement) if run.spec.placement else None
+    if not run.spec.scheduling.queue_name:
+        return pods.pods(run, image=image, python=python, placement=request)
+    count = run.spec.distribution.node_count
+    return [
+        workloads.workload(run, count, request=request),
+        *pods.pods(run, image=image, python=python, gated=False),
+    ]
 
 
 __all__ = ["KINDS", "Kind", "apply", "dry_run", "get", "list_"]

@@ -19,11 +19,14 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from torchyard import k8s
+from torchyard.api.times import parse_time
+from torchyard.launch.contract import PROGRESS_TEXT
 from torchyard.planning import names
 from torchyard.sdk.registry import RegistryClient, RegistryError
+from torchyard.status.failures import failure_message
 
 TERMINAL = ("Succeeded", "Failed")
 # How long, once the run has ended, the live log streams may take to finish (their
@@ -94,12 +97,6 @@ def elapsed(run: dict[str, Any], now: datetime | None = None) -> float:
     return max(0.0, (end - start).total_seconds()) if start else 0.0
 
 
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 60:
@@ -110,29 +107,14 @@ def duration(seconds: float) -> str:
 
 
 def failure_text(run: dict[str, Any]) -> str:
-    """The failing rank, its exit, and its traceback (status.failure)."""
+    """The failing rank, its Pod, its exit, and its traceback (status.failure), in the
+    wording of the run's conditions (``status.failures.failure_message``)."""
     failure = run.get("status", {}).get("failure") or {}
     if not failure:
         conds = run.get("status", {}).get("conditions", [])
         failed = [c for c in conds if c.get("type") in ("Failed", "Ready") and c.get("message")]
         return failed[-1]["message"] if failed else "no failure details"
-    where = []
-    if failure.get("rank") is not None:
-        where.append(f"rank {failure['rank']}")
-    if failure.get("node") is not None:
-        where.append(f"node {failure['node']}")
-    if failure.get("pod"):
-        where.append(f"Pod {failure['pod']}")
-    how = (
-        f"signal {failure['signal']}"
-        if failure.get("signal")
-        else f"exit code {failure.get('exitCode', '?')}"
-    )
-    head = f"{', '.join(where) or 'the run'} failed with {how}"
-    if failure.get("reason"):
-        head += f" ({failure['reason']})"
-    message = (failure.get("message") or "").rstrip()
-    return head + (":\n" + message if message else "")
+    return failure_message(failure, full=True, pod=True)
 
 
 def summary_line(run: dict[str, Any], pods: list[dict[str, Any]]) -> str:
@@ -330,8 +312,16 @@ def write_archived(
     return sum(shown.values())
 
 
+class RunFiles(Protocol):
+    """What reads a run's archive: the registry service's client, the local registry."""
+
+    def run_files(self, namespace: str, run: str) -> list[str]: ...
+
+    def read_run_file(self, namespace: str, run: str, path: str, uid: str | None = None) -> str: ...
+
+
 def archived_logs(
-    client: RegistryClient, namespace: str, name: str, nodes: Collection[int] | None = None
+    client: RunFiles, namespace: str, name: str, nodes: Collection[int] | None = None
 ) -> Iterator[str]:
     """Every archived log line (of ``nodes``, default all), prefixed ``[node n] [rank r]``
     (node by node)."""
@@ -340,7 +330,7 @@ def archived_logs(
 
 
 def archived_log_lines(
-    client: RegistryClient, namespace: str, name: str, nodes: Collection[int] | None = None
+    client: RunFiles, namespace: str, name: str, nodes: Collection[int] | None = None
 ) -> Iterator[tuple[int, str]]:
     """(node, line) for every archived log line of ``nodes`` (default all)."""
     for path in client.run_files(namespace, name):
@@ -355,7 +345,8 @@ def archived_log_lines(
             continue
         prefix = f"[node {node}] [{parts[2].removesuffix('.txt').replace('-', ' ')}]"
         for line in client.read_run_file(namespace, name, path).splitlines():
-            yield node, f"{prefix} {line}"
+            if not line.startswith(PROGRESS_TEXT):  # a rank's progress report, not output
+                yield node, f"{prefix} {line}"
 
 
 def logs(

@@ -1,7 +1,9 @@
 """Sweeps as the SDK reads and changes them: a Sweep from a file (:func:`create`), one
 by name (:func:`get`), its trials from its ledger (the ConfigMap ``<sweep>-trials``) or,
 without one yet, its status (:func:`trials`), ranked by its goal (:func:`ranked`), the
-one line and the outcome a follower shows, and :func:`cancel` (``spec.cancel``). Used by
+best by the sweeps core's one rule (:func:`best`), the one line and the outcome a follower
+shows, and :func:`cancel` (``spec.cancel``); the sweeps local mode ran, from their records
+(:func:`recorded`, :func:`recorded_one`). Used by
 ``azureml.hyperdrive_runs`` (HyperDriveRun) and the ``torchyard sweep`` commands; tested
 in tests/unit/sdk/test_hyperdrive.py and tests/unit/cli/test_sweep.py.
 """
@@ -16,7 +18,10 @@ from typing import Any
 from torchyard import api, k8s
 from torchyard.api import sweeps as sweep_api
 from torchyard.planning import names
+from torchyard.records import Query, Records, as_object
+from torchyard.sweeps import trials as book_of
 from torchyard.sweeps.space import format_value
+from torchyard.sweeps.stopping import Goal
 
 TERMINAL = ("Succeeded", "Failed")
 FIELD_MANAGER = "torchyard-sweep-cancel"
@@ -146,6 +151,30 @@ def ranked(trials: list[Trial], goal: str) -> list[Trial]:
     return with_metric + [t for t in trials if t.best is None]
 
 
+def best(
+    sweep: dict[str, Any],
+    trials: list[Trial],
+    include_failed: bool = True,
+    include_canceled: bool = True,
+) -> Trial | None:
+    """The best trial by the sweeps core's one rule (``sweeps.trials.best``: HyperDrive's
+    ``get_best_run_by_primary_metric``, every state unless ``include_failed`` or
+    ``include_canceled`` leaves failed or stopped/canceled trials out); None while no
+    trial it counts reported the metric."""
+    states = {state.value: state for state in book_of.TrialState}
+    book = book_of.Book(
+        Goal(sweep["spec"]["objective"]["goal"]),
+        trials=tuple(
+            book_of.TrialRecord(
+                t.index, (), states.get(t.state, book_of.TrialState.PENDING), best=t.best
+            )
+            for t in trials
+        ),
+    )
+    found = book_of.best(book, include_failed, include_canceled)
+    return None if found is None else next(t for t in trials if t.index == found.index)
+
+
 def summary_line(sweep: dict[str, Any]) -> str:
     """The phase, the trial counts and the best trial in one line."""
     st = sweep.get("status") or {}
@@ -161,8 +190,16 @@ def summary_line(sweep: dict[str, Any]) -> str:
     best = st.get("best")
     if best and best.get("metric") is not None:
         metric = sweep["spec"]["objective"]["metric"]
-        line += f"; best {best['name']} {metric} {best['metric']:.6g}"
+        line += f"; best {best_name(best)} {metric} {best['metric']:.6g}"
     return line
+
+
+def best_name(row: dict[str, Any]) -> str:
+    """A status row's trial name, with its state when it ended without completing (``t3
+    (Failed)``): the best trial may have failed or been stopped."""
+    state = str(row.get("state"))
+    incomplete = {s.value for s in book_of.ENDED_INCOMPLETE}
+    return str(row["name"]) + (f" ({state})" if state in incomplete else "")
 
 
 def outcome(sweep: dict[str, Any]) -> str:
@@ -185,3 +222,26 @@ def reason(st: dict[str, Any]) -> str | None:
 def list_(namespace: str) -> list[dict[str, Any]]:
     """Every Sweep of the namespace."""
     return k8s.list_(k8s.SWEEPS, namespace)
+
+
+def recorded(source: Records, namespace: str, limit: int = 100) -> list[dict[str, Any]]:
+    """The sweeps ``source`` holds records of (local mode's), newest first, each as the
+    Sweep it was when it ended (its status has every trial in ``summary``)."""
+    page = source.page(namespace, Query.of("Sweep", limit=limit))
+    found = [source.get_record(namespace, str(s.get("name")), str(s.get("uid")), kind="Sweep")
+             for s in page.items]  # fmt: skip
+    return [_as_sweep(r) for r in found if r is not None]
+
+
+def recorded_one(source: Records, namespace: str, name: str) -> dict[str, Any]:
+    """The newest record of sweep ``name`` as the Sweep it was (SweepNotFound: none)."""
+    found = source.get_record(namespace, name, kind="Sweep")
+    if found is None:
+        raise SweepNotFound(
+            f"no record of a sweep {namespace}/{name} (torchyard sweep get --local)"
+        )
+    return _as_sweep(found)
+
+
+def _as_sweep(record: Any) -> dict[str, Any]:
+    return as_object(record, "Sweep")

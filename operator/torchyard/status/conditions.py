@@ -3,26 +3,22 @@
 ``merge`` keeps a condition's ``lastTransitionTime`` while its status stays the same, so a
 status recomputed from the same observations is byte-for-byte the same and the
 controller can skip the patch. ``progress`` gives the kstatus conditions (Reconciling,
-Stalled) that GitOps tools read; ``phase_event`` the Event a phase change deserves.
+Stalled) that GitOps tools read; ``invalid_spec_status`` the one status of a spec the
+controller cannot run; ``phase_event`` the Event a phase change deserves.
 Called by the status computations of this package and by the controller.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
+
+from torchyard.api.times import parse_time as parse_time  # the status layer's name
 
 
 def timestamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """A status timestamp (``2026-01-01T12:00:00Z``) as an aware datetime."""
-    if not value:
-        return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
 
 def condition(
@@ -88,6 +84,39 @@ def progress(
         condition("Reconciling", reconciling, reason, message, observed_generation=gen),
         condition("Stalled", stalled, reason, message, observed_generation=gen),
     ]
+
+
+INVALID_SPEC = "InvalidSpec"
+
+
+def invalid_spec_status(
+    generation: int | None,
+    message: str,
+    previous: Mapping[str, Any] | None,
+    now: datetime,
+    *,
+    failed_condition: bool = True,
+    fields: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The status of a resource whose spec the controller cannot run, one shape for every
+    kind: phase Failed; Accepted False, Failed True (``failed_condition``: the kinds that
+    have one), Ready False, Reconciling False and Stalled True, each with reason
+    InvalidSpec and the ``message`` naming the field; ``observedGeneration``; then the
+    kind's own ``fields`` (a run's failure, a sweep's kept pins). Said once: nothing more
+    happens until the spec changes. Called by each kind's status module."""
+    gen = generation
+    desired = [condition("Accepted", False, INVALID_SPEC, message, observed_generation=gen)]
+    if failed_condition:
+        desired.append(condition("Failed", True, INVALID_SPEC, message, observed_generation=gen))
+    desired += [
+        condition("Ready", False, INVALID_SPEC, message, observed_generation=gen),
+        *progress(False, True, INVALID_SPEC, message, observed_generation=gen),
+    ]
+    status: dict[str, Any] = {**(fields or {}), "phase": "Failed"}
+    if generation is not None:
+        status["observedGeneration"] = generation
+    status["conditions"] = merge((previous or {}).get("conditions"), desired, now)
+    return status
 
 
 def phase_event(

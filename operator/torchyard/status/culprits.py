@@ -88,7 +88,9 @@ def _with_since(failure: Mapping[str, Any], suspect: Mapping[str, Any]) -> Mappi
     return {**suspect, LAST_PROGRESS: float(found) - float(idle)}
 
 
-def _said(suspect: Mapping[str, Any], node: Any, others: Sequence[Mapping[str, Any]]) -> str:
+def _suspect_sentence(
+    suspect: Mapping[str, Any], node: Any, others: Sequence[Mapping[str, Any]]
+) -> str:
     place = _place(suspect)
     if place is not None:
         at = f"{place[0]}:{place[1]} in {place[2]}"
@@ -126,7 +128,8 @@ def across_nodes(failures: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     named = [f"rank {f.get('rank')} (node {f.get('node')})" for f in stalled]
     others = [s for _, s in everyone if s is not chosen]
     message = (
-        f"{_said(suspect, failure.get('node'), others)}; of the stalled ranks of every node, "
+        f"{_suspect_sentence(suspect, failure.get('node'), others)}; "
+        "of the stalled ranks of every node, "
         f"the one the others wait for (the nodes' launchers named {', '.join(named)}). "
         f"Every rank's stacks are in logs/stacks/ of its node."
     )

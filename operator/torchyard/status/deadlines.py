@@ -4,7 +4,7 @@ The deadline counts the run's time from ``status.startTime`` (when it first ran)
 all its attempts, less every interval it was suspended, as Kubernetes' Job stops its timer
 while suspended. A suspension (``spec.suspend``, or Kueue stopping the gang) starts the
 interval (``status.suspendedSince``, :func:`paused`); it ends when the gang runs again,
-and :func:`carried` adds it to ``status.suspendedSeconds``. The failure policy compares
+and :func:`with_suspensions` adds it to ``status.suspendedSeconds``. The failure policy compares
 the deadline with :func:`counted_from` (``startTime`` moved on by the time suspended), and
 every attempt's node Pods get what is left, :func:`pod_seconds`, as their own
 ``activeDeadlineSeconds``, so that the kubelet's limit and the run's agree.
@@ -17,26 +17,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun
+from torchyard.api.times import parse_time
 from torchyard.status.conditions import timestamp
 
 SUSPENDED_SECONDS = "suspendedSeconds"  # earlier suspensions, whole seconds
 SUSPENDED_SINCE = "suspendedSince"  # the suspension going on, if any
 
 
-def _time(value: object) -> datetime | None:
-    if not value:
-        return None
-    return datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-
-
 def suspended_seconds(status: Mapping[str, Any], now: datetime) -> float:
     """The seconds the run spent suspended since it started, the ongoing suspension too."""
     total = float(status.get(SUSPENDED_SECONDS) or 0)
-    since = _time(status.get(SUSPENDED_SINCE))
+    since = parse_time(status.get(SUSPENDED_SINCE))
     if since is not None:
         total += max(0.0, (now - since).total_seconds())
     return total
@@ -45,7 +40,7 @@ def suspended_seconds(status: Mapping[str, Any], now: datetime) -> float:
 def counted_from(status: Mapping[str, Any], now: datetime) -> datetime | None:
     """When the deadline's clock started, had the run never been suspended: ``startTime``
     moved on by the time suspended. None before the run first ran."""
-    started = _time(status.get("startTime"))
+    started = parse_time(status.get("startTime"))
     if started is None:
         return None
     return started + timedelta(seconds=suspended_seconds(status, now))
@@ -78,7 +73,9 @@ def paused(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     return {SUSPENDED_SINCE: timestamp(now)}
 
 
-def carried(new: dict[str, Any], previous: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+def with_suspensions(
+    new: dict[str, Any], previous: Mapping[str, Any], now: datetime
+) -> dict[str, Any]:
     """``new`` (a status computed from ``previous``) with the suspension bookkeeping kept,
     and an ongoing suspension closed once the gang runs again."""
     out = {k: v for k, v in new.items() if k not in (SUSPENDED_SECONDS, SUSPENDED_SINCE)}

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import Environment, EnvironmentPhase
-from torchyard.status.conditions import condition, merge, progress
+from torchyard.status.conditions import condition, invalid_spec_status, merge, progress
 
 
 @dataclass(frozen=True)
@@ -101,17 +101,8 @@ def environment_status(
 def invalid_environment_status(
     generation: int | None, message: str, previous: Mapping[str, Any] | None, now: datetime
 ) -> dict[str, Any]:
-    prev = previous or {}
-    desired = [
-        condition("Accepted", False, "InvalidSpec", message, observed_generation=generation),
-        condition("Ready", False, "InvalidSpec", message, observed_generation=generation),
-        *progress(False, True, "InvalidSpec", message, observed_generation=generation),
-    ]
-    status: dict[str, Any] = {
-        "phase": EnvironmentPhase.FAILED.value,
-        "message": message,
-        "conditions": merge(prev.get("conditions"), desired, now),
-    }
-    if generation is not None:
-        status["observedGeneration"] = generation
-    return status
+    """An Environment the controller cannot build: the one InvalidSpec status (an
+    Environment has no Failed condition), its message beside the phase."""
+    return invalid_spec_status(
+        generation, message, previous, now, failed_condition=False, fields={"message": message}
+    )

@@ -116,7 +116,7 @@ def _blames_node(failure: Mapping[str, Any]) -> bool:
     return rule is None or (rule.retryable and not rule.cascade)
 
 
-def _said(failure: Mapping[str, Any]) -> str:
+def _evidence_line(failure: Mapping[str, Any]) -> str:
     """'PythonException at step 120: ValueError: bad' (one line of evidence)."""
     kind = failure.get("failureClass") or failure.get("class") or failure.get("reason")
     step = f" at step {failure['step']}" if failure.get("step") is not None else ""
@@ -139,7 +139,8 @@ def repeated_on(
         return None  # deterministic: the code's error, which stops the retries
     return {
         "reason": REPEATED,
-        "evidence": f"two consecutive failures on {node}: {_said(last)}; then {_said(failure)}",
+        "evidence": f"two consecutive failures on {node}: {_evidence_line(last)}; "
+        f"then {_evidence_line(failure)}",
     }
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, NamedTuple, TypedDict, cast
 
 from torchyard.api import wire
+from torchyard.api.times import parse_time
 from torchyard.launch.contract import LOCAL_WORLD_SIZE, PROGRESS_LINE
 from torchyard.status import classes, culprits
 
@@ -257,10 +258,10 @@ def _exited_at(info: Mapping[str, Any], term: Mapping[str, Any]) -> float | None
     if not finished:
         return None
     try:
-        when = datetime.strptime(str(finished), "%Y-%m-%dT%H:%M:%SZ")
+        when = parse_time(finished)
     except ValueError:
         return None
-    return when.replace(tzinfo=timezone.utc).timestamp()
+    return when.timestamp() if when is not None else None
 
 
 class Exit(TypedDict):
@@ -476,8 +477,10 @@ def on_its_node(failure: Failure, pods: Sequence[Mapping[str, Any]]) -> Failure:
 
 # How long after the first failure the controller waits for the gang's other Pods to
 # report theirs before deciding which came first (the kubelet notices a container's end
-# within about a second, then writes the Pod's status).
-FAILURE_SETTLE_SECONDS = 3.0
+# within about a second, then writes the Pod's status; on a loaded node the Pod of a rank
+# that left with status 0 reported more than 3 s after its peers' lost connections, and
+# the run was named after them). The wait ends as soon as every Pod has reported.
+FAILURE_SETTLE_SECONDS = 10.0
 # A stall: every node's launcher finds its ranks quiet on its own clock (checked once a
 # second), collects their stacks and archives its logs before its Pod ends; the other
 # nodes' reports say which rank the others wait for (``culprits``), so they get longer.
@@ -602,15 +605,18 @@ def public_failure(failure: Mapping[str, Any]) -> dict[str, Any]:
     return public
 
 
-def failure_message(failure: Mapping[str, Any], *, full: bool = False) -> str:
+def failure_message(failure: Mapping[str, Any], *, full: bool = False, pod: bool = False) -> str:
     """'rank 3 (node 1) failed (Error, exit code 1): ValueError: bad' (``full``: the whole
-    traceback on the following lines). Used by the conditions, Events and local mode."""
+    traceback on the following lines; ``pod``: its Pod named too, 'rank 3 (node 1, Pod
+    gpt-1)'). The one wording of a failure: the conditions, Events, local mode and the
+    SDK's and CLI's (``sdk.runs.failure_text``)."""
+    where = f", Pod {failure['pod']}" if pod and failure.get("pod") else ""
     if failure.get("rank") is not None:
-        who = f"rank {failure['rank']} (node {failure.get('node')})"
+        who = f"rank {failure['rank']} (node {failure.get('node')}{where})"
     elif failure.get("node") is not None:
-        who = f"node {failure['node']}"
+        who = f"node {failure['node']}" + (f" ({where[2:]})" if where else "")
     else:
-        who = "the run"
+        who = "the run" + (f" ({where[2:]})" if where else "")
     how = []
     if failure.get("exitCode") is not None:
         how.append(f"exit code {failure['exitCode']}")

@@ -6,8 +6,10 @@ reported, and the verdict once the sweep finished, decided by ``tuning.sweep_pol
 and carried here, never computed again) into the status the controller writes when it
 changed: phase ``Pending`` (no trial started yet), ``Running``, ``Succeeded`` or
 ``Failed``; ``inputs``, the model versions its trials were pinned to; conditions
-``Accepted``, ``MetricReported``, ``Running``, ``Succeeded`` /
-``Failed`` and the kstatus ones (``Ready``, ``Reconciling``, ``Stalled``).
+``Accepted``, ``MetricReported``, ``Running``, ``TrialsWaiting`` (while trials made have
+not started: what they wait for, as their own Ready conditions say it, e.g.
+``EnvironmentNotFound``), ``Succeeded`` / ``Failed`` and the kstatus ones (``Ready``,
+``Reconciling``, ``Stalled``).
 :func:`invalid_sweep_status` is the status of a spec the controller cannot run (Accepted
 False, reason InvalidSpec, the message naming the field). A finished sweep's status stays
 as it was. Called by ``controller.sweeps``; tested as tables in
@@ -22,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api.sweeps import STATUS_FAILED_NAMES
-from torchyard.status.conditions import condition, merge, timestamp
+from torchyard.status.conditions import condition, invalid_spec_status, merge, timestamp
 from torchyard.status.trainingruns import with_kstatus
 
 TERMINAL = ("Succeeded", "Failed")
@@ -37,6 +39,8 @@ COUNTED = {
     "Canceled": "canceled",
 }
 ENDED = ("Stopped", "Completed", "Failed", "Canceled")
+# While trials made have not started: why (the first one's reason, each one's message)
+TRIALS_WAITING = "TrialsWaiting"
 # What the status of a spec the controller cannot run keeps of the one before
 KEPT_WHEN_INVALID = ("seed", "trials", "best", "trialsConfigMap", "inputs")
 
@@ -107,9 +111,12 @@ class Observed:
     # the trial template's model:// inputs that name no version, as every trial got them
     # pinned (name, uri, revision)
     inputs: Sequence[Mapping[str, str]] = ()
+    # what the trials made but not started wait for (reason, message:
+    # tuning.sweep_trials.waiting), said in TrialsWaiting
+    waiting: tuple[str, str] | None = None
 
 
-def settled(status: Mapping[str, Any] | None) -> bool:
+def keeps_books_only(status: Mapping[str, Any] | None) -> bool:
     """Whether a sweep's status says its next reconcile only keeps its books: every trial
     made, none paused (waiting for ASHA to promote it), not finished. Its trials' events
     then queue it a moment later (``controller.handlers``), not at once."""
@@ -154,7 +161,7 @@ def _metric_condition(observed: Observed, gen: int | None) -> dict[str, Any]:
 def _running_message(counts: Mapping[str, int]) -> str:
     paused = f", {counts['paused']} paused" if counts["paused"] else ""
     return (
-        f"{counts['running']} trial(s) running, {counts['pending']} waiting for capacity"
+        f"{counts['running']} trial(s) running, {counts['pending']} waiting to start"
         f"{paused}, {counts['done']} of {counts['planned']} done"
     )
 
@@ -202,6 +209,11 @@ def sweep_status(
         reason = "TrialsRunning" if started else "TrialsPending"
         message = _running_message(counts)
         desired.append(condition("Running", True, reason, message, observed_generation=generation))
+        if observed.waiting is not None:  # last: Ready (kstatus) then says why
+            reason, message = observed.waiting
+            desired.append(
+                condition(TRIALS_WAITING, True, reason, message, observed_generation=generation)
+            )
     else:
         status["phase"] = "Succeeded" if verdict.succeeded else "Failed"
         status["completionTime"] = timestamp(now)
@@ -217,21 +229,11 @@ def sweep_status(
 def invalid_sweep_status(
     generation: int | None, message: str, previous: Mapping[str, Any] | None, now: datetime
 ) -> dict[str, Any]:
-    """A spec the controller cannot run: Failed, Accepted False (InvalidSpec), nothing more
-    until the spec changes (no completionTime: a fixed spec is taken up again)."""
-    prev = dict(previous or {})
+    """A spec the controller cannot run: the one InvalidSpec status, keeping what the sweep
+    already pinned and found (no completionTime: a fixed spec is taken up again)."""
+    prev = previous or {}
     kept = {k: v for k, v in prev.items() if k in KEPT_WHEN_INVALID}
-    desired = [
-        condition("Accepted", False, "InvalidSpec", message, observed_generation=generation),
-        condition("Failed", True, "InvalidSpec", message, observed_generation=generation),
-    ]
-    status: dict[str, Any] = {
-        **kept,
-        "phase": "Failed",
-        "observedGeneration": generation,
-        "conditions": merge(prev.get("conditions"), desired, now),
-    }
-    return with_kstatus(status, prev, now)
+    return invalid_spec_status(generation, message, prev, now, fields=kept)
 
 
 MODEL_REGISTERED = "ModelRegistered"

@@ -16,11 +16,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from torchyard.api import Phase, TrainingRun
+from torchyard.api import Phase, TrainingRun, wire
 from torchyard.status import checkpoint_risk, deadlines
 from torchyard.status import inputs as run_inputs
 from torchyard.status import steps as run_progress
-from torchyard.status.conditions import condition, merge, progress, timestamp
+from torchyard.status.conditions import (
+    INVALID_SPEC,
+    condition,
+    invalid_spec_status,
+    merge,
+    progress,
+    timestamp,
+)
 from torchyard.status.failures import (
     ARCHIVE_FAILED,
     DEADLINE_EXCEEDED,
@@ -140,7 +147,7 @@ def trainingrun_status(
     if prev.get("phase") in TERMINAL:
         # A finished run stays finished (its Pods may be cleaned up afterwards).
         return {**prev, "observedGeneration": run.generation}
-    new = deadlines.carried(_trainingrun_status(run, observed, prev, now), prev, now)
+    new = deadlines.with_suspensions(_trainingrun_status(run, observed, prev, now), prev, now)
     return with_kstatus(new, prev, now)
 
 
@@ -392,8 +399,20 @@ def _admission(f: _Facts) -> _Step:
         message = f"creating node Pods ({len(f.pods)}/{total})"
         creating = condition("Admitted", False, "Creating", message, observed_generation=gen)
         return _Step([creating], Phase.PENDING)
-    message = f"all {total} node Pod(s) admitted together"
-    return _Step([condition("Admitted", True, "GangAdmitted", message, observed_generation=gen)])
+    return _Step(
+        [condition("Admitted", True, "GangAdmitted", _admitted(f), observed_generation=gen)]
+    )
+
+
+def _admitted(f: _Facts) -> str:
+    """How the gang was admitted, as its lowest-ranked Pod says (Kueue's ClusterQueue, the
+    domains of its placement), else that it was admitted whole."""
+    notes = sorted(
+        (int((p.get("metadata", {}).get("labels") or {}).get(wire.LABEL_NODE_RANK, 0)), note)
+        for p in f.pods
+        if (note := (p.get("metadata", {}).get("annotations") or {}).get(wire.ANNOTATION_ADMITTED))
+    )
+    return str(notes[0][1]) if notes else f"all {f.total} node Pod(s) admitted together"
 
 
 def _running(f: _Facts) -> _Step:
@@ -416,17 +435,7 @@ def _running(f: _Facts) -> _Step:
 def invalid_trainingrun_status(
     generation: int | None, message: str, previous: Mapping[str, Any] | None, now: datetime
 ) -> dict[str, Any]:
-    """A run the apiserver let through but torchyard cannot run: Failed, said once."""
-    prev = previous or {}
-    desired = [
-        condition("Accepted", False, "InvalidSpec", message, observed_generation=generation),
-        condition("Failed", True, "InvalidSpec", message, observed_generation=generation),
-    ]
-    status: dict[str, Any] = {
-        "phase": Phase.FAILED.value,
-        "conditions": merge(prev.get("conditions"), desired, now),
-        "failure": {"reason": "InvalidSpec", "message": message},
-    }
-    if generation is not None:
-        status["observedGeneration"] = generation
-    return with_kstatus(status, prev, now)
+    """A run the apiserver let through but torchyard cannot run: the one InvalidSpec
+    status, its failure saying why."""
+    failure = {"reason": INVALID_SPEC, "message": message}
+    return invalid_spec_status(generation, message, previous, now, fields={"failure": failure})

@@ -21,32 +21,15 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Literal, TypeAlias
 
 from torchyard.launch.contract import PARAM_VARIABLE_PREFIX
-from torchyard.sweeps.space import (
-    Choice,
-    Expression,
-    LogNormal,
-    LogUniform,
-    Normal,
-    QLogNormal,
-    QLogUniform,
-    QNormal,
-    QUniform,
-    RandInt,
-    SearchSpace,
-    Uniform,
-    Value,
-    format_value,
-)
+from torchyard.sweeps import expressions
+from torchyard.sweeps.expressions.base import Expression, Value, format_value
+from torchyard.sweeps.space import SearchSpace
 
 Sampling: TypeAlias = Literal["random", "grid", "bayesian"]
 SAMPLINGS: tuple[Sampling, ...] = ("random", "grid", "bayesian")
-# The expressions bayesian sampling takes: those with bounds (Optuna's TPE searches a
-# bounded range; Azure ML's Bayesian sampling takes choice, uniform and quniform).
-BAYESIAN_TYPES = ("choice", "randint", "uniform", "quniform", "loguniform", "qloguniform")
 ENV_PREFIX = PARAM_VARIABLE_PREFIX
 # Bumped only with a deliberate change of every sweep's sequence.
 _DOMAIN = "torchyard.sweeps.random/1"
@@ -68,56 +51,18 @@ def uniform01(seed: int, trial: int, name: str, draw: int) -> float:
     return bits / 2**53
 
 
-def _standard_normal(u1: float, u2: float) -> float:
-    """Box-Muller: within +-8.57 (``space.Z_MAX``) since 1 - u1 >= 2**-53."""
-    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
-
-
-def quantize(x: float, q: int | float) -> Value:
-    """round(x / q) * q (round half to even): an int for an int ``q``; for a float ``q``, a
-    float rounded to ``q``'s decimals (0.1 * 3 is 0.3, not 0.30000000000000004)."""
-    steps = round(x / q)
-    if isinstance(q, int):
-        return steps * q
-    decimals = -int(Decimal(repr(q)).as_tuple().exponent)
-    value = steps * q
-    return round(value, decimals) + 0.0 if decimals > 0 else value + 0.0
-
-
 def draw(expression: Expression, seed: int, trial: int, name: str) -> Value:
     """The value of one parameter in one trial of a random sweep."""
+    return expression.draw(lambda k: uniform01(seed, trial, name, k))
 
-    def u(k: int) -> float:
-        return uniform01(seed, trial, name, k)
 
-    def normal(mu: float, sigma: float) -> float:
-        return mu + sigma * _standard_normal(u(0), u(1))
-
-    def between(low: float, high: float) -> float:
-        return low + u(0) * (high - low)
-
-    match expression:
-        case Choice(values=values):
-            return values[min(int(u(0) * len(values)), len(values) - 1)]
-        case RandInt(upper=upper):
-            return min(int(u(0) * upper), upper - 1)
-        case Uniform(min_value=low, max_value=high):
-            return between(low, high)
-        case QUniform(min_value=low, max_value=high, q=q):
-            return quantize(between(low, high), q)
-        case LogUniform(min_value=low, max_value=high):
-            return math.exp(between(low, high))
-        case QLogUniform(min_value=low, max_value=high, q=q):
-            return quantize(math.exp(between(low, high)), q)
-        case Normal(mu=mu, sigma=sigma):
-            return normal(mu, sigma)
-        case QNormal(mu=mu, sigma=sigma, q=q):
-            return quantize(normal(mu, sigma), q)
-        case LogNormal(mu=mu, sigma=sigma):
-            return math.exp(normal(mu, sigma))
-        case QLogNormal(mu=mu, sigma=sigma, q=q):
-            return quantize(math.exp(normal(mu, sigma)), q)
-    raise TypeError(f"not a parameter expression: {expression!r}")
+def bayesian_types() -> tuple[str, ...]:
+    """The expressions bayesian sampling takes: those with a search range (Optuna's TPE
+    searches a bounded range; Azure ML's Bayesian sampling takes choice, uniform and
+    quniform)."""
+    return tuple(
+        e.TYPE for e in expressions.registered() if e.search_range is not Expression.search_range
+    )
 
 
 def random_trial(space: SearchSpace, seed: int, trial: int) -> dict[str, Value]:
@@ -131,30 +76,40 @@ def random_trial(space: SearchSpace, seed: int, trial: int) -> dict[str, Value]:
 def grid_size(space: SearchSpace) -> int:
     """How many combinations a grid over ``space`` has; :class:`SamplingError` when a
     parameter is not a ``choice``."""
-    others = [p for p in space.parameters if not isinstance(p.expression, Choice)]
+    grids = _grids(space)
+    return math.prod(len(values) for values in grids.values())
+
+
+def _grids(space: SearchSpace) -> dict[str, tuple[Value, ...]]:
+    """Each parameter's grid values; :class:`SamplingError` when one has none."""
+    grids = {p.name: p.expression.grid_values() for p in space.parameters}
+    others = [p for p in space.parameters if grids[p.name] is None]
     if others:
         names = ", ".join(f"{p.name} is {p.expression.TYPE}" for p in others)
+        takes = [
+            e.TYPE for e in expressions.registered() if e.grid_values is not Expression.grid_values
+        ]
         raise SamplingError(
             f"parameters.{others[0].name}",
-            f"grid sampling takes only choice expressions ({names}); use random sampling",
+            f"grid sampling takes only {' and '.join(takes)} expressions ({names}); use "
+            "random sampling",
         )
-    return math.prod(
-        len(p.expression.values) for p in space.parameters if isinstance(p.expression, Choice)
-    )
+    return {name: values for name, values in grids.items() if values is not None}
 
 
 def grid_trial(space: SearchSpace, trial: int) -> dict[str, Value]:
     """Combination ``trial`` of the grid: the last parameter (by name) varies fastest."""
     _check_index(trial)
-    size = grid_size(space)
+    grids = _grids(space)
+    size = math.prod(len(values) for values in grids.values())
     if trial >= size:
         raise SamplingError("maxTotalTrials", f"the grid has {size} combinations, not {trial + 1}")
     out: dict[str, Value] = {}
     rest = trial
     for p in reversed(space.parameters):
-        assert isinstance(p.expression, Choice)
-        rest, i = divmod(rest, len(p.expression.values))
-        out[p.name] = p.expression.values[i]
+        values = grids[p.name]
+        rest, i = divmod(rest, len(values))
+        out[p.name] = values[i]
     return {name: out[name] for name in space.names()}
 
 
@@ -173,13 +128,10 @@ def check(sampling: str, space: SearchSpace, max_total_trials: int) -> int:
     if sampling == "bayesian":
         check_bayesian(space)
         return max_total_trials
-    size = grid_size(space)
+    grids = _grids(space)
+    size = math.prod(len(values) for values in grids.values())
     if size > max_total_trials:
-        sizes = " x ".join(
-            f"{len(p.expression.values)} {p.name}"
-            for p in space.parameters
-            if isinstance(p.expression, Choice)
-        )
+        sizes = " x ".join(f"{len(values)} {name}" for name, values in grids.items())
         raise SamplingError(
             "maxTotalTrials",
             f"the grid has {size} combinations ({sizes}), more than maxTotalTrials "
@@ -190,12 +142,12 @@ def check(sampling: str, space: SearchSpace, max_total_trials: int) -> int:
 
 def check_bayesian(space: SearchSpace) -> None:
     """:class:`SamplingError` naming the first parameter bayesian sampling cannot search."""
-    others = [p for p in space.parameters if p.expression.TYPE not in BAYESIAN_TYPES]
+    others = [p for p in space.parameters if p.expression.search_range() is None]
     if others:
         names = ", ".join(f"{p.name} is {p.expression.TYPE}" for p in others)
         raise SamplingError(
             f"parameters.{others[0].name}",
-            f"bayesian sampling takes only {', '.join(BAYESIAN_TYPES)} expressions (a "
+            f"bayesian sampling takes only {', '.join(bayesian_types())} expressions (a "
             f"bounded range) ({names}); use random sampling",
         )
 

@@ -7,7 +7,8 @@ decided, it ended) and is idempotent: an event seen again, as a controller that 
 sees its events again, changes nothing (a report carries its interval, a decision the
 trial's promotions when it was made), and an event that does not apply to the trial's
 state (a report from a trial already stopped) is ignored. From the book:
-the best trial by the objective (:func:`best`), the counts per state (:func:`counts`), the
+the best trial by the objective (:func:`best`, the one rule every reader of a sweep
+uses), the counts per state (:func:`counts`), the
 trial-seconds spent and those early termination saved (:func:`seconds_saved`), and the
 bounded summary the Sweep's status holds (:func:`summary`: counts, best, seconds, the top
 few trials; every trial's details belong in a ConfigMap or the registry). Called by the
@@ -39,6 +40,9 @@ class TrialState(str, Enum):
 ENDED = frozenset(
     {TrialState.STOPPED, TrialState.COMPLETED, TrialState.FAILED, TrialState.CANCELED}
 )
+
+# Ended without completing: a best trial in one of these is named with its state.
+ENDED_INCOMPLETE = ENDED - {TrialState.COMPLETED}
 
 Parameters: TypeAlias = tuple[tuple[str, Value], ...]
 
@@ -229,16 +233,34 @@ def fold_all(book: Book, events: Iterable[Event]) -> Book:
     return replace(book, trials=tuple(records[i] for i in sorted(records)))
 
 
-def best(book: Book) -> TrialRecord | None:
-    """The trial with the best metric any trial reported (in any state, as Azure ML's
-    ``get_best_run_by_primary_metric``); the lower index on a tie."""
-    order = ranked(book)
-    return order[0] if order else None
+# The states HyperDrive's ``include_canceled=False`` leaves out: its early-terminated runs
+# are Canceled, so a trial the policy stopped (or paused) counts as canceled here.
+CANCELED_LIKE = frozenset({TrialState.STOPPED, TrialState.PAUSED, TrialState.CANCELED})
+
+
+def best(
+    book: Book, include_failed: bool = True, include_canceled: bool = True
+) -> TrialRecord | None:
+    """The best trial, the one rule of the sweep's summary and status, ``torchyard sweep
+    best``, the SDK's ``get_best_run_by_primary_metric`` and ``registerBest``: as
+    HyperDrive's ``get_best_run_by_primary_metric(include_failed=True,
+    include_canceled=True)``, the trial with the best metric any trial reported (each
+    trial's best finite value, by the goal; the lower index on a tie), whatever its state,
+    unless left out: ``include_failed=False`` leaves out the failed trials,
+    ``include_canceled=False`` those stopped, paused or canceled (``CANCELED_LIKE``).
+    ``registerBest`` takes the best of those that completed (:func:`best_completed`)."""
+    for record in ranked(book):
+        if record.state is TrialState.FAILED and not include_failed:
+            continue
+        if record.state in CANCELED_LIKE and not include_canceled:
+            continue
+        return record
+    return None
 
 
 def best_completed(book: Book) -> TrialRecord | None:
-    """The best trial among those that completed (a stopped or canceled trial's outputs
-    are not whole): what a sweep's ``registerBest`` registers; None when none did with a
+    """What ``registerBest`` registers: :func:`best` among the trials that completed (a
+    failed, stopped or canceled trial's outputs are not whole); None when none did with a
     finite metric."""
     done = [r for r in ranked(book) if r.state is TrialState.COMPLETED]
     return done[0] if done else None

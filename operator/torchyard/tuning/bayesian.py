@@ -16,10 +16,11 @@ with, and the same seed with the same results gives the same trial. The first
 Values go to and from the study as the trial receives them: ``choice`` is categorical,
 ``randint`` an integer range, ``uniform``/``loguniform`` a (log) float range of
 ``exp(bounds)`` for the log ones (Azure ML's bounds are logarithms), and the q forms are
-sampled in their range and rounded as random sampling rounds them
-(``sweeps.sampling.quantize``); a rounded value fed back is clipped into the range.
+sampled in their range and rounded as random sampling rounds them: each expression's
+``search_range`` and ``from_search`` (``sweeps.expressions``); a rounded value fed back is
+clipped into the range.
 Optuna is imported when first asked (the CLI and the operator start without it). Called by
-the Sweep controller and local mode; tested in tests/unit/test_bayesian.py.
+the Sweep controller and local mode; tested in tests/unit/tuning/test_bayesian.py.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torchyard.sweeps import space
-from torchyard.sweeps.sampling import check_bayesian, quantize
+from torchyard.sweeps.sampling import check_bayesian
 from torchyard.sweeps.stopping import Goal
 
 if TYPE_CHECKING:
@@ -67,16 +68,16 @@ def distributions(searched: space.SearchSpace) -> dict[str, BaseDistribution]:
     check_bayesian(searched)
     out: dict[str, BaseDistribution] = {}
     for p in searched.parameters:
-        e = p.expression
-        if isinstance(e, space.Choice):
-            out[p.name] = CategoricalDistribution(e.values)
-        elif isinstance(e, space.RandInt):
-            out[p.name] = IntDistribution(0, e.upper - 1)
-        elif isinstance(e, space.Uniform | space.QUniform):
-            out[p.name] = FloatDistribution(e.min_value, e.max_value)
+        searched_range = p.expression.search_range()
+        assert searched_range is not None  # check_bayesian
+        if searched_range.kind == "categorical":
+            out[p.name] = CategoricalDistribution(searched_range.values)
+        elif searched_range.kind == "integer":
+            out[p.name] = IntDistribution(int(searched_range.low), int(searched_range.high))
         else:
-            assert isinstance(e, space.LogUniform | space.QLogUniform)
-            out[p.name] = FloatDistribution(math.exp(e.min_value), math.exp(e.max_value), log=True)
+            out[p.name] = FloatDistribution(
+                searched_range.low, searched_range.high, log=searched_range.log
+            )
     return out
 
 
@@ -90,17 +91,6 @@ def _into(dist: BaseDistribution, value: space.Value) -> Any:
         clipped = min(max(value, dist.low), dist.high)
         return int(clipped) if isinstance(dist, IntDistribution) else float(clipped)
     return value
-
-
-def _out(expression: space.Expression, value: Any) -> space.Value:
-    """A value the study gave, as the trial receives it (rounded for the q forms)."""
-    if isinstance(expression, space.QUniform | space.QLogUniform):
-        return quantize(float(value), expression.q)
-    if isinstance(expression, space.RandInt):
-        return int(value)
-    if isinstance(expression, space.Uniform | space.LogUniform):
-        return float(value)
-    return value  # type: ignore[no-any-return]
 
 
 def suggest(
@@ -145,4 +135,4 @@ def suggest(
             study.add_trial(made)
         asked = study.ask(dists)
     expressions = {p.name: p.expression for p in searched.parameters}
-    return {name: _out(expressions[name], asked.params[name]) for name in searched.names()}
+    return {name: expressions[name].from_search(asked.params[name]) for name in searched.names()}

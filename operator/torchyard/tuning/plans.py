@@ -6,7 +6,7 @@ sampling: one copy for the Sweep controller (``controller.sweeps``) and local mo
 sampling and how many trials it makes, the policy, the goal, the seed), :class:`Invalid`
 naming the field it refuses; :func:`parameters` is trial n's parameters: random and grid
 from (seed, n), bayesian from the book of trials before it too (``tuning.bayesian``).
-Pure; tested through tests/unit/controller/test_sweeps.py and tests/unit/test_local_sweeps.py.
+Pure; tested through tests/unit/controller/test_sweeps.py and tests/unit/local/test_sweeps.py.
 """
 
 from __future__ import annotations

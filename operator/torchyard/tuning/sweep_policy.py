@@ -13,7 +13,9 @@ early-termination policy stops, which new trials start, and whether the sweep fi
   trial, or Failed saying why (too many failures, every trial failed, or no trial
   reported the metric), or Failed, reason Canceled, once spec.cancel is set; its trials
   still running are then canceled.
-- :func:`metric_said`: the ``MetricReported`` condition's message either way.
+- :func:`metric_said`: the ``MetricReported`` condition's message either way;
+  :func:`best_said`: how a verdict names the best trial (``trials.best``, its state when
+  it did not complete).
 
 Pure; called by ``controller.sweeps``; tested as tables in
 tests/unit/controller/test_sweep_policy.py.
@@ -28,20 +30,16 @@ from torchyard.api import SweepSpec
 from torchyard.api.sweeps import CANCELED_REASON
 from torchyard.status.sweeps import Verdict
 from torchyard.sweeps import trials
-from torchyard.sweeps.stopping import (
+from torchyard.sweeps.policies import (
     Action,
-    Asha,
-    AshaState,
     Decision,
     Goal,
+    IntervalPolicy,
+    PausingPolicy,
     Policy,
-    asha_bracket,
-    asha_promotions,
-    asha_report,
-    asha_start,
-    evaluate,
-    is_evaluation_interval,
+    Rungs,
 )
+from torchyard.sweeps.stopping import evaluate
 from torchyard.sweeps.trials import TrialState
 from torchyard.tuning.sweep_trials import Entry, Seen, dense
 
@@ -83,8 +81,9 @@ def judge(
     """The running trials the policy stops (or pauses) now (see the module docstring)."""
     if policy is None:
         return Judged()
-    if isinstance(policy, Asha):
-        return judge_asha(policy, goal, entries, book, seed)
+    if isinstance(policy, PausingPolicy):
+        return judge_pausing(policy, goal, entries, book, seed)
+    assert isinstance(policy, IntervalPolicy)
     histories = {i: dense(e.history, e.last_step()) for i, e in entries.items() if e.history}
     stops: list[Decision] = []
     evaluated: dict[int, int] = {}
@@ -92,7 +91,7 @@ def judge(
         evaluated[record.index] = latest
         # the latest evaluation interval the trial reached since it was last judged
         at = latest - latest % policy.evaluation_interval
-        if at <= entry.evaluated or not is_evaluation_interval(policy, at):
+        if at <= entry.evaluated or not policy.applies_at(at):
             continue
         judged = {**histories, record.index: histories[record.index][:at]}
         decision = evaluate(policy, goal, judged, record.index)
@@ -101,26 +100,27 @@ def judge(
     return Judged(tuple(stops), evaluated)
 
 
-def asha_state(policy: Asha, seed: int, entries: Mapping[int, Entry]) -> AshaState:
-    """ASHA's rungs from the ledger: every recording, in the order it was made."""
-    state = asha_start(policy)
+def rungs_of(policy: PausingPolicy, seed: int, entries: Mapping[int, Entry]) -> Rungs:
+    """A pausing policy's rungs from the ledger: every recording, in the order it was made."""
+    state = policy.start()
     made = sorted((seq, i, m, score) for i, e in entries.items() for seq, m, score in e.rungs)
     brackets = [list(b) for b in state.brackets]
     for _, index, milestone, score in made:
-        rungs = brackets[asha_bracket(policy, seed, index)]
+        rungs = brackets[policy.bracket(seed, index)]
         for k, rung in enumerate(rungs):
             if rung.milestone == milestone and not rung.has(index):
                 rungs[k] = replace(rung, recorded=(*rung.recorded, (index, score)))
-    return AshaState(tuple(tuple(b) for b in brackets))
+    return Rungs(tuple(tuple(b) for b in brackets))
 
 
-def judge_asha(
-    policy: Asha, goal: Goal, entries: Mapping[int, Entry], book: trials.Book, seed: int
+def judge_pausing(
+    policy: PausingPolicy, goal: Goal, entries: Mapping[int, Entry], book: trials.Book, seed: int
 ) -> Judged:
-    """Each running trial's new intervals reported to ASHA in order (``asha_report``), up
-    to the first pause: the trials it pauses (a trial at ``maxResource`` ends by itself)
-    and the rungs recorded, numbered after the ledger's."""
-    state = asha_state(policy, seed, entries)
+    """Each running trial's new intervals reported to a pausing policy (asha) in order
+    (its ``report``), up to the first pause: the trials it pauses (a trial at the end of
+    its resource, asha's ``maxResource``, ends by itself) and the rungs recorded, numbered
+    after the ledger's."""
+    state = rungs_of(policy, seed, entries)
     seq = max((r[0] for e in entries.values() for r in e.rungs), default=-1) + 1
     pauses: list[Decision] = []
     stops: list[Decision] = []
@@ -128,15 +128,15 @@ def judge_asha(
     rungs: dict[int, tuple[tuple[int, float, float], ...]] = {}
     for record, entry, latest in _reached(entries, book):
         evaluated[record.index] = latest
-        bracket = asha_bracket(policy, seed, record.index)
+        bracket = policy.bracket(seed, record.index)
         values = dense(entry.history, latest)
         recorded = list(entry.rungs)
         for interval in range(entry.evaluated + 1, latest + 1):
-            if interval >= policy.max_resource:
+            if policy.runs_to_end(interval):
                 break  # it runs to its end by itself
             before = {r.milestone for r in state.brackets[bracket] if r.has(record.index)}
-            state, decision = asha_report(
-                policy, goal, state, record.index, interval, values[interval - 1], bracket
+            state, decision = policy.report(
+                goal, state, record.index, interval, values[interval - 1], bracket
             )
             for rung in state.brackets[bracket]:
                 if rung.has(record.index) and rung.milestone not in before:
@@ -161,13 +161,14 @@ def promotions(
     seed: int,
     free: int,
 ) -> list[Decision]:
-    """The paused trials ASHA promotes into ``free`` places now, best first."""
-    if not isinstance(policy, Asha) or free <= 0:
+    """The paused trials a pausing policy (asha) promotes into ``free`` places now, best
+    first."""
+    if not isinstance(policy, PausingPolicy) or free <= 0:
         return []
     paused = {r.index for r in book.trials if r.state is TrialState.PAUSED}
     if not paused:
         return []
-    return asha_promotions(policy, goal, asha_state(policy, seed, entries), paused)[:free]
+    return policy.promotions(goal, rungs_of(policy, seed, entries), paused)[:free]
 
 
 def left_paused(book: trials.Book, created: int, planned: int) -> list[Decision]:
@@ -209,11 +210,7 @@ def verdict(
     failed = [r for r in book.trials if r.state is TrialState.FAILED]
     if spec.cancel:
         best = trials.best(book)
-        found = (
-            f"; the best so far is {sweep}-t{best.index}, {metric} {best.best:.6g}"
-            if best is not None
-            else ""
-        )
+        found = f"; the best so far is {best_said(sweep, metric, best)}" if best else ""
         return Verdict(
             False,
             CANCELED_REASON,
@@ -253,8 +250,34 @@ def verdict(
     return Verdict(
         True,
         reason,
-        f"{head}; the best is {sweep}-t{best.index}, {metric} {best.best:.6g} at interval "
-        f"{best.best_interval}",
+        f"{head}; the best is {best_said(sweep, metric, best)}{_registers(sweep, spec, book)}",
+    )
+
+
+def best_said(sweep: str, metric: str, best: trials.TrialRecord) -> str:
+    """``<sweep>-t<n>, <metric> <value> at interval <i>``: the best value the trial
+    reported and where; a best trial that ended without completing says its state
+    (``t3 (Failed), ...``)."""
+    state = f" ({best.state.value})" if best.state in trials.ENDED_INCOMPLETE else ""
+    return (
+        f"{sweep}-t{best.index}{state}, {metric} {best.best:.6g} at interval {best.best_interval}"
+    )
+
+
+def _registers(sweep: str, spec: SweepSpec, book: trials.Book) -> str:
+    """What ``registerBest`` takes, said when it is not the best trial (which did not
+    complete): the best completed trial, or none."""
+    if spec.register_best is None:
+        return ""
+    best, done = trials.best(book), trials.best_completed(book)
+    if done is not None and best is not None and done.index == best.index:
+        return ""
+    metric = spec.objective.metric
+    if done is None:
+        return f"; no trial completed with {metric}: registerBest registers nothing"
+    return (
+        f"; registerBest takes the best completed trial, {sweep}-t{done.index} ({metric} "
+        f"{done.best:.6g})"
     )
 
 

@@ -11,6 +11,7 @@ what the early-termination policies compare: the metric at every step the operat
 whoever reads it). :func:`book` folds a reconcile's view into the sweeps core's book of
 trials (``sweeps.trials``) from scratch, so it holds the same after an operator restart;
 :func:`dense` turns a ledger history into one value per interval for the policies.
+:func:`row` is a trial's status row, as the controller and local mode show it.
 
 Pure (the controller reads and writes); tested in tests/unit/controller/test_sweep_policy.py
 and, through the reconcile, tests/unit/controller/test_sweeps.py.
@@ -27,8 +28,10 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import wire
-from torchyard.planning import sweeps as plans
-from torchyard.status.conditions import parse_time
+from torchyard.api.times import parse_time
+from torchyard.planning import names
+from torchyard.planning import sweeps as sweep_manifests
+from torchyard.status import sweeps as sweep_status
 from torchyard.sweeps import trials
 from torchyard.sweeps.space import Value, format_value
 from torchyard.sweeps.stopping import Action, Decision, Goal
@@ -132,7 +135,7 @@ class Seen:
     name: str
     phase: str | None
     parameters: Mapping[str, Value] | None  # from its annotation
-    decision: plans.Decision | None
+    decision: sweep_manifests.Decision | None
     started: bool
     seconds: float
     step: int | None = None  # status.progress.step, when the metric was there
@@ -140,6 +143,8 @@ class Seen:
     total: int | None = None  # status.progress.total
     metrics: tuple[str, ...] = ()  # the metric names its progress holds
     failure: str = ""
+    # made but not started: what it waits for, its Ready condition's (reason, message)
+    waiting: tuple[str, str] | None = None
 
     @property
     def ended(self) -> bool:
@@ -194,6 +199,22 @@ def _failure(st: Mapping[str, Any]) -> str:
     return ""
 
 
+# The phases of a trial that has not started and will (Pending, Preparing, Queued)
+NOT_STARTED = ("Pending", "Preparing", "Queued")
+
+
+def _waiting(st: Mapping[str, Any]) -> tuple[str, str] | None:
+    """What a trial that has not started waits for: its Ready condition's reason and
+    message (the last fact its status holds: EnvironmentNotFound, InputSecretNotReady,
+    Queued ...); None once it started or before its first status."""
+    if (st.get("phase") or "Pending") not in NOT_STARTED or st.get("startTime"):
+        return None
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") != "True" and cond.get("reason"):
+            return str(cond["reason"]), str(cond.get("message") or "")
+    return None
+
+
 def seen(trial_run: Mapping[str, Any], index: int, metric: str) -> Seen:
     """What ``trial_run`` (trial ``index``) shows."""
     meta = trial_run.get("metadata") or {}
@@ -211,7 +232,7 @@ def seen(trial_run: Mapping[str, Any], index: int, metric: str) -> Seen:
         name=str(meta.get("name") or ""),
         phase=phase,
         parameters=_parameters(meta),
-        decision=plans.decision_of(trial_run),
+        decision=sweep_manifests.decision_of(trial_run),
         started=bool(st.get("startTime")) or phase in ("Running", "Finalizing", *ENDED_PHASES),
         seconds=_seconds(st, _units(trial_run.get("spec") or {})),
         step=step if number is not None and has_step else None,
@@ -219,6 +240,7 @@ def seen(trial_run: Mapping[str, Any], index: int, metric: str) -> Seen:
         total=total if isinstance(total, int) and not isinstance(total, bool) else None,
         metrics=tuple(sorted(str(k) for k in metrics)),
         failure=_failure(st) if phase == "Failed" else "",
+        waiting=_waiting(st),
     )
 
 
@@ -256,6 +278,7 @@ def sweep_reads(trial_run: Mapping[str, Any]) -> bytes:
         "spec": trial_run.get("spec"),
         "status": {k: v for k, v in st.items() if k not in ("queue", "conditions")},
         "failed": [c for c in st.get("conditions") or [] if c.get("type") == "Failed"],
+        "waiting": _waiting(st),
     }
     text = json.dumps(read, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
@@ -353,6 +376,33 @@ def _promotions(index: int, run: Seen) -> list[trials.Event]:
     return events
 
 
+# Trials a TrialsWaiting message names, and reasons it tells apart
+NAMED_WAITING = 5
+
+
+def waiting(trial_runs: Mapping[int, Seen]) -> tuple[str, str] | None:
+    """Why the trials made but not started wait, as the Sweep's ``TrialsWaiting`` condition
+    says it: (the reason of the first of them, by index; a message naming the trials of
+    each reason with the first one's message), None when none waits. A trial the sweep
+    stopped, paused or canceled does not wait."""
+    by_reason: dict[str, list[tuple[str, str]]] = {}
+    for index in sorted(trial_runs):
+        run = trial_runs[index]
+        held = run.decision is not None and run.decision.what != "promoted"
+        if run.waiting is not None and not held:
+            reason, message = run.waiting
+            by_reason.setdefault(reason, []).append((run.name, message))
+    if not by_reason:
+        return None
+    count = sum(len(found) for found in by_reason.values())
+    parts = []
+    for reason, found in list(by_reason.items())[:NAMED_WAITING]:
+        named = ", ".join(name for name, _ in found[:NAMED_WAITING])
+        more = f" and {len(found) - NAMED_WAITING} more" if len(found) > NAMED_WAITING else ""
+        parts.append(f"{named}{more}: {reason}: {found[0][1]}")
+    return next(iter(by_reason)), f"{count} trial(s) cannot start yet; " + "; ".join(parts)
+
+
 def shown(parameters: Mapping[str, Value]) -> dict[str, str]:
     """Parameters as the trial received them (``--name value``)."""
     return {name: format_value(parameters[name]) for name in sorted(parameters)}
@@ -368,3 +418,17 @@ def now_entry(entry: Entry, record: trials.TrialRecord) -> Entry:
 def started_at(st: Mapping[str, Any], now: datetime) -> datetime:
     """When the sweep started (``status.startTime``, else now)."""
     return parse_time(st.get("startTime")) or now
+
+
+def status_row(sweep: str, record: trials.TrialRecord) -> sweep_status.Row:
+    """The row of a trial in its Sweep's status (the controller's and local mode's)."""
+    return sweep_status.Row(
+        name=names.trial(sweep, record.index),
+        index=record.index,
+        state=record.state.value,
+        parameters=shown(record.params()),
+        metric=record.best,
+        interval=record.best_interval,
+        intervals=record.intervals,
+        reason=record.reason,
+    )

@@ -178,6 +178,15 @@ class AuthorizedSource:
         self.need("get", namespace, "environments")
         return self.inner.environment(namespace, name)
 
+    def endpoints(self, namespace: str) -> list[Obj]:
+        self.need("list", namespace, "onlineendpoints")
+        return self.inner.endpoints(namespace)
+
+    def endpoint(self, namespace: str, name: str) -> tuple[Obj, list[Obj]] | None:
+        self.need("get", namespace, "onlineendpoints")
+        self.need("list", namespace, "pods", "")
+        return self.inner.endpoint(namespace, name)
+
     def build_log(self, namespace: str, job: str, lines: int) -> list[str]:
         self.need("get", namespace, "pods", "", "log")
         return self.inner.build_log(namespace, job, lines)

@@ -19,6 +19,7 @@ SECTIONS = (
     ("sweeps", "Sweeps"),
     ("models", "Models"),
     ("environments", "Environments"),
+    ("endpoints", "Endpoints"),
     ("queue", "Queue"),
 )
 PHASE_CLASSES = {

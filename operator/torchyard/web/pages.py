@@ -341,6 +341,9 @@ def _failure(failure: Mapping[str, Any]) -> Markup:
             f"signal {failure['signal']}" if failure.get("signal") else failure.get("exitCode"),
         ),
         ("Reason", failure.get("reason")),
+        ("Exception", failure.get("exception")),
+        ("Model version", failure.get("version")),
+        ("Restarts", failure.get("restarts")),
         ("Retryable", failure.get("retryable")),
         ("Step", failure.get("step")),
     ]
@@ -461,7 +464,7 @@ def sweeps_list(ns: str, items: list[Obj], note: str = "") -> str:
 def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str) -> str:
     objective = sweep["spec"]["objective"]
     ranked = sweep_sdk.ranked(trials, objective["goal"])
-    best = ranked[0] if ranked and ranked[0].best is not None else None
+    best = sweep_sdk.best(sweep, trials)
     params = sorted({k for t in trials for k in t.parameters})
     rows = [
         [
@@ -497,7 +500,8 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
         }
     )
     best_text = (
-        f"best: {best.name} ({objective['metric']} {best.best:.6g}, {objective['goal']})"
+        f"best: {sweep_sdk.best_name({'name': best.name, 'state': best.state})} "
+        f"({objective['metric']} {best.best:.6g}, {objective['goal']})"
         if best
         else "no metric reported yet"
     )
@@ -516,7 +520,18 @@ def sweep_page(ns: str, sweep: Obj, trials: list[sweep_sdk.Trial], actions: str)
         )
         + tensorboard_hint(ns, sweep["metadata"]["name"], sweep=True)
         + section("Trials", table(head, rows, caption="Trials, best first"), ident="trials")
+        + section("Conditions", _conditions(sweep), ident="conditions")
     )
+
+
+def _conditions(obj: Obj) -> Markup:
+    """An object's status conditions (why its trials wait, how it finished) as a table."""
+    found = (obj.get("status") or {}).get("conditions") or []
+    rows = [
+        [c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", "")]
+        for c in found
+    ]
+    return table(["Type", "Status", "Reason", "Message"], rows, caption="Conditions")
 
 
 def models_list(ns: str, items: list[Obj], note: str = "") -> str:
@@ -656,3 +671,10 @@ def _room(room: dict[str, Any]) -> str:
             number = f"{value:.0f}" if value == int(value) or value >= 10 else f"{value:.1f}"
             shown.append(f"{number}{'Gi' if key == 'memory' else ''} {unit}")
     return ", ".join(shown) or "-"
+
+
+# The renderers other page modules share (``endpoint_pages``).
+name_link = _name_link
+phase_of = _phase
+note_of = _note
+failure_of = _failure

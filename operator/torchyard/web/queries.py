@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from torchyard.api.times import parse_time
 from torchyard.api.trainingrun_status import Phase
 from torchyard.api.wire import LABEL_EXPERIMENT
 from torchyard.registry.variables import path_problem
@@ -192,8 +193,8 @@ def select_runs(items: list[dict[str, Any]], filt: RunFilter) -> tuple[list[dict
 
 
 def _created(run: dict[str, Any]) -> datetime:
-    raw = str((run.get("metadata") or {}).get("creationTimestamp") or "")
     try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        when = parse_time((run.get("metadata") or {}).get("creationTimestamp"))
     except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
+        when = None
+    return when or datetime.min.replace(tzinfo=timezone.utc)

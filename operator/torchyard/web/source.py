@@ -15,7 +15,6 @@ data) and on the real control plane in tests/integration/web/.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -23,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from torchyard import k8s
+from torchyard.launch.contract import NOT_METRICS, rank0_records
 from torchyard.planning import admission
 from torchyard.planning.pods import POOL_LABEL
 from torchyard.records import BadQuery, Page, Query, Record
+from torchyard.sdk import endpoints as endpoint_sdk
 from torchyard.sdk import runs, suspension
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk.registry import RegistryClient, RegistryError
@@ -103,6 +104,8 @@ class RunSource(Protocol):
     def models(self, namespace: str) -> list[Obj]: ...
     def environments(self, namespace: str) -> list[Obj]: ...
     def environment(self, namespace: str, name: str) -> Obj | None: ...
+    def endpoints(self, namespace: str) -> list[Obj]: ...
+    def endpoint(self, namespace: str, name: str) -> tuple[Obj, list[Obj]] | None: ...
     def build_log(self, namespace: str, job: str, lines: int) -> list[str]: ...
     def queue(self, namespace: str) -> Queue: ...
     def act(self, namespace: str, kind: str, name: str, action: str) -> None: ...
@@ -236,6 +239,16 @@ class LiveSource:
     def environment(self, namespace: str, name: str) -> Obj | None:
         return k8s.get_or_none(k8s.ENVIRONMENTS, namespace, name)
 
+    def endpoints(self, namespace: str) -> list[Obj]:
+        return endpoint_sdk.list_endpoints(namespace)
+
+    def endpoint(self, namespace: str, name: str) -> tuple[Obj, list[Obj]] | None:
+        """The OnlineEndpoint and its serving Pods, None when there is none."""
+        try:
+            return endpoint_sdk.get(namespace, name), endpoint_sdk.pods(namespace, name)
+        except endpoint_sdk.EndpointNotFound:
+            return None
+
     def build_log(self, namespace: str, job: str, lines: int) -> list[str]:
         """The tail of the newest Pod of an Environment's build Job ([] when none is left)."""
         pods = k8s.list_(k8s.PODS, namespace, label_selector=f"job-name={job}")
@@ -274,18 +287,12 @@ def add_metrics(into: dict[str, list[tuple[float, float]]], text: str) -> None:
     """The numeric values of every ``metrics.jsonl`` record of ``text`` (one node's),
     by metric name: (step, value); rank 0's (or the rank-less records) only, as the
     status's progress keeps them."""
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(record, dict) or record.get("rank") not in (0, None):
-            continue
+    for record in rank0_records(text):
         step = record.get("step")
         if not isinstance(step, (int, float)) or isinstance(step, bool):
             continue
         for key, value in record.items():
-            if key in ("step", "rank", "time", "total", "phase"):
+            if key in NOT_METRICS:
                 continue
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 into.setdefault(key, []).append((float(step), float(value)))

@@ -4,9 +4,9 @@ and renders a page (``pages``) or JSON for the page's script (``/api/...``: the 
 list's refresh, a log tail, a downsampled metric), or streams a file of a run's archive
 from the registry.
 
-Changing anything is a POST with the page's token (never a GET; a page of another site
-cannot make one: it has no token), done with the caller's own rights: the apiserver's
-403 is shown as it is. Called by ``torchyard.web.app``; tested in tests/unit/web/ and
+Changing anything is a POST from the view's own origin with the page's token (never a
+GET; ``csrf`` checks both before a route runs), done with the caller's own rights: the
+apiserver's 403 is shown as it is. Called by ``torchyard.web.app``; tested in tests/unit/web/ and
 tests/integration/web/.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -24,14 +23,13 @@ from aiohttp import web
 from torchyard import k8s
 from torchyard.sdk import runs
 from torchyard.sdk import sweeps as sweep_sdk
-from torchyard.web import access, html, lttb, pages, queries, recorded
+from torchyard.web import access, csrf, endpoint_pages, html, lttb, pages, queries, recorded
 from torchyard.web.queries import Refusal
 from torchyard.web.source import Archive, RunSource, Unavailable, add_metrics
 
 T = TypeVar("T")
 Obj = dict[str, Any]
 SOURCE = web.AppKey("source", RunSource)
-TOKEN = web.AppKey("token", str)
 NAMESPACE = web.AppKey("namespace", str)
 REVIEWS = web.AppKey("reviews", access.Reviews)
 CALLER = web.RequestKey("caller", RunSource)  # the request's AuthorizedSource (in the cluster)
@@ -80,16 +78,16 @@ async def caller(request: web.Request) -> None:
 async def login_page(request: web.Request) -> web.Response:
     queries.only(request.query, ())
     return respond(
-        request, "Sign in with a Kubernetes token", html.login_form(request.app[TOKEN]), ""
+        request, "Sign in with a Kubernetes token", html.login_form(csrf.token(request)), ""
     )
 
 
 async def login(request: web.Request) -> web.Response:
-    """The pasted token, checked by TokenReview, kept in the browser's cookie only."""
+    """The pasted token, checked by TokenReview, kept in the browser's cookie only; the
+    browser gets a new id (``csrf``: the signed-out page's tokens end here)."""
     if REVIEWS not in request.app:
         raise Refusal("this server uses the kubeconfig it was started with: no login", 404)
     form = await request.post()
-    _check_token(request, form)
     token = str(form.get("k8s_token") or "").strip()
     user = await read(request, request.app[REVIEWS].user, token)
     if user is None:
@@ -99,20 +97,15 @@ async def login(request: web.Request) -> web.Response:
     response.set_cookie(
         access.COOKIE, token, httponly=True, samesite="Strict", secure=request.secure, path="/"
     )
+    csrf.renew(request)
     raise response
 
 
 async def logout(request: web.Request) -> web.Response:
-    _check_token(request, await request.post())
     response = web.HTTPSeeOther("/login")
     response.del_cookie(access.COOKIE, path="/")
+    csrf.renew(request)
     raise response
-
-
-def _check_token(request: web.Request, form: Any) -> None:
-    given = str(form.get("token") or request.headers.get("X-Torchyard-Token") or "")
-    if not hmac.compare_digest(given.encode(), request.app[TOKEN].encode()):
-        raise Refusal("missing or wrong page token: open the page again and use its button", 403)
 
 
 def ns_of(request: web.Request) -> str:
@@ -131,7 +124,7 @@ def respond(
         body,
         namespace=request.match_info.get("ns", request.app[NAMESPACE]),
         current=current,
-        token=request.app[TOKEN],
+        token=csrf.token(request),
         scripts=("app.js", *scripts),
         signed_in=CALLER in request,
     )
@@ -225,7 +218,7 @@ async def run_page(request: web.Request) -> web.Response:
     if phase not in runs.TERMINAL:
         act = "resume" if (run.get("spec") or {}).get("suspend") else "suspend"
         actions = html.action_form(
-            html.path("ns", ns, "runs", name, act), act.capitalize(), request.app[TOKEN]
+            html.path("ns", ns, "runs", name, act), act.capitalize(), csrf.token(request)
         )
     body = pages.run_page(ns, run, pods, events, archive, actions)
     return respond(request, f"Run {name}", body, "runs", scripts=CHARTS)
@@ -419,13 +412,13 @@ async def metric(request: web.Request) -> web.Response:
 
 
 async def act(request: web.Request) -> web.Response:
-    """suspend/resume a run, cancel a sweep: a POST with the page's token, as the caller."""
+    """suspend/resume a run, cancel a sweep: a POST with the page's token (checked by
+    ``csrf`` before this runs), as the caller."""
     ns, name = ns_of(request), name_of(request)
     kind, action = request.match_info["kind"], request.match_info["action"]
     allowed = RUN_ACTIONS if kind == "runs" else SWEEP_ACTIONS
     if action not in allowed:
         raise Refusal(f"no action {action!r} on {kind}; allowed: {', '.join(allowed)}", 404)
-    _check_token(request, await request.post())
     try:
         await read(request, _source(request).act, ns, kind, name, action)
     except ValueError as err:
@@ -443,7 +436,10 @@ async def sweep_page(request: web.Request) -> web.Response:
     actions = ""
     if (sweep.get("status") or {}).get("phase") not in runs.TERMINAL:
         actions = html.action_form(
-            html.path("ns", ns, "sweeps", name, "cancel"), "Cancel", request.app[TOKEN], danger=True
+            html.path("ns", ns, "sweeps", name, "cancel"),
+            "Cancel",
+            csrf.token(request),
+            danger=True,
         )
     body = pages.sweep_page(ns, sweep, trials, actions)
     return respond(request, f"Sweep {name}", body, "sweeps", scripts=CHARTS)
@@ -468,6 +464,27 @@ async def environment_page(request: web.Request) -> web.Response:
         pages.environment_page(env, log, note),
         "environments",
     )
+
+
+async def endpoint_page(request: web.Request) -> web.Response:
+    ns = ns_of(request)
+    queries.only(request.query, ())
+    got = await read(
+        request, _source(request).endpoint, ns, name_of(request, "OnlineEndpoint name")
+    )
+    if got is None:
+        raise Refusal(f"OnlineEndpoint {ns}/{request.match_info['name']} not found", 404)
+    ep, pods = got
+    body = endpoint_pages.endpoint_page(ep, pods)
+    return respond(request, f"Endpoint {ep['metadata']['name']}", body, "endpoints")
+
+
+async def endpoints_list(request: web.Request) -> web.Response:
+    ns = ns_of(request)
+    queries.only(request.query, ())
+    items = await read(request, _source(request).endpoints, ns)
+    body = endpoint_pages.endpoints_list(ns, items)
+    return respond(request, f"Endpoints in {ns}", body, "endpoints")
 
 
 async def queue_page(request: web.Request) -> web.Response:
@@ -510,6 +527,8 @@ def routes() -> list[web.RouteDef]:
         web.get("/ns/{ns}/models", listing("models", "Models")),
         web.get("/ns/{ns}/environments", listing("environments", "Environments")),
         web.get("/ns/{ns}/environments/{name}", environment_page),
+        web.get("/ns/{ns}/endpoints", endpoints_list),
+        web.get("/ns/{ns}/endpoints/{name}", endpoint_page),
         web.get("/ns/{ns}/queue", queue_page),
         web.get("/api/ns/{ns}/runs", runs_json),
         web.get("/api/ns/{ns}/runs/{name}", run_json),

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from torchyard import k8s
+from torchyard.web import app
 
 try:
     from playwright import sync_api as playwright
@@ -37,23 +38,21 @@ READS = ["get", "list", "watch"]
 
 
 class Served:
-    """The web app on 127.0.0.1 in a thread of its own (as ``torchyard ui`` serves it)."""
+    """The web app on ``host`` (127.0.0.1) in a thread of its own, as ``torchyard ui``
+    serves it (``torchyard.web.app.start``)."""
 
-    def __init__(self, application: web.Application) -> None:
+    def __init__(self, application: web.Application, host: str = "127.0.0.1") -> None:
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.app = application
+        self.host = host
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         assert self.ready.wait(10)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.runner = web.AppRunner(self.app, access_log=None)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        self.runner, self.url = self.loop.run_until_complete(app.start(self.app, self.host, 0))
         self.ready.set()
         self.loop.run_forever()
 

@@ -1,8 +1,9 @@
 """The web view in a real browser (Debian's Chromium driven by Playwright) on the real
 control plane: every page, with a failed run, a hung run and its stacks (from its
-archive in a real registry service), a sweep with stopped trials and a gang that cannot
-fit; no console error on any page, every control labelled, the keyboard reaches them,
-and a screenshot of each page under build/web-screenshots/ (git-ignored).
+archive in a real registry service), a sweep with stopped trials, a gang that cannot
+fit and an endpoint whose canary's init() raised; no console error on any page, every
+control labelled, the keyboard reaches them, and a screenshot of each page under
+build/web-screenshots/ (git-ignored).
 
 The runs' statuses are written as the operator writes them (the status subresource), with
 the in-process operator stopped, so that each page shows a known state. ``make browser``
@@ -18,7 +19,13 @@ from typing import Any
 
 import pytest
 
-from tests.builders import SweepBuilder, TrainingRunBuilder, environment, model_version
+from tests.builders import (
+    EndpointBuilder,
+    SweepBuilder,
+    TrainingRunBuilder,
+    environment,
+    model_version,
+)
 from tests.integration.test_registry_service import Service, trainer_token
 from tests.integration.web.browser import (
     CHROMIUM,
@@ -29,6 +36,7 @@ from tests.integration.web.browser import (
     playwright,
     watched_page,
 )
+from tests.unit.web.fakes import endpoint as degraded_endpoint
 from torchyard import api, k8s
 from torchyard.registry.store import Store
 from torchyard.sdk.registry import RegistryClient
@@ -204,6 +212,9 @@ def seed(namespace: str, root: Path) -> None:
             ],
         },
     )
+    # an endpoint in a canary split whose new version's init() raised (markup in its error)
+    k8s.create(EndpointBuilder("birds", namespace).model("birds", 3).traffic(v2=50, v3=50).obj())
+    status("OnlineEndpoint", namespace, "birds", degraded_endpoint("birds", namespace)["status"])
     sweep = SweepBuilder("lr-sweep", namespace).objective("loss", "minimize").bandit(0.1).obj()
     k8s.create(sweep)
     k8s.create(
@@ -271,6 +282,8 @@ def pages(ns: str) -> list[tuple[str, str, str]]:
         ("environments", f"/ns/{ns}/environments", "sha256:abab"),
         ("environment", f"/ns/{ns}/environments/pytorch", "Build log"),
         ("environment-failed", f"/ns/{ns}/environments/custom", "No matching distribution"),
+        ("endpoints", f"/ns/{ns}/endpoints", f"http://birds.{ns}.svc/score"),
+        ("endpoint", f"/ns/{ns}/endpoints/birds", "InitFailed"),
         ("queue", f"/ns/{ns}/queue", "cannot hold it even when idle"),
         ("refused", f"/ns/{ns}/runs?size=100000", "size must be a whole number"),
     ]

@@ -70,22 +70,29 @@ class Browser:
         )
 
     def call(
-        self, path: str, form: dict[str, str] | None = None
+        self, path: str, form: dict[str, str] | None = None, headers: dict[str, str] | None = None
     ) -> tuple[int, str, dict[str, str]]:
         data = urllib.parse.urlencode(form).encode() if form is not None else None
         try:
             with self.opener.open(
-                urllib.request.Request(self.base + path, data=data), timeout=30
+                urllib.request.Request(self.base + path, data=data, headers=headers or {}),
+                timeout=30,
             ) as r:
                 return r.status, r.read().decode(), dict(r.headers)
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode(), dict(err.headers)
 
-    def login(self, token: str) -> tuple[int, str, dict[str, str]]:
-        _, page, _ = self.call("/login")
+    def token(self, path: str) -> str:
+        """The page token of ``path`` as this browser gets it."""
+        _, page, _ = self.call(path)
         found = re.search(r'name="torchyard-token" content="([^"]+)"', page)
-        assert found
-        return self.call("/login", {"token": found[1], "k8s_token": token})
+        assert found, page[:300]
+        return found[1]
+
+    def login(
+        self, token: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, str, dict[str, str]]:
+        return self.call("/login", {"token": self.token("/login"), "k8s_token": token}, headers)
 
 
 def pages_of(ns: str, run: str) -> list[str]:
@@ -127,12 +134,53 @@ def test_a_token_of_namespace_a_sees_nothing_of_namespace_b(
         assert "may not" in text
         said = text.replace(path, "")
         assert SECRET not in said or f"/{SECRET}" in path  # (only a name the caller asked for)
-    status, text, _ = alice.call(f"/ns/{namespace}/runs/a-run")
-    token = re.search(r'name="torchyard-token" content="([^"]+)"', text)
-    assert token
-    status, text, _ = alice.call(f"/ns/{namespace}/runs/a-run/suspend", {"token": token[1]})
+    token = alice.token(f"/ns/{namespace}/runs/a-run")
+    status, text, _ = alice.call(f"/ns/{namespace}/runs/a-run/suspend", {"token": token})
     assert status == 403 and "may not patch trainingruns" in text
     assert not (k8s.get(k8s.TRAININGRUNS, namespace, "a-run")["spec"].get("suspend"))
+
+
+def test_a_post_from_another_origin_or_with_another_browsers_token_changes_nothing(
+    server: str, namespace: str
+) -> None:
+    """Over HTTP, as a page of another site, another port or another browser would send
+    it: every button and the sign-in refused (403), nothing changed."""
+    account(namespace, "erin", [*READS, "patch"])
+    erin = k8s.request_token(namespace, "erin", [], seconds=3600)
+    mallory = reader(namespace, "mallory")
+    victim, attacker = Browser(server), Browser(server)
+    status, _, _ = victim.login(erin)
+    assert status == 303
+    suspend = f"/ns/{namespace}/runs/a-run/suspend"
+    cancel = f"/ns/{namespace}/sweeps/a-run-sweep/cancel"
+    own = victim.token(f"/ns/{namespace}/runs/a-run")
+    anonymous = attacker.token("/login")  # (today's view printed every session's token here)
+    port = int(server.rsplit(":", 1)[1])
+    foreign = [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Referer": "http://evil.example/attack.html"},
+        {"Origin": f"http://127.0.0.1:{port + 1}"},
+        {"Origin": server, "Sec-Fetch-Site": "same-site"},
+        {"Origin": server, "Sec-Fetch-Site": "cross-site"},
+    ]
+    for path in (suspend, cancel):
+        for headers in foreign:
+            status, text, _ = victim.call(path, {"token": own}, headers)
+            assert status == 403 and "changes nothing" in text, (path, headers, status)
+        status, text, _ = victim.call(path, {"token": anonymous}, {"Origin": server})
+        assert status == 403 and "wrong page token" in text, (path, status)
+    assert not k8s.get(k8s.TRAININGRUNS, namespace, "a-run")["spec"].get("suspend")
+    assert not k8s.get(k8s.SWEEPS, namespace, "a-run-sweep")["spec"].get("cancel")
+    # a sign-in from another site: the victim stays signed in as erin
+    signed_in = {c.name: c.value for c in victim.jar}[access.COOKIE]
+    status, _, headers = victim.login(mallory, {"Origin": "http://evil.example"})
+    assert status == 403 and "Set-Cookie" not in headers
+    assert {c.name: c.value for c in victim.jar}[access.COOKIE] == signed_in == erin
+    # and the victim's own button, from its own origin, works
+    status, _, headers = victim.call(suspend, {"token": own}, {"Origin": server})
+    assert status == 303, headers
+    assert k8s.get(k8s.TRAININGRUNS, namespace, "a-run")["spec"]["suspend"] is True
 
 
 def test_signing_in_with_a_token_in_a_real_browser(server: str, namespace: str) -> None:

@@ -6,6 +6,7 @@ shows in any page or API answer."""
 
 from __future__ import annotations
 
+import http.cookiejar
 import os
 import re
 import select
@@ -36,7 +37,8 @@ def identity(cluster: Cluster, namespace: str, name: str, verbs: list[str], path
 
 
 class Ui:
-    """``torchyard ui`` in a process of its own; ``url`` is what it printed."""
+    """``torchyard ui`` in a process of its own; ``url`` is what it printed; a browser's
+    cookies (the pages' tokens are bound to them)."""
 
     def __init__(self, kubeconfig: Path, namespace: str) -> None:
         self.process = subprocess.Popen(
@@ -61,19 +63,24 @@ class Ui:
         found = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
         assert found, f"torchyard ui said: {line!r}"
         self.url = found[1].rstrip("/")
+        self.browser = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
 
     def get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=30) as resp:
+            with self.browser.open(self.url + path, timeout=30) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
 
     def post(self, path: str, token: str) -> tuple[int, str]:
         data = f"token={token}".encode()
-        req = urllib.request.Request(self.url + path, data=data, method="POST")
+        req = urllib.request.Request(
+            self.url + path, data=data, method="POST", headers={"Origin": self.url}
+        )
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            with self.browser.open(req, timeout=30) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()

@@ -44,6 +44,31 @@ def test_every_field_has_a_type_and_a_description(kind: crds.Kind) -> None:
         assert "$ref" not in node and "anyOf" not in node and "title" not in node
 
 
+# The reasons a CRD's CEL rule may give (apiextensions' FieldValueErrorReason): the
+# apiserver refuses the whole CRD for any other.
+CEL_REASONS = {
+    "FieldValueInvalid",
+    "FieldValueForbidden",
+    "FieldValueRequired",
+    "FieldValueDuplicate",
+}
+
+
+@pytest.mark.parametrize("kind", crds.KINDS, ids=lambda k: k.kind)
+def test_every_cel_rule_gives_a_reason_the_apiserver_accepts(kind: crds.Kind) -> None:
+    rules = [
+        (path, rule)
+        for path, node in walk(crds.openapi_schema(kind))
+        for rule in node.get("x-kubernetes-validations", [])
+    ]
+    assert rules, f"{kind.kind} has no CEL rule to check"
+    for path, rule in rules:
+        assert rule.get("reason", "FieldValueInvalid") in CEL_REASONS, (
+            f"{kind.kind}{path}: reason {rule['reason']!r} (the apiserver takes only "
+            f"{sorted(CEL_REASONS)})"
+        )
+
+
 def test_crds_have_short_names_category_status_and_columns() -> None:
     names = {k.kind: crds.crd(k) for k in crds.KINDS}
     short = {k: v["spec"]["names"]["shortNames"] for k, v in names.items()}
@@ -52,6 +77,8 @@ def test_crds_have_short_names_category_status_and_columns() -> None:
         "Environment": ["env"],
         "ModelVersion": ["mv"],
         "Sweep": ["sw"],
+        # not "ep": the core Endpoints' short name
+        "OnlineEndpoint": ["oe"],
     }
     for crd in names.values():
         assert crd["spec"]["names"]["categories"] == ["torchyard"]

@@ -12,7 +12,7 @@ import pytest
 from tests.builders import SweepBuilder, TrainingRunBuilder
 from torchyard import api
 from torchyard.api import sweeps as sweep_api
-from torchyard.sweeps import sampling, space
+from torchyard.sweeps import expressions
 
 
 def test_the_notebooks_sweep_parses_with_azure_mls_defaults() -> None:
@@ -47,17 +47,17 @@ def test_an_integer_q_stays_an_integer() -> None:
     assert q == 16 and isinstance(q, int)
 
 
-def test_the_copies_of_the_sweeps_cores_limits_are_equal() -> None:
-    assert sweep_api.ENV_PREFIX == sampling.ENV_PREFIX
-    assert sweep_api.MAX_PARAMETERS == space.MAX_PARAMETERS
-    assert sweep_api.MAX_CHOICES == space.MAX_CHOICES
-    assert sweep_api.MAX_RANDINT == space.MAX_RANDINT
-    assert "^" + space.NAME.pattern.removesuffix(r"\Z") + "$" == sweep_api.PARAMETER_NAME
-    assert sweep_api.SAMPLINGS == sampling.SAMPLINGS
-    assert tuple(space.TYPES) == sweep_api.EXPRESSION_TYPES
-    assert set(sweep_api.FIELDS_OF) == {k for cls in space.TYPES.values() for k in cls.FIELDS}
-    for name, types in sweep_api.FIELDS_OF.items():
-        assert set(types) == {t for t, cls in space.TYPES.items() if name in cls.FIELDS}
+def test_the_schema_of_a_parameter_is_made_from_the_registered_expressions() -> None:
+    schema = sweep_api.expression_model().model_json_schema(by_alias=True)
+    assert schema["properties"]["type"]["enum"] == list(expressions.names())
+    fields = {f.name for e in expressions.registered() for f in e.FIELDS}
+    assert set(schema["properties"]) == {"type", *fields}
+    rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
+    for e in expressions.registered():
+        for f in e.FIELDS:
+            if f.cel:
+                [rule] = [r for r in rules if r.startswith(f"has(self.{f.name}) ==")]
+                assert repr(e.TYPE) in rule
 
 
 LR = {"type": "uniform", "minValue": 0.0005, "maxValue": 0.005}

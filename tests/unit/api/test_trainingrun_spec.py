@@ -223,6 +223,51 @@ REFUSED += [
 ]
 
 
+RACK = {"topology": {"level": "example.com/rack"}}
+REFUSED += [
+    (
+        "a slice size that does not divide the gang",
+        TrainingRunBuilder("r").nodes(6).with_("spec.placement", {**RACK, "sliceSize": 4}).obj(),
+        "each in one domain of the level; got sliceSize 4 for 6 node(s)",
+    ),
+    (
+        "slices of a preferred placement",
+        TrainingRunBuilder("r")
+        .nodes(4)
+        .with_(
+            "spec.placement", {"topology": {"level": "rack", "mode": "preferred"}, "sliceSize": 2}
+        )
+        .obj(),
+        "placement.sliceSize needs placement.topology.mode required",
+    ),
+    (
+        "a level that is no label key",
+        TrainingRunBuilder("r").with_("spec.placement", {"topology": {"level": "a rack"}}).obj(),
+        "placement.topology.level must be a node label key",
+    ),
+    (
+        "a mode that is neither",
+        TrainingRunBuilder("r")
+        .with_("spec.placement", {"topology": {"level": "rack", "mode": "strict"}})
+        .obj(),
+        "spec.placement.topology.mode",
+    ),
+    (
+        "a manager that is not MultiKueue",
+        TrainingRunBuilder("r")
+        .with_("spec.scheduling.queueName", "q")
+        .with_("spec.managedBy", "example.com/other")
+        .obj(),
+        "managedBy: the only controller that may run a TrainingRun",
+    ),
+    (
+        "MultiKueue without a queue",
+        TrainingRunBuilder("r").with_("spec.managedBy", "kueue.x-k8s.io/multikueue").obj(),
+        "needs spec.scheduling.queueName",
+    ),
+]
+
+
 @pytest.mark.parametrize(("case", "body", "message"), REFUSED, ids=[c[0] for c in REFUSED])
 def test_invalid_specs_are_refused_naming_the_field(
     case: str, body: dict[str, Any], message: str
@@ -282,6 +327,9 @@ def test_environment_needs_image_xor_base_image() -> None:
         ("spec.resources.memory", "0.5Gi"),
         ("spec.command", ["python", "-c", "print('\\x00 as text is fine')"]),
         ("spec.checkpoints", {"size": "1Mi"}),
+        ("spec.placement", {"topology": {"level": "kubernetes.io/hostname"}}),
+        ("spec.placement", {"topology": {"level": "rack", "mode": "preferred"}}),
+        ("spec.placement", {"topology": {"level": "example.com/rack"}, "sliceSize": 1}),
     ],
 )
 def test_values_on_the_edge_of_the_rules_are_accepted(path: str, value: Any) -> None:

@@ -142,7 +142,8 @@ def test_user_errors_keep_their_exit_codes(
     assert cli.main(["run", str(path)]) == 2
     assert "needs --local" in capsys.readouterr().err
     empty = tmp_path / "empty.yaml"
-    empty.write_text("kind: Environment\nmetadata: {name: e}\n")
+    env = {"apiVersion": "torchyard.dev/v1alpha1", "kind": "Environment"}
+    empty.write_text(yaml.safe_dump({**env, "metadata": {"name": "e"}, "spec": {"image": "x"}}))
     assert cli.main(["submit", str(empty), "--dry-run"]) == 2
     assert f"torchyard: error: no TrainingRun in {empty}" in capsys.readouterr().err
 

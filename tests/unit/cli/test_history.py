@@ -103,7 +103,7 @@ def test_asking_for_what_is_not_there_says_so(
     argv = ["runs", "describe", "../../etc", "--local", "--registry", "./registry"]
     assert cli.main(argv) == 2
     assert "is not a DNS-1123 subdomain" in capsys.readouterr().err
-    assert cli.main(["runs", "list", "-n", "default", "--registry", "./registry"]) == 1
+    assert cli.main(["runs", "list", "-n", "default", "--registry", "./registry"]) == 2
     assert "--registry goes with --local" in capsys.readouterr().err
 
 

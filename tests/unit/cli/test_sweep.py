@@ -26,6 +26,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeK8s]:
     store = FakeK8s()
     for name in ("get", "get_or_none", "list_", "create", "apply"):
         monkeypatch.setattr(k8s, name, getattr(store, name))
+    # a kubeconfig is in use (the fake's): the commands read the cluster, not local records
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     yield store
 
 

@@ -32,6 +32,7 @@ class FakeK8s:
         self.applied: list[dict[str, Any]] = []  # every (non-status) apply's manifest
         self.posted: list[str] = []  # the names created by POST (they are in applied too)
         self.deleted: list[tuple[str, str]] = []  # (kind plural, name)
+        self.patched: list[tuple[str, str, dict[str, Any]]] = []  # merge patches
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
         self.refusals: dict[str, k8s.ApiError] = {}  # kind -> the error its apply raises
         self.logs: dict[str, list[str]] = {}  # Pod name -> its log lines (pod_log_lines)
@@ -71,6 +72,7 @@ class FakeK8s:
         self.applied.clear()
         self.posted.clear()
         self.deleted.clear()
+        self.patched.clear()
         self.events.clear()
 
     # -- the facade ---------------------------------------------------------------------
@@ -128,7 +130,8 @@ class FakeK8s:
                 new = _merged(old, new)
             elif old is not None:
                 new["metadata"] = {**old["metadata"], **new["metadata"]}
-                new.setdefault("status", old.get("status"))
+                if old.get("status") is not None:
+                    new.setdefault("status", old["status"])
             else:
                 new["metadata"].setdefault("uid", f"uid-{next(self._uids)}")
                 new["metadata"].setdefault("creationTimestamp", "2026-01-01T12:00:00Z")
@@ -158,6 +161,30 @@ class FakeK8s:
                 raise k8s.ApiError(404, "NotFound", f"{res.plural} not found")
             stored["status"] = copy.deepcopy(manifest["status"])
             return copy.deepcopy(stored)
+
+    def merge_patch(
+        self,
+        res: k8s.Resource,
+        namespace: str | None,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """RFC 7386 over the stored object (recorded in ``patched``); a
+        ``metadata.resourceVersion`` that is not the stored one answers 409."""
+        key = self._key(res, namespace, name)
+        with self._lock:
+            self.patched.append((res.plural, name, copy.deepcopy(patch)))
+            stored = self.objects.get(key)
+            if stored is None:
+                raise k8s.ApiError(404, "NotFound", f"{res.plural} not found")
+            want = (patch.get("metadata") or {}).get("resourceVersion")
+            have = stored["metadata"].get("resourceVersion")
+            if want is not None and have is not None and want != have:
+                raise k8s.ApiError(409, "Conflict", "the object has been modified")
+            self.objects[key] = _merge_patched(stored, patch)
+            return copy.deepcopy(self.objects[key])
 
     def delete(
         self,
@@ -207,6 +234,19 @@ class FakeK8s:
         with self._lock:
             self.log_bytes += len(text)
         yield from text.decode("utf-8", "replace").splitlines()
+
+
+def _merge_patched(target: Any, patch: Any) -> Any:
+    """RFC 7386: a mapping merges key by key, None removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patched(out.get(key), value)
+    return out
 
 
 def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

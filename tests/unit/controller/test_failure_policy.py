@@ -11,7 +11,7 @@ from tests.builders import TrainingRunBuilder, pod
 from torchyard import api
 from torchyard.controller import failure_policy, ttl_after_finished
 from torchyard.controller.failure_policy import Attempts
-from torchyard.status.failures import Failure
+from torchyard.status.failures import FAILURE_SETTLE_SECONDS, Failure
 
 PLATFORM: Failure = {"reason": "NodeLost", "platform": True, "message": "node Pod r-1 disappeared"}
 USER: Failure = {"reason": "Error", "platform": False, "message": "ValueError"}
@@ -121,7 +121,7 @@ VERDICTS: list[tuple[str, api.TrainingRun, list[dict[str, object]], str, str]] =
             RUNNING[1],
         ],
         "Running",
-        "settle 3",
+        f"settle {FAILURE_SETTLE_SECONDS:g}",  # the whole window: it failed just now
     ),
     (
         "a failure of its own while its peer runs: at once",

@@ -1,5 +1,5 @@
 """The create path's cost per Pod: what a reconcile of a gang leaves out once its Pods are
-all there (``admission.settled``), and what it still does while they are not."""
+all there (``admission.of_whole_gang``), and what it still does while they are not."""
 
 from __future__ import annotations
 

@@ -99,8 +99,8 @@ def test_resume_creates_the_next_attempts_gang_and_keeps_the_count() -> None:
 
 def test_a_finalizing_run_is_not_suspended() -> None:
     run_ = api.parse_trainingrun(suspended_run({"phase": "Finalizing"}))
-    assert not suspension.wanted(run_, "Finalizing")
-    assert suspension.wanted(run_, "Running")
+    assert not suspension.to_suspend(run_, "Finalizing")
+    assert suspension.to_suspend(run_, "Running")
 
 
 def test_suspensions_use_no_restart_limit() -> None:

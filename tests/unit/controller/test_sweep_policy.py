@@ -11,12 +11,13 @@ import pytest
 
 from tests.builders import SweepBuilder
 from torchyard import api
-from torchyard.sweeps import stopping, trials
+from torchyard.planning import sweeps as plans
+from torchyard.sweeps import policies, stopping, trials
 from torchyard.sweeps.stopping import Goal
 from torchyard.tuning import sweep_policy, sweep_trials
 from torchyard.tuning.sweep_trials import Entry, Seen
 
-BANDIT = stopping.Bandit(slack_factor=0.15, evaluation_interval=1, delay_evaluation=2)
+BANDIT = policies.Bandit(slack_factor=0.15, evaluation_interval=1, delay_evaluation=2)
 
 
 @pytest.mark.parametrize(
@@ -175,6 +176,56 @@ def test_a_trial_shows_its_metric_at_its_step(
     assert (shown.value, shown.step) == (value, step)
 
 
+def ready(reason: str, message: str, status: str = "False") -> dict[str, str]:
+    return {"type": "Ready", "status": status, "reason": reason, "message": message}
+
+
+NO_ENV = "spec.environment: Environment nope does not exist in namespace team"
+
+
+@pytest.mark.parametrize(
+    ("status", "waiting"),
+    [
+        ({"phase": "Preparing", "conditions": [ready("EnvironmentNotFound", NO_ENV)]},
+         ("EnvironmentNotFound", NO_ENV)),
+        ({"phase": "Queued", "conditions": [ready("Queued", "waiting for 2 GPUs")]},
+         ("Queued", "waiting for 2 GPUs")),
+        ({"phase": "Running", "startTime": "2026-01-01T12:00:00Z",
+          "conditions": [ready("AllNodesRunning", "2/2 node(s) running")]}, None),
+        ({"phase": "Failed", "conditions": [ready("EnvironmentFailed", "the build failed")]},
+         None),
+        ({}, None),
+    ],
+)  # fmt: skip
+def test_a_trial_that_has_not_started_shows_what_it_waits_for(
+    status: dict[str, object], waiting: tuple[str, str] | None
+) -> None:
+    run = {"metadata": {"name": "hd-t0"}, "spec": {}, "status": status}
+    assert sweep_trials.seen(run, 0, "m").waiting == waiting
+    if waiting is not None:  # a change of what it waits for queues its Sweep
+        other = {**run, "status": {**status, "conditions": [ready("Other", "x")]}}
+        assert sweep_trials.sweep_reads(run) != sweep_trials.sweep_reads(other)
+
+
+def test_the_sweep_says_why_its_trials_wait_naming_them_by_reason() -> None:
+    def trial(index: int, waiting: tuple[str, str] | None, what: str | None = None) -> Seen:
+        decision = None if what is None else plans.Decision(what, "")
+        return Seen(index, f"hd-t{index}", "Preparing", {}, decision, False, 0.0, waiting=waiting)
+
+    no_env = ("EnvironmentNotFound", NO_ENV)
+    seen = {i: trial(i, no_env) for i in range(7)}
+    seen[7] = trial(7, ("InputSecretNotReady", "input shots: the Secret s is missing"))
+    seen[8] = trial(8, None)  # started
+    seen[9] = trial(9, no_env, "stopped")  # the sweep stopped it: it waits for nothing
+    assert sweep_trials.waiting(seen) == (
+        "EnvironmentNotFound",
+        "8 trial(s) cannot start yet; hd-t0, hd-t1, hd-t2, hd-t3, hd-t4 and 2 more: "
+        f"EnvironmentNotFound: {NO_ENV}; hd-t7: InputSecretNotReady: input shots: the "
+        "Secret s is missing",
+    )
+    assert sweep_trials.waiting({8: seen[8], 9: seen[9]}) is None
+
+
 def test_trial_seconds_count_gpus_and_end_where_the_trial_stopped() -> None:
     spec = {"resources": {"gpusPerNode": 2}, "distribution": {"nodeCount": 2}}
     status = {
@@ -190,10 +241,10 @@ def test_trial_seconds_count_gpus_and_end_where_the_trial_stopped() -> None:
     ("policy", "stopped"),
     [
         # running averages by interval 2: 0.55, 0.65, 0.25 -> median 0.55; trial 2's best 0.3
-        (stopping.Median(evaluation_interval=1, delay_evaluation=2), [2]),
+        (policies.Median(evaluation_interval=1, delay_evaluation=2), [2]),
         # of 3 trials, the lowest 34 % is 1 trial: trial 2
-        (stopping.Truncation(truncation_percentage=34, delay_evaluation=2), [2]),
-        (stopping.Truncation(truncation_percentage=20, delay_evaluation=2), []),
+        (policies.Truncation(truncation_percentage=34, delay_evaluation=2), [2]),
+        (policies.Truncation(truncation_percentage=20, delay_evaluation=2), []),
     ],
 )
 def test_median_and_truncation_judge_the_same_way(

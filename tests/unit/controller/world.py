@@ -71,13 +71,12 @@ def priority_class(name: str, value: int = 1000) -> dict[str, Any]:
     }
 
 
-def kueue(*queues: str, versions: tuple[str, ...] = ("v1beta1", "v1beta2")) -> list[dict[str, Any]]:
-    """Kueue installed (its LocalQueue CRD serving ``versions``, the last one stored) with
-    the LocalQueues ``queues`` in the run's namespace."""
-    crd = {
+def kueue_crd(name: str, versions: tuple[str, ...] = ("v1beta1", "v1beta2")) -> dict[str, Any]:
+    """Kueue's CRD ``name`` serving ``versions``, the last one stored."""
+    return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": k8s.LOCALQUEUES_CRD},
+        "metadata": {"name": name},
         "spec": {
             "group": k8s.KUEUE_GROUP,
             "versions": [
@@ -85,7 +84,12 @@ def kueue(*queues: str, versions: tuple[str, ...] = ("v1beta1", "v1beta2")) -> l
             ],
         },
     }
-    return [crd] + [
+
+
+def kueue(*queues: str, versions: tuple[str, ...] = ("v1beta1", "v1beta2")) -> list[dict[str, Any]]:
+    """Kueue installed (its LocalQueue CRD serving ``versions``, the last one stored) with
+    the LocalQueues ``queues`` in the run's namespace."""
+    return [kueue_crd(k8s.LOCALQUEUES_CRD, versions)] + [
         {
             "apiVersion": f"{k8s.KUEUE_GROUP}/{versions[-1]}",
             "kind": "LocalQueue",

@@ -1,12 +1,16 @@
 """A local HTTP server for the fetcher's tests: files from a dict, Range requests served
 (or not), the bytes it sent counted, and a way to cut a body short (a fetch killed half
-way); and :func:`entry_files`, what a cache entry holds."""
+way); :func:`entry_files`, what a cache entry holds; and :func:`archive`, an archive of
+each suffix the fetcher unpacks."""
 
 from __future__ import annotations
 
 import http.server
+import io
 import os
+import tarfile
 import threading
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +28,34 @@ def entry_files(root: str, key: str) -> dict[str, bytes]:
             with open(path, "rb") as f:
                 found[os.path.relpath(path, data)] = f.read()
     return found
+
+
+# The tarfile mode that writes each tar suffix of ``archives.SUFFIXES``.
+TAR_MODES = {
+    ".tar": "w:",
+    ".tar.gz": "w:gz",
+    ".tgz": "w:gz",
+    ".tar.bz2": "w:bz2",
+    ".tbz2": "w:bz2",
+    ".tar.xz": "w:xz",
+    ".txz": "w:xz",
+}
+
+
+def archive(suffix: str, files: dict[str, bytes]) -> bytes:
+    """An archive of ``files`` (path: content) as a file named ``*<suffix>`` holds it."""
+    buf = io.BytesIO()
+    if suffix == ".zip":
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in files.items():
+                z.writestr(name, data)
+        return buf.getvalue()
+    with tarfile.open(fileobj=buf, mode=TAR_MODES[suffix]) as tar:  # type: ignore[call-overload]
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 @dataclass
@@ -80,13 +112,14 @@ def _handler(state: Files) -> type[http.server.BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serving(state: Files) -> Iterator[str]:
-    """``http://127.0.0.1:<port>`` serving ``state`` until the block ends."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+def serving(state: Files, host: str = "127.0.0.1") -> Iterator[str]:
+    """``http://<host>:<port>`` serving ``state`` until the block ends (another ``host``
+    than loopback: for a Pod on the real node)."""
+    server = http.server.ThreadingHTTPServer((host, 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{host}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

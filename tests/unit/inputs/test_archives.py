@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.inputs import server
 from tests.unit.inputs.server import Files, serving
 from torchyard.inputs import archives, fetch
 from torchyard.inputs.uris import InputError, Source
@@ -111,6 +112,25 @@ def test_a_zip_of_files_and_folders_unpacks(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "d" / "f.txt").read_bytes() == b"hi"
 
 
+@pytest.mark.parametrize("suffix", archives.SUFFIXES)
+def test_the_format_is_read_from_the_files_first_bytes_not_its_name(
+    tmp_path: Path, suffix: str
+) -> None:
+    path = tmp_path / "download.ok"  # the fetcher's staging file: no suffix
+    path.write_bytes(server.archive(suffix, {"d/f.txt": b"hi"}))
+    (tmp_path / "out").mkdir()
+    assert archives.unpack(str(path), str(tmp_path / "out"), (), (), 100) == 2
+    assert (tmp_path / "out" / "d" / "f.txt").read_bytes() == b"hi"
+
+
+def test_a_file_that_is_no_archive_is_refused_saying_what_it_starts_with(tmp_path: Path) -> None:
+    path = tmp_path / "download.ok"
+    path.write_bytes(b"<!DOCTYPE html><html>sign in</html>")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(InputError, match=r"not a zip or tar archive .*b.<!DOCTYPE html><.: check"):
+        archives.unpack(str(path), str(tmp_path / "out"), (), (), 100)
+
+
 def test_a_corrupt_archive_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "a.tar.gz"
     path.write_bytes(b"\x1f\x8b not really gzip")
@@ -119,13 +139,25 @@ def test_a_corrupt_archive_is_refused(tmp_path: Path) -> None:
         archives.unpack(str(path), str(tmp_path / "out"), (), (), 100)
 
 
-@pytest.mark.parametrize("case", ["parent", "symbolic link", "hard link", "device"])
+HOSTILE_FETCHES = {
+    **{
+        case: (".tgz", tar_with(member("ok.txt"), HOSTILE_TAR[case][0]), HOSTILE_TAR[case][1])
+        for case in ("parent", "symbolic link", "hard link", "device")
+    },
+    **{
+        f"zip {case}": (".zip", zip_with(HOSTILE_ZIP[case][0]), HOSTILE_ZIP[case][1])
+        for case in ("parent", "absolute", "symbolic link")
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_FETCHES))
 def test_a_fetch_of_a_hostile_archive_leaves_no_entry(tmp_path: Path, case: str) -> None:
-    body = tar_with(member("ok.txt"), HOSTILE_TAR[case][0])
-    with serving(Files({"/x.tgz": body})) as url:
-        source = Source(f"{url}/x.tgz", hashlib.sha256(body).hexdigest())
-        with pytest.raises(InputError, match=HOSTILE_TAR[case][1]):
-            fetch.fetch(source, str(tmp_path / "cache"), 1 << 20)
+    suffix, body, words = HOSTILE_FETCHES[case]
+    with serving(Files({f"/x{suffix}": body})) as url:
+        source = Source(f"{url}/x{suffix}", hashlib.sha256(body).hexdigest())
+        with pytest.raises(InputError, match=words):
+            fetch.fetch(source, str(tmp_path / "cache"), 100_000)
     assert not os.path.isdir(tmp_path / "cache" / "entries") or not os.listdir(
         tmp_path / "cache" / "entries"
     )

@@ -14,13 +14,16 @@ FACE = {
     "MODELVERSIONS", "NAMESPACES", "NODES", "PERSISTENTVOLUMECLAIMS", "PODS", "ROLEBINDINGS",
     "ROLES", "SECRETS", "SERVICEACCOUNTS", "SERVICES", "SUBJECTACCESSREVIEWS", "TOKENREVIEWS",
     "TRAININGRUNS", "SWEEPS", "PRIORITYCLASSES", "KUEUE_GROUP", "LOCALQUEUES_CRD", "local_queues",
+    "ONLINEENDPOINTS", "DEPLOYMENTS", "HORIZONTALPODAUTOSCALERS", "INFERENCESERVICES",
+    "INFERENCESERVICES_CRD", "KSERVE_GROUP",
+    "KUEUE_VERSION", "WORKLOADS", "WORKLOADS_CRD", "TOPOLOGIES", "RESOURCEFLAVORS",
     # connections
     "Connection", "configure", "connection", "default_namespace", "load", "proxy_url", "reset",
     # clients
     "Client",
     # rest, errors
     "FIELD_MANAGER", "REQUESTS", "apply", "apply_status", "create", "delete", "get",
-    "get_or_none", "list_", "ApiError", "Unreachable",
+    "get_or_none", "list_", "merge_patch", "ApiError", "Unreachable",
     # events, logs, reviews
     "events_of", "record_event", "pod_log_lines", "allowed", "request_token", "review_token",
     # watches

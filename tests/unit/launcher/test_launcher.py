@@ -312,6 +312,29 @@ def test_the_stack_hook_is_there_while_the_ranks_run_and_gone_after(
 
 
 @pytest.mark.parametrize("mode", ["process", "node"])
+def test_every_process_the_ranks_start_imports_the_launchers_torchyard(
+    tmp_path: Path, mode: str
+) -> None:
+    """As torchrun's workers under another environment's Python: a child interpreter that
+    has no torchyard of its own (``-S``: no site-packages) imports the launcher's, from a
+    folder gone once the ranks are."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = (
+        "import subprocess, sys\n"
+        "code = 'import os, torchyard.progress as p; print(os.path.realpath(p.__file__))'\n"
+        "subprocess.run([sys.executable, '-S', '-c', code], check=True)\n"
+    )
+    done = launch(
+        tmp_path, script, nproc=1, extra={"TORCHYARD_LAUNCH": mode, "TMPDIR": str(scratch)}
+    )
+    assert done.returncode == 0, done.stderr
+    progress = Path(torchyard.__file__).resolve().parent / "progress.py"
+    assert done.stdout.split("] ", 1)[1].strip() == str(progress), done.stdout
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", ["process", "node"])
 def test_launch_modes(tmp_path: Path, mode: str) -> None:
     done = launch(
         tmp_path,

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.launcher.test_launcher import launch, termination
-from tests.unit.test_local_console import Clock
-from tests.unit.test_local_mode import project
+from tests.unit.local.test_console import Clock
+from tests.unit.local.test_mode import project
 from torchyard import cli
 from torchyard.launch import contract, output, ranks
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults import stalling
 from tests.unit.launcher.test_launcher import launch, termination
 from torchyard.launch import stalls
 from torchyard.launch.tracker import ProgressTracker
@@ -21,16 +22,7 @@ STUCK = {
 
 
 def script(stuck: str) -> str:
-    return (
-        "import os, signal, time\n"
-        "from torchyard import progress\n"
-        "rank = int(os.environ['RANK'])\n"
-        "for step in range(1, 100000):\n"
-        "    progress.report(step)\n"
-        "    if rank == 1 and step == 3:\n"
-        f"        {stuck}\n"
-        "    time.sleep(0.1)\n"
-    )
+    return stalling(stuck, 0.1)
 
 
 @pytest.mark.parametrize("how", sorted(STUCK))

@@ -129,9 +129,10 @@ def test_pods_are_gated_until_admitted_and_ungate_removes_only_the_gate() -> Non
     }
 
 
-def test_kueue_queue_replaces_gating() -> None:
+def test_kueue_pod_groups_replace_gating() -> None:
+    """The fallback of a Kueue without Workload v1beta2: plain Pod groups, Kueue's gate."""
     body = TrainingRunBuilder("r").nodes(3).with_("spec.scheduling.queueName", "team-a").obj()
-    p = pods.pod(api.parse_trainingrun(body), 0, image="img")
+    p = pods.pod(api.parse_trainingrun(body), 0, image="img", pod_group=True)
     assert "schedulingGates" not in p["spec"]
     assert p["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "r-0"
@@ -139,6 +140,27 @@ def test_kueue_queue_replaces_gating() -> None:
     # One group per attempt: Kueue waits for no replacement Pods in it (the real Kueue
     # would keep the stopped Pods' finalizers: tests/integration/test_kueue.py).
     assert p["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"] == "false"
+
+
+def test_a_pod_of_a_workload_kueue_admitted_carries_no_kueue_pod_group() -> None:
+    """Through a Workload the Pods are created once admitted: no gate, no Pod group."""
+    body = TrainingRunBuilder("r").nodes(3).with_("spec.scheduling.queueName", "team-a").obj()
+    p = pods.pod(api.parse_trainingrun(body), 0, image="img", gated=False)
+    assert "schedulingGates" not in p["spec"]
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in p["metadata"]["labels"])
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in p["metadata"].get("annotations", {}))
+
+
+def test_ungate_adds_the_domain_and_tolerations_of_an_admission() -> None:
+    p = pods.pod(run_on_a100(), 1, image="img")
+    opened = pods.ungate(p, {"example.com/rack": "r2"}, [{"key": "spot", "operator": "Exists"}])
+    assert "schedulingGates" not in opened["spec"]
+    assert opened["spec"]["nodeSelector"] == {
+        **p["spec"]["nodeSelector"],
+        "example.com/rack": "r2",
+    }
+    assert opened["spec"]["tolerations"][-1] == {"key": "spot", "operator": "Exists"}
+    assert opened["spec"]["tolerations"][:-1] == p["spec"]["tolerations"]
 
 
 def test_builders_are_deterministic() -> None:

@@ -250,8 +250,12 @@ def test_a_review_must_vouch_for_the_registry_audience(
 
 
 @pytest.fixture
-def kubeconfig_with_a_token(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, list[str]]]:
-    """k8s.connection as for a kubeconfig holding a bearer token; the tokens minted."""
+def kubeconfig_with_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, str, list[str]]]:
+    """k8s.connection as for a kubeconfig holding a bearer token ($KUBECONFIG names one,
+    so the CLI reads the cluster, whatever this machine has); the tokens minted."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     minted: list[tuple[str, str, list[str]]] = []
 
     def request_token(namespace: str, name: str, audiences: list[str], seconds: int = 600) -> str:
@@ -324,6 +328,7 @@ def test_a_bad_registry_ca_is_a_clear_error(
         node_files.registry_context({"TORCHYARD_REGISTRY_CA": "not a certificate"})
     # Through the service proxy the apiserver connects to the registry: no CA to pass.
     monkeypatch.delenv("TORCHYARD_REGISTRY_URL", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))  # a cluster, not --local
     assert cli.main(["models", "list", "-n", "team", "--registry-ca", "ca.crt"]) == 1
     assert "--registry-ca goes with --registry-url" in capsys.readouterr().err
 

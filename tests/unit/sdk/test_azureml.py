@@ -89,7 +89,13 @@ def test_azure_names_become_kubernetes_names() -> None:
 
 AZURE_NAMES = sorted(
     [
+        "AciWebservice",
         "ActivityFailedException",
+        "AksWebservice",
+        "DeploymentConfiguration",
+        "InferenceConfig",
+        "Webservice",
+        "WebserviceException",
         "AmlCompute",
         "ComputeTarget",
         "ComputeTargetException",

@@ -72,7 +72,11 @@ def env_with(**changes: Any) -> Environment:
 
 
 def src(**kw: Any) -> ScriptRunConfig:
-    return ScriptRunConfig(".", script="train.py", **kw)
+    """A run for the cluster's pool "cpu" (no compute target is the local one)."""
+    return ScriptRunConfig(".", script="train.py", **{"compute_target": "cpu", **kw})
+
+
+CPU_NODE = {"metadata": {"name": "n1", "labels": {"torchyard.dev/pool": "cpu"}}, "status": {}}
 
 
 # -- refused: (call, what the error must say) ---------------------------------------------
@@ -309,6 +313,7 @@ def submitted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str,
     created: list[dict[str, Any]] = []
     monkeypatch.setattr(snapshots, "store", lambda *a, **k: "configmap/x created")
     monkeypatch.setattr(k8s, "create", lambda body, **k: created.append(body) or body)
+    monkeypatch.setattr(k8s, "list_", lambda *a, **k: [CPU_NODE])  # the pool "cpu"
     (tmp_path / "train.py").write_text("print('hi')\n")
     monkeypatch.chdir(tmp_path)
     return created

@@ -179,3 +179,11 @@ def test_no_archive_either_is_said_and_does_not_crash(cluster_with: Any) -> None
     runs.wait(NS, "lost", out=out, registry=None)
     text = out.getvalue()
     assert "nor the archived logs: no registry client; try: torchyard logs lost" in text
+
+
+def test_a_run_still_going_after_the_timeout_raises_timeouterror(cluster_with: Any) -> None:
+    going = finished_run("slow", 1)
+    going["status"] = {"phase": "Running"}
+    cluster_with(going, [], Kubelet({}, 0))
+    with pytest.raises(TimeoutError, match="TrainingRun slow did not finish within 0s"):
+        sdk_run("slow", Archive("slow", 1)).wait_for_completion(poll=0.01, timeout=0.05)

@@ -40,9 +40,10 @@ def test_the_failure_names_rank_node_pod_and_traceback() -> None:
     }
     code, text = runs.outcome(run)
     assert code == 1
-    assert text.startswith("TrainingRun gpt failed after 1m05s: rank 3, node 1, Pod gpt-1")
-    assert text.endswith(
-        "exit code 1 (Error):\nTraceback (most recent call last):\nValueError: loss is NaN"
+    assert text == (
+        "TrainingRun gpt failed after 1m05s: "
+        "rank 3 (node 1, Pod gpt-1) failed (Error, exit code 1):\n"
+        "Traceback (most recent call last):\nValueError: loss is NaN"
     )
 
 

@@ -44,6 +44,19 @@ CASES: list[tuple[str, sweeps.Observed, str, dict[str, tuple[str, str]]]] = [
         {"Running": ("True", "TrialsPending"), "MetricReported": ("Unknown", "Waiting")},
     ),
     (
+        "trials made that cannot start: why, from their own status",
+        replace(
+            BASE,
+            waiting=("EnvironmentNotFound", "4 trial(s) cannot start yet; hd-t0, ...: ..."),
+        ),
+        "Pending",
+        {
+            "TrialsWaiting": ("True", "EnvironmentNotFound"),
+            "Ready": ("False", "EnvironmentNotFound"),
+            "Running": ("True", "TrialsPending"),
+        },
+    ),
+    (
         "trials running and reporting",
         replace(
             BASE,
@@ -101,6 +114,7 @@ def test_phase_and_conditions(
     assert st["phase"] == phase
     assert st["observedGeneration"] == 3
     found = conditions(st)
+    assert ("TrialsWaiting" in found) == (observed.waiting is not None)
     assert found["Accepted"]["status"] == "True"
     for type_, (status, reason) in expected.items():
         assert (found[type_]["status"], found[type_]["reason"]) == (status, reason), type_
@@ -197,7 +211,7 @@ def test_an_invalid_spec_is_failed_and_not_accepted_naming_the_field() -> None:
 def test_a_sweep_is_settled_when_its_next_reconcile_only_keeps_its_books(
     status: dict[str, Any] | None, settled: bool
 ) -> None:
-    assert sweeps.settled(status) is settled
+    assert sweeps.keeps_books_only(status) is settled
 
 
 def test_the_pinned_model_versions_are_listed_and_kept_by_an_invalid_spec() -> None:

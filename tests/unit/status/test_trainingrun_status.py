@@ -466,3 +466,16 @@ def test_a_missing_service_account_keeps_the_run_pending_with_the_reason() -> No
     admitted = next(c for c in st["conditions"] if c["type"] == "Admitted")
     assert (admitted["status"], admitted["reason"]) == ("False", "ServiceAccountNotFound")
     assert admitted["message"] == why[1]
+
+
+def test_the_admitted_condition_says_how_the_lowest_ranked_pod_was_admitted() -> None:
+    """Where the gang went is on its Pods (the admission writes it once, when it lets them
+    go); the status reads it each time, node rank 0's first."""
+    noted = [pod("r", 0), pod("r", 1)]
+    for i, p in enumerate(reversed(noted)):
+        p["metadata"].setdefault("annotations", {})["torchyard.dev/admitted"] = f"note {1 - i}"
+    (admitted,) = [c for c in compute(noted)["conditions"] if c["type"] == "Admitted"]
+    assert (admitted["reason"], admitted["message"]) == ("GangAdmitted", "note 0")
+    plain = compute([pod("r", 0), pod("r", 1)])
+    (admitted,) = [c for c in plain["conditions"] if c["type"] == "Admitted"]
+    assert admitted["message"] == "all 2 node Pod(s) admitted together"

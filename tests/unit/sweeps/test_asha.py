@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from torchyard.sweeps import stopping
-from torchyard.sweeps.stopping import Action, Asha, AshaState, Goal
+from torchyard.sweeps.policies import asha
+from torchyard.sweeps.policies.asha import Asha
+from torchyard.sweeps.policies.base import Action, Goal, Rungs
 
 MAX, MIN = Goal.MAXIMIZE, Goal.MINIMIZE
 
@@ -95,7 +96,7 @@ def test_asha_decides_as_ray_tunes_async_hyperband_given_the_same_events(
     policy = Asha(max_resource=max_t, min_resource=min_t, reduction_factor=eta, brackets=brackets)
     mode = "max" if goal is MAX else "min"
     ray = [RayBracket(min_t, max_t, eta, s, mode) for s in range(brackets)]
-    state = stopping.asha_start(policy)
+    state = policy.start()
     assert [[r.milestone for r in b] for b in state.brackets] == [
         [m for m, _ in bracket.rungs] for bracket in ray
     ]
@@ -104,9 +105,9 @@ def test_asha_decides_as_ray_tunes_async_hyperband_given_the_same_events(
     for _, trial, t, metric in events(seed, 40, max_t, stride):
         if trial in gone:
             continue
-        bracket = stopping.asha_bracket(policy, seed, trial)
+        bracket = policy.bracket(seed, trial)
         expected = ray[bracket].on_trial_result(trial, t, metric)
-        state, decision = stopping.asha_report(policy, goal, state, trial, t, metric, bracket)
+        state, decision = policy.report(goal, state, trial, t, metric, bracket)
         ours = "CONTINUE" if decision.action is Action.CONTINUE else "STOP"
         assert ours == expected, (trial, t, metric, decision.reason)
         assert decision.action in (Action.CONTINUE, Action.PAUSE, Action.STOP)
@@ -124,16 +125,16 @@ def test_rays_own_example_of_a_bracket() -> None:
     # _Bracket's docstring: min 1, max 10, rf 2; rewards 2 and 4 go on, the cutoff is 3.0;
     # 1 stops (pauses here), and the cutoff is then 2.0
     policy = Asha(max_resource=10, min_resource=1, reduction_factor=2)
-    state = stopping.asha_start(policy)
+    state = policy.start()
     assert [r.milestone for r in state.brackets[0]] == [8, 4, 2, 1]
     actions = []
     for trial, reward in ((1, 2.0), (2, 4.0), (3, 1.0)):
-        state, d = stopping.asha_report(policy, MAX, state, trial, 1, reward)
+        state, d = policy.report(MAX, state, trial, 1, reward)
         actions.append(d.action)
         if trial == 2:
-            assert stopping.cutoff([s for _, s in state.brackets[0][-1].recorded], 2) == 3.0
+            assert asha.cutoff([s for _, s in state.brackets[0][-1].recorded], 2) == 3.0
     assert actions == [Action.CONTINUE, Action.CONTINUE, Action.PAUSE]
-    assert stopping.cutoff([s for _, s in state.brackets[0][-1].recorded], 2) == 2.0
+    assert asha.cutoff([s for _, s in state.brackets[0][-1].recorded], 2) == 2.0
 
 
 @pytest.mark.parametrize(
@@ -149,7 +150,7 @@ def test_rays_own_example_of_a_bracket() -> None:
     ],
 )
 def test_the_rungs_are_rays(policy: Asha, milestones: list[list[float]]) -> None:
-    assert [[r.milestone for r in b] for b in stopping.asha_start(policy).brackets] == milestones
+    assert [[r.milestone for r in b] for b in policy.start().brackets] == milestones
 
 
 def test_percentile_is_numpys_to_the_last_bit() -> None:
@@ -159,91 +160,91 @@ def test_percentile_is_numpys_to_the_last_bit() -> None:
         if rng.random() < 0.3:
             values += values[: rng.randint(1, len(values))]  # ties
         q = (1 - 1 / rng.choice([2, 2.5, 3, 4, 5, 7])) * 100
-        assert stopping.percentile(values, q) == float(np.percentile(values, q))
+        assert asha.percentile(values, q) == float(np.percentile(values, q))
 
 
-def rung_values(state: AshaState, milestone: float) -> dict[int, float]:
+def rung_values(state: Rungs, milestone: float) -> dict[int, float]:
     rung = next(r for r in state.brackets[0] if r.milestone == milestone)
     return dict(rung.recorded)
 
 
 def test_a_paused_trial_is_promoted_once_later_trials_do_worse() -> None:
     policy = Asha(max_resource=81, reduction_factor=3)
-    state = stopping.asha_start(policy)
-    state, a = stopping.asha_report(policy, MAX, state, 0, 1, 0.9)
-    state, b = stopping.asha_report(policy, MAX, state, 1, 1, 0.8)  # below the cutoff 0.9
+    state = policy.start()
+    state, a = policy.report(MAX, state, 0, 1, 0.9)
+    state, b = policy.report(MAX, state, 1, 1, 0.8)  # below the cutoff 0.9
     assert (a.action, b.action) == (Action.CONTINUE, Action.PAUSE)
     assert "paused with its checkpoint" in b.reason
     # nothing new at its rung: not promoted
-    assert stopping.asha_promotions(policy, MAX, state, {1}) == []
-    state, c = stopping.asha_report(policy, MAX, state, 2, 1, 0.1)
+    assert policy.promotions(MAX, state, {1}) == []
+    state, c = policy.report(MAX, state, 2, 1, 0.1)
     assert c.action is Action.PAUSE
     # trial 1's 0.8 against the others (0.9, 0.1): the cutoff is 0.633: promoted; trial 2's
     # 0.1 against 0.9 and 0.8 is not
-    promoted = stopping.asha_promotions(policy, MAX, state, {1, 2})
+    promoted = policy.promotions(MAX, state, {1, 2})
     assert [(d.trial, d.action, d.at) for d in promoted] == [(1, Action.PROMOTE, 1)]
     assert "resume from its checkpoint" in promoted[0].reason
     # resumed, it goes on to the next rung and is judged there as any trial
-    state, d = stopping.asha_report(policy, MAX, state, 1, 2, 0.85)
+    state, d = policy.report(MAX, state, 1, 2, 0.85)
     assert d.action is Action.CONTINUE and rung_values(state, 3) == {}
-    state, d = stopping.asha_report(policy, MAX, state, 1, 3, 0.86)
+    state, d = policy.report(MAX, state, 1, 3, 0.86)
     assert d.action is Action.CONTINUE and rung_values(state, 3) == {1: 0.86}
 
 
 def test_promotions_come_from_the_highest_rung_first_then_the_best() -> None:
     policy = Asha(max_resource=81, reduction_factor=3)
-    state = stopping.asha_start(policy)
+    state = policy.start()
     # rung 1: trials 0..5; trials 0 and 1 go on to rung 3
     for trial, value in enumerate([0.5, 0.6, 0.55, 0.3, 0.58, 0.2]):
-        state, _ = stopping.asha_report(policy, MAX, state, trial, 1, value)
+        state, _ = policy.report(MAX, state, trial, 1, value)
     for trial, value in ((0, 0.7), (1, 0.65)):
-        state, _ = stopping.asha_report(policy, MAX, state, trial, 3, value)
+        state, _ = policy.report(MAX, state, trial, 3, value)
     paused = {1, 2, 4}
     # more trials do badly at both rungs
     for trial in range(6, 12):
-        state, _ = stopping.asha_report(policy, MAX, state, trial, 1, 0.01)
+        state, _ = policy.report(MAX, state, trial, 1, 0.01)
     for trial in (6, 7):
-        state, _ = stopping.asha_report(policy, MAX, state, trial, 3, 0.01)
-    order = [d.trial for d in stopping.asha_promotions(policy, MAX, state, paused)]
+        state, _ = policy.report(MAX, state, trial, 3, 0.01)
+    order = [d.trial for d in policy.promotions(MAX, state, paused)]
     assert order == [1, 4, 2]  # rung 3 first; then at rung 1, 0.58 before 0.55
 
 
 def test_a_trial_at_max_resource_is_done_and_one_that_diverged_is_stopped() -> None:
     policy = Asha(max_resource=9, reduction_factor=3)
-    state = stopping.asha_start(policy)
-    state, done = stopping.asha_report(policy, MAX, state, 0, 9, 0.5)
+    state = policy.start()
+    state, done = policy.report(MAX, state, 0, 9, 0.5)
     assert done.action is Action.STOP and "maxResource 9" in done.reason
     for bad in (float("nan"), float("inf"), None):
-        after, d = stopping.asha_report(policy, MAX, state, 1, 3, bad)
+        after, d = policy.report(MAX, state, 1, 3, bad)
         assert d.action is Action.STOP and "not a finite number" in d.reason
         assert after == state  # not recorded: it would move every later cutoff
 
 
 def test_minimizing_pauses_the_higher_loss() -> None:
     policy = Asha(max_resource=81, reduction_factor=3)
-    state = stopping.asha_start(policy)
-    state, _ = stopping.asha_report(policy, MIN, state, 0, 1, 0.3)
-    state, worse = stopping.asha_report(policy, MIN, state, 1, 1, 0.5)
-    state, better = stopping.asha_report(policy, MIN, state, 2, 1, 0.2)
+    state = policy.start()
+    state, _ = policy.report(MIN, state, 0, 1, 0.3)
+    state, worse = policy.report(MIN, state, 1, 1, 0.5)
+    state, better = policy.report(MIN, state, 2, 1, 0.2)
     assert (worse.action, better.action) == (Action.PAUSE, Action.CONTINUE)
     assert "above the cutoff 0.3" in worse.reason
 
 
 def test_a_trial_lands_in_the_same_bracket_after_a_restart() -> None:
     policy = Asha(max_resource=81, reduction_factor=3, brackets=2)
-    first = [stopping.asha_bracket(policy, 5, t) for t in range(2000)]
-    assert first == [stopping.asha_bracket(policy, 5, t) for t in range(2000)]
+    first = [policy.bracket(5, t) for t in range(2000)]
+    assert first == [policy.bracket(5, t) for t in range(2000)]
     # Ray's softmax over the rung counts (5 and 4): e**0 / (e**0 + e**-1) = 0.731
     assert abs(first.count(0) / 2000 - 0.731) < 0.03
-    assert {stopping.asha_bracket(Asha(max_resource=81), 5, t) for t in range(100)} == {0}
+    assert {Asha(max_resource=81).bracket(5, t) for t in range(100)} == {0}
 
 
 def test_the_state_is_bounded_by_trials_times_rungs() -> None:
     policy = Asha(max_resource=81, reduction_factor=3)
-    state = stopping.asha_start(policy)
+    state = policy.start()
     for trial in range(200):
         for t in range(1, 30):
-            state, d = stopping.asha_report(policy, MAX, state, trial, t, random.random())
+            state, d = policy.report(MAX, state, trial, t, random.random())
             if d.action is not Action.CONTINUE:
                 break
     recorded = sum(len(r.recorded) for b in state.brackets for r in b)
@@ -252,7 +253,7 @@ def test_the_state_is_bounded_by_trials_times_rungs() -> None:
 
 def test_asha_report_does_not_change_the_state_it_was_given() -> None:
     policy = Asha(max_resource=81)
-    state = stopping.asha_start(policy)
+    state = policy.start()
     before: Any = state
-    after, _ = stopping.asha_report(policy, MAX, state, 0, 1, 0.5)
-    assert before == stopping.asha_start(policy) and after != before
+    after, _ = policy.report(MAX, state, 0, 1, 0.5)
+    assert before == policy.start() and after != before

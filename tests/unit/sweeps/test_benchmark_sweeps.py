@@ -9,7 +9,7 @@ from benchmarks import sweeps
 
 def test_every_policy_runs_the_same_sweep_within_its_slots() -> None:
     rows = sweeps.run_all(count=12, slots=3, epochs=9, seed=0)
-    assert [r.outcome.policy for r in rows] == [name for name, _ in sweeps.policies(9)]
+    assert [r.outcome.policy for r in rows] == [name for name, _ in sweeps.compared(9)]
     base = rows[0]
     assert (base.ratio, base.gap) == (1.0, 0.0) and base.outcome.completed == 12
     assert base.outcome.epochs == 12 * 9
@@ -31,7 +31,7 @@ def test_the_figures_are_deterministic() -> None:
 def test_the_table_has_a_line_per_policy() -> None:
     lines: list[str] = []
     sweeps.table(sweeps.run_all(8, 2, 9, seed=0), lines.append)
-    assert len(lines) == 1 + len(sweeps.policies(9))
+    assert len(lines) == 1 + len(sweeps.compared(9))
     assert lines[1].startswith("none (baseline)") and " 1.000 " in lines[1]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from torchyard.sweeps import stopping
-from torchyard.sweeps.stopping import Action, Bandit, Goal, Median, Truncation
+from torchyard.sweeps.policies import Action, Asha, Bandit, Goal, Median, Truncation
 
 MAX, MIN = Goal.MAXIMIZE, Goal.MINIMIZE
 
@@ -290,8 +290,8 @@ def test_truncation_ranks_a_young_trial_against_the_others_at_its_own_interval()
 
 
 def test_asha_is_not_an_interval_policy() -> None:
-    with pytest.raises(TypeError, match="asha_report"):
-        stopping.evaluate(stopping.Asha(max_resource=9), MAX, {0: [0.1]}, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="asha decides per rung"):
+        stopping.evaluate(Asha(max_resource=9), MAX, {0: [0.1]}, 0)  # type: ignore[arg-type]
 
 
 # -- the JSON form ----------------------------------------------------------------------
@@ -309,11 +309,11 @@ def test_asha_is_not_an_interval_policy() -> None:
         ({"type": "truncation", "truncationPercentage": 20}, Truncation(truncation_percentage=20)),
         (
             {"type": "asha", "maxResource": 81, "reductionFactor": 3},
-            stopping.Asha(max_resource=81, reduction_factor=3),
+            Asha(max_resource=81, reduction_factor=3),
         ),
         (
             {"type": "asha", "minResource": 3, "maxResource": 81, "brackets": 2},
-            stopping.Asha(max_resource=81, min_resource=3, brackets=2),
+            Asha(max_resource=81, min_resource=3, brackets=2),
         ),
     ],
 )

@@ -41,6 +41,47 @@ def run(name: str, ns: str = "team-a", phase: str = "Running", **extra: Any) -> 
     }
 
 
+def endpoint(name: str, ns: str = "team-a") -> Obj:
+    """A Degraded endpoint: version 2 serves, version 3's init() raised (markup in it)."""
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"model": {"uri": "model://birds/3"}, "traffic": {"2": 90, "3": 10}},
+        "status": {
+            "phase": "Degraded",
+            "model": {"name": "birds", "version": 3},
+            "scoringUri": f"http://{name}.{ns}.svc/score",
+            "replicas": 2,
+            "readyReplicas": 1,
+            "versions": [
+                {
+                    "version": 2,
+                    "percent": 50,
+                    "deployment": f"{name}-canary",
+                    "replicas": 1,
+                    "readyReplicas": 1,
+                },
+                {
+                    "version": 3,
+                    "percent": 50,
+                    "deployment": name,
+                    "replicas": 1,
+                    "readyReplicas": 0,
+                },
+            ],
+            "failure": {
+                "class": "PythonException",
+                "exception": "KeyError",
+                "reason": "InitFailed",
+                "advice": "fix the scoring script",
+                "pod": f"{name}-7d-x",
+                "version": 3,
+                "restarts": 4,
+                "message": f"Traceback ...\nKeyError: {SCRIPT}",
+            },
+        },
+    }
+
+
 def pod(run_name: str, node: int, ns: str = "team-a", state: str = "Running") -> Obj:
     done = {"terminated": {"exitCode": 1}} if state == "Failed" else {}
     return {
@@ -69,6 +110,7 @@ class FakeSource:
     forbidden: set[str] = field(default_factory=set)
     acted: list[tuple[str, str, str, str]] = field(default_factory=list)
     records: FolderRecords | None = None  # (the real folder reader; None: no registry)
+    endpoints_of: dict[str, list[Obj]] = field(default_factory=dict)  # namespace -> them
 
     def _check(self, ns: str) -> None:
         if ns in self.forbidden:
@@ -137,6 +179,14 @@ class FakeSource:
     def environment(self, namespace: str, name: str) -> Obj | None:
         self._check(namespace)
         return None
+
+    def endpoints(self, namespace: str) -> list[Obj]:
+        self._check(namespace)
+        return self.endpoints_of.get(namespace, [])
+
+    def endpoint(self, namespace: str, name: str) -> tuple[Obj, list[Obj]] | None:
+        found = [e for e in self.endpoints(namespace) if e["metadata"]["name"] == name]
+        return (found[0], self.pods_of.get(name, [])) if found else None
 
     def build_log(self, namespace: str, job: str, lines: int) -> list[str]:
         return []

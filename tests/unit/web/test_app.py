@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.unit.web.fakes import FAILURE, SCRIPT, FakeSource, pod, run
+from tests.unit.web.fakes import FAILURE, SCRIPT, FakeSource, endpoint, pod, run
 from torchyard.web import app, source
 
 SECRET = "secret-run-of-team-b"
@@ -71,6 +71,7 @@ def fixture_source() -> FakeSource:
             )
         },
         forbidden={"team-b"},
+        endpoints_of={"team-a": [endpoint("birds")]},
     )
 
 
@@ -97,6 +98,8 @@ PAGES = [
     "/ns/team-a/sweeps/sw",
     "/ns/team-a/models",
     "/ns/team-a/environments",
+    "/ns/team-a/endpoints",
+    "/ns/team-a/endpoints/birds",
     "/ns/team-a/queue",
 ]
 
@@ -134,6 +137,28 @@ def test_the_run_page_shows_failure_stacks_queue_and_nodes() -> None:
         assert "needs 4 x 8 GPU; 1 fit now" in waits and "2 in pool a100" in waits
         queue = await (await client.get("/ns/team-a/queue")).text()
         assert "needs 4 x 8 GPU; 1 fit now" in queue
+
+    call(fixture_source(), body)
+
+
+def test_the_endpoint_pages_show_versions_and_the_failure() -> None:
+    async def body(client: TestClient[Any, Any]) -> None:
+        listed = await (await client.get("/ns/team-a/endpoints")).text()
+        assert (
+            "birds v3" in listed and "1/2" in listed and "http://birds.team-a.svc/score" in listed
+        )
+        page = await (await client.get("/ns/team-a/endpoints/birds")).text()
+        for said in (
+            "PythonException",
+            "KeyError: &lt;script&gt;",
+            "fix the scoring script",
+            "birds-canary",
+            "50%",
+            "InitFailed",
+        ):
+            assert said in page, said
+        missing = await client.get("/ns/team-a/endpoints/nope")
+        assert missing.status == 404
 
     call(fixture_source(), body)
 
@@ -227,14 +252,22 @@ def test_changes_need_the_pages_token_and_a_post() -> None:
     call(src, body)
 
 
-def test_another_host_is_refused() -> None:
+def test_another_host_is_refused_and_the_probe_answers_any() -> None:
     async def body(client: TestClient[Any, Any]) -> None:
-        ok = await client.get("/ns/team-a/runs", headers={"Host": "127.0.0.1:8080"})
-        assert ok.status == 200
-        rebound = await client.get("/ns/team-a/runs", headers={"Host": "evil.example:8080"})
-        assert rebound.status == 421 and "answers for 127.0.0.1:8080 only" in await rebound.text()
+        for host in ("127.0.0.1:8080", "LOCALHOST:1234", "ui.example.test", "[::1]:9"):
+            ok = await client.get("/ns/team-a/runs", headers={"Host": host})
+            assert ok.status == 200, host
+        for host in ("evil.example:8080", "10.244.0.7:8080", "ui.example.test.evil", "a:b"):
+            rebound = await client.get("/ns/team-a/runs", headers={"Host": host})
+            assert rebound.status == 421, host
+            assert "answers for 127.0.0.1, ::1, localhost, ui.example.test only" in (
+                await rebound.text()
+            )
+        probe = await client.get("/healthz", headers={"Host": "10.244.0.7:8080"})
+        assert probe.status == 200 and await probe.text() == "ok"
+        assert probe.headers["X-Frame-Options"] == "DENY"
 
-    call(fixture_source(), body, hosts=("127.0.0.1:8080",))
+    call(fixture_source(), body, hosts=("127.0.0.1", "localhost", "::1", "ui.example.test"))
 
 
 def test_every_asset_is_shipped_in_the_package() -> None:

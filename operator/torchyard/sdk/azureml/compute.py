@@ -66,7 +66,13 @@ class ComputeTarget:
         self.workspace = workspace
         self.name = name
         self.pool = workspace.compute_target_aliases.get(name, name)
-        nodes = k8s.list_(k8s.NODES, label_selector=f"{pods.POOL_LABEL}={self.pool}")
+        try:
+            nodes = k8s.list_(k8s.NODES, label_selector=f"{pods.POOL_LABEL}={self.pool}")
+        except k8s.Unreachable as err:
+            raise ComputeTargetException(
+                f"compute target {name!r}: {err}; to run on this machine instead, use "
+                "ScriptRunConfig(..., compute_target='local')"
+            ) from None
         if not nodes:
             raise ComputeTargetException(
                 f"no node pool {self.pool!r}: no node is labelled {pods.POOL_LABEL}={self.pool}"

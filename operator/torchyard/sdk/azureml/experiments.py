@@ -1,6 +1,7 @@
 """``Experiment`` and ``Run``: ``Experiment.submit(ScriptRunConfig)`` snapshots the source
 folder (as ``torchyard submit --source`` does) and creates a ``TrainingRun`` labelled with
-the experiment; a ``Run`` follows it (``get_status``, ``get_details``,
+the experiment (with ``compute_target="local"``, or none, as in Azure ML, it runs on this
+machine instead: ``local_target``); a ``Run`` follows it (``get_status``, ``get_details``,
 ``wait_for_completion``), reads its archived files (``get_file_names``,
 ``download_file``) and registers a model from it (``register_model``, in ``models``).
 Tested in tests/unit/sdk/test_azureml*.py and tests/integration/test_azureml.py.
@@ -56,15 +57,36 @@ class Experiment:
         """A ScriptRunConfig: a TrainingRun, followed by the :class:`Run` returned; a
         HyperDriveConfig: a Sweep whose trials run its ScriptRunConfig, followed by the
         ``HyperDriveRun`` returned (``hyperdrive_runs``)."""
-        if isinstance(config, HyperDriveConfig):
-            from torchyard.sdk.azureml import hyperdrive_runs  # it imports this module
+        from torchyard.sdk.azureml import (  # (they import this module)
+            hyperdrive_runs,
+            local_hyperdrive,
+            local_target,
+        )
 
-            return hyperdrive_runs.submit(self, config, tags)
+        if isinstance(config, HyperDriveConfig):
+            if local_target.is_local(config.run_config.compute_target):
+                return local_hyperdrive.submit(self, config, tags)
+            return self._to_cluster(lambda: hyperdrive_runs.submit(self, config, tags))
         if not isinstance(config, ScriptRunConfig):
             raise TorchyardSdkError(
                 f"Experiment.submit takes a ScriptRunConfig or a HyperDriveConfig, not "
                 f"{type(config).__name__}"
             )
+        if local_target.is_local(config.compute_target):
+            return local_target.submit(self, config, tags)
+        return self._to_cluster(lambda: self._submit(config, tags))
+
+    def _to_cluster(self, submit: Any) -> Any:
+        """``submit()``, with a cluster that cannot be reached said as what to do."""
+        try:
+            return submit()
+        except k8s.Unreachable as err:
+            raise TorchyardSdkError(
+                f"{err}; to run on this machine instead, use ScriptRunConfig(..., "
+                "compute_target='local')"
+            ) from None
+
+    def _submit(self, config: ScriptRunConfig, tags: dict[str, str] | None) -> Run:
         ns = self.workspace.namespace
         name = self._new_name()
         body = {
@@ -176,6 +198,8 @@ class RunHandle:
     """What a run object of an experiment holds: the experiment, and the name of the
     object (a TrainingRun, a Sweep) in the experiment's namespace."""
 
+    POLL_SECONDS = 1.0  # how often wait_for_completion looks, unless told
+
     def __init__(self, experiment: Experiment, run_id: str) -> None:
         self.experiment = experiment
         self.id = run_id
@@ -184,6 +208,36 @@ class RunHandle:
     @property
     def _ns(self) -> str:
         return self.experiment.workspace.namespace
+
+    def get_details(self) -> dict[str, Any]:
+        """~ Azure ML ``run.get_details()``: the run's id, status, times and definition."""
+        raise NotImplementedError
+
+    def wait_for_completion(
+        self,
+        show_output: bool = False,
+        wait_post_processing: bool = False,
+        raise_on_error: bool = True,
+        *,
+        poll: float | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Until the run ended (``show_output``: what it does as it goes, then how it
+        ended), then its details; one that failed raises ActivityFailedException saying
+        why (``raise_on_error``). ``poll``: seconds between looks (default
+        ``POLL_SECONDS``); ``timeout``: TimeoutError once that many seconds passed. A run
+        ends only after its post-processing (outputs archived, model registered), so this
+        always waits for it, as ``wait_post_processing=True`` asks."""
+        failed, text = self._wait(show_output, self.POLL_SECONDS if poll is None else poll, timeout)
+        if show_output:
+            print(text)
+        if failed and raise_on_error:
+            raise ActivityFailedException(text)
+        return self.get_details()
+
+    def _wait(self, show_output: bool, poll: float, timeout: float | None) -> tuple[bool, str]:
+        """Until the run ended: (whether it failed, the text saying how it ended)."""
+        raise NotImplementedError
 
 
 class Run(RunHandle):
@@ -214,25 +268,17 @@ class Run(RunHandle):
             details["error"] = {"message": runs.failure_text(body)}
         return details
 
-    def wait_for_completion(
-        self,
-        show_output: bool = False,
-        wait_post_processing: bool = False,
-        raise_on_error: bool = True,
-    ) -> dict[str, Any]:
-        """Until the run Succeeds or Fails (``show_output``: its states and every rank's
-        log). A run is Succeeded only after its Finalizing phase (outputs archived, model
-        registered), so this always waits for post-processing, as
-        ``wait_post_processing=True`` asks."""
+    def _wait(self, show_output: bool, poll: float, timeout: float | None) -> tuple[bool, str]:
         body = runs.wait(
-            self._ns, self.id, show_output=show_output, registry=self.experiment.workspace.registry
+            self._ns,
+            self.id,
+            show_output=show_output,
+            poll=poll,
+            timeout=timeout,
+            registry=self.experiment.workspace.registry,
         )
         code, text = runs.outcome(body)
-        if show_output:
-            print(text)
-        if code and raise_on_error:
-            raise ActivityFailedException(text)
-        return self.get_details()
+        return code != 0, text
 
     def suspend(self) -> None:
         """Checkpoint now, stop the node Pods and free their capacity (spec.suspend)."""
@@ -279,8 +325,7 @@ class Run(RunHandle):
             "torchyard has no datasets or deployment resources: keep such notes in "
             "properties= (recorded in the version's manifest)",
         )
-        return models.register(
-            self,
+        wanted = models.Registration(
             model_name,
             model_path or "outputs",
             tags=tags or {},
@@ -288,6 +333,12 @@ class Run(RunHandle):
             framework=(model_framework or "", model_framework_version or ""),
             description=description or "",
         )
+        return self._register(wanted)
+
+    def _register(self, wanted: models.Registration) -> models.Model:
+        """The registration itself: promoted by the registry service, recorded as a
+        ModelVersion (a local run's: ``local_target``)."""
+        return models.register(self, wanted)
 
     def __repr__(self) -> str:
         return f"Run(id={self.id!r}, namespace={self._ns!r})"

@@ -18,7 +18,7 @@ from torchyard import api
 from torchyard.api import sweeps as sweep_api
 from torchyard.sdk.azureml.common import TorchyardSdkError, refuse
 from torchyard.sdk.azureml.run_configs import ScriptRunConfig
-from torchyard.sweeps import sampling, space, stopping
+from torchyard.sweeps import expressions, sampling, space, stopping
 
 # Azure ML's default max_duration_minutes (7 days).
 DEFAULT_MAX_DURATION_MINUTES = 10080
@@ -131,9 +131,7 @@ class GridParameterSampling(_Sampling):
 
     def __init__(self, parameter_space: dict[str, Any], properties: dict[str, Any] | None = None):
         super().__init__(parameter_space, properties)
-        others = [
-            p.name for p in self.space.parameters if not isinstance(p.expression, space.Choice)
-        ]
+        others = [p.name for p in self.space.parameters if p.expression.grid_values() is None]
         if others:
             raise TorchyardSdkError(
                 f"GridParameterSampling takes choice() expressions only; {', '.join(others)} "
@@ -380,6 +378,6 @@ __all__ = [
     "PrimaryMetricGoal",
     "RandomParameterSampling",
     "TruncationSelectionPolicy",
-    # the parameter expressions (choice, uniform, ...), as the API names their types
-    *sweep_api.EXPRESSION_TYPES,
+    # the parameter expressions (choice, uniform, ...), as the built-in ones are named
+    *expressions.BUILT_IN,
 ]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from torchyard import k8s
 from torchyard.api import sweeps as sweep_api
 from torchyard.sdk import sweeps
-from torchyard.sdk.azureml.common import ActivityFailedException, TorchyardSdkError
+from torchyard.sdk.azureml.common import TorchyardSdkError
 from torchyard.sdk.azureml.experiments import Run, RunHandle
 from torchyard.sdk.azureml.hyperdrive import HyperDriveConfig, sweep_manifest
 
@@ -53,6 +53,8 @@ def submit(
 
 class HyperDriveRun(RunHandle):
     """The run of a HyperDriveConfig: the Sweep ``run_id`` of the experiment's namespace."""
+
+    POLL_SECONDS = 5.0
 
     def _body(self) -> dict[str, Any]:
         try:
@@ -90,18 +92,9 @@ class HyperDriveRun(RunHandle):
             "runDefinition": body["spec"],
         }
 
-    def wait_for_completion(
-        self,
-        show_output: bool = False,
-        wait_post_processing: bool = False,
-        raise_on_error: bool = True,
-        *,
-        poll: float = 5.0,
-        timeout: float | None = None,
-    ) -> dict[str, Any]:
+    def _wait(self, show_output: bool, poll: float, timeout: float | None) -> tuple[bool, str]:
         """Until the sweep Succeeds or Fails (``show_output``: a line whenever its trial
-        counts or best trial change). A Failed sweep raises ActivityFailedException with
-        its reason (``raise_on_error``)."""
+        counts or best trial change); a Failed sweep's outcome says its reason."""
         deadline = time.monotonic() + timeout if timeout else None
         last = ""
         while True:
@@ -115,15 +108,15 @@ class HyperDriveRun(RunHandle):
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"Sweep {self.id} did not finish within {timeout:.0f}s")
             time.sleep(poll)
-        if show_output:
-            print(sweeps.outcome(body))
-        if body["status"]["phase"] == "Failed" and raise_on_error:
-            raise ActivityFailedException(sweeps.outcome(body))
-        return self.get_details()
+        return body["status"]["phase"] == "Failed", sweeps.outcome(body)
+
+    def _child(self, name: str) -> Run:
+        """The run of the trial TrainingRun ``name``."""
+        return Run(self.experiment, name)
 
     def get_children(self) -> list[Run]:
         """Every trial's run, by index."""
-        return [Run(self.experiment, t.name) for t in self._trials()[1]]
+        return [self._child(t.name) for t in self._trials()[1]]
 
     def get_children_sorted_by_primary_metric(
         self, top: int = 0, reverse: bool = False, discard_no_metric: bool = False
@@ -157,21 +150,13 @@ class HyperDriveRun(RunHandle):
         include_resume_from_runs: bool = True,
     ) -> Run | None:
         """The trial with the best metric any trial reported, as its :class:`Run` (None
-        while none reported it). ``include_canceled=False`` leaves out the trials the
-        policy stopped and those canceled. (No trial is resumed from another run, so
-        ``include_resume_from_runs`` changes nothing.)"""
+        while none reported it): ``sweeps.best``, the rule of the sweep's summary too.
+        ``include_failed=False`` leaves out the failed trials, ``include_canceled=False``
+        those the policy stopped and those canceled. (No trial is resumed from another
+        run, so ``include_resume_from_runs`` changes nothing.)"""
         body, trials = self._trials()
-        left_out = set()
-        if not include_failed:
-            left_out.add("Failed")
-        if not include_canceled:
-            left_out |= {"Stopped", "Canceled"}
-        order = sweeps.ranked(
-            [t for t in trials if t.state not in left_out], body["spec"]["objective"]["goal"]
-        )
-        if not order or order[0].best is None:
-            return None
-        return Run(self.experiment, order[0].name)
+        found = sweeps.best(body, trials, include_failed, include_canceled)
+        return None if found is None else self._child(found.name)
 
     def get_metrics(self) -> dict[str, dict[str, list[float]]]:
         """The primary metric of each trial, its values by interval: {trial: {metric: [...]}}."""

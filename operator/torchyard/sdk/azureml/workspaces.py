@@ -1,6 +1,7 @@
 """``Workspace``: a Kubernetes namespace (and kubeconfig context) in Azure ML's clothes.
 ``Workspace.from_config()`` reads ``.torchyard/config.json`` or ``config.json`` (searched
-upwards from the current folder); the workspace lists its node pools and Environments and
+upwards from the current folder; without one, a workspace for local runs, said in one
+line); the workspace lists its node pools and Environments and
 gives the registry client that runs, models and snapshots go through. Used by every other
 name of ``torchyard.sdk.azureml``; tested in tests/unit/sdk/test_azureml*.py.
 """
@@ -8,6 +9,7 @@ name of ``torchyard.sdk.azureml``; tested in tests/unit/sdk/test_azureml*.py.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from torchyard.planning import pods
 from torchyard.sdk.azureml.common import TorchyardSdkError, refuse
 from torchyard.sdk.azureml.compute import ComputeTarget
 from torchyard.sdk.azureml.environments import Environment
+from torchyard.sdk.local_registry import LocalRegistry
 from torchyard.sdk.registry import DEFAULT_SERVICE, RegistryClient
 
 CONFIG_FILES = (".torchyard/config.json", "config.json")
@@ -29,6 +32,7 @@ CONFIG_KEYS = (
     "serviceAccount",
     "registryService",
     "registryUrl",
+    "localRegistry",
 )
 
 
@@ -48,6 +52,7 @@ class Workspace:
         service_account: str | None = None,
         registry_service: str = DEFAULT_SERVICE,
         registry_url: str | None = None,
+        local_registry: str | None = None,
     ) -> None:
         if subscription_id or resource_group:
             raise TorchyardSdkError(
@@ -67,6 +72,7 @@ class Workspace:
         self.service_account = service_account
         self.registry_service = registry_service
         self.registry_url = registry_url
+        self.local_registry_folder = local_registry
         self.datastores: dict[str, Any] = {}  # Datastore.register_s3: this process's
 
     @classmethod
@@ -82,10 +88,17 @@ class Workspace:
                 None,
             )
         if found is None:
-            raise TorchyardSdkError(
-                f"no {' or '.join(CONFIG_FILES)} in {start} or above: write one with "
-                '{"namespace": "...", "context": "..."} (see torchyard.sdk.azureml)'
+            # Local runs need none: a workspace of the kubeconfig's namespace (or
+            # "default"), said in one line; what needs a cluster says so when it is used.
+            ws = cls()
+            print(
+                f"[torchyard] no {' or '.join(CONFIG_FILES)} in {start} or above: workspace "
+                f"{ws.namespace!r} (compute_target='local' runs on this machine, into "
+                f"{ws.local_registry().root}; for a cluster write .torchyard/config.json with "
+                '{"namespace": ..., "context": ...})',
+                file=sys.stderr,
             )
+            return ws
         data = json.loads(found.read_text())
         if "subscription_id" in data and "namespace" not in data:
             raise TorchyardSdkError(
@@ -111,6 +124,7 @@ class Workspace:
             service_account=data.get("serviceAccount"),
             registry_service=data.get("registryService", DEFAULT_SERVICE),
             registry_url=data.get("registryUrl"),
+            local_registry=data.get("localRegistry"),
         )
 
     @classmethod
@@ -159,6 +173,13 @@ class Workspace:
             e["metadata"]["name"]: Environment._from_resource(e)
             for e in k8s.list_(k8s.ENVIRONMENTS, self.namespace)
         }
+
+    def local_registry(self) -> LocalRegistry:
+        """The local registry of the local compute target (``~/.torchyard/registry``, or
+        ``$TORCHYARD_REGISTRY``; ``localRegistry`` in the config file)."""
+        return LocalRegistry(
+            Path(self.local_registry_folder).expanduser() if self.local_registry_folder else None
+        )
 
     def registry(self) -> RegistryClient:
         if self.registry_url:

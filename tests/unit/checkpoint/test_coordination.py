@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_checkpoint import complete, save
+from tests.unit.checkpoint.test_checkpoint import complete, save
 from torchyard import checkpoint
 
 

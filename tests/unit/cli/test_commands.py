@@ -33,10 +33,10 @@ def test_validate_reports_each_resource(tmp_path: Path, capsys: pytest.CaptureFi
     bad = TrainingRunBuilder("bad").procs(8).gpus(1).obj()
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump_all([good, bad]))
-    assert cli.main(["validate", str(path)]) == 1
+    assert cli.main(["validate", str(path)]) == 2  # bad input, as run and submit say it
     captured = capsys.readouterr()
     assert "TrainingRun/good: valid" in captured.out
-    assert "TrainingRun/bad: invalid" in captured.err
+    assert "torchyard: error: invalid resource: TrainingRun/bad: " in captured.err
     assert "must not exceed gpusPerNode" in captured.err
 
 
@@ -48,6 +48,7 @@ def test_crds_command_prints_every_kind(capsys: pytest.CaptureFixture[str]) -> N
         "Environment",
         "ModelVersion",
         "Sweep",
+        "OnlineEndpoint",
     ]
 
 
@@ -80,6 +81,29 @@ def test_submit_dry_run_prints_what_the_operator_would_create(
     assert docs[4]["spec"]["containers"][0]["image"] == "img:1"
     [volume] = [v for v in docs[4]["spec"]["volumes"] if v["name"] == "torchyard"]
     assert volume["configMap"]["name"] == launcher
+
+
+def test_dry_run_of_a_queued_run_prints_its_kueue_workload_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = (
+        TrainingRunBuilder("bert")
+        .nodes(2)
+        .gpus(1)
+        .with_("spec.scheduling.queueName", "team-a")
+        .with_("spec.placement", {"topology": {"level": "example.com/rack"}})
+        .obj()
+    )
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run))
+    assert cli.main(["submit", str(path), "--dry-run", "-n", "team"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    kinds = [d["kind"] for d in docs]
+    assert kinds[-4:] == ["Service", "Workload", "Pod", "Pod"], kinds
+    wl = docs[-3]
+    assert wl["spec"]["queueName"] == "team-a"
+    assert wl["spec"]["podSets"][0]["topologyRequest"]["required"] == "example.com/rack"
+    assert all("schedulingGates" not in d["spec"] for d in docs[-2:])
 
 
 def _commands(

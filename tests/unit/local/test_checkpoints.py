@@ -21,6 +21,7 @@ import yaml
 import torchyard
 from tests.builders import TrainingRunBuilder
 from tests.processes import as_from_a_terminal, working_in
+from tests.unit.launcher.test_checkpoint_launcher import reference
 from torchyard import checkpoint
 
 # The CLI subprocesses import this checkout's torchyard.
@@ -56,13 +57,6 @@ os.makedirs("outputs", exist_ok=True)
 with open(f"outputs/final-{rank}.json", "w") as f:
     json.dump({"state": state, "start": start}, f)
 """
-
-
-def reference(rank: int, steps: int) -> float:
-    state = float(rank)
-    for step in range(1, steps + 1):
-        state = state * 0.5 + step
-    return state
 
 
 def write(tmp_path: Path, interval: int = 5, **env: str) -> Path:

@@ -14,7 +14,7 @@ from tests.builders import environment
 from torchyard import api
 from torchyard.planning import environments
 
-OPERATOR = Path(__file__).resolve().parents[2] / "operator"
+OPERATOR = Path(__file__).resolve().parents[3] / "operator"
 
 
 def test_the_builder_is_a_single_module_not_a_package() -> None:

@@ -285,7 +285,8 @@ def test_the_package_is_a_face_and_run_local_names_its_options() -> None:
     params = inspect.signature(local.run_local).parameters
     assert inspect.Parameter.VAR_KEYWORD not in {p.kind for p in params.values()}
     assert list(params) == [
-        "run", "source", "files", "registry", "workroot", "environment", "out", "grace_seconds"
+        "run", "source", "files", "registry", "workroot", "environment", "out", "grace_seconds",
+        "resume",
     ]  # fmt: skip
     with pytest.raises(TypeError, match="unexpected keyword argument 'workdir'"):
         local.run_local(None, Path("."), [], workdir=Path("."))  # type: ignore[arg-type, call-arg]

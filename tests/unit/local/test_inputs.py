@@ -1,8 +1,8 @@
 """Local mode's inputs: ``torchyard run --local`` fetches each input into this machine's
 cache under the cluster's keys before the launchers start, the script reads it through
 ``$TORCHYARD_INPUT_<NAME>`` in its arguments, a second run fetches nothing, a model://
-input comes from the local registry, an s3:// input from a real S3 store (SeaweedFS) with
-the shell's credentials, an hf:// input through huggingface_hub from a stand-in hub
+input comes from the local registry (an s3:// input from a real S3 store:
+tests/integration/test_s3_store.py), an hf:// input through huggingface_hub from a stand-in hub
 (HF_ENDPOINT) with the shell's token, and a bad input stops the run naming it. The runs
 are real launcher processes over tiny scripts; the web input is served by a local HTTP
 server the test starts."""
@@ -10,8 +10,7 @@ server the test starts."""
 from __future__ import annotations
 
 import hashlib
-import io
-import tarfile
+import os
 import textwrap
 from pathlib import Path
 
@@ -20,10 +19,10 @@ import yaml
 
 from tests.builders import TrainingRunBuilder
 from tests.cluster import hub as hub_server
-from tests.cluster import s3 as store_server
+from tests.unit.inputs import server
 from tests.unit.inputs.server import Files, serving
 from torchyard import api, cli
-from torchyard.inputs import cache
+from torchyard.inputs import archives, cache
 from torchyard.planning import inputs as planned
 
 READS_ITS_INPUTS = textwrap.dedent(
@@ -42,15 +41,12 @@ READS_ITS_INPUTS = textwrap.dedent(
 )
 
 
-def archive(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+def web_input(name: str, uri: str, body: bytes, *include: str) -> dict[str, object]:
+    """An https input of ``body`` at ``uri``, with its sha256 and ``include`` patterns."""
+    spec: dict[str, object] = {"name": name, "uri": uri, "sha256": hashlib.sha256(body).hexdigest()}
+    if include:
+        spec["include"] = list(include)
+    return spec
 
 
 def project(root: Path, inputs: list[dict[str, object]], args: list[str]) -> Path:
@@ -81,16 +77,11 @@ def seen(workroot: Path) -> list[str]:
 def test_a_web_input_is_fetched_once_and_named_in_the_arguments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    body = archive({"birds/a.jpg": "A", "birds/notes.txt": "N"})
+    body = server.archive(".tgz", {"birds/a.jpg": b"A", "birds/notes.txt": b"N"})
     state = Files({"/birds.tgz": body})
     monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
     with serving(state) as url:
-        spec = {
-            "name": "birds",
-            "uri": f"{url}/birds.tgz",
-            "sha256": hashlib.sha256(body).hexdigest(),
-            "include": ["*.jpg"],
-        }
+        spec = web_input("birds", f"{url}/birds.tgz", body, "*.jpg")
         (tmp_path / "src").mkdir()
         src = project(tmp_path / "src", [spec], ["$TORCHYARD_INPUT_BIRDS"])
         argv = local_argv(tmp_path)
@@ -105,6 +96,50 @@ def test_a_web_input_is_fetched_once_and_named_in_the_arguments(
     run = api.parse_trainingrun(yaml.safe_load((src / "run.yaml").read_text()))
     key = planned.keys(run)["birds"]
     assert cache.read(str(tmp_path / "cache"), key) is not None, "the cluster's key"
+
+
+@pytest.mark.parametrize("suffix", archives.SUFFIXES)
+def test_an_archive_of_each_kind_the_docs_list_is_unpacked_for_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    """Through the fetcher's staging file (which has no suffix), as a user's run meets it."""
+    body = server.archive(suffix, {"birds/a.jpg": b"A", "birds/b.jpg": b"B", "notes.txt": b"N"})
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    with serving(Files({f"/birds{suffix}": body})) as url:
+        spec = web_input("birds", f"{url}/birds{suffix}", body, "*.jpg")
+        (tmp_path / "src").mkdir()
+        monkeypatch.chdir(project(tmp_path / "src", [spec], ["$TORCHYARD_INPUT_BIRDS"]))
+        assert cli.main(local_argv(tmp_path)) == 0
+    assert seen(tmp_path / "runs") == ["birds/a.jpg=A", "birds/b.jpg=B"]
+
+
+@pytest.mark.parametrize(
+    ("suffix", "body", "words"),
+    [
+        (".zip", server.archive(".zip", {"../evil.txt": b"x"}), "outside its folder"),
+        (".tar.xz", server.archive(".tar.xz", {"/etc/evil": b"x"}), "absolute path"),
+        (".zip", b"<html>not found</html>", "it is not a zip or tar archive"),
+    ],
+)
+def test_a_hostile_or_false_archive_stops_the_run_naming_the_input(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    suffix: str,
+    body: bytes,
+    words: str,
+) -> None:
+    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
+    with serving(Files({f"/x{suffix}": body})) as url:
+        spec = web_input("x", f"{url}/x{suffix}", body)
+        (tmp_path / "src").mkdir()
+        monkeypatch.chdir(project(tmp_path / "src", [spec], []))
+        assert cli.main(local_argv(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert f"input x ({url}/x{suffix}): " in err and words in err, err
+    entries = tmp_path / "cache" / "entries"
+    assert not (tmp_path / "evil.txt").exists()
+    assert not entries.is_dir() or not os.listdir(entries), "nothing of it is in the cache"
 
 
 def test_a_model_input_comes_from_the_local_registry_as_a_copy(
@@ -171,31 +206,6 @@ def test_an_input_it_cannot_have_stops_the_run_naming_it(
     argv = local_argv(tmp_path)
     assert cli.main(argv) == 1
     assert words in capsys.readouterr().err
-
-
-def test_an_s3_input_reads_the_store_with_the_shells_credentials(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("TORCHYARD_INPUTS_CACHE", str(tmp_path / "cache"))
-    spec = {"name": "shots", "uri": "s3://local-birds/train", "secretRef": "birds-store"}
-    (tmp_path / "src").mkdir()
-    src = project(tmp_path / "src", [spec], ["$TORCHYARD_INPUT_SHOTS"])
-    monkeypatch.chdir(src)
-    with store_server.running() as store:
-        store.bucket("local-birds")
-        store.put("local-birds", "train/a.jpg", b"A")
-        store.put("local-birds", "train/b/c.jpg", b"C")
-        for name, value in store.env().items():
-            monkeypatch.setenv(name, value)
-        assert cli.main(local_argv(tmp_path)) == 0
-        assert seen(tmp_path / "runs") == ["a.jpg=A", "b/c.jpg=C"]
-        assert cli.main(local_argv(tmp_path)) == 0
-        assert "input shots: 2 bytes ready (0 fetched)" in capsys.readouterr().err
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-        store.put("local-birds", "train/d.jpg", b"D")  # a changed listing: fetched again
-        assert cli.main(local_argv(tmp_path)) != 0
-    err = capsys.readouterr().err
-    assert "input shots (s3://local-birds/train)" in err and "SignatureDoesNotMatch" in err
 
 
 def test_an_hf_input_is_read_through_the_hub_client_with_the_shells_token(
