@@ -21,14 +21,16 @@ privileges are needed. It
 (or ``python -m torchyard.envbuild ...`` where torchyard is installed; the build Job's init
 container runs ``python -m torchyard.envbuild --install /torchyard/envbuild.py`` to copy it).
 It is one module, several hundred lines, because it travels as one file into base images we
-do not control: splitting it would mean copying a package into every build Pod.
+do not control: splitting it would mean copying a package into every build Pod. Its
+variables' names are ``torchyard.launch.contract``'s, which ``--install`` copies beside it.
 
 Registry credentials come from a ``kubernetes.io/dockerconfigjson`` file named by
-``TORCHYARD_REGISTRY_AUTH``; ``TORCHYARD_INSECURE_REGISTRIES`` lists hosts spoken to
-over plain HTTP. The operator uses :class:`Registry` too (does the image exist?), and
-``torchyard.planning.environments`` builds the Job around :data:`PREFIX`/:data:`HASH_LABEL`.
-Tested in ``tests/unit/envbuild/test_image.py`` and ``tests/integration/test_envbuild.py``
-(a real registry), and on the real node in ``tests/node/test_environments_on_node.py``.
+``contract.TORCHYARD_REGISTRY_AUTH``; ``contract.TORCHYARD_INSECURE_REGISTRIES`` lists
+hosts spoken to over plain HTTP. The operator uses :class:`Registry` too (does the image
+exist?), and ``torchyard.planning.environments`` builds the Job around :data:`PREFIX` and
+:data:`HASH_LABEL`. Tested in ``tests/unit/envbuild/`` and
+``tests/integration/test_envbuild.py`` (a real registry), and on the real node in
+``tests/node/test_environments_on_node.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import argparse
 import base64
 import gzip
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -49,7 +52,27 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from types import ModuleType
 from typing import IO, Any
+
+CONTRACT_COPY = "torchyard_launch_contract.py"  # beside this file in a build Pod
+
+
+def _contract() -> ModuleType:
+    """The launch contract: its copy beside this file (a build Pod), else the package's."""
+    copy = os.path.join(os.path.dirname(os.path.abspath(__file__)), CONTRACT_COPY)
+    if not os.path.exists(copy):
+        from torchyard.launch import contract
+
+        return contract
+    spec = importlib.util.spec_from_file_location("torchyard_launch_contract", copy)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+names = _contract()
 
 PREFIX = "/opt/torchyard/env"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -108,7 +131,7 @@ class Registry:
     ) -> None:
         self.host = host
         if insecure is None:
-            insecure = host in _insecure_hosts()
+            insecure = host in os.environ.get(names.TORCHYARD_INSECURE_REGISTRIES, "").split(",")
         self.base = ("http://" if insecure else "https://") + host
         self.timeout = timeout
         self._basic = _basic_credentials(auth or {}, host)
@@ -313,10 +336,6 @@ def _digest(data: bytes) -> str:
 def _platform_arch() -> str:
     machine = os.uname().machine
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
-
-
-def _insecure_hosts() -> list[str]:
-    return [h for h in os.environ.get("TORCHYARD_INSECURE_REGISTRIES", "").split(",") if h]
 
 
 def _basic_credentials(auth: dict[str, Any], host: str) -> str:
@@ -622,9 +641,11 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "--install":  # the init container: copy this file
-        os.makedirs(os.path.dirname(args[1]) or ".", exist_ok=True)
+    if args and args[0] == "--install":  # the init container: this file and the contract
+        folder = os.path.dirname(args[1]) or "."
+        os.makedirs(folder, exist_ok=True)
         shutil.copyfile(os.path.abspath(__file__), args[1])
+        shutil.copyfile(os.path.abspath(names.__file__ or ""), os.path.join(folder, CONTRACT_COPY))
         return 0
     parser = argparse.ArgumentParser(prog="envbuild", description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="base image reference")
@@ -642,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default=PREFIX)
     parser.add_argument(
         "--termination-log",
-        default=os.environ.get("TORCHYARD_TERMINATION_LOG", "/dev/termination-log"),
+        default=os.environ.get(names.TORCHYARD_TERMINATION_LOG, names.TERMINATION_LOG),
     )
     opts = parser.parse_args(args)
     try:
@@ -655,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
             _pairs(opts.label, "--label"),
             opts.pip_arg,
             prefix=opts.prefix,
-            auth=load_auth(os.environ.get("TORCHYARD_REGISTRY_AUTH")),
+            auth=load_auth(os.environ.get(names.TORCHYARD_REGISTRY_AUTH)),
         )
     except BuildError as err:
         print(f"[envbuild] error: {err}", file=sys.stderr, flush=True)

@@ -34,7 +34,7 @@ from torchyard.api.endpoint_status import OnlineEndpointStatus
 from torchyard.api.quantities import quantity
 from torchyard.api.trainingruns import Compute, EnvVar, Source
 from torchyard.api.wire import API_VERSION, GROUP
-from torchyard.launch.contract import AZUREML_ENTRY_SCRIPT, AZUREML_MODEL_DIR
+from torchyard.launch.contract import AZUREML_ENTRY_SCRIPT, AZUREML_MODEL_DIR, VARIABLE_PREFIX
 
 # Deployments <name> and <name>-canary, the Service <name>: DNS-1035 labels of <= 63.
 ENDPOINT_NAME_MAX = 50
@@ -69,7 +69,7 @@ TRAFFIC_RULE = (
 RESERVED_ENV = (AZUREML_MODEL_DIR, AZUREML_ENTRY_SCRIPT, "PYTHONPATH")
 RESERVED_ENV_RULE = (
     "env may not set AZUREML_MODEL_DIR, AZUREML_ENTRY_SCRIPT or PYTHONPATH, nor any "
-    "TORCHYARD_ variable: the serving runtime sets them"
+    f"{VARIABLE_PREFIX} variable: the serving runtime sets them"
 )
 
 
@@ -247,7 +247,7 @@ _SPEC_RULES: list[dict[str, Any]] = [
     },
     {
         "rule": "!has(self.env) || self.env.all(e, !(e.name in " + str(list(RESERVED_ENV)) + ") && "
-        "!e.name.startsWith('TORCHYARD_'))",
+        f"!e.name.startsWith('{VARIABLE_PREFIX}'))",
         "message": RESERVED_ENV_RULE,
         "fieldPath": ".env",
     },
@@ -360,7 +360,7 @@ class OnlineEndpointSpec(Model):
         if self.autoscaling is not None and self.resources.cpu is None:
             raise ValueError("autoscaling needs resources.cpu")
         reserved = [
-            e.name for e in self.env if e.name in RESERVED_ENV or e.name.startswith("TORCHYARD_")
+            e.name for e in self.env if e.name in RESERVED_ENV or e.name.startswith(VARIABLE_PREFIX)
         ]
         if reserved:
             raise ValueError(f"{RESERVED_ENV_RULE}; got {', '.join(reserved)}")

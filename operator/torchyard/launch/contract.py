@@ -63,6 +63,8 @@ TORCHYARD_LAUNCH = "TORCHYARD_LAUNCH"  # process | node
 TORCHYARD_NNODES = "TORCHYARD_NNODES"
 TORCHYARD_NPROC_PER_NODE = "TORCHYARD_NPROC_PER_NODE"
 TORCHYARD_EXPORT_ONNX = "TORCHYARD_EXPORT_ONNX"  # "1": outputs.register.exportOnnx
+# Every variable torchyard sets starts so (a spec may not set one: ``api.endpoints``)
+VARIABLE_PREFIX = "TORCHYARD_"
 # An input's folder (``spec.inputs``): TORCHYARD_INPUT_<NAME>, which arguments may name
 # too, as the guide's ``dataset.as_named_input('birds').as_mount()`` argument.
 INPUT_VARIABLE_PREFIX = "TORCHYARD_INPUT_"
@@ -114,8 +116,8 @@ TORCHYARD_CHECKPOINT_MAX_STALLS = "TORCHYARD_CHECKPOINT_MAX_STALLS"
 TORCHYARD_CHECKPOINT_SAVE_SECONDS = "TORCHYARD_CHECKPOINT_SAVE_SECONDS"
 TORCHYARD_RESUME_FROM = "TORCHYARD_RESUME_FROM"  # what the ranks resume from
 TORCHYARD_RESUME_STEP = "TORCHYARD_RESUME_STEP"
-# An Environment build's (``planning.environments``; ``envbuild``, copied alone into build
-# Pods, keeps its own copies of these, which tests/unit/launch/test_contract.py compares)
+# An Environment build's (``planning.environments`` sets them; ``envbuild`` reads them from
+# this module's copy beside it in the build Pod)
 TORCHYARD_INSECURE_REGISTRIES = "TORCHYARD_INSECURE_REGISTRIES"
 TORCHYARD_REGISTRY_AUTH = "TORCHYARD_REGISTRY_AUTH"
 

@@ -30,16 +30,8 @@ from torchyard.api import SweepSpec
 from torchyard.api.sweeps import CANCELED_REASON
 from torchyard.status.sweeps import Verdict
 from torchyard.sweeps import trials
-from torchyard.sweeps.policies import (
-    Action,
-    Decision,
-    Goal,
-    IntervalPolicy,
-    PausingPolicy,
-    Policy,
-    Rungs,
-)
-from torchyard.sweeps.stopping import evaluate
+from torchyard.sweeps.policies import IntervalPolicy, PausingPolicy, Policy, Rungs
+from torchyard.sweeps.stopping import Action, Decision, Goal, evaluate
 from torchyard.sweeps.trials import TrialState
 from torchyard.tuning.sweep_trials import Entry, Seen, dense
 

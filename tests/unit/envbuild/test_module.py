@@ -1,9 +1,11 @@
 """The Environment builder is ONE module (``torchyard/envbuild.py``): the build Job's init
 container runs ``python -m torchyard.envbuild --install <path>``, which copies that one
-file, and the build container runs the copy alone, in a base image without torchyard."""
+file and the launch contract it reads its variables' names from beside it, and the build
+container runs the copy, in a base image without torchyard."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 import torchyard.envbuild as envbuild
 from tests.builders import environment
 from torchyard import api
+from torchyard.launch import contract
 from torchyard.planning import environments
 
 OPERATOR = Path(__file__).resolve().parents[3] / "operator"
@@ -49,7 +52,11 @@ def test_the_planned_init_container_installs_the_file_the_build_container_runs(
     )
     assert done.returncode == 0, done.stderr
     assert copied.read_bytes() == Path(envbuild.__file__).read_bytes()
-    # the build container's: the copy alone (-I: no PYTHONPATH, no site-packages)
+    beside = copied.parent / envbuild.CONTRACT_COPY
+    assert beside.read_bytes() == Path(contract.__file__).read_bytes()
+    assert sorted(p.name for p in copied.parent.iterdir()) == sorted([copied.name, beside.name])
+    # the build container's: the copies alone (-I: no PYTHONPATH, no site-packages), its
+    # variables read by the contract's names: a termination log named by the variable
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     alone = subprocess.run(
@@ -61,3 +68,19 @@ def test_the_planned_init_container_installs_the_file_the_build_container_runs(
     )
     assert alone.returncode == 0, alone.stderr
     assert "--base" in alone.stdout and "--target" in alone.stdout
+    log = tmp_path / "termination.json"
+    failed = subprocess.run(
+        [sys.executable, "-I", str(copied), "--base", "b", "--target", "t", "--env", "NOEQUALS"],
+        cwd=empty,
+        env={"PATH": os.environ["PATH"], contract.TORCHYARD_TERMINATION_LOG: str(log)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert failed.returncode == 1, failed.stderr
+    assert "--env must be KEY=VALUE" in json.loads(log.read_text())["error"]
+
+
+def test_without_its_copy_the_builder_reads_the_installed_contract() -> None:
+    assert not (Path(envbuild.__file__).parent / envbuild.CONTRACT_COPY).exists()
+    assert envbuild.names is contract

@@ -1,7 +1,7 @@
 """Every environment variable's name is written once, in ``torchyard.launch.contract``: the
 planner that sets a variable and the launcher that reads it import the same name, and so
-do the operator's, the CLI's and the SDK's settings. The Environment builder, a single file
-copied alone into build Pods, keeps copies of its three, which match."""
+do the operator's, the CLI's and the SDK's settings, and the Environment builder (which reads
+them from the contract's copy beside it in a build Pod)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from torchyard.launch import contract
 
 OPERATOR = Path(torchyard.__file__).parent
 CONTRACT = Path(contract.__file__)
-ENVBUILD = OPERATOR / "envbuild.py"
 NAMES = {
     name
     for name, value in vars(contract).items()
@@ -24,35 +23,25 @@ PREFIXES = {contract.INPUT_VARIABLE_PREFIX, contract.PARAM_VARIABLE_PREFIX}
 
 
 def _names_in(value: str) -> bool:
-    """A string that is a variable's name, or starts with one (a message naming it first)."""
-    return value in NAMES or re.match(r"TORCHYARD_[A-Z]", value) is not None
+    """A string that is a variable's name, or starts with one or with the prefix of all (a
+    message naming it first)."""
+    return value in NAMES or value.startswith(contract.VARIABLE_PREFIX)
 
 
 def test_no_variable_name_is_written_outside_the_contract() -> None:
     found = [
         f"{path.relative_to(OPERATOR)}:{line}: {value!r}"
         for path in sorted(OPERATOR.rglob("*.py"))
-        if path not in (CONTRACT, ENVBUILD)
+        if path != CONTRACT
         for line, value in code_strings(path.read_text())
         if _names_in(value)
     ]
     assert found == [], "import these names from torchyard.launch.contract"
 
 
-def test_the_environment_builders_copies_are_the_contracts_names() -> None:
-    copied = {value for _, value in code_strings(ENVBUILD.read_text()) if _names_in(value)}
-    assert copied == {
-        contract.TORCHYARD_INSECURE_REGISTRIES,
-        contract.TORCHYARD_REGISTRY_AUTH,
-        contract.TORCHYARD_TERMINATION_LOG,
-    }
-
-
 def test_every_name_of_the_contract_is_used() -> None:
     """A name no module reads or sets any more is dropped from the contract, not kept."""
-    others = "".join(
-        path.read_text() for path in OPERATOR.rglob("*.py") if path not in (CONTRACT, ENVBUILD)
-    )
+    others = "".join(path.read_text() for path in OPERATOR.rglob("*.py") if path != CONTRACT)
     used_inside = CONTRACT.read_text().split("# -- the variables", 1)[0]
     unused = sorted(
         name
@@ -60,7 +49,7 @@ def test_every_name_of_the_contract_is_used() -> None:
         if not re.search(rf"\b{name}\b", others) and not re.search(rf"\b{name}\b", used_inside)
     )
     assert unused == []
-    assert all(prefix.startswith("TORCHYARD_") for prefix in PREFIXES)
+    assert all(prefix.startswith(contract.VARIABLE_PREFIX) for prefix in PREFIXES)
 
 
 def test_the_rank_contract_is_the_documented_one() -> None:

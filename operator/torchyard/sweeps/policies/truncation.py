@@ -10,22 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from torchyard.sweeps.policies.base import (
-    SCHEDULE,
-    Action,
-    Decision,
-    Field,
-    Goal,
-    IntervalPolicy,
-    PolicyError,
-    check_integer,
-    required,
-    scores,
-    show,
-    unscore,
-)
+from torchyard.sweeps.policies import base
 
-TRUNCATION_PERCENTAGE = Field(
+TRUNCATION_PERCENTAGE = base.Field(
     "truncationPercentage",
     "truncation_percentage",
     integer=True,
@@ -37,7 +24,7 @@ TRUNCATION_PERCENTAGE = Field(
 
 
 @dataclass(frozen=True)
-class Truncation(IntervalPolicy):
+class Truncation(base.IntervalPolicy):
     """Azure ML's TruncationSelectionPolicy."""
 
     truncation_percentage: int
@@ -46,26 +33,26 @@ class Truncation(IntervalPolicy):
 
     TYPE = "truncation"
     SUMMARY = "stop the lowest truncationPercentage %"
-    FIELDS = (TRUNCATION_PERCENTAGE, *SCHEDULE)
-    RULES = (required("truncation", TRUNCATION_PERCENTAGE),)
+    FIELDS = (TRUNCATION_PERCENTAGE, *base.SCHEDULE)
+    RULES = (base.required("truncation", TRUNCATION_PERCENTAGE),)
 
     def __post_init__(self) -> None:
-        pct = check_integer("truncationPercentage", self.truncation_percentage, 1)
+        pct = base.check_integer("truncationPercentage", self.truncation_percentage, 1)
         if pct > 99:
-            raise PolicyError("truncationPercentage", f"must be at most 99, got {pct}")
+            raise base.PolicyError("truncationPercentage", f"must be at most 99, got {pct}")
         self.check_schedule()
 
     def decide(
-        self, goal: Goal, peers: Mapping[int, Sequence[float | None]], trial: int, n: int
-    ) -> Decision:
-        bests = {t: max(scores(goal, h)) for t, h in peers.items()}
+        self, goal: base.Goal, peers: Mapping[int, Sequence[float | None]], trial: int, n: int
+    ) -> base.Decision:
+        bests = {t: max(base.scores(goal, h)) for t, h in peers.items()}
         count = len(bests)
         cut = count * self.truncation_percentage // 100
         better = sum(1 for s in bests.values() if s > bests[trial])
-        mine = show(unscore(goal, bests[trial]))
+        mine = base.show(base.unscore(goal, bests[trial]))
         where = (
             f"{better} of the {count} trials that reached interval {n} did better than its "
             f"{mine}; the lowest {self.truncation_percentage} % is {cut} trial(s)"
         )
         stop = cut >= 1 and better >= count - cut
-        return Decision(trial, Action.STOP if stop else Action.CONTINUE, where, n)
+        return base.Decision(trial, base.Action.STOP if stop else base.Action.CONTINUE, where, n)
