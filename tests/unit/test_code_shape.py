@@ -123,3 +123,44 @@ def test_no_block_of_6_code_lines_is_written_twice(module: str) -> None:
 def test_the_exempt_builders_are_still_modules() -> None:
     """An exempt module that was renamed or removed would leave its exemption behind."""
     assert set(_modules()) >= FUNCTION_EXEMPT
+
+
+# A resource's modules, one in each layer that handles it (docs/development/layout.md).
+RESOURCE_MODULES = {"trainingruns", "sweeps", "inputs", "environments", "endpoints", "models"}
+
+
+def _namesakes() -> set[str]:
+    """The resources' module names that modules of more than one package have."""
+    folders = defaultdict(set)
+    for module in _modules():
+        path = Path(module)
+        folders[path.stem].add(str(path.parent))
+    return {stem for stem, where in folders.items() if len(where) > 1} & RESOURCE_MODULES
+
+
+def _package_of(module: str) -> str:
+    return ".".join(["torchyard", *Path(module).parent.parts])
+
+
+def _bare_namesake_imports(module: str) -> list[str]:
+    """``from torchyard.<package> import <namesake>`` without ``as`` from another package:
+    there, a bare ``sweeps`` could be any layer's (its own package's is its own)."""
+    namesakes = _namesakes()
+    return [
+        f"{module}:{node.lineno}: from {node.module} import {alias.name}"
+        for node in ast.walk(_tree(module))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchyard")
+        for alias in node.names
+        if alias.name in namesakes
+        and alias.asname is None
+        and node.module != _package_of(module)
+        and (PACKAGE.parent / (node.module or "").replace(".", "/") / f"{alias.name}.py").exists()
+    ]
+
+
+def test_a_module_named_as_other_layers_ones_is_imported_under_its_layers_name() -> None:
+    """``api/sweeps.py``, ``status/sweeps.py`` ...: one module per layer for a resource,
+    imported as ``sweep_api``, ``sweep_status``; never as a bare ``sweeps``."""
+    assert _namesakes() == RESOURCE_MODULES
+    bare = [line for module in _modules() for line in _bare_namesake_imports(module)]
+    assert bare == [], "\n".join(bare)

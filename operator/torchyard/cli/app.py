@@ -50,7 +50,8 @@ from torchyard.cli import (
     ui,
 )
 from torchyard.cli.errors import BAD_INPUT, BROKEN_PIPE, FAILED, SIGNALED, CliError
-from torchyard.sdk import clusters, documents, endpoints, runs, snapshots
+from torchyard.sdk import clusters, documents, runs, snapshots
+from torchyard.sdk import endpoints as endpoint_sdk
 from torchyard.sdk import records as run_records
 from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk.registry import RegistryError
@@ -70,7 +71,7 @@ EXITS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, s
             RegistryError,
             runs.RunNotFound,
             sweep_sdk.SweepNotFound,
-            endpoints.EndpointNotFound,
+            endpoint_sdk.EndpointNotFound,
         ),
         FAILED,
         "",

@@ -17,7 +17,7 @@ from typing import Any
 
 from torchyard.cli.errors import CliError
 from torchyard.cli.options import connect, kube_options
-from torchyard.sdk import endpoints
+from torchyard.sdk import endpoints as sdk_endpoints
 
 
 def _row(body: dict[str, Any]) -> list[str]:
@@ -41,7 +41,7 @@ def _table(rows: list[list[str]], head: list[str]) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     connect(args)
-    rows = [_row(e) for e in endpoints.list_endpoints(args.namespace)]
+    rows = [_row(e) for e in sdk_endpoints.list_endpoints(args.namespace)]
     _table(rows, ["NAME", "PHASE", "MODEL", "VERSION", "READY", "URI"])
     return 0
 
@@ -91,12 +91,12 @@ def describe_lines(body: dict[str, Any], pods: list[dict[str, Any]]) -> list[str
 def cmd_describe(args: argparse.Namespace) -> int:
     connect(args)
     body = _get(args)
-    print("\n".join(describe_lines(body, endpoints.pods(args.namespace, args.name))))
+    print("\n".join(describe_lines(body, sdk_endpoints.pods(args.namespace, args.name))))
     return 0
 
 
 def _get(args: argparse.Namespace) -> dict[str, Any]:
-    return endpoints.get(args.namespace, args.name)
+    return sdk_endpoints.get(args.namespace, args.name)
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:
@@ -106,11 +106,11 @@ def cmd_invoke(args: argparse.Namespace) -> int:
         raise CliError("give the request body with --data TEXT or --file FILE (not both)", 2)
     data = args.data.encode() if args.data is not None else Path(args.file).read_bytes()
     protocol = "v1" if args.v1 else "v2" if args.v2 else "score"
-    answer = endpoints.invoke(
+    answer = sdk_endpoints.invoke(
         args.namespace,
         args.name,
         data,
-        route=endpoints.route(body, protocol),
+        route=sdk_endpoints.route(body, protocol),
         content_type=args.content_type,
         service_account=args.service_account,
         direct=True if args.direct else None,
@@ -125,7 +125,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     connect(args)
     _get(args)
-    for pod, lines in endpoints.logs(args.namespace, args.name, args.tail).items():
+    for pod, lines in sdk_endpoints.logs(args.namespace, args.name, args.tail).items():
         print(f"== {pod} ==")
         for line in lines:
             print(line)

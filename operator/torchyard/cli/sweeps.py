@@ -29,7 +29,8 @@ from torchyard.cli.options import (
     output_option,
     reads_local,
 )
-from torchyard.sdk import clusters, local_runs, sweeps
+from torchyard.sdk import clusters, local_runs
+from torchyard.sdk import sweeps as sweep_sdk
 
 TOP = 10  # the trials describe lists
 
@@ -66,7 +67,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(body, sort_keys=False), end="")
         return OK
     connect(args)
-    sweeps.create(body)
+    sweep_sdk.create(body)
     ns, name = meta["namespace"], meta.get("name")
     print(f"Sweep {ns}/{name} created: torchyard sweep describe {name} -n {ns}")
     return OK
@@ -133,27 +134,29 @@ def _rows(items: list[dict[str, Any]], wide: bool = False) -> list[list[str]]:
     return rows
 
 
-def _sweep(args: argparse.Namespace) -> tuple[dict[str, Any], list[sweeps.Trial]]:
+def _sweep(args: argparse.Namespace) -> tuple[dict[str, Any], list[sweep_sdk.Trial]]:
     """The sweep ``args.name`` and its trials: in the cluster, or a local one's record."""
     if reads_local(args):
-        body = sweeps.recorded_one(local_registry(args), args.namespace, args.name)
-        return body, sweeps.trials_of(body, None)
+        body = sweep_sdk.recorded_one(local_registry(args), args.namespace, args.name)
+        return body, sweep_sdk.trials_of(body, None)
     connect(args)
-    return sweeps.trials(args.namespace, args.name)
+    return sweep_sdk.trials(args.namespace, args.name)
 
 
 def cmd_get(args: argparse.Namespace) -> int:
     if reads_local(args):
         source = local_registry(args)
         items = (
-            [sweeps.recorded_one(source, args.namespace, args.name)]
+            [sweep_sdk.recorded_one(source, args.namespace, args.name)]
             if args.name
-            else sweeps.recorded(source, args.namespace)
+            else sweep_sdk.recorded(source, args.namespace)
         )
     else:
         connect(args)
         items = (
-            [sweeps.get(args.namespace, args.name)] if args.name else sweeps.list_(args.namespace)
+            [sweep_sdk.get(args.namespace, args.name)]
+            if args.name
+            else sweep_sdk.list_(args.namespace)
         )
     if args.output == "yaml":
         print(yaml.safe_dump_all(items, sort_keys=False), end="")
@@ -166,7 +169,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     return OK
 
 
-def _trial_rows(trials: list[sweeps.Trial], metric: str) -> list[list[str]]:
+def _trial_rows(trials: list[sweep_sdk.Trial], metric: str) -> list[list[str]]:
     rows = [["TRIAL", "STATE", metric.upper(), "INTERVALS", "PARAMETERS"]]
     for t in trials:
         shown = " ".join(f"{k}={v}" for k, v in sorted(t.parameters.items()))
@@ -197,7 +200,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if best:
         params = " ".join(f"{k}={v}" for k, v in sorted((best.get("parameters") or {}).items()))
         print(
-            f"Best trial:   {sweeps.best_name(best)} {objective['metric']} "
+            f"Best trial:   {sweep_sdk.best_name(best)} {objective['metric']} "
             f"{_metric(best.get('metric'))} at interval {best.get('interval', '-')} ({params})"
         )
     else:
@@ -210,7 +213,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(f"  {c.get('type'):15s} {c.get('status'):6s} {reason}: {message}")
     if not st.get("conditions"):
         print("  (none)")
-    ranked = sweeps.ranked(trials, objective["goal"])
+    ranked = sweep_sdk.ranked(trials, objective["goal"])
     print(f"Trials (best first, {min(TOP, len(ranked))} of {len(ranked)}):")
     if ranked:
         for line in table(_trial_rows(ranked[:TOP], objective["metric"])).splitlines():
@@ -225,11 +228,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    """The best trial (``sweeps.best``, the rule of the summary and the SDK): its
+    """The best trial (``sweep_sdk.best``, the rule of the summary and the SDK): its
     TrainingRun, state, metric and parameters (exit 1: none yet)."""
     body, trials = _sweep(args)
     metric = body["spec"]["objective"]["metric"]
-    best = sweeps.best(body, trials, not args.exclude_failed, not args.exclude_canceled)
+    best = sweep_sdk.best(body, trials, not args.exclude_failed, not args.exclude_canceled)
     if best is None:
         raise CliError(
             f"Sweep {args.namespace}/{args.name}: no trial reported {metric} yet", FAILED
@@ -250,7 +253,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     connect(args)
     try:
-        sweeps.cancel(args.namespace, args.name)
+        sweep_sdk.cancel(args.namespace, args.name)
     except ValueError as err:
         raise CliError(str(err), FAILED) from None
     print(

@@ -31,7 +31,8 @@ from torchyard.cli.options import (
     service,
 )
 from torchyard.launch.contract import TORCHYARD_TENSORBOARD
-from torchyard.sdk import clusters, local_runs, sweeps
+from torchyard.sdk import clusters, local_runs
+from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk import tensorboard as tb
 from torchyard.sdk.registry import RegistryClient, RegistryError
 from torchyard.sdk.runs import RunNotFound
@@ -95,7 +96,7 @@ def _trials(ns: str, sweep: str, archive: Callable[[], RegistryClient]) -> list[
     """A Sweep's trials: those in the cluster and those the registry recorded (their
     TrainingRuns deleted by their TTL); a registry that cannot be read leaves the latter
     out, said."""
-    created = sweeps.get(ns, sweep)["metadata"].get("creationTimestamp")  # (SweepNotFound)
+    created = sweep_sdk.get(ns, sweep)["metadata"].get("creationTimestamp")  # (SweepNotFound)
     try:
         gone = tb.recorded_trials(archive(), ns, sweep, created)
     except SYNC_ERRORS as err:

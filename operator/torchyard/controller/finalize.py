@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 from torchyard import api, status
 from torchyard.controller import recording
 from torchyard.controller.context import Context, Event, Log
-from torchyard.planning import models
+from torchyard.planning import models as model_plans
 from torchyard.registry.client import RegistryError
 from torchyard.status import failures
 
@@ -72,7 +72,11 @@ def register(
     image = str(((environment or {}).get("status") or {}).get("image") or "")
     try:
         manifest = recording.client(ctx).promote(
-            run.namespace, reg.model, run.name, reg.path, models.promote_metadata(run, image=image)
+            run.namespace,
+            reg.model,
+            run.name,
+            reg.path,
+            model_plans.promote_metadata(run, image=image),
         )
     except RegistryError as err:
         if err.status is not None:
@@ -83,7 +87,7 @@ def register(
     files = manifest.get("files", [])
     primary = next((f for f in files if f["path"].endswith(".pt")), files[0] if files else {})
     mv = ctx.k8s.apply(
-        models.model_version(
+        model_plans.model_version(
             run.namespace,
             reg.model,
             manifest,
@@ -102,7 +106,7 @@ def register(
             ctx.clock(),
         )
         ctx.k8s.apply_status(
-            models.model_version_status(run.namespace, mv["metadata"]["name"], available)
+            model_plans.model_version_status(run.namespace, mv["metadata"]["name"], available)
         )
     logger.info(
         "TrainingRun %s/%s registered %s version %s (%s sha256 %s)",

@@ -26,7 +26,7 @@ from typing import Any
 
 from torchyard import api, k8s
 from torchyard.api.times import parse_time
-from torchyard.controller import environments
+from torchyard.controller import environments as environment_builds
 from torchyard.controller.context import Context, Log
 from torchyard.inputs import cache, schemes, uris
 from torchyard.planning import endpoints as endpoint_plans
@@ -193,7 +193,7 @@ def _fetch(
     """The key's fetch Job, started when there is none: (its state, what it said)."""
     name = names.input_fetch(source.key)
     job = ctx.k8s.get_or_none(k8s.JOBS, namespace, name)
-    state = environments.job_state(job) if job is not None else ""
+    state = environment_builds.job_state(job) if job is not None else ""
     if state == "Failed" and not waited:
         # A Job that failed before this run asked: this run tries again.
         ctx.k8s.delete(k8s.JOBS, namespace, name, propagation="Background")

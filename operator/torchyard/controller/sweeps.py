@@ -50,8 +50,7 @@ from torchyard.planning import names
 from torchyard.planning import sweeps as sweep_manifests
 from torchyard.status import sweeps as sweep_status
 from torchyard.sweeps import sampling, stopping, trials
-from torchyard.tuning import plans as tuning
-from torchyard.tuning import sweep_policy, sweep_trials
+from torchyard.tuning import plans, sweep_policy, sweep_trials
 from torchyard.tuning.plans import Compiled, Invalid, compile_spec
 from torchyard.tuning.sweep_trials import Entry, Seen
 
@@ -307,7 +306,7 @@ def observe(ctx: Context, sweep: api.Sweep, compiled: Compiled) -> Observed:
     )
     entries = sweep_trials.decode(ledger)
     for index, trial in seen.items():
-        entry = entries.get(index) or Entry(trial.parameters or tuning.parameters(compiled, index))
+        entry = entries.get(index) or Entry(trial.parameters or plans.parameters(compiled, index))
         entries[index] = sweep_trials.observed(entry, trial)
     return Observed(seen, entries, ledger, namesakes, versions)
 
@@ -389,7 +388,7 @@ def _create(
     overwritten: this sweep's keeps its parameters; a namesake's (another Sweep of this
     name) stops the making, and says so (True)."""
     for index in indices:
-        parameters = tuning.parameters(compiled, index, book)
+        parameters = plans.parameters(compiled, index, book)
         manifest = sweep_manifests.trial(
             sweep,
             index,

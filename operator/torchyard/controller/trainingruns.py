@@ -371,7 +371,7 @@ def _create_children(
     (the MPI key, the checkpoint claim, the run's MLflow run: ``seen.tracking``)."""
     env_spec = (seen.environment or {}).get("spec", {})
 
-    def wanted() -> list[dict[str, Any]]:
+    def node_pods() -> list[dict[str, Any]]:
         return pods.pods(
             run,
             image=_image(seen),
@@ -396,10 +396,10 @@ def _create_children(
     if seen.kueue == "workload":  # Kueue admits its Workload: the Pods come after
         resuming = seen.phase == api.Phase.SUSPENDED.value
         applied = workloads.admit(
-            ctx, run, seen.workload, wanted, seen.current, result, logger, now, resuming=resuming
+            ctx, run, seen.workload, node_pods, seen.current, result, logger, now, resuming=resuming
         )
     else:
-        applied = admission.admit(ctx, run, wanted(), seen.current, seen.previous)
+        applied = admission.admit(ctx, run, node_pods(), seen.current, seen.previous)
     result.also.extend(applied.others)
     decision = applied.decision
     if decision is not None and decision.admit:

@@ -142,7 +142,7 @@ def admit(
     ctx: Context,
     run: api.TrainingRun,
     wl: Mapping[str, Any] | None,
-    wanted: Callable[[], list[dict[str, Any]]],
+    node_pods: Callable[[], list[dict[str, Any]]],
     current: list[dict[str, Any]],
     result: context.Result,
     logger: Log,
@@ -151,7 +151,7 @@ def admit(
     resuming: bool = False,
 ) -> admission.Admission:
     """The Kueue path of "apply children": the Workload made (or adopted), the gang's
-    Pods created once Kueue admitted it (``wanted`` builds the node Pods, only then;
+    Pods created once Kueue admitted it (``node_pods`` builds the node Pods, only then;
     ``current``: those that exist); what the status says while it waits. ``resuming``:
     the run was suspended until now: its Workload is made active again (one that Kueue or
     an administrator deactivated otherwise stays so, and the run says why it waits)."""
@@ -171,7 +171,7 @@ def admit(
             release(ctx, wl, now)  # the gang is gone: Kueue may queue it again
         message = workloads.waiting_message(wl, queue)
         return admission.Admission(current, gangs.Decision(False, 0, message))
-    return _create_admitted(ctx, run, wl, wanted(), current)
+    return _create_admitted(ctx, run, wl, node_pods(), current)
 
 
 def _create_admitted(

@@ -23,7 +23,7 @@ from torchyard.api.trainingruns import ModelOutput
 from torchyard.launch.contract import PROGRESS_TEXT
 from torchyard.local.checks import check_onnx, register_source
 from torchyard.local.results import LocalResult, NodeResult
-from torchyard.planning import models
+from torchyard.planning import models as model_plans
 from torchyard.records import build
 from torchyard.registry import Store, Version
 from torchyard.status import failures
@@ -84,7 +84,7 @@ def publish(
         run.namespace,
         reg.model,
         register_source(node0, reg.path),
-        metadata=models.promote_metadata(run, image=image, metrics=metrics, local=True),
+        metadata=model_plans.promote_metadata(run, image=image, metrics=metrics, local=True),
     )
     say(
         f"registered model {reg.model} version {model.version} "

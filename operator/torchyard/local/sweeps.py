@@ -55,8 +55,7 @@ from torchyard.status import sweeps as sweep_status
 from torchyard.status.sweeps import Verdict
 from torchyard.sweeps import policies, sampling, trials
 from torchyard.sweeps.policies import IntervalPolicy
-from torchyard.tuning import plans as tuning
-from torchyard.tuning import sweep_policy, sweep_trials
+from torchyard.tuning import plans, sweep_policy, sweep_trials
 from torchyard.tuning.sweep_trials import Entry, Seen
 
 INTERRUPTED = "Interrupted"  # the verdict's reason when Ctrl-C (SIGTERM, SIGHUP) stopped it
@@ -192,10 +191,10 @@ class LocalSweep:
     ) -> None:
         self.sweep = sweep
         self.stop = stop or threading.Event()  # set: cancel the sweep (the SDK's cancel())
-        self.compiled = tuning.compile_spec(sweep, parameters)
+        self.compiled = plans.compile_spec(sweep, parameters)
         if isinstance(self.compiled.policy, policies.PausingPolicy):
             others = [p.TYPE for p in policies.registered() if issubclass(p, IntervalPolicy)]
-            raise tuning.Invalid(
+            raise plans.Invalid(
                 f"spec.earlyTermination.type: {self.compiled.policy.TYPE} pauses trials and "
                 "resumes them later, which local mode does not do: use "
                 f"{', '.join(others[:-1])} or {others[-1]} here, or run the Sweep in a cluster"
@@ -240,7 +239,7 @@ class LocalSweep:
         return book, seen
 
     def _start(self, index: int, book: trials.Book) -> trials.Book:
-        params = tuning.parameters(self.compiled, index, book)
+        params = plans.parameters(self.compiled, index, book)
         manifest = sweep_manifests.trial(
             self._pinned(),
             index,
@@ -426,7 +425,7 @@ def run_sweep(
     ``spec.parameters`` (an integer stays an integer); ``registry``, ``workroot``,
     ``environment``, ``out`` and ``grace_seconds`` as :func:`local.runs.run_local`;
     ``stop``: once set, the sweep is canceled (Failed, reason Canceled).
-    :class:`tuning.plans.Invalid` names what the sweeps core refuses."""
+    :class:`torchyard.tuning.plans.Invalid` names what the sweeps core refuses."""
     stream = out or sys.stderr
     store_root = registry or default_registry()
 

@@ -101,7 +101,8 @@ def _serving(pod: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     return (*init, *main)
 
 
-def _said(terminated: Mapping[str, Any]) -> dict[str, Any]:
+def _termination_info(terminated: Mapping[str, Any]) -> dict[str, Any]:
+    """A terminated container's termination message: its JSON object, or its text."""
     try:
         info = json.loads(terminated.get("message") or "")
     except ValueError:
@@ -123,7 +124,7 @@ def pod_failure(pod: Mapping[str, Any]) -> dict[str, Any] | None:
                 pod, cs, {"reason": waiting["reason"], "message": waiting.get("message", "")}
             )
         if ended and ended.get("exitCode") not in (None, 0):
-            info = _said(ended)
+            info = _termination_info(ended)
             reason = ended.get("reason") if ended.get("reason") not in (None, "Error") else None
             info["reason"] = reason or info.get("reason") or "Error"
             info.setdefault("exitCode", ended.get("exitCode"))

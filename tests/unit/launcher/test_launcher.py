@@ -267,12 +267,14 @@ SHIPPED = [OPERATOR / path for path in pods.shipped_files() if path != "__init__
 def test_runs_in_user_images_on_the_standard_library_and_python_3_8(path: Path) -> None:
     """Every shipped module imports only the standard library and the other shipped
     modules (never ``torchyard.launch.main``, the entry point); the Environment builder, a
-    single file, only the standard library."""
+    single file, only the standard library and the launch contract (copied beside it)."""
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     shipped = {p[:-3].replace("/", ".").removesuffix(".__init__") for p in pods.shipped_files()}
     # (``python -m torchyard.launch`` runs the entry point: its __main__ imports it)
     entry = {"launch.main"} if path.name == "__main__.py" else set()
     siblings = (shipped - {"__init__", "launch.main"}) | entry if path in SHIPPED else set()
+    if path == Path(envbuild.__file__):
+        siblings = {"launch.contract"}
     imported = set()
     for node in ast.walk(tree):
         names: list[str] = []
@@ -281,8 +283,8 @@ def test_runs_in_user_images_on_the_standard_library_and_python_3_8(path: Path) 
         elif isinstance(node, ast.ImportFrom) and node.module:
             assert node.level == 0, "relative imports would break a module run as a file"
             names = [node.module]
-            if node.module == "torchyard":
-                names = [f"torchyard.{a.name}" for a in node.names]
+            if (OPERATOR.parent / node.module.replace(".", "/")).is_dir():  # a package's modules
+                names = [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
             top, _, rest = name.partition(".")
             if top == "torchyard":

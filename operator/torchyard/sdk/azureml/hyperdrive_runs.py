@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchyard import k8s
 from torchyard.api import sweeps as sweep_api
-from torchyard.sdk import sweeps
+from torchyard.sdk import sweeps as sdk_sweeps
 from torchyard.sdk.azureml.common import TorchyardSdkError
 from torchyard.sdk.azureml.experiments import Run, RunHandle
 from torchyard.sdk.azureml.hyperdrive import HyperDriveConfig, sweep_manifest
@@ -58,18 +58,18 @@ class HyperDriveRun(RunHandle):
 
     def _body(self) -> dict[str, Any]:
         try:
-            return sweeps.get(self._ns, self.id)
-        except sweeps.SweepNotFound as err:
+            return sdk_sweeps.get(self._ns, self.id)
+        except sdk_sweeps.SweepNotFound as err:
             raise TorchyardSdkError(str(err)) from None
 
-    def _trials(self) -> tuple[dict[str, Any], list[sweeps.Trial]]:
+    def _trials(self) -> tuple[dict[str, Any], list[sdk_sweeps.Trial]]:
         body = self._body()
-        return body, sweeps.trials_of(body, sweeps.ledger(self._ns, self.id))
+        return body, sdk_sweeps.trials_of(body, sdk_sweeps.ledger(self._ns, self.id))
 
     def get_status(self) -> str:
         """Queued, Running, Completed, Failed, or Canceled once ``cancel`` took effect."""
         body = self._body()
-        if sweeps.canceled(body):
+        if sdk_sweeps.canceled(body):
             return "Canceled"
         st = body.get("status") or {}
         return STATUS.get(st.get("phase") or "Pending", "NotStarted")
@@ -99,16 +99,16 @@ class HyperDriveRun(RunHandle):
         last = ""
         while True:
             body = self._body()
-            line = sweeps.summary_line(body)
+            line = sdk_sweeps.summary_line(body)
             if show_output and line != last:
                 print(f"Sweep {self.id}: {line}", flush=True)
             last = line
-            if (body.get("status") or {}).get("phase") in sweeps.TERMINAL:
+            if (body.get("status") or {}).get("phase") in sdk_sweeps.TERMINAL:
                 break
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"Sweep {self.id} did not finish within {timeout:.0f}s")
             time.sleep(poll)
-        return body["status"]["phase"] == "Failed", sweeps.outcome(body)
+        return body["status"]["phase"] == "Failed", sdk_sweeps.outcome(body)
 
     def _child(self, name: str) -> Run:
         """The run of the trial TrainingRun ``name``."""
@@ -126,7 +126,7 @@ class HyperDriveRun(RunHandle):
         all), as Azure ML's dicts: run_id, hyperparameters (as the trial received them),
         best_primary_metric, status; and torchyard's ``state`` and ``reason``."""
         body, trials = self._trials()
-        order = sweeps.ranked(trials, body["spec"]["objective"]["goal"])
+        order = sdk_sweeps.ranked(trials, body["spec"]["objective"]["goal"])
         scored = [t for t in order if t.best is not None]
         unscored = [] if discard_no_metric else [t for t in order if t.best is None]
         order = (scored[::-1] if reverse else scored) + unscored
@@ -150,12 +150,12 @@ class HyperDriveRun(RunHandle):
         include_resume_from_runs: bool = True,
     ) -> Run | None:
         """The trial with the best metric any trial reported, as its :class:`Run` (None
-        while none reported it): ``sweeps.best``, the rule of the sweep's summary too.
+        while none reported it): ``sdk_sweeps.best``, the rule of the sweep's summary too.
         ``include_failed=False`` leaves out the failed trials, ``include_canceled=False``
         those the policy stopped and those canceled. (No trial is resumed from another
         run, so ``include_resume_from_runs`` changes nothing.)"""
         body, trials = self._trials()
-        found = sweeps.best(body, trials, include_failed, include_canceled)
+        found = sdk_sweeps.best(body, trials, include_failed, include_canceled)
         return None if found is None else self._child(found.name)
 
     def get_metrics(self) -> dict[str, dict[str, list[float]]]:
@@ -169,8 +169,8 @@ class HyperDriveRun(RunHandle):
         still running and the sweep ends Failed, reason Canceled (``get_status()``:
         Canceled), with the best trial found so far."""
         try:
-            sweeps.cancel(self._ns, self.id)
-        except (sweeps.SweepNotFound, ValueError) as err:
+            sdk_sweeps.cancel(self._ns, self.id)
+        except (sdk_sweeps.SweepNotFound, ValueError) as err:
             raise TorchyardSdkError(str(err)) from None
 
     def __repr__(self) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from torchyard.api import sweeps as sweep_api
-from torchyard.sdk import local_runs, sweeps
+from torchyard.sdk import local_runs
+from torchyard.sdk import sweeps as sweep_sdk
 from torchyard.sdk.azureml.common import TorchyardSdkError
 from torchyard.sdk.azureml.experiments import Run
 from torchyard.sdk.azureml.hyperdrive import HyperDriveConfig, sweep_manifest
@@ -82,27 +83,27 @@ class LocalHyperDriveRun(InThisProcess, HyperDriveRun):
         if self._running:
             return self._running_body()
         try:
-            return sweeps.recorded_one(registry_of(self.experiment), self._ns, self.id)
-        except sweeps.SweepNotFound as err:
+            return sweep_sdk.recorded_one(registry_of(self.experiment), self._ns, self.id)
+        except sweep_sdk.SweepNotFound as err:
             raise TorchyardSdkError(f"{err}{self._error()}") from None
 
-    def _trials(self) -> tuple[dict[str, Any], list[sweeps.Trial]]:
+    def _trials(self) -> tuple[dict[str, Any], list[sweep_sdk.Trial]]:
         if self.execution is not None:
             self.execution.thread.join()
         body = self._body()
-        return body, sweeps.trials_of(body, None)
+        return body, sweep_sdk.trials_of(body, None)
 
     def get_status(self) -> str:
         body = self._body()
         if (body.get("status") or {}).get("phase") == "Running":
             return "Running"
-        return "Canceled" if sweeps.canceled(body) else super().get_status()
+        return "Canceled" if sweep_sdk.canceled(body) else super().get_status()
 
     def _wait(self, show_output: bool, poll: float, timeout: float | None) -> tuple[bool, str]:
         """Until the sweep finished (``show_output``: what its trials printed)."""
         self._follow(show_output, poll, timeout)
         body = self._body()
-        return (body.get("status") or {}).get("phase") == "Failed", sweeps.outcome(body)
+        return (body.get("status") or {}).get("phase") == "Failed", sweep_sdk.outcome(body)
 
     def _child(self, name: str) -> Run:
         return LocalScriptRun(self.experiment, name)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchyard import api, k8s
-from torchyard.sdk import endpoints, snapshots
+from torchyard.sdk import endpoints as endpoint_sdk
+from torchyard.sdk import snapshots
 from torchyard.sdk.azureml.common import TorchyardSdkError, dns_name, refuse
 from torchyard.sdk.azureml.deployments import DeploymentConfiguration
 from torchyard.sdk.azureml.environments import Environment
@@ -180,17 +181,17 @@ class Webservice:
         self.workspace = workspace
         self.name = dns_name(name)
         self._ns = workspace.namespace
-        endpoints.get(self._ns, self.name)  # EndpointNotFound when there is none
+        endpoint_sdk.get(self._ns, self.name)  # EndpointNotFound when there is none
 
     @classmethod
     def list(cls, workspace: Workspace) -> list[Webservice]:
         return [
             cls(workspace, e["metadata"]["name"])
-            for e in endpoints.list_endpoints(workspace.namespace)
+            for e in endpoint_sdk.list_endpoints(workspace.namespace)
         ]
 
     def _status(self) -> dict[str, Any]:
-        status: dict[str, Any] = endpoints.get(self._ns, self.name).get("status") or {}
+        status: dict[str, Any] = endpoint_sdk.get(self._ns, self.name).get("status") or {}
         return status
 
     @property
@@ -231,7 +232,7 @@ class Webservice:
         """Call the service with ``input_data`` (the scoring script's raw_data); what it
         answered, parsed from JSON."""
         data = input_data.encode() if isinstance(input_data, str) else input_data
-        answer = endpoints.invoke(
+        answer = endpoint_sdk.invoke(
             self._ns, self.name, data, service_account=self.workspace.service_account or "default"
         )
         text = answer.body.decode("utf-8", "replace")
@@ -244,11 +245,13 @@ class Webservice:
 
     def get_token(self) -> tuple[str, float]:
         """A token for this service and when to get a new one (Unix time)."""
-        minted = endpoints.token(self._ns, self.name, self.workspace.service_account or "default")
-        return minted, time.time() + endpoints.TOKEN_SECONDS - 60
+        minted = endpoint_sdk.token(
+            self._ns, self.name, self.workspace.service_account or "default"
+        )
+        return minted, time.time() + endpoint_sdk.TOKEN_SECONDS - 60
 
     def get_logs(self, num_lines: int = 5000) -> str:
-        sections = endpoints.logs(self._ns, self.name, num_lines)
+        sections = endpoint_sdk.logs(self._ns, self.name, num_lines)
         return "\n".join(f"== {pod} ==\n" + "\n".join(lines) for pod, lines in sections.items())
 
     def update(
@@ -270,7 +273,7 @@ class Webservice:
         )
 
     def delete(self) -> None:
-        endpoints.delete(self._ns, self.name)
+        endpoint_sdk.delete(self._ns, self.name)
 
     def __repr__(self) -> str:
         return f"Webservice(name={self.name!r}, state={self.state!r})"
