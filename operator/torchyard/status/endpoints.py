@@ -28,7 +28,7 @@ from torchyard.api import OnlineEndpoint, wire
 from torchyard.serving import contract
 from torchyard.status import classes
 from torchyard.status import inputs as input_status
-from torchyard.status.conditions import condition, merge, progress
+from torchyard.status.conditions import condition, invalid_spec_status, merge, progress
 from torchyard.status.failures import STUCK_REASONS
 
 SERVING_CONTAINERS = ("scorer", "kserve-container")
@@ -300,19 +300,13 @@ def _serving_fields(
 
 
 def invalid_endpoint_status(
-    generation: int | None, message: str, previous: Mapping[str, Any], now: datetime
+    generation: int | None, message: str, previous: Mapping[str, Any] | None, now: datetime
 ) -> dict[str, Any]:
-    desired = [
-        condition("Accepted", False, "InvalidSpec", message, observed_generation=generation),
-        condition("Ready", False, "InvalidSpec", message, observed_generation=generation),
-        *progress(False, True, "InvalidSpec", message, observed_generation=generation),
-    ]
-    return {
-        "observedGeneration": generation,
-        "phase": "Failed",
-        "message": message,
-        "conditions": merge(previous.get("conditions"), desired, now),
-    }
+    """An OnlineEndpoint the controller cannot serve: the one InvalidSpec status, with its
+    ``message``."""
+    return invalid_spec_status(
+        generation, message, previous, now, failed_condition=False, fields={"message": message}
+    )
 
 
 def deployment_workload(

@@ -1,6 +1,6 @@
 """One InvalidSpec status for every kind (status.conditions.invalid_spec_status): the same
-phase and conditions for a TrainingRun, a Sweep and an Environment, each kind adding only
-its own fields."""
+phase and conditions for a TrainingRun, a Sweep, an Environment and an OnlineEndpoint, each
+kind adding only its own fields."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from torchyard import status
-from torchyard.status import sweeps
+from torchyard.status import endpoints, sweeps
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 Builder = Callable[[int | None, str, Mapping[str, Any] | None, datetime], dict[str, Any]]
@@ -25,6 +25,7 @@ KINDS: list[tuple[str, Builder, dict[str, str]]] = [
     ("TrainingRun", status.invalid_trainingrun_status, {**KSTATUS, "Failed": "True"}),
     ("Sweep", sweeps.invalid_sweep_status, {**KSTATUS, "Failed": "True"}),
     ("Environment", status.invalid_environment_status, KSTATUS),
+    ("OnlineEndpoint", endpoints.invalid_endpoint_status, KSTATUS),
 ]
 
 
@@ -55,6 +56,8 @@ def test_each_kind_adds_only_its_own_fields() -> None:
     assert run["failure"] == {"reason": "InvalidSpec", "message": "bad"}
     env = status.invalid_environment_status(1, "bad", None, T0)
     assert env["message"] == "bad" and "failure" not in env
+    endpoint = endpoints.invalid_endpoint_status(1, "bad", None, T0)
+    assert endpoint["message"] == "bad" and "failure" not in endpoint
     pinned = {"seed": 7, "inputs": {"data": "sha256:ab"}, "activeTrials": 2}
     sweep = sweeps.invalid_sweep_status(1, "bad", pinned, T0)
     assert sweep["seed"] == 7 and sweep["inputs"] == {"data": "sha256:ab"}
