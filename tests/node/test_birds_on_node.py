@@ -6,7 +6,7 @@ the first run's); and a Sweep of real birds trials registers its best completed 
 
 The fetch Jobs run on the node (the KWOK nodes are cordoned: a fetch Job has no node
 selector); the registry service runs on this machine behind a Service of the namespace
-(``tests/node/test_trainingruns.registry``). Epochs and images are few: the point is the
+(the ``registry`` fixture of tests/node/conftest.py). Epochs and images are few: the point is the
 path of the data and the weights, not the accuracy."""
 
 from __future__ import annotations
@@ -30,22 +30,7 @@ from tests.conftest import InProcessOperator
 from tests.integration.conftest import _host_address
 from tests.integration.helpers import run_pods, wait_status
 from tests.integration.test_registry_service import Service, trainer_token
-from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
-    building_operator,
-    only_real_node,
-)
-from tests.node.test_inputs_on_node import cache_class  # noqa: F401 (fixture)
-from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
-    BIRDS,
-    ddp_run,
-    env,
-    explain,
-    finished,
-    operator_with,
-    real_operator,
-    registry,
-    submit,
-)
+from tests.node.runs import BIRDS, ddp_run, explain, finished, operator_with, submit
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
@@ -120,12 +105,12 @@ def trainer_log(cluster: Cluster, namespace: str, run: str) -> str:
 
 def test_the_birds_example_trains_from_s3_and_fine_tunes_its_model_from_a_model_input(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     real_node: RealNode,
     operator: InProcessOperator,
-    registry: tuple[Service, str, str],  # noqa: F811
-    cache_class: str,  # noqa: F811
-    only_real_node: RealNode,  # noqa: F811 (the fetch Job has no node selector)
+    registry: tuple[Service, str, str],
+    cache_class: str,
+    only_real_node: RealNode,  # (the fetch Job has no node selector)
     birds_store: tuple[store_server.Store, store_server.CountingProxy],
     tmp_path: Path,
 ) -> None:
@@ -208,10 +193,10 @@ def reported(cluster: Cluster, namespace: str, trial: str, metric: str) -> list[
 
 def test_a_birds_sweep_registers_its_best_completed_trial_as_a_model_version(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     real_node: RealNode,
     operator: InProcessOperator,
-    registry: tuple[Service, str, str],  # noqa: F811
+    registry: tuple[Service, str, str],
     tmp_path: Path,
 ) -> None:
     """Four trials, two at a time, Bandit, the notebook's search space; the objective is

@@ -33,13 +33,11 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.integration.helpers import run_pods
-from tests.node import test_trainingruns as runs
+from tests.node import runs
 from torchyard import checkpoint, k8s
 
 pytestmark = pytest.mark.node
 
-real_operator = runs.real_operator
-env = runs.env
 
 INTERVAL = 5
 STEP_SECONDS = 0.25

@@ -13,15 +13,13 @@ from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.faults import AT, script
 from tests.integration.helpers import run_pods
-from tests.node import test_trainingruns as runs
+from tests.node import runs
 from tests.node.test_failures import node_run
 from tests.node.test_stalls import STALL_SECONDS, restricted
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
 
-real_operator = runs.real_operator
-env = runs.env
 
 # name: (fault, victim rank, class): the victim on the other node, then on node 0's
 CASES = {"leaver": ("exit0", 3, "EarlyExit"), "gilholder": ("gil", 1, "Hang")}

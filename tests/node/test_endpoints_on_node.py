@@ -38,22 +38,7 @@ from tests.conftest import InProcessOperator
 from tests.integration.helpers import wait_for, wait_status
 from tests.integration.test_registry_service import Service, trainer_token
 from tests.node import test_guide as guide
-from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
-    building_operator,
-    only_real_node,
-)
-from tests.node.test_inputs_on_node import cache_class  # noqa: F401 (fixture)
-from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
-    BIRDS,
-    RESOURCES,
-    env,
-    explain,
-    finished,
-    operator_with,
-    real_operator,
-    registry,
-    submit,
-)
+from tests.node.runs import BIRDS, RESOURCES, explain, finished, operator_with, submit
 from torchyard import api, k8s
 from torchyard.api import wire
 from torchyard.planning import environments, names
@@ -102,11 +87,11 @@ def may_call(namespace: str, account: str, account_ns: str | None = None) -> Non
 @pytest.fixture
 def serving(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     operator: InProcessOperator,
-    registry: tuple[Service, str, str],  # noqa: F811
-    cache_class: str,  # noqa: F811
-    only_real_node: RealNode,  # noqa: F811 (fetch Jobs have no node selector)
+    registry: tuple[Service, str, str],
+    cache_class: str,
+    only_real_node: RealNode,  # (fetch Jobs have no node selector)
     tmp_path: Path,
 ) -> Iterator[Serving]:
     """The operator with the registry service (archives, the model fetch, callers'

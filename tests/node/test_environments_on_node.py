@@ -48,10 +48,9 @@ from tests.cluster import chart
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.cluster.registry import OciRegistry, push_archive
-from tests.conftest import InProcessOperator
 from tests.integration.conftest import _host_address
 from tests.integration.helpers import run_pods, wait_for, wait_status
-from tests.node.test_trainingruns import container, explain, finished, logs, operator_with
+from tests.node.runs import container, explain, finished, logs
 from torchyard import envbuild, k8s
 from torchyard.planning import environments
 
@@ -113,31 +112,6 @@ def push_auth(reg: OciRegistry) -> dict[str, Any]:
     user, password = PUSHER
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"auths": {reg.host: {"auth": token}}}
-
-
-@pytest.fixture(scope="module")
-def building_operator(operator: InProcessOperator, real_node: RealNode) -> Iterator[RealNode]:
-    """The operator whose build Jobs' init container is the torchyard image made here."""
-    with operator_with(operator, TORCHYARD_INIT_IMAGE=real_node.images["torchyard"].ref):
-        yield real_node
-
-
-@pytest.fixture
-def only_real_node(cluster: Cluster, building_operator: RealNode) -> Iterator[RealNode]:
-    """The KWOK nodes cordoned for the test (uncordoned after): Pods without a node
-    selector, as build Jobs are, can only go to the real node."""
-    kwok = [
-        n["metadata"]["name"]
-        for n in k8s.list_(k8s.NODES)
-        if n["metadata"]["name"] != building_operator.name and not n["spec"].get("unschedulable")
-    ]
-    for name in kwok:
-        cluster.kubectl("cordon", name)
-    try:
-        yield building_operator
-    finally:
-        for name in kwok:
-            cluster.kubectl("uncordon", name, check=False)
 
 
 @pytest.fixture

@@ -16,14 +16,12 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.integration.helpers import run_pods, wait_for
-from tests.node import test_trainingruns as runs
+from tests.node import runs
 from tests.node.test_failures import node_run
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
 
-real_operator = runs.real_operator
-env = runs.env
 
 SEGFAULT = "import ctypes\nprint('reading address 0', flush=True)\nctypes.string_at(0)\n"
 MISSING = "import no_such_module_for_torchyard\n"

@@ -4,7 +4,7 @@ streaming a rank's output live from the kubelet.
 
 Each run carries its code in the command (``source: {image: true}``) and runs in the
 training image as a non-root user; the operator runs in-process with the torchyard image
-as its init image (the fixtures of ``tests/node/test_trainingruns.py``). Every test
+as its init image (the fixtures of ``tests/node/conftest.py``). Every test
 checks that its Pods ran on the real node (``spec.nodeName``) and reads the outcome from
 the kubelet (container states, ``pods/log``), so none passes on KWOK.
 """
@@ -24,15 +24,13 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.integration.helpers import run_pods
-from tests.node import test_trainingruns as runs
+from tests.node import runs
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
 
 # The fixtures of the TrainingRun tests: the operator with the torchyard init image, and
 # a curated Environment "pytorch" (the training image) in the test's namespace.
-real_operator = runs.real_operator
-env = runs.env
 
 MEMORY_LIMIT = "200Mi"
 # Rank 1 allocates (and touches) 16 MiB at a time until the kernel kills it; rank 0

@@ -9,8 +9,8 @@ checks that its Pods ran on the real node (``spec.nodeName``) and reads what the
 did from the kubelet (``pods/log``) or from the archive the node Pods uploaded, so none
 passes on KWOK or with faked work.
 
-Fixtures: those of ``tests/node/test_trainingruns.py`` (``real_operator``, ``env``,
-``registry``), ``oci_registry`` (tests/conftest.py) for the guide's Environment.
+Fixtures: ``real_operator``, ``env`` and ``registry`` (tests/node/conftest.py),
+``oci_registry`` (tests/conftest.py) for the guide's Environment.
 """
 
 from __future__ import annotations
@@ -33,15 +33,13 @@ from tests.cluster.registry import OciRegistry, push_archive
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import run_pods
 from tests.integration.test_registry_service import Service, trainer_token
-from tests.node import test_trainingruns as runs
+from tests.node import runs
+from tests.node.test_trainingruns import CHECKSUM
 from torchyard import api, k8s
 from torchyard.planning import environments
 
 pytestmark = pytest.mark.node
 
-real_operator = runs.real_operator
-env = runs.env
-registry = runs.registry
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN = REPO / "examples" / "torchrun"
@@ -231,7 +229,7 @@ def test_the_azure_ml_guide_trains_and_registers_through_the_sdk_on_real_pods(
         assert trainer["imageID"].endswith(image.split("@", 1)[1]), trainer
         assert trainer["state"]["terminated"]["exitCode"] == 0
         text = runs.logs(cluster, ns, pod["metadata"]["name"])
-        for label, rank, digest in runs.CHECKSUM.findall(text):
+        for label, rank, digest in CHECKSUM.findall(text):
             assert label == rank
             checksums[int(rank)] = digest
     # four ranks over both Pods, the same parameters at the end (DDP over gloo)

@@ -7,7 +7,7 @@ the recipe of the example's Environment), given to the run as a curated Environm
 Node 0's launcher runs mpirun over both node Pods (no sshd, user 1000); ``hvd.init()``
 takes the ranks from OpenMPI. Everything is read back from the kubelet (``spec.nodeName``,
 container states, ``pods/log``) and the registry stand-in. Fixtures come from
-tests/node/test_trainingruns.py (``real_operator``, ``registry``).
+tests/node/conftest.py (``real_operator``, ``registry``).
 """
 
 from __future__ import annotations
@@ -28,16 +28,7 @@ from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import run_pods, wait_status
 from tests.integration.test_registry_service import Service
-from tests.node.test_trainingruns import (  # noqa: F401 - fixtures
-    RESOURCES,
-    archived_run,
-    container,
-    explain,
-    logs,
-    on_real_node,
-    real_operator,
-    registry,
-)
+from tests.node.runs import RESOURCES, archived_run, container, explain, logs, on_real_node
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
@@ -49,7 +40,7 @@ ACCURACY = re.compile(r"^\[rank 0\] Test set: Average loss: (\S+), Accuracy: (\S
 
 
 @pytest.fixture
-def horovod_env(namespace: str, real_operator: RealNode) -> local_images.Image:  # noqa: F811
+def horovod_env(namespace: str, real_operator: RealNode) -> local_images.Image:
     """The curated Environment ``pytorch-horovod`` of the Horovod image, imported into the
     real node's containerd (made on this machine the first time: about 15 minutes)."""
     image = horovod_image.ensure_horovod_image()
@@ -74,10 +65,10 @@ def example_run(namespace: str, node: RealNode) -> dict[str, Any]:
 def test_the_horovod_example_trains_on_two_nodes_by_two_slots(
     cluster: Cluster,
     namespace: str,
-    real_operator: RealNode,  # noqa: F811
+    real_operator: RealNode,
     horovod_env: local_images.Image,
     operator: InProcessOperator,
-    registry: tuple[Service, str, str],  # noqa: F811
+    registry: tuple[Service, str, str],
     tmp_path: Path,
 ) -> None:
     ns, node = namespace, real_operator

@@ -12,9 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,21 +22,14 @@ from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import _host_address
-from tests.integration.helpers import host_volume, run_pods
+from tests.integration.helpers import run_pods
 from tests.integration.test_registry_service import Service, trainer_token
-from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
-    building_operator,
-    only_real_node,
-)
-from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
+from tests.node.runs import (
     BIRDS,
     RESOURCES,
-    env,
     explain,
     finished,
     operator_with,
-    real_operator,
-    registry,
     submit,
 )
 from tests.unit.inputs import server
@@ -48,20 +39,6 @@ from torchyard.planning import inputs, names
 from torchyard.registry import Store
 
 pytestmark = pytest.mark.node
-
-
-@pytest.fixture
-def cache_class(cluster: Cluster, namespace: str) -> Iterator[str]:
-    """A volume for the namespace's inputs cache: a host folder the fetcher (user 65532)
-    may write, as a storage class of its own."""
-    name = f"inputs-{namespace}"[:63]
-    folder = Path("/tmp") / name
-    folder.mkdir()
-    folder.chmod(0o777)
-    host_volume(cluster, name, str(folder))
-    yield name
-    cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def birds_run(name: str, namespace: str, node: RealNode, *command: str) -> dict[str, object]:
@@ -82,12 +59,12 @@ def birds_run(name: str, namespace: str, node: RealNode, *command: str) -> dict[
 
 def test_the_birds_example_trains_on_images_from_a_model_input(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     real_node: RealNode,
     operator: InProcessOperator,
-    registry: tuple[Service, str, str],  # noqa: F811
+    registry: tuple[Service, str, str],
     cache_class: str,
-    only_real_node: RealNode,  # noqa: F811 (the fetch Job has no node selector)
+    only_real_node: RealNode,  # (the fetch Job has no node selector)
     tmp_path: Path,
 ) -> None:
     ns = env
@@ -152,11 +129,11 @@ for root in sys.argv[1:]:
 
 def test_an_archive_of_each_kind_the_docs_list_is_unpacked_by_the_fetch_job(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     real_node: RealNode,
     operator: InProcessOperator,
     cache_class: str,
-    only_real_node: RealNode,  # noqa: F811 (the fetch Job has no node selector)
+    only_real_node: RealNode,  # (the fetch Job has no node selector)
     tmp_path: Path,
 ) -> None:
     """One run with an https input of every archive suffix, each fetched by its Job on the

@@ -37,15 +37,7 @@ from tests.integration.tracking.test_mlflow import (
     serving,
     tracking_to,
 )
-from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
-    ddp_run,
-    explain,
-    finished,
-    logs,
-    on_real_node,
-    real_operator,
-    submit,
-)
+from tests.node.runs import ddp_run, explain, finished, logs, on_real_node, submit
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
@@ -92,7 +84,7 @@ BIRDS_ARGS += ("--images", "80")
 
 
 @pytest.fixture(scope="module")
-def mlflow_image(real_operator: RealNode) -> local_images.Image:  # noqa: F811
+def mlflow_image(real_operator: RealNode) -> local_images.Image:
     """The PyTorch image with an MLflow client, in the real node's containerd."""
     image = buildah.ensure_project_image("pytorch-mlflow", base=real_operator.images["pytorch"])
     local_images.import_image(real_operator.containerd_socket, image)
@@ -136,7 +128,7 @@ def history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
 def test_a_2x2_birds_run_is_one_mlflow_run_with_the_scripts_metrics_and_torchyards(
     cluster: Cluster,
     namespace: str,
-    real_operator: RealNode,  # noqa: F811
+    real_operator: RealNode,
     mlflow_image: local_images.Image,
     operator: InProcessOperator,
     tracking_server: str,
@@ -199,7 +191,7 @@ def test_a_2x2_birds_run_is_one_mlflow_run_with_the_scripts_metrics_and_torchyar
 def test_an_unreachable_tracking_server_leaves_the_run_training_and_says_so(
     cluster: Cluster,
     namespace: str,
-    real_operator: RealNode,  # noqa: F811
+    real_operator: RealNode,
     mlflow_image: local_images.Image,
     operator: InProcessOperator,
     source: Path,

@@ -5,8 +5,8 @@ place of ssh: no sshd, the Pods run as user 1000 with no added capabilities. The
 key Secret is made by the in-process operator; everything is read back from the kubelet
 (``spec.nodeName``, container states, ``pods/log``) and the registry stand-in.
 
-Fixtures come from tests/node/test_trainingruns.py (``env``, ``registry``,
-``real_operator``) and tests/node/conftest.py.
+Fixtures come from tests/node/conftest.py (``env``, ``registry``,
+``real_operator``).
 """
 
 from __future__ import annotations
@@ -28,18 +28,15 @@ from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.helpers import run_pods, wait_status
 from tests.integration.test_registry_service import Service, trainer_token
-from tests.node.test_trainingruns import (  # noqa: F401 - fixtures
+from tests.node.runs import (
     RESOURCES,
     archived_run,
     container,
-    env,
     explain,
     finished,
     logs,
     on_real_node,
     operator_with,
-    real_operator,
-    registry,
     submit,
 )
 from torchyard import k8s
@@ -68,10 +65,10 @@ def mpi_run(name: str, namespace: str, node: RealNode, *args: str) -> TrainingRu
 
 def test_an_mpi_run_of_two_nodes_by_two_slots_trains_and_archives_its_model(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     real_node: RealNode,
     operator: InProcessOperator,
-    registry: tuple[Service, str, str],  # noqa: F811
+    registry: tuple[Service, str, str],
     tmp_path: Path,
 ) -> None:
     ns, name = env, "mpi"
@@ -139,7 +136,7 @@ def test_an_mpi_run_of_two_nodes_by_two_slots_trains_and_archives_its_model(
 
 def test_an_mpi_run_whose_rank_3_raises_fails_naming_rank_3_and_its_exception(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     real_node: RealNode,
     tmp_path: Path,
 ) -> None:
@@ -178,9 +175,9 @@ def test_an_mpi_run_whose_rank_3_raises_fails_naming_rank_3_and_its_exception(
 def test_the_guides_mpi_configuration_runs_the_mpi4py_example_through_the_sdk(
     cluster: Cluster,
     namespace: str,
-    real_operator: RealNode,  # noqa: F811
+    real_operator: RealNode,
     operator: InProcessOperator,
-    registry: tuple[Service, str, str],  # noqa: F811
+    registry: tuple[Service, str, str],
     tmp_path: Path,
 ) -> None:
     """examples/azureml/train_with_mpi.py, the guide's MPI code with only its imports

@@ -15,14 +15,12 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.integration.helpers import run_pods
-from tests.node import test_trainingruns as runs
+from tests.node import runs
 from tests.node.test_failures import node_run
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
 
-real_operator = runs.real_operator
-env = runs.env
 
 STEPS = 30
 # Each rank reports a step a second; rank 1 goes a little slower, so that it lags.

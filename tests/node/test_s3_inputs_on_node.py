@@ -27,20 +27,7 @@ from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
 from tests.integration.conftest import _host_address
 from tests.integration.helpers import conditions, run_pods, wait_for, wait_status
-from tests.node.test_environments_on_node import (  # noqa: F401 (fixtures)
-    building_operator,
-    only_real_node,
-)
-from tests.node.test_inputs_on_node import cache_class  # noqa: F401 (fixture)
-from tests.node.test_trainingruns import (  # noqa: F401 (fixtures)
-    RESOURCES,
-    env,
-    explain,
-    finished,
-    operator_with,
-    real_operator,
-    submit,
-)
+from tests.node.runs import RESOURCES, explain, finished, operator_with, submit
 from torchyard import api, k8s
 from torchyard.inputs import s3
 from torchyard.planning import inputs, names
@@ -154,11 +141,11 @@ def part_bytes(cache_folder: Path, key: str, object_key: str) -> int:
 
 def test_an_s3_fetch_waits_for_its_secret_resumes_when_killed_and_is_fetched_once(
     cluster: Cluster,
-    env: str,  # noqa: F811
+    env: str,
     real_node: RealNode,
     operator: InProcessOperator,
-    cache_class: str,  # noqa: F811
-    only_real_node: RealNode,  # noqa: F811 (the fetch Job has no node selector)
+    cache_class: str,
+    only_real_node: RealNode,  # (the fetch Job has no node selector)
     proxy: tuple[store_server.Store, store_server.CountingProxy],
     tmp_path: Path,
 ) -> None:

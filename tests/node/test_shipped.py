@@ -2,8 +2,8 @@
 installed, yet the launcher runs and a rank imports ``torchyard`` from the operator's
 ``torchyard-launcher-<hash>`` ConfigMap, mounted read-only, with no init container.
 
-Fixtures: ``env``/``real_operator`` (tests/node/test_trainingruns.py), ``real_node``
-(tests/node/conftest.py); the Pod's spec.nodeName and ``pods/log`` come from the kubelet.
+Fixtures: ``env``/``real_operator`` and ``real_node`` (tests/node/conftest.py); the Pod's
+spec.nodeName and ``pods/log`` come from the kubelet.
 """
 
 from __future__ import annotations
@@ -12,18 +12,16 @@ import json
 
 import pytest
 
-import tests.node.test_trainingruns as runs
 from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.integration.helpers import run_pods
+from tests.node import runs
 from torchyard import k8s
 from torchyard.planning import pods
 
 pytestmark = pytest.mark.node
 
-env = runs.env
-real_operator = runs.real_operator
 
 RANK = (
     "import json, os, sys, torchyard, torchyard.launch.main\n"

@@ -15,14 +15,12 @@ from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.faults import stalling
 from tests.integration.helpers import run_pods
-from tests.node import test_trainingruns as runs
+from tests.node import runs
 from tests.node.test_failures import node_run
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
 
-real_operator = runs.real_operator
-env = runs.env
 
 STALL_SECONDS = 15
 

@@ -14,14 +14,12 @@ from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.integration.helpers import conditions, run_pods, wait_status
+from tests.node import runs
 from tests.node import test_checkpoints as toy
-from tests.node import test_trainingruns as runs
 from torchyard import checkpoint, k8s
 
 pytestmark = toy.pytestmark
 
-real_operator = runs.real_operator
-env = runs.env
 volume = toy.volume
 
 

@@ -20,7 +20,6 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.integration.helpers import run_pods, wait_for, wait_status
-from tests.node import test_trainingruns as runs
 from tests.node.helpers import Pods
 from tests.node.test_failures import node_run
 from tests.tensorboards import SCALARS_STDLIB, tensorboard
@@ -30,8 +29,6 @@ from torchyard.sdk import tensorboard as tb
 
 pytestmark = pytest.mark.node
 
-real_operator = runs.real_operator
-env = runs.env
 
 WRITER = textwrap.dedent(
     """\

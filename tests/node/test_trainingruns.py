@@ -11,14 +11,12 @@ non-root user in the image's own working directory. Every test checks that the P
 on the real node (``spec.nodeName``) and reads what happened from the kubelet (container
 states, ``pods/log``), so none passes on KWOK or with faked work.
 
-Fixtures: ``real_node`` and ``namespace`` (tests/node/conftest.py, tests/conftest.py),
-``operator`` (tests/conftest.py); the registry stand-in Service comes from
-tests/integration/conftest.py.
+Fixtures: ``real_node``, ``real_operator``, ``env`` and ``registry`` (tests/node/conftest.py),
+``namespace`` and ``operator`` (tests/conftest.py); the helpers are tests/node/runs.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -27,170 +25,34 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.builders import TrainingRunBuilder, environment
+from tests.builders import TrainingRunBuilder
 from tests.cluster.harness import Cluster
 from tests.cluster.realnode import RealNode
 from tests.conftest import InProcessOperator
-from tests.integration.conftest import _host_address, stand_in_service
-from tests.integration.helpers import run_pods, wait_status
-from tests.integration.test_registry_service import Service, trainer_token
+from tests.integration.helpers import run_pods
+from tests.integration.test_registry_service import Service
+from tests.node.runs import (
+    BIRDS,
+    RESOURCES,
+    archived_run,
+    container,
+    ddp_run,
+    explain,
+    finished,
+    logs,
+    on_real_node,
+    submit,
+    torchyard,
+)
 from torchyard import k8s
 
 pytestmark = pytest.mark.node
-
-REPO = Path(__file__).resolve().parents[2]
-DDP = REPO / "examples" / "ddp"
-# Small enough for two node Pods on the node's 2 CPUs, beside the other tests' Pods.
-RESOURCES = {"cpu": "250m", "memory": "1Gi", "shmSize": "64Mi"}
-
-
-@contextlib.contextmanager
-def operator_with(operator: InProcessOperator, **env: str) -> Iterator[None]:
-    """The in-process operator restarted with ``env`` set; restarted as before afterwards."""
-    saved = {key: os.environ.get(key) for key in env}
-    operator.stop()
-    os.environ.update(env)
-    try:
-        operator.start()
-        yield
-    finally:
-        operator.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        operator.start()
-
-
-def archived_run(
-    cluster: Cluster,
-    operator: InProcessOperator,
-    registry_url: str,
-    body: dict[str, Any],
-    source: Path,
-    tmp_path: Path,
-    timeout: float,
-) -> tuple[dict[str, Any], float]:
-    """``body`` submitted with ``source`` (``torchyard submit --source``) while the operator
-    archives to the registry at ``registry_url``, promoting as the ``trainer``
-    ServiceAccount (create modelversions); the run once finished, and the seconds it took."""
-    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    token_file = tmp_path / "operator-token"
-    token_file.write_text(trainer_token(ns))
-    with operator_with(
-        operator, TORCHYARD_REGISTRY_URL=registry_url, TORCHYARD_REGISTRY_TOKEN_FILE=str(token_file)
-    ):
-        started = time.monotonic()
-        submit(cluster, tmp_path, body, source=source)
-        run = finished(ns, name, timeout=timeout)
-        return run, time.monotonic() - started
-
-
-@pytest.fixture(scope="module")
-def real_operator(operator: InProcessOperator, real_node: RealNode) -> Iterator[RealNode]:
-    """The operator whose Environment builds' init containers run in the torchyard image
-    made here (node Pods need no torchyard image: their launcher is a ConfigMap's)."""
-    with operator_with(operator, TORCHYARD_INIT_IMAGE=real_node.images["torchyard"].ref):
-        yield real_node
-
-
-@pytest.fixture
-def env(namespace: str, real_operator: RealNode) -> str:
-    """A curated Environment ``pytorch`` whose image is the CPU PyTorch image."""
-    image = real_operator.images["pytorch"].ref
-    k8s.create(environment("pytorch", namespace, image=image))
-    wait_status(k8s.ENVIRONMENTS, namespace, "pytorch", lambda s: s.get("phase") == "Ready")
-    return namespace
-
-
-def ddp_run(name: str, namespace: str, node: RealNode, *args: str) -> TrainingRunBuilder:
-    """examples/ddp as a 2 nodes x 2 processes run on the real node's pool."""
-    return (
-        TrainingRunBuilder(name, namespace)
-        .environment("pytorch")
-        .command("python", "train.py", "--steps", "30", *args)
-        .nodes(2)
-        .procs(2)
-        .pool(node.pool)
-        .with_("spec.resources", dict(RESOURCES))
-        .with_("spec.runAsUser", 1000)
-    )
-
-
-def torchyard(
-    cluster: Cluster, *args: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """The ``torchyard`` CLI as a user runs it (admin kubeconfig, no registry URL)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_REGISTRY")}
-    return subprocess.run(
-        [sys.executable, "-m", "torchyard", *args],
-        env={**env, "KUBECONFIG": str(cluster.kubeconfig)},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-
-
-def submit(cluster: Cluster, tmp_path: Path, body: dict[str, Any], source: Path = DDP) -> None:
-    """``torchyard submit FILE --source DIR``: the snapshot goes into a ConfigMap."""
-    meta = body["metadata"]
-    path = tmp_path / f"{meta['name']}.yaml"
-    path.write_text(yaml.safe_dump(body))
-    done = torchyard(cluster, "submit", str(path), "--source", str(source), "-n", meta["namespace"])
-    assert done.returncode == 0, done.stderr
-    assert f"trainingrun.torchyard.dev/{meta['name']} applied" in done.stdout
-    assert "-> ConfigMap torchyard-src-" in done.stderr, done.stderr
-
-
-def finished(namespace: str, name: str, timeout: float = 150) -> dict[str, Any]:
-    return wait_status(
-        k8s.TRAININGRUNS,
-        namespace,
-        name,
-        lambda s: s.get("phase") in ("Succeeded", "Failed"),
-        timeout,
-    )
-
-
-def container(pod: dict[str, Any], name: str, init: bool = False) -> dict[str, Any]:
-    key = "initContainerStatuses" if init else "containerStatuses"
-    for status in pod.get("status", {}).get(key) or []:
-        if status["name"] == name:
-            return dict(status)
-    raise AssertionError(f"no status of container {name} in {pod['metadata']['name']}")
-
-
-def logs(cluster: Cluster, namespace: str, pod: str, name: str = "trainer") -> str:
-    """What the kubelet kept of a container's output (``pods/log``)."""
-    return cluster.kubectl("logs", "-n", namespace, pod, "-c", name)
-
-
-def on_real_node(pods: list[dict[str, Any]], node: RealNode, count: int) -> None:
-    assert len(pods) == count, [p["metadata"]["name"] for p in pods]
-    for pod in pods:
-        where = pod["spec"].get("nodeName")
-        assert where == node.name, f"{pod['metadata']['name']} ran on {where!r}"
-
-
-def explain(cluster: Cluster, namespace: str, run: str) -> str:
-    """The run's status, Pods and Events, for a failed assertion."""
-    return "\n".join(
-        [
-            cluster.kubectl("get", "tr", run, "-n", namespace, "-o", "yaml", check=False),
-            cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False),
-            cluster.kubectl("get", "events", "-n", namespace, check=False)[-4000:],
-        ]
-    )
 
 
 RANK_LINE = re.compile(
@@ -290,37 +152,6 @@ def test_a_rank_that_raises_is_named_with_its_traceback_and_its_siblings_stop(
     assert "restarts" not in run["status"] or run["status"]["restarts"] == 0
 
 
-@pytest.fixture
-def registry(
-    namespace: str, cluster: Cluster, real_node: RealNode, tmp_path: Path
-) -> Iterator[tuple[Service, str, str]]:
-    """The registry service on this machine behind a Service ``torchyard-registry:8080``
-    of the namespace (Endpoints: this machine's non-loopback address). Yields the service,
-    the URL the operator and the node Pods use (the Service's ClusterIP, routed by
-    kube-proxy) and the --registry-service reference of the CLI (the apiserver's proxy)."""
-    address = _host_address()
-    svc = Service(tmp_path / "registry", host=address)
-    try:
-        ref = stand_in_service(cluster, namespace, address, svc.port)
-        ip = k8s.get(k8s.SERVICES, namespace, "torchyard-registry")["spec"]["clusterIP"]
-        real_node.wait_for(
-            "kube-proxy's rules for the registry Service",
-            lambda: _proxied(ip, 8080, f"{address}:{svc.port}"),
-            timeout=30,
-        )
-        yield svc, f"http://{ip}:8080", ref
-    finally:
-        svc.stop()
-
-
-def _proxied(cluster_ip: str, port: int, endpoint: str) -> bool:
-    rules = subprocess.run(
-        ["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True
-    ).stdout
-    return f"-d {cluster_ip}/32" in rules and f"--to-destination {endpoint}" in rules
-
-
-BIRDS = REPO / "examples" / "birds"
 # The guide's script, small: one pre-training and two fine-tuning epochs on 80 images.
 BIRDS_COMMAND = (
     "python", "pytorch_train.py", "--num_epochs", "2", "--pretrain_epochs", "1",

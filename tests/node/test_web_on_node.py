@@ -20,15 +20,11 @@ from tests.integration.web.browser import (
     tick_delays,
     watched_page,
 )
-from tests.node import test_trainingruns as runs
 from tests.node.test_failures import node_run
 from torchyard import k8s
 from torchyard.web import app, source
 
 pytestmark = pytest.mark.node
-
-real_operator = runs.real_operator
-env = runs.env
 
 
 def test_a_ranks_new_log_line_appears_on_the_run_page(
