@@ -285,7 +285,6 @@ def test_killing_the_service_mid_upload_leaves_nothing_partial(
     import signal
     import subprocess
     import sys
-    import time
 
     root = tmp_path / "registry"
     port = free_port()
@@ -305,14 +304,19 @@ def test_killing_the_service_mid_upload_leaves_nothing_partial(
     env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
 
     def start() -> subprocess.Popen[bytes]:
+        """The service once it answers (its start takes seconds on a loaded machine)."""
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
+
+        def answers() -> bool:
+            assert proc.poll() is None, f"the registry service exited with {proc.returncode}"
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
-                return proc
             except OSError:
-                time.sleep(0.05)
-        raise AssertionError("the registry service did not start")
+                return False
+            return True
+
+        cluster.wait_for("the registry service to answer", answers, timeout=120)
+        return proc
 
     token = trainer_token(namespace)
     training_run(namespace, "big", service_account_of(token))

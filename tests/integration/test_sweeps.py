@@ -806,7 +806,8 @@ def test_a_sweep_whose_trials_cannot_start_says_why_until_they_can(
         k8s.SWEEPS,
         ns,
         "lost",
-        lambda s: "lost-t1" in str(conditions({"status": s}).get("TrialsWaiting")),
+        # each trial's own status says it waits, one after the other: both, then
+        lambda s: "lost-t0, lost-t1" in str(conditions({"status": s}).get("TrialsWaiting")),
         60,
     )
     waiting = conditions(swept)["TrialsWaiting"]
