@@ -52,6 +52,10 @@ def configure(kubeconfig: str | None = None, context: str | None = None) -> clie
             why = " ".join(str(err).split())  # (the YAML parser's message spans lines)
             not_one = ValueError(f"{where} is not a kubeconfig: {why}")
             raise errors.unreachable(not_one) from None
+    # The proxy the environment names, read now and kept: the client reads it again on every
+    # request with a kubeconfig token (its refresh hook assigns the host, which walks
+    # os.environ), and a walk that meets a variable another thread unsets raises KeyError.
+    cfg.proxy = cfg.proxy
     # Fan-out of many Pods in parallel needs more than the default 4 connections.
     cfg.connection_pool_maxsize = 32
     return client.ApiClient(configuration=cfg)

@@ -48,3 +48,25 @@ def test_the_in_cluster_token_is_the_connections_bearer_token(
 def test_the_bearer_scheme_is_case_insensitive(header: str, token: str | None) -> None:
     headers = {"Authorization": header} if header else {}
     assert k8s.Connection("https://api:6443", None, headers).bearer_token == token
+
+
+def test_the_environments_proxy_is_read_once_not_on_every_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a kubeconfig token the client's refresh hook assigns the host before every
+    request; the proxy the environment named when the client was configured stays (the
+    walk over os.environ each time raced with threads that change it)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://10.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    cfg = connections.configure(str(path)).configuration
+    assert cfg.proxy == "http://proxy.example:3128"
+    monkeypatch.setenv("HTTPS_PROXY", "http://another.example:3128")
+    assert cfg.auth_settings()["BearerToken"]["value"] == "Bearer t"  # the refresh hook ran
+    assert cfg.host == "https://10.0.0.1:6443"
+    assert cfg.proxy == "http://proxy.example:3128"
