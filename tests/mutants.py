@@ -100,8 +100,8 @@ MODULES: dict[str, Module] = {
         ),
     ),
     "planning.rank": Module("planning/rank.py", ("planning/test_rank_env.py",)),
-    "status.classes": Module(
-        "status/classes.py", ("status/test_classes.py", "launcher/test_log_scanner.py")
+    "launch.classes": Module(
+        "launch/classes.py", ("launcher/test_classes.py", "launcher/test_log_scanner.py")
     ),
     # its guard: unpacking a source snapshot (the uploads around it are tested end to end)
     "launch.node_files": Module(

@@ -11,7 +11,7 @@ declare, never typed by hand:
 - ``reference/metrics.md``: every Prometheus metric the operator
   (``controller.telemetry.REGISTRY``) and the registry service
   (``registry.service.metrics_registry``) define;
-- ``reference/failure-classes.md``: the failure classes of ``status.classes.RULES``, in
+- ``reference/failure-classes.md``: the failure classes of ``launch.classes.RULES``, in
   the order they are checked, with what each matches and its advice.
 
 :func:`pages` returns them as ``{path relative to docs/: text}``; ``python -m docs.gen``
@@ -527,10 +527,10 @@ def metrics_page() -> str:
 
 
 def failure_classes_page() -> str:
-    from torchyard.status import classes
+    from torchyard.launch import classes
 
     out = [
-        HEADER.format(source="`operator/torchyard/status/classes.py` (`RULES`)"),
+        HEADER.format(source="`operator/torchyard/launch/classes.py` (`RULES`)"),
         "# Failure classes\n\n",
         "`status.failure.class` of a failed TrainingRun (and of `status.lastFailure`) is the "
         "first of these rules that matches the failure's evidence: the exit code or signal, "

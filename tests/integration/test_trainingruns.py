@@ -245,7 +245,7 @@ def test_failing_rank_fails_the_run_with_rank_exit_code_and_traceback(
         "reason": "Error",
         "message": 'Traceback (most recent call last):\n  File "train.py", line 9\n'
         "ValueError: loss is NaN",
-        "class": "PythonException",  # status.classes: retried within backoffLimit
+        "class": "PythonException",  # launch.classes: retried within backoffLimit
         "retryable": True,
         "advice": failed["status"]["failure"]["advice"],
         "nodeName": node_name,  # the Node the failing rank ran on

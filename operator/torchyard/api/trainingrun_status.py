@@ -37,7 +37,7 @@ class Phase(str, Enum):
 # The clone runs in the node Pod's init container: a URL it can reach over the network.
 
 
-# The failure classes of ``status.classes.RULES``, in their order (a test keeps the two
+# The failure classes of ``launch.classes.RULES``, in their order (a test keeps the two
 # the same): the CRD's description of ``status.failure.class`` is made from them.
 FAILURE_CLASSES = (
     "EarlyExit",

@@ -27,8 +27,9 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from torchyard import api
+from torchyard.launch import classes
 from torchyard.planning import names
-from torchyard.status import classes, exclusions, failures, suspensions
+from torchyard.status import exclusions, failures, suspensions
 from torchyard.status.failures import Failure
 
 RestartKind = Literal["platform", "user", "suspension"]

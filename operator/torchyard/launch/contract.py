@@ -7,7 +7,7 @@ them into every node Pod (``planning.pods.SHIPPED_MODULES``). The operator's own
 import the names and rules from here rather than keep copies: the planner, local mode,
 the commands' settings and the shipped ``checkpoint`` and ``progress`` (every variable's
 name; no other module spells one out), ``planning.rank`` (``process_env``),
-``api`` (``RANK_CONTRACT_VARIABLES``), ``status.classes`` (``FAILURE_PATTERNS``),
+``api`` (``RANK_CONTRACT_VARIABLES``), ``launch.classes`` (``FAILURE_PATTERNS``),
 ``status.culprits`` (``culprit_rule``, ``waiting_words``), ``status.steps`` and
 ``status.failures`` (``PROGRESS_LINE``), ``registry.store`` and ``sdk.snapshots`` (the
 snapshot limits), ``local.console`` (``write_bytes``) and ``torchyard.progress`` (the
@@ -344,7 +344,7 @@ def rank0_records(text: str) -> Iterator[dict[str, Any]]:
 
 # -- evidence: what lines of a rank's output say of a failure ----------------------------
 
-# The patterns of the failure classes (``status.classes``) that lines of any rank's output
+# The patterns of the failure classes (``launch.classes``) that lines of any rank's output
 # show, not only the failing rank's traceback: a GPU's Xid/ECC error (it comes before the
 # traceback), CUDA out of memory, a segfault, the rendezvous store, NCCL's watchdog or
 # gloo's transport timing out a collective. Searched in order: the first says it best.

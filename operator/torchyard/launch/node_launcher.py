@@ -674,7 +674,7 @@ class Launcher:
                 # when peers on other nodes fail a moment later because they lost it.
                 "exitedAt": self._failed_at(failed),
                 # The failing rank's last reported step: the same error at the same step
-                # twice stops the retries (``status.classes``).
+                # twice stops the retries (``launch.classes``).
                 "step": self.progress.step_of(rank if failed.rank is None else failed.rank),
                 "progress": self.progress.summary(),
                 "evidence": self.scanner.evidence or None,

@@ -131,7 +131,7 @@ LOCAL_FAULTS = frozenset({"FinalizeFailed", STOPPED})
 
 def describe_failure(failure: dict[str, Any]) -> str:
     """'rank 3 (node 1) failed (Error, exit code 1):' followed by the whole traceback, then
-    the failure's class and advice when a rule of ``status.classes`` knew it."""
+    the failure's class and advice when a rule of ``launch.classes`` knew it."""
     text = failure_message(failure, full=True)
     if failure.get("failureClass"):
         retry = "retryable" if failure.get("retryable") else "not retryable"

@@ -25,8 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import OnlineEndpoint, wire
+from torchyard.launch import classes
 from torchyard.serving import contract
-from torchyard.status import classes
 from torchyard.status import inputs as input_status
 from torchyard.status.conditions import condition, invalid_spec_status, merge, progress
 from torchyard.status.failures import STUCK_REASONS

@@ -30,7 +30,8 @@ from datetime import datetime
 from typing import Any
 
 from torchyard.api import wire
-from torchyard.status import classes, failures
+from torchyard.launch import classes
+from torchyard.status import failures
 from torchyard.status.conditions import timestamp
 from torchyard.status.failures import Failure
 

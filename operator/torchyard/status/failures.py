@@ -23,8 +23,9 @@ from typing import Any, NamedTuple, TypedDict, cast
 
 from torchyard.api import wire
 from torchyard.api.times import parse_time
+from torchyard.launch import classes
 from torchyard.launch.contract import LOCAL_WORLD_SIZE, PROGRESS_LINE
-from torchyard.status import classes, culprits
+from torchyard.status import culprits
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
 # Failures of the platform, not of the user's code: retried without using backoffLimit.

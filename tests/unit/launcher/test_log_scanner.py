@@ -12,9 +12,8 @@ import pytest
 from tests.builders import TrainingRunBuilder
 from tests.unit.launcher.test_launcher import launch, termination
 from torchyard import api
-from torchyard.launch import contract, output
+from torchyard.launch import classes, contract, output
 from torchyard.planning import pods
-from torchyard.status import classes
 
 XID_THEN_RAISE = (
     "import os, sys\n"

@@ -242,7 +242,7 @@ def test_the_rank_that_failed_first_is_blamed_not_its_peers_that_died_of_it() ->
 
 def test_a_local_failure_gets_the_same_class_and_advice_as_in_a_cluster() -> None:
     """The CUDA out-of-memory traceback a GPU check printed: local mode names the class
-    (status.classes' table, as ``status.failure.class`` does) and its advice."""
+    (launch.classes' table, as ``status.failure.class`` does) and its advice."""
     oom = (
         "Traceback (most recent call last):\n"
         '  File "cuda_oom.py", line 7, in <module>\n'

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.builders import pod
-from tests.unit.status.test_classes import GLOO, launcher_pod, running_pod
+from tests.unit.launcher.test_classes import GLOO, launcher_pod, running_pod
 from torchyard.local.results import NodeResult, first_failure, node_failure
 from torchyard.local.results import settle_seconds as local_settle
 from torchyard.status import failures

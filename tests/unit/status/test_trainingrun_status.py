@@ -174,7 +174,7 @@ def test_failure_names_rank_node_exit_code_and_traceback() -> None:
         "exitCode": 1,
         "reason": "Error",
         "message": "Traceback (most recent call last):\nValueError: bad",
-        "class": "PythonException",  # status.classes
+        "class": "PythonException",  # launch.classes
         "retryable": True,
         "advice": st["failure"]["advice"],
         "nodeName": "n",  # the Node the failing rank ran on

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.builders import pod
-from torchyard.status import classes
+from torchyard.launch import classes
 from torchyard.status.failures import first_failure, observe_failure, public_failure
 
 CUDA_OOM = """Traceback (most recent call last):

@@ -15,7 +15,7 @@ after two attempts. The patterns of the classes that lines of any rank's output 
 
 Called by ``failures.observe_failure`` (the class of every failed Pod) and
 ``failures.first_failure``; the failure policy reads ``retryable``. Pure; tested as
-tables over realistic logs in tests/unit/status/test_classes.py.
+tables over realistic logs in tests/unit/launcher/test_classes.py.
 """
 
 from __future__ import annotations
