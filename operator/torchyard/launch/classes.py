@@ -205,6 +205,19 @@ RULES: tuple[Rule, ...] = (
 BY_NAME = {rule.name: rule for rule in RULES}
 
 
+def evidence_of(failure: Mapping[str, Any], flagged: Any) -> Evidence:
+    """The evidence of ``failure`` (its exit code, signal, reason and message) with the
+    lines the launcher flagged (a termination message's ``evidence``)."""
+    lines = [str(e.get("line", "")) for e in flagged if isinstance(e, dict)] if flagged else []
+    return {
+        "exitCode": failure.get("exitCode"),
+        "signal": failure.get("signal"),
+        "reason": failure.get("reason"),
+        "message": failure.get("message") or "",
+        "lines": lines,
+    }
+
+
 def classify(evidence: Evidence) -> tuple[Rule, str] | None:
     """The first rule that matches ``evidence`` and what matched, None for none."""
     for rule in RULES:

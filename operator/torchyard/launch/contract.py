@@ -116,6 +116,11 @@ TORCHYARD_CHECKPOINT_MAX_STALLS = "TORCHYARD_CHECKPOINT_MAX_STALLS"
 TORCHYARD_CHECKPOINT_SAVE_SECONDS = "TORCHYARD_CHECKPOINT_SAVE_SECONDS"
 TORCHYARD_RESUME_FROM = "TORCHYARD_RESUME_FROM"  # what the ranks resume from
 TORCHYARD_RESUME_STEP = "TORCHYARD_RESUME_STEP"
+# In-place restarts (``launch.coordination``): node 0's coordinator ("host:port") and what
+# the operator had counted against backoffLimit when the Pod started (JSON, ``Budget``)
+TORCHYARD_COORDINATOR = "TORCHYARD_COORDINATOR"
+TORCHYARD_RESTART_BUDGET = "TORCHYARD_RESTART_BUDGET"
+COORDINATOR_PORT = 29411  # node 0's coordinator, in every node Pod of a coordinated run
 # An Environment build's (``planning.environments`` sets them; ``envbuild`` reads them from
 # this module's copy beside it in the build Pod)
 TORCHYARD_INSECURE_REGISTRIES = "TORCHYARD_INSECURE_REGISTRIES"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import sys
@@ -57,6 +56,7 @@ from torchyard.launch.contract import (
     traceback_tail,
     write_termination,
 )
+from torchyard.launch.in_place import InPlaceRestarts
 from torchyard.launch.node_files import archive_node
 from torchyard.launch.output import Echo, LogScanner, log_limit
 from torchyard.launch.ranks import (
@@ -79,39 +79,11 @@ from torchyard.launch.stalls import (
     rank_processes,
     stall_limits,
 )
+from torchyard.launch.torchrun import TORCHRUN_RANK, torchrun_root_cause, worker_traceback
 from torchyard.launch.tracker import ProgressTracker, merge_metrics
 
-_TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank", re.MULTILINE)
-# torchrun's own log lines (logging's default format), e.g. "ERROR:torch.distributed.
-# elastic.multiprocessing.api:failed (exitcode: 1) ..." after a worker's traceback
-TORCHRUN_LOG = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):torch\.distributed\.")
 # Ranks that exited with status 0 that a termination message names (``earlyExits``).
 EARLY_EXITS_REPORTED = 4
-
-
-def torchrun_root_cause(tail: Sequence[str]) -> int | None:
-    """The rank torchrun's failure summary names as the root cause (its "Root Cause (first
-    observed failure)" section; "Failures:" before it lists the others), None for none."""
-    text = "".join(tail)
-    root = text.rfind("Root Cause")
-    found = _TORCHRUN_RANK.findall(text[root:] if root >= 0 else text)
-    return int(found[0]) if found else None
-
-
-def worker_traceback(tail: Sequence[str]) -> str:
-    """Before torch 2.2 (no ``[rankN]: `` prefix): the last traceback printed before
-    torchrun's own (its ChildFailedError), which is a worker's, since torchrun prints its
-    own after its workers ended, without torchrun's log lines that follow it (its last
-    line is the error's); "" when there is none. (Which worker's, the text does not say:
-    torchrun's summary names the rank.)"""
-    lines = list(tail)
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
-    if len(starts) < 2 or "ChildFailedError" not in "".join(lines[starts[-1] :]):
-        return ""
-    worker = lines[starts[-2] : starts[-1]]
-    while worker and (not worker[-1].strip() or TORCHRUN_LOG.match(worker[-1])):
-        worker.pop()
-    return traceback_tail(worker)
 
 
 def checkpoint_module(env: Mapping[str, str]) -> Any:
@@ -141,7 +113,7 @@ def _describe(code: int) -> str:
     return f"exit code {code}"
 
 
-class Launcher:
+class Launcher(InPlaceRestarts):
     def __init__(
         self,
         command: Sequence[str],
@@ -268,6 +240,8 @@ class Launcher:
                 summary = {"step": self.checkpoints.reported_step()}
             if summary is not None:
                 summary["checkpointSeconds"] = seconds
+        if summary is not None:
+            summary.update(self._in_place_info())
         if summary is not None and self.progress_file is not None:
             with contextlib.suppress(OSError), open(self.progress_file, "a") as f:
                 f.write(json.dumps(summary, sort_keys=True) + "\n")
@@ -433,15 +407,21 @@ class Launcher:
         # not) and say their rank in their progress lines (TORCHYARD_LAUNCH=node)
         self.stacks, hook = install_stack_hook(self.env, logs)
         self._start_publisher(logs)
+        self._join(node_rank, grace)
         try:
             self._start_ranks(launch, nproc, node_rank, logs)
-            failed = self._wait(grace)
-            self._end_leftovers()
-            for rank in self.ranks:
-                rank.finish()
+            while True:
+                failed = self._wait(grace)
+                self._end_leftovers()
+                for rank in self.ranks:
+                    rank.finish()
+                if not self._in_place(failed, node_rank):
+                    break
+                self._next_generation(launch, nproc, node_rank, logs)
         finally:
             shutil.rmtree(hook, ignore_errors=True)
-        if self.checkpoints is not None:
+            self._leave()
+        if self.checkpoints is not None and not self._checkpoints_stopped:
             self.checkpoint_info = self.checkpoints.stop(rank_failed=failed is not None)
         self._progress_done()
         code = self._report(failed, node_rank, time.monotonic() - started)
@@ -509,7 +489,15 @@ class Launcher:
         failed: Rank | None = None
         kill_at: float | None = None
         while True:
-            if failed is None and self.stopping is None:
+            if failed is None and self.stopping is None and not self._restarting:
+                if self.peer is not None and self.peer.restart_asked is not None:
+                    # another node's rank failed: stop these for the in-place restart
+                    self._restarting = True
+                    self.say("stopping the ranks for an in-place restart")
+                    for rank in self.ranks:
+                        rank.signal(signal.SIGTERM)
+                    kill_at = time.monotonic() + grace
+                    continue
                 self._watch_node_ranks()
                 failed = self._check_stall()  # a stalled rank fails the node
                 if failed is not None:
@@ -517,7 +505,7 @@ class Launcher:
             codes = [(rank, rank.exit_code()) for rank in self.ranks]
             running = sum(1 for _, code in codes if code is None)
             failing = [rank for rank, code in codes if code not in (None, 0)]
-            if failing and failed is None and self.stopping is None:
+            if failing and failed is None and self.stopping is None and not self._restarting:
                 # The one that exited first: the others may only have lost it (a
                 # collective's "Connection closed by peer").
                 failed = min(failing, key=lambda rank: rank.exited_at or 0.0)
@@ -573,7 +561,7 @@ class Launcher:
         # launch: node: ends seen by a poll (``_watch_node_ranks``), one poll's at one time
         polled = bool(self.ranks) and self.ranks[0].rank is None
         if polled:
-            failed = set(map(int, _TORCHRUN_RANK.findall("".join(self.ranks[0].tail))))
+            failed = set(map(int, TORCHRUN_RANK.findall("".join(self.ranks[0].tail))))
             ended = [(r, seen[1]) for r, seen in self._node_ranks.items() if seen[1] is not None]
             ended = [(r, at) for r, at in ended if r not in failed]
             if failed:  # not after the first of those torchrun names as failed
@@ -595,6 +583,9 @@ class Launcher:
 
     def _report(self, failed: Rank | None, node_rank: int, elapsed: float) -> int:
         """The termination message of the node; its exit code."""
+        if failed is None and self.abandoned is not None:
+            self._write_message(self._abandoned_info(node_rank))
+            return 128 + signal.SIGTERM
         if failed is None and self.stopping is not None:
             self._write_message(
                 {
@@ -606,6 +597,7 @@ class Launcher:
                     # the node may have been stopped because another failed of losing these
                     "earlyExits": self._early_exits(None),
                     **self.checkpoint_info,
+                    **self._in_place_info(),
                 }
             )
             return 128 + self.stopping
@@ -618,6 +610,7 @@ class Launcher:
                     "progress": self.progress.summary(),
                     "earlyExits": self._early_exits(None),
                     **self.checkpoint_info,
+                    **self._in_place_info(),
                 },
                 keep_none=True,
             )
@@ -652,10 +645,16 @@ class Launcher:
         return rank, reason, message
 
     def _report_failure(self, failed: Rank, node_rank: int) -> int:
+        info = self._failure_info(failed, node_rank)
+        self._write_message(info)
+        return int(info["exitCode"])
+
+    def _failure_info(self, failed: Rank, node_rank: int) -> dict[str, Any]:
+        """The termination message of ``failed``'s failure (what the coordinator is sent)."""
         code = failed.proc.returncode
         exit_code = code if code >= 0 else 128 - code
         rank, reason, message = self._failure_cause(failed)
-        self._write_message(
+        return dict(
             {
                 # (its message is the termination message's: not twice in 4 KiB)
                 "stall": (
@@ -675,7 +674,9 @@ class Launcher:
                 "exitedAt": self._failed_at(failed),
                 # The failing rank's last reported step: the same error at the same step
                 # twice stops the retries (``launch.classes``).
-                "step": self.progress.step_of(rank if failed.rank is None else failed.rank),
+                # (a rank that failed before reporting since it resumed: the step it
+                # resumed from, so that the same error twice is the same signature)
+                "step": self._step_of(rank if failed.rank is None else failed.rank),
                 "progress": self.progress.summary(),
                 "evidence": self.scanner.evidence or None,
                 "logRule": self.scanner.hit,
@@ -683,6 +684,6 @@ class Launcher:
                 # resumedFrom, checkpointStep, quarantined; reason NoProgress (and why) when
                 # too many attempts failed before getting past their checkpoint.
                 **self.checkpoint_info,
+                **self._in_place_info(),
             }
         )
-        return exit_code

@@ -214,17 +214,7 @@ def classify_failure(failure: Failure, info: Mapping[str, Any]) -> None:
     """Add the failure's class, whether retrying may help and what to do
     (``classes.classify``), and what the run's ``policy.logRules`` said of it. ``info`` is
     the launcher's termination message. Used for node Pods and for local runs alike."""
-    flagged = info.get("evidence")
-    lines = [str(e.get("line", "")) for e in flagged if isinstance(e, dict)] if flagged else []
-    found = classes.classify(
-        {
-            "exitCode": failure.get("exitCode"),
-            "signal": failure.get("signal"),
-            "reason": failure.get("reason"),
-            "message": failure.get("message") or "",
-            "lines": lines,
-        }
-    )
+    found = classes.classify(classes.evidence_of(failure, info.get("evidence")))
     if found is not None:
         rule, matched = found
         failure["failureClass"] = rule.name

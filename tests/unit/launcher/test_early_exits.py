@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.launcher.test_launcher import launch, termination
-from torchyard.launch import main, node_launcher
+from torchyard.launch import main, node_launcher, torchrun
 
 # Rank 1 (node 2: ranks 4 and 5 here) leaves at once; rank 0 "loses" it once the launcher
 # has reaped it (its process is gone), so the launcher saw it leave first.
@@ -100,10 +100,10 @@ Root Cause (first observed failure):
 
 def test_torchruns_root_cause_is_the_rank_named_not_the_first_listed() -> None:
     tail = TORCHRUN_TAIL.splitlines(keepends=True)
-    assert node_launcher.torchrun_root_cause(tail) == 2
+    assert torchrun.torchrun_root_cause(tail) == 2
     only = [line for line in tail if "Root Cause" not in line]
-    assert node_launcher.torchrun_root_cause(only) == 3  # no section: the first rank it lists
-    assert node_launcher.torchrun_root_cause(["no summary\n"]) is None
+    assert torchrun.torchrun_root_cause(only) == 3  # no section: the first rank it lists
+    assert torchrun.torchrun_root_cause(["no summary\n"]) is None
 
 
 # torch < 2.2 (Debian's 1.13 in the real node's image): a worker's uncaught error is
@@ -134,15 +134,15 @@ Root Cause (first observed failure):
 
 def test_before_torch_2_2_the_message_is_the_workers_traceback_not_torchruns() -> None:
     tail = TORCHRUN_TAIL_1_13.splitlines(keepends=True)
-    message = node_launcher.worker_traceback(tail)
+    message = torchrun.worker_traceback(tail)
     assert message.startswith("Traceback (most recent call last):")
     assert message.endswith("Connection closed by peer [10.0.0.5]:6105")
     assert "ChildFailedError" not in message and "run.py" not in message
     assert "torch.distributed.elastic" not in message  # torchrun's log lines after it
     # torchrun's traceback alone (a worker that printed none), or a plain traceback: none
     torchrun_only = tail[8:]
-    assert node_launcher.worker_traceback(torchrun_only) == ""
-    assert node_launcher.worker_traceback(tail[:5]) == ""
+    assert torchrun.worker_traceback(torchrun_only) == ""
+    assert torchrun.worker_traceback(tail[:5]) == ""
 
 
 def test_with_torchrun_a_rank_seen_gone_in_the_same_poll_as_the_failed_one_is_listed() -> None:
