@@ -8,6 +8,9 @@ host-path volume of this test), and
 - a node Pod deleted gracefully makes both ranks save a just-in-time checkpoint at the
   step after the highest reported one, and the restart it causes resumes from there
   without using ``backoffLimit`` (0 here).
+- with 2 ranks per node, rank 2 SIGKILLed ten times (from the host) is restarted in place
+  each time: the same Pods throughout, no gang restart, and every step's loss the
+  uninterrupted run's to 1e-6.
 
 The issue's full criteria (20 kills at random steps, some during a save; 10 graceful
 deletions with at least 9 saves) are scaled down to one of each here. Every test checks
@@ -22,7 +25,7 @@ import random
 import re
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,14 +148,21 @@ def volume(cluster: Cluster, namespace: str) -> Iterator[tuple[str, Path]]:
 
 
 def toy_run(
-    name: str, namespace: str, node: RealNode, storage_class: str, steps: int, **policy: Any
+    name: str,
+    namespace: str,
+    node: RealNode,
+    storage_class: str,
+    steps: int,
+    procs: int = 1,
+    step_seconds: float = STEP_SECONDS,
+    **policy: Any,
 ) -> dict[str, Any]:
     builder = (
         TrainingRunBuilder(name, namespace)
         .environment("pytorch")
         .command("python", "-c", TOY)
         .nodes(2)
-        .procs(1)
+        .procs(procs)
         .pool(node.pool)
         .with_("spec.resources", dict(runs.RESOURCES))
         .with_("spec.runAsUser", 1000)
@@ -160,7 +170,7 @@ def toy_run(
             "spec.env",
             [
                 {"name": "STEPS", "value": str(steps)},
-                {"name": "STEP_SECONDS", "value": str(STEP_SECONDS)},
+                {"name": "STEP_SECONDS", "value": str(step_seconds)},
             ],
         )
         .with_(
@@ -178,10 +188,9 @@ def reported(path: Path) -> int:
     return min(steps) if len(steps) == 2 else -1
 
 
-def launcher_pid(namespace: str, run: str, node_rank: int) -> int | None:
-    """The launcher of node Pod ``node_rank`` (its container's first process), from the
-    host's /proc: its variables name the run, namespace and node rank."""
-    wanted = {f"TORCHYARD_RUN={run}", f"TORCHYARD_NAMESPACE={namespace}", f"NODE_RANK={node_rank}"}
+def host_process(wanted: set[str], command: Callable[[list[bytes]], bool]) -> int | None:
+    """A process on this host (the real node's containers' too) whose variables hold
+    ``wanted`` and whose command line ``command`` accepts."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -190,9 +199,24 @@ def launcher_pid(namespace: str, run: str, node_rank: int) -> int | None:
             environ = set(Path(f"/proc/{entry}/environ").read_bytes().decode().split("\0"))
         except OSError:
             continue
-        if any(arg.endswith(b"torchyard/launch/main.py") for arg in cmdline) and wanted <= environ:
+        if command(cmdline) and wanted <= environ:
             return int(entry)
     return None
+
+
+def launcher_pid(namespace: str, run: str, node_rank: int) -> int | None:
+    """The launcher of node Pod ``node_rank`` (its container's first process): its
+    variables name the run, namespace and node rank."""
+    wanted = {f"TORCHYARD_RUN={run}", f"TORCHYARD_NAMESPACE={namespace}", f"NODE_RANK={node_rank}"}
+    return host_process(
+        wanted, lambda cmd: any(a.endswith(b"torchyard/launch/main.py") for a in cmd)
+    )
+
+
+def rank_pid(namespace: str, run: str, rank: int) -> int | None:
+    """The process of ``rank`` (``python -c TOY``, which the launcher started)."""
+    wanted = {f"TORCHYARD_RUN={run}", f"TORCHYARD_NAMESPACE={namespace}", f"RANK={rank}"}
+    return host_process(wanted, lambda cmd: cmd[1:2] == [b"-c"])
 
 
 def final_losses(cluster: Cluster, namespace: str, run: str) -> tuple[int, dict[int, float]]:
@@ -270,4 +294,57 @@ def test_a_graceful_deletion_saves_just_in_time_and_does_not_use_backoff(
     assert resumed >= at_sigterm, (resumed, at_sigterm)
     expected = reference_losses(steps)
     for step in range(resumed + 1, steps + 1):
+        assert abs(losses[step] - expected[step]) < 1e-6, (step, losses[step], expected[step])
+
+
+def test_a_rank_killed_ten_times_restarts_in_place_and_ends_with_the_uninterrupted_losses(
+    cluster: Cluster, env: str, real_node: RealNode, volume: tuple[str, Path]
+) -> None:
+    """2 node Pods x 2 ranks; rank 2 (node 1) is SIGKILLed ten times, each time once its
+    ranks completed a checkpoint after the last restart: every restart happens inside the
+    same Pods (their UIDs unchanged, no gang restart), and every step's loss, the last
+    generation's where several ran it, is the uninterrupted run's."""
+    ns, name = env, "in-place"
+    storage_class, host = volume
+    steps, kills = 110, 10
+    body = toy_run(name, ns, real_node, storage_class, steps, 2, 0.1, backoffLimit=kills)
+    k8s.create(body)
+    cluster.wait_for("a first checkpoint", lambda: checkpoint.complete_steps(str(host)), 240)
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in run_pods(ns, name)}
+    runs.on_real_node(run_pods(ns, name), real_node, 2)
+    killed: list[int] = []
+    for _ in range(kills):
+        newest = checkpoint.complete_steps(str(host))[-1]
+        pid = cluster.wait_for(
+            "rank 2 running, past a checkpoint of its own generation",
+            lambda newest=newest: (
+                rank_pid(ns, name, 2) not in (None, *killed)
+                and checkpoint.complete_steps(str(host))[-1] > newest
+                and rank_pid(ns, name, 2)
+            ),
+            timeout=120,
+        )
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    run = runs.finished(ns, name, timeout=360)
+    status = run["status"]
+    assert status["phase"] == "Succeeded", runs.explain(cluster, ns, name)
+    assert (status["restarts"], status.get("inPlaceRestarts")) == (0, kills), status
+    assert status["failedAttempts"] == kills, status
+    assert status["lastInPlaceRestart"]["rank"] == 2, status
+    assert status["lastInPlaceRestart"]["message"].startswith("rank 2 (node 1) failed"), status
+    pods = run_pods(ns, name)
+    runs.on_real_node(pods, real_node, 2)
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} == uids
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    )
+    reasons = [e["reason"] for e in json.loads(events)["items"]]
+    assert "RestartedInPlace" in reasons and "Restarting" not in reasons, reasons
+    text = cluster.kubectl("logs", "-n", ns, f"{name}-0", "-c", "trainer")
+    assert text.count("restarted-in-place {") == kills, text[-3000:]
+    losses = {int(s): float(v) for s, v in LOSS.findall(text)}  # the last generation's
+    expected = reference_losses(steps, world=4)
+    assert sorted(losses) == list(range(1, steps + 1))
+    for step in range(1, steps + 1):
         assert abs(losses[step] - expected[step]) < 1e-6, (step, losses[step], expected[step])

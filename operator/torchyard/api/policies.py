@@ -70,8 +70,10 @@ class Policy(Model):
         default=0,
         ge=0,
         le=100,
-        description="How often a run whose code failed is restarted, as a whole gang. "
-        "Platform failures (node lost, eviction, preemption) do not count.",
+        description="How often a run whose code failed is restarted: in place (the ranks "
+        "start again inside the node Pods, from the newest complete checkpoint) where the "
+        "node launchers can agree on it, else as a whole gang. Platform failures (node lost, "
+        "eviction, preemption) do not count.",
     )
     platform_restart_limit: int = Field(
         default=20,

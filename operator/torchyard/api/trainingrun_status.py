@@ -54,6 +54,18 @@ FAILURE_CLASSES = (
 )
 
 
+class InPlaceRestart(Model):
+    """One restart of a run's ranks inside its node Pods (the launchers' coordinator)."""
+
+    message: str = Field(description="What failed, and what was counted, as the Event says.")
+    time: datetime | None = Field(default=None, description="When the ranks were restarted.")
+    rank: int | None = Field(default=None, description="The rank that failed.")
+    node: int | None = Field(default=None, description="Its node's rank.")
+    failure_class: str | None = Field(
+        default=None, alias="class", description="Its failure class, if one matched."
+    )
+
+
 class NodeCounts(Model):
     """How many node Pods are in which state."""
 
@@ -241,7 +253,17 @@ class TrainingRunStatus(Model):
     )
     failed_attempts: int | None = Field(
         default=None,
-        description="Restarts caused by the user's code, counted against policy.backoffLimit.",
+        description="Restarts caused by the user's code, counted against policy.backoffLimit "
+        "(gang restarts and in-place restarts alike).",
+    )
+    in_place_restarts: int | None = Field(
+        default=None,
+        description="Restarts of the ranks inside the node Pods that kept running (a rank's "
+        "failure, restarted from the newest complete checkpoint with no Pod recreated); "
+        "counted in failedAttempts, not in restarts.",
+    )
+    last_in_place_restart: InPlaceRestart | None = Field(
+        default=None, description="The last in-place restart: what failed, and when."
     )
     suspensions: int | None = Field(
         default=None,

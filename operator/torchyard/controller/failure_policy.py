@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from torchyard import api
-from torchyard.launch import classes
+from torchyard.launch import classes, coordination
 from torchyard.planning import names
 from torchyard.status import exclusions, failures, suspensions
 from torchyard.status.failures import Failure
@@ -45,6 +45,8 @@ class Attempts:
     last_signature: str | None = None
     # of the restarts, the suspensions (spec.suspend, Kueue): counted in no limit
     suspensions: int = 0
+    # of the failed attempts, those the launchers restarted in place (no gang restart)
+    in_place: int = 0
 
     @classmethod
     def of(cls, previous: Mapping[str, Any]) -> Attempts:
@@ -54,15 +56,37 @@ class Attempts:
             int(previous.get("failedAttempts") or 0),
             classes.signature(last) if isinstance(last, Mapping) else None,
             int(previous.get("suspensions") or 0),
+            int(previous.get("inPlaceRestarts") or 0),
         )
 
     @property
     def platform_restarts(self) -> int:
-        return self.restarts - self.failed_attempts - self.suspensions
+        return self.restarts - (self.failed_attempts - self.in_place) - self.suspensions
 
     def suspended(self) -> Attempts:
         """After one more suspension: a new attempt, no limit used."""
         return replace(self, restarts=self.restarts + 1, suspensions=self.suspensions + 1)
+
+    def in_place_seen(self, said: Sequence[Mapping[str, Any]]) -> Attempts:
+        """With the newest of what the launchers said of their in-place restarts
+        (``launch.coordination.REPORTED``: counts that only grow, and the signature of the
+        failure restarted last, for "the same error at the same step")."""
+        newest = max(said, key=lambda s: int(s.get("inPlace") or 0), default=None)
+        if newest is None or int(newest.get("inPlace") or 0) <= self.in_place:
+            return self
+        return replace(
+            self,
+            failed_attempts=max(self.failed_attempts, int(newest.get("failedAttempts") or 0)),
+            in_place=int(newest.get("inPlace") or 0),
+            last_signature=str(newest.get("signature") or "") or self.last_signature,
+        )
+
+    def budget(self, run: api.TrainingRun) -> coordination.Budget | None:
+        """What a new gang's launchers may restart in place (None: nothing left)."""
+        limit = run.spec.policy.backoff_limit
+        if self.failed_attempts >= limit:
+            return None
+        return coordination.Budget(limit, self.failed_attempts, self.in_place, self.last_signature)
 
 
 @dataclass(frozen=True)
@@ -122,6 +146,7 @@ def restart(
         attempts.failed_attempts + (1 if kind == "user" else 0),
         classes.signature(failure),
         attempts.suspensions,
+        attempts.in_place,
     )
     if kind == "platform":
         counted = "a platform failure, not counted against backoffLimit"

@@ -68,6 +68,8 @@ class Polled:
 
     progress: dict[str, Any] | None
     again_seconds: float
+    # the launchers' word on their in-place restarts (``inPlace`` of their summaries)
+    in_place: tuple[Mapping[str, Any], ...] = ()
 
 
 def _running(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -151,4 +153,5 @@ def poll(
         polls.last = now
         polls.empty = 0 if progress is not None else polls.empty + 1
         every = QUIET_POLL_SECONDS if polls.empty >= QUIET_AFTER else POLL_SECONDS
-    return Polled(progress, every)
+    said = [n["inPlace"] for n in nodes.values() if n and isinstance(n.get("inPlace"), Mapping)]
+    return Polled(progress, every, tuple(said))

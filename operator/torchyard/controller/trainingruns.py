@@ -57,7 +57,7 @@ from torchyard.controller import ttl_after_finished as ttl
 from torchyard.controller.context import Context, Event, Log, Outcome, Result
 from torchyard.planning import checkpoints, names, pods
 from torchyard.planning import workloads as run_workloads
-from torchyard.status import deadlines, exclusions
+from torchyard.status import deadlines, exclusions, failures
 from torchyard.status import tracking as tracking_status
 from torchyard.status import trainingruns as run_status
 
@@ -304,6 +304,8 @@ def observe(ctx: Context, run: api.TrainingRun, previous: Mapping[str, Any]) -> 
     ]
     attempts = failure_policy.Attempts.of(previous)
     current = [p for p in children if _attempt(p) == attempts.restarts]
+    # restarts in place the launchers of Pods that ended said (their termination messages)
+    attempts = attempts.in_place_seen(failures.in_place_said(current))
     seen = Observed(
         previous=previous,
         attempts=attempts,
@@ -386,6 +388,7 @@ def _create_children(
             placement=workloads.request(ctx, run) if seen.kueue is None else None,
             gated=seen.kueue is None,
             pod_group=seen.kueue == "podGroups",
+            restart_budget=seen.attempts.budget(run),
         )
 
     if not seen.current:
@@ -432,6 +435,8 @@ def _status_inputs(
         pods=applied.pods if applied is not None else seen.current,
         restarts=seen.attempts.restarts,
         failed_attempts=seen.attempts.failed_attempts,
+        in_place=seen.attempts.in_place,
+        last_in_place=run_status.newest_in_place(failures.in_place_said(seen.current)),
         deadline_exceeded=verdict.deadline_exceeded,
         failure=verdict.failure,
         pending=applied.pending if applied is not None else None,
@@ -453,6 +458,8 @@ def _read_progress(
     result.requeue_after = (
         again if result.requeue_after is None else min(result.requeue_after, again)
     )
+    if polled.in_place:  # what the running launchers said of their in-place restarts
+        observed = run_status.with_in_place(observed, polled.in_place)
     return replace(observed, progress=polled.progress) if polled.progress else observed
 
 
@@ -469,6 +476,9 @@ def _conclude(
     and one that finished is looked at again at its TTL."""
     new = status.trainingrun_status(run, observed, seen.previous, now)
     outcome = Outcome(new, now, context.phase_events(seen.previous, new))
+    restarted = run_status.in_place_event(seen.previous, new)
+    if restarted is not None:
+        outcome.events.append(Event("Warning", "RestartedInPlace", restarted))
     warning = finalize.archive_warning(seen.previous, new)
     if warning is not None:
         outcome.events.append(warning)

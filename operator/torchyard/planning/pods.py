@@ -23,8 +23,11 @@ from typing_extensions import Unpack
 from torchyard import __version__, distributions
 from torchyard.api import GitSource, OnlineEndpoint, TrainingRun, wire
 from torchyard.api.quantities import format_bytes, quantity
+from torchyard.launch import coordination
 from torchyard.launch.contract import (
+    COORDINATOR_PORT,
     NODE_LAUNCHER,
+    TORCHYARD_COORDINATOR,
     TORCHYARD_DISTRIBUTION,
     TORCHYARD_DNS_TIMEOUT,
     TORCHYARD_GPUS_PER_NODE,
@@ -34,6 +37,7 @@ from torchyard.launch.contract import (
     TORCHYARD_REGISTRY_CA,
     TORCHYARD_REGISTRY_TOKEN_FILE,
     TORCHYARD_REGISTRY_URL,
+    TORCHYARD_RESTART_BUDGET,
     TORCHYARD_SHIPPED_PATH,
     TORCHYARD_SOURCE_PATH,
     TORCHYARD_STALL_BUDGETS,
@@ -397,6 +401,19 @@ def launcher_env(
     return env
 
 
+def in_place_env(run: TrainingRun, budget: coordination.Budget | None) -> dict[str, str]:
+    """Where node 0's coordinator listens and what ``policy.backoffLimit`` has left, for
+    the launchers to restart their ranks in place (``launch.coordination``): for a
+    distribution type whose nodes run the node launcher (mpirun's gang restarts whole)."""
+    kind = distributions.of(run.spec.distribution)
+    if budget is None or kind.launcher != NODE_LAUNCHER:
+        return {}
+    return {
+        TORCHYARD_COORDINATOR: f"{place(run).hosts[0]}:{COORDINATOR_PORT}",
+        TORCHYARD_RESTART_BUDGET: budget.to_json(),
+    }
+
+
 def pod(
     run: TrainingRun,
     node_rank: int,
@@ -411,6 +428,7 @@ def pod(
     placement: topology.Request | None = None,
     gated: bool = True,
     pod_group: bool = False,
+    restart_budget: coordination.Budget | None = None,
 ) -> dict[str, Any]:
     """The Pod of node ``node_rank``: the launcher starts the ranks inside ``image``, on
     none of the ``excluded`` nodes (the run's ``status.excludedNodes``); its
@@ -421,7 +439,9 @@ def pod(
     annotation of the gated Pod, ``planning.admission``); ``gated`` False: a Pod of a gang
     Kueue admitted, created without the gang gate (``planning.workloads``); ``pod_group``:
     handed to Kueue as a plain Pod group (the fallback of a Kueue without Workload
-    v1beta2: its labels, and Kueue's own gate instead of torchyard's)."""
+    v1beta2: its labels, and Kueue's own gate instead of torchyard's);
+    ``restart_budget``: what ``policy.backoffLimit`` has left, for the launchers to restart
+    their ranks in place (:func:`in_place_env`; None: nothing left)."""
     settings = settings or Settings()
     in_workspace = run.spec.source.in_workspace
     env = launcher_env(
@@ -435,6 +455,7 @@ def pod(
     env[TORCHYARD_DNS_TIMEOUT] = str(settings.dns_timeout_seconds)
     env.update(run_inputs.env(run))
     env[TORCHYARD_SHIPPED_PATH] = SHIPPED_ROOT
+    env.update(in_place_env(run, restart_budget))
     if run.spec.resources.gpus_per_node:  # PyTorch's NCCL flight recorder
         env[TORCHYARD_GPUS_PER_NODE] = str(run.spec.resources.gpus_per_node)
     extra = distributions.of(run.spec.distribution).pod_parts(run.spec.distribution, place(run))
@@ -602,6 +623,7 @@ class PodOptions(TypedDict, total=False):
     placement: topology.Request | None
     gated: bool
     pod_group: bool
+    restart_budget: coordination.Budget | None
 
 
 def pods(run: TrainingRun, *, image: str, **options: Unpack[PodOptions]) -> list[dict[str, Any]]:

@@ -126,6 +126,18 @@ def _termination(message: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def in_place_said(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """What the ended node Pods' launchers said of the last in-place restart (their
+    termination messages' ``inPlace``: ``launch.coordination.REPORTED``)."""
+    found = []
+    for pod in pods:
+        ended = (_trainer(pod).get("state") or {}).get("terminated") or {}
+        said = _termination(str(ended.get("message") or "")).get("inPlace") if ended else None
+        if isinstance(said, Mapping):
+            found.append(said)
+    return found
+
+
 def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
     """The failure of one Pod, or None while it has not failed."""
     status = pod.get("status", {})

@@ -12,8 +12,8 @@ Tested as tables in ``tests/unit/status/``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any
 
 from torchyard.api import Phase, TrainingRun, wire
@@ -51,6 +51,9 @@ class Observed:
     lost_pods: Sequence[str] = ()  # Pods of a running gang that vanished
     restarts: int = 0
     failed_attempts: int = 0
+    in_place: int = 0  # of the failed attempts, those restarted in place
+    # what the launchers said of the last in-place restart (``launch.coordination.REPORTED``)
+    last_in_place: Mapping[str, Any] | None = None
     deadline_exceeded: bool = False
     finalized: bool = True  # outputs archived and the model registered (or nothing to do)
     model: Mapping[str, Any] | None = None  # {name, version} of the registered model
@@ -151,6 +154,57 @@ def trainingrun_status(
     return with_kstatus(new, prev, now)
 
 
+def newest_in_place(said: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of what launchers said of their in-place restarts, the newest (the most counted)."""
+    return max(said, key=lambda s: int(s.get("inPlace") or 0), default=None)
+
+
+def with_in_place(observed: Observed, said: Sequence[Mapping[str, Any]]) -> Observed:
+    """``observed`` with the running launchers' word on their in-place restarts: the
+    counts only grow (a launcher that has not heard of the last one says less)."""
+    newest = newest_in_place(said)
+    if newest is None or int(newest.get("inPlace") or 0) <= observed.in_place:
+        return observed
+    return replace(
+        observed,
+        in_place=int(newest.get("inPlace") or 0),
+        failed_attempts=max(observed.failed_attempts, int(newest.get("failedAttempts") or 0)),
+        last_in_place=newest,
+    )
+
+
+def in_place_status(said: Mapping[str, Any]) -> dict[str, Any]:
+    """``status.lastInPlaceRestart`` of what a launcher said of the last in-place restart."""
+    failure: Mapping[str, Any] = said.get("failure") or {}
+    if not isinstance(failure, Mapping):
+        failure = {}
+    at = said.get("at")
+    out = {
+        "message": str(said.get("message") or "restarted in place"),
+        "time": (
+            datetime.fromtimestamp(float(at), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if isinstance(at, (int, float))
+            else None
+        ),
+        "rank": failure.get("rank"),
+        "node": failure.get("nodeRank"),
+        "class": said.get("failureClass"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def in_place_event(previous: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """The ``RestartedInPlace`` Event's message when the count grew, None when it did not
+    (restarts the operator did not see one by one are counted in it)."""
+    before, now = int(previous.get("inPlaceRestarts") or 0), int(new.get("inPlaceRestarts") or 0)
+    if now <= before:
+        return None
+    message = str((new.get("lastInPlaceRestart") or {}).get("message") or "restarted in place")
+    if now - before > 1:
+        return f"{now - before} in-place restarts since the last look; the last: {message}"
+    return message
+
+
 def restarting_status(
     previous: Mapping[str, Any],
     generation: int | None,
@@ -243,12 +297,17 @@ def _gather(
     }
     if observed.failed_attempts:
         status["failedAttempts"] = observed.failed_attempts
+    if observed.in_place:
+        status["inPlaceRestarts"] = observed.in_place
+    if observed.last_in_place is not None:
+        status["lastInPlaceRestart"] = in_place_status(observed.last_in_place)
     ran = run_progress.final_progress(pods, now) or observed.progress or prev.get("progress")
     if ran:
         status["progress"] = dict(ran)
     # (status.tracking too: an operator without a tracking server keeps the run's link)
-    for key in ("startTime", "lastFailure", "suspensions", "excludedNodes", "inputs", "tracking"):
-        if prev.get(key):
+    kept = ("startTime", "lastFailure", "suspensions", "excludedNodes", "inputs", "tracking")
+    for key in (*kept, "inPlaceRestarts", "lastInPlaceRestart"):
+        if prev.get(key) and key not in status:
             status[key] = prev[key]
     if observed.inputs is not None and observed.inputs.entries:
         status["inputs"] = [dict(e) for e in observed.inputs.entries]
