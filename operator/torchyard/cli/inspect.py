@@ -144,6 +144,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
         f"{dist.get('processCountPerNode', 1)} process(es), launch {dist.get('launch', 'process')}"
     )
     print(f"Source:       {yaml.safe_dump(spec.get('source'), default_flow_style=True).strip()}")
+    print(f"Restarts:     {runs.restarts_text(st)}")
+    if st.get("lastInPlaceRestart"):
+        last = st["lastInPlaceRestart"]
+        print(f"  last in place, {last.get('time') or '?'}: {last.get('message', '')}")
     print("Nodes:")
     for i, pod in enumerate(pods):
         node = pod["spec"].get("nodeName") or "-"

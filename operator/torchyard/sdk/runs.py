@@ -143,6 +143,18 @@ def progress_text(progress: Any, *, bar: bool = False, width: int = 20) -> str:
     return text
 
 
+def restarts_text(status: Any) -> str:
+    """A run's restarts in a few words: ``1 gang, 3 in place (4 of backoffLimit used)``,
+    ``0`` for none."""
+    if not isinstance(status, dict):
+        return "0"
+    gang, in_place = int(status.get("restarts") or 0), int(status.get("inPlaceRestarts") or 0)
+    if not in_place:
+        return str(gang)
+    failed = int(status.get("failedAttempts") or 0)
+    return f"{gang} gang, {in_place} in place ({failed} of backoffLimit used)"
+
+
 @dataclass
 class NodeStream:
     """One node Pod's live log stream, as the follower saw it."""

@@ -266,10 +266,12 @@ def _summary(run: Obj) -> str:
             f"{dist.get('processCountPerNode', 1)} process(es)",
         ),
         ("Elapsed", runs.duration(runs.elapsed(run))),
-        ("Restarts", st.get("restarts") or 0),
+        ("Restarts", runs.restarts_text(st)),
         ("Progress", runs.progress_text(progress) or "-"),
         ("ETA", progress.get("eta") or "-"),
     ]
+    if st.get("lastInPlaceRestart"):
+        rows.append(("Last in-place restart", st["lastInPlaceRestart"].get("message", "")))
     queue = st.get("queue") or {}
     if queue:
         place = queue.get("position") or f"beyond the first {QUEUE_EXACT_POSITIONS}"

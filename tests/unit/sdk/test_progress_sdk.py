@@ -62,3 +62,19 @@ def test_the_wait_line_draws_the_bar() -> None:
         "status": {"phase": "Running", "progress": {"step": 30, "total": 60, "eta": "1m"}},
     }
     assert runs.summary_line(body, []).endswith("[##########..........] 30/60 50% ETA 1m")
+
+
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        (None, "0"),
+        ({}, "0"),
+        ({"restarts": 2, "failedAttempts": 1}, "2"),
+        (
+            {"restarts": 1, "inPlaceRestarts": 3, "failedAttempts": 4},
+            "1 gang, 3 in place (4 of backoffLimit used)",
+        ),
+    ],
+)
+def test_restarts_say_gang_and_in_place_apart(status: object, text: str) -> None:
+    assert runs.restarts_text(status) == text
