@@ -6,7 +6,7 @@ ordered by the launcher's ``exitedAt`` as the operator orders failed Pods). Pure
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any
 
 from torchyard.registry import Version
 from torchyard.status import failures, steps
+from torchyard.status import trainingruns as run_status
 from torchyard.status.failures import (
     PLATFORM_REASONS,
     Failure,
@@ -53,6 +54,13 @@ class LocalResult:
     @property
     def succeeded(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def in_place(self) -> Mapping[str, Any] | None:
+        """The last in-place restart the launchers said (``inPlace`` of their termination
+        messages, the most counted), None when the ranks were never restarted."""
+        said = [n.termination.get("inPlace") for n in self.nodes]
+        return run_status.newest_in_place([s for s in said if isinstance(s, Mapping)])
 
     @property
     def progress(self) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ from typing import IO, Any
 import torchyard.launch.main
 from torchyard import distributions
 from torchyard.api import Environment, TrainingRun
+from torchyard.launch import coordination
 from torchyard.launch.contract import (
     TORCHYARD_CHECKPOINT_DIR,
     TORCHYARD_GRACE_PERIOD,
@@ -111,6 +112,7 @@ class LocalRun:
         # Each node's launcher marks what its ranks start with this (TORCHYARD_NODE_COOKIE): what
         # is left of them when the node ended is ended, even should its launcher be killed.
         self.cookies: dict[int, str] = {}
+        self.coordinator_port = 0  # node 0's coordinator (in-place restarts), set by _start
         self.console = Console(out, label=label)
         self.progress = Progress({})
         self.ended = threading.Event()  # every node ended: no more progress to show
@@ -183,6 +185,11 @@ class LocalRun:
             )
         )
         env.update(run_inputs.env(self.run, self.input_paths))
+        # backoffLimit: the launchers restart their ranks in place, as in a cluster (the
+        # coordinator on a free port of this machine); there is no gang to restart here
+        limit = self.run.spec.policy.backoff_limit
+        budget = coordination.Budget(limit, 0) if limit > 0 else None
+        env.update(pods.in_place_env(self.run, budget, f"127.0.0.1:{self.coordinator_port}"))
         env[TORCHYARD_TERMINATION_LOG] = str(self.node_dir(node) / "termination-log.json")
         # its summaries for the run's one progress line (not as JSON on the terminal)
         env[TORCHYARD_PROGRESS_FILE] = str(self.progress_file(node))
@@ -215,6 +222,7 @@ class LocalRun:
 
     def _start(self) -> None:
         port = free_port()
+        self.coordinator_port = free_port()
         dist = self.run.spec.distribution
         nodes, note = distributions.of(dist).local_launchers(dist, self._env(0, port)["PATH"])
         if note:
@@ -423,6 +431,11 @@ class LocalRun:
             result.exit_code = result.exit_code or 1
             result.failure = result.failure or {"reason": "FinalizeFailed", "message": str(err)}
         result.seconds = time.monotonic() - started
+        if result.in_place:
+            self.say(
+                f"the ranks were restarted in place {result.in_place['inPlace']} time(s); the "
+                f"last: {result.in_place.get('message')}"
+            )
         outcome = "Succeeded" if result.succeeded else "Failed"
         step = self._attempt_ended(INTERRUPTED if self.interrupted is not None else outcome)
         try:

@@ -401,15 +401,18 @@ def launcher_env(
     return env
 
 
-def in_place_env(run: TrainingRun, budget: coordination.Budget | None) -> dict[str, str]:
-    """Where node 0's coordinator listens and what ``policy.backoffLimit`` has left, for
-    the launchers to restart their ranks in place (``launch.coordination``): for a
-    distribution type whose nodes run the node launcher (mpirun's gang restarts whole)."""
+def in_place_env(
+    run: TrainingRun, budget: coordination.Budget | None, coordinator: str | None = None
+) -> dict[str, str]:
+    """Where node 0's coordinator listens (``coordinator``: "host:port", node 0's DNS name
+    by default) and what ``policy.backoffLimit`` has left, for the launchers to restart
+    their ranks in place (``launch.coordination``): for a distribution type whose nodes
+    run the node launcher (mpirun's gang restarts whole). Local mode passes its own."""
     kind = distributions.of(run.spec.distribution)
     if budget is None or kind.launcher != NODE_LAUNCHER:
         return {}
     return {
-        TORCHYARD_COORDINATOR: f"{place(run).hosts[0]}:{COORDINATOR_PORT}",
+        TORCHYARD_COORDINATOR: coordinator or f"{place(run).hosts[0]}:{COORDINATOR_PORT}",
         TORCHYARD_RESTART_BUDGET: budget.to_json(),
     }
 
