@@ -26,7 +26,11 @@ per node (8 GPUs per Pod):
     restart (policy.backoffLimit), JobSet's failurePolicy restart (the TrainJob's runtime
     ``torchyard-bench``: torch-distributed with failurePolicy.maxRestarts and Job
     backoffLimit 0), Training Operator's Pod restart; how many of the N Pods were replaced
-    is printed beside it;
+    is printed beside it; and ``torchyard in place``: the launchers' own restart of a
+    rank's failure (node 0's coordinator and N launcher peers over TCP on this machine,
+    threads standing in for the launchers, since nothing runs inside KWOK's Pods): from the
+    failure to every launcher told to start its ranks again, 0 Pods created; starting the
+    ranks is in neither figure (KWOK's containers start nothing);
   - admission: ``--admission-runs`` runs of 4 nodes x 8 GPUs created at once on the
     4-node pool; each run's Pods are ended (exit code 0) as soon as all 4 are Running; the
     time until every run has finished, and, from a watch on the Pods, the most runs that
@@ -88,6 +92,7 @@ from tests.cluster.harness import GPU_TAINT, Cluster, Pool  # noqa: E402
 
 from torchyard import api, k8s  # noqa: E402
 from torchyard.k8s import rest  # noqa: E402  (any resource: the peers' kinds too)
+from torchyard.launch import coordination  # noqa: E402
 from torchyard.planning import pods as pod_builder  # noqa: E402
 
 NS = "peers"
@@ -97,6 +102,7 @@ RUNTIME = "torchyard-bench"
 WRITES = ("POST", "PUT", "PATCH", "APPLY", "DELETE")  # the apiserver counts SSA as APPLY
 BACKGROUND = {"leases", "nodes"}  # KWOK's heartbeats: written whatever runs
 TARGET_N, TARGET_RATIO, TARGET_RESTART_N = 256, 1.3, 64
+IN_PLACE_TARGET = 1 / 3  # an in-place restart against torchyard's own recreate path
 EXIT = "kwok.torchyard.dev/exit-code"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 TRAINJOBS = k8s.Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs")
@@ -397,6 +403,42 @@ def gang_restart(
     return elapsed
 
 
+IN_PLACE = "torchyard in place"
+
+
+def in_place_restart(n: int, res: Results) -> float:
+    """torchyard's in-place restart of N nodes: node 0's coordinator and N launchers'
+    peers (``torchyard.launch.coordination``, real TCP on this machine, threads for the
+    launchers: on KWOK nothing runs inside the Pods), from the failure the last node's
+    launcher reports to every launcher told to start its ranks again (settle, decision,
+    N stopped, barrier). Starting the ranks again is not counted, nor is it in the recreate
+    paths measured beside it (their Pods' containers start nothing on KWOK); no Pod is
+    created or deleted."""
+    coordinator = coordination.Coordinator(0, n, coordination.Budget(10, 0), 1, lambda _: None)
+    peers = [coordination.Peer(f"127.0.0.1:{coordinator.port}", node, 30) for node in range(n)]
+    failure = {"rank": n - 1, "nodeRank": n - 1, "exitCode": 1, "reason": "Error", "step": 7}
+    started = time.monotonic()
+
+    def launcher(peer: coordination.Peer) -> None:
+        if peer.node == n - 1:
+            peer.send(failed=failure)
+        restart = peer.wait("restart")
+        assert restart is not None and "restart" in restart, restart
+        peer.send(ready=True)
+        go = peer.wait("go")
+        assert go is not None and go.get("go") == 1, go
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        list(pool.map(launcher, peers))
+    elapsed = time.monotonic() - started
+    for peer in peers:
+        peer.close()
+    coordinator.close()
+    res.restart.setdefault(IN_PLACE, []).append(elapsed)
+    res.replaced.setdefault(IN_PLACE, []).append(0)
+    return elapsed
+
+
 class PodWatch:
     """A watch on the namespace's Pods: each run's Pods (bound node, phase), the most runs
     seen at once with a partial gang, and which Pods ever Succeeded."""
@@ -670,6 +712,12 @@ def report_restart(args: argparse.Namespace, res: Results) -> None:
         ]
         verdict = "target met" if not slower else f"TARGET MISSED ({', '.join(slower)})"
         print(f"target: gang restart of {TARGET_RESTART_N} faster than the peers: {verdict}")
+    if base and IN_PLACE in res.restart:
+        ratio = statistics.median(res.restart[IN_PLACE]) / statistics.median(base)
+        met = "met" if ratio <= IN_PLACE_TARGET else "MISSED"
+        print(
+            f"target: in place <= {IN_PLACE_TARGET:.2f} of torchyard's recreate: {ratio:.2f}, {met}"
+        )
 
 
 def report_admission(args: argparse.Namespace, res: Results) -> None:
@@ -754,6 +802,19 @@ def record_results(
         median = statistics.median(times)
         if not base or name == "torchyard":
             rec.figure(title, median, "s", spread=(min(times), max(times)))
+            continue
+        if name == IN_PLACE:
+            rec.figure(
+                f"{name}: restart of {args.restart_size} nodes' ranks, a rank fails -> every "
+                "launcher told to start again (0 Pods created; launchers simulated)",
+                median,
+                "s",
+                spread=(min(times), max(times)),
+                baseline=("torchyard's gang restart (recreate)", statistics.median(base)),
+                ratio=median / statistics.median(base),
+                target=f"<= {IN_PLACE_TARGET:.2f}",
+                met=median / statistics.median(base) <= IN_PLACE_TARGET,
+            )
             continue
         rec.figure(
             title,
@@ -884,6 +945,9 @@ def main() -> int:
                     if c is not DIRECT and "restart" in parts:
                         took = gang_restart(cluster, c, args.restart_size, r, res, args.breakdown)
                         line.append(f"{c.name} {took:6.2f}s")
+                if "restart" in parts:
+                    took = in_place_restart(args.restart_size, res)
+                    line.append(f"{IN_PLACE} {took:6.2f}s")
                 if "restart" in parts:
                     print("  ".join(line), flush=True)
                 line = [f"round {r + 1}/{args.rounds}  admission {args.admission_runs} runs"]

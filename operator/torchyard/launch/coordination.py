@@ -211,7 +211,8 @@ class Coordinator:
         self._done: set[int] = set()
         self._ready: set[int] = set()
         self._ended: str | None = None  # why no generation follows: the end
-        self._server = socket.create_server(("", port), backlog=64)
+        self._server = socket.create_server(("", port), backlog=max(64, nodes))
+        self.port = int(self._server.getsockname()[1])  # ``port``, or the one given for 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def close(self) -> None:
