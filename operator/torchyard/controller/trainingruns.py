@@ -530,6 +530,8 @@ def _restart(
     )
     if restart.attempts.suspensions:
         new["suspensions"] = restart.attempts.suspensions
+    if restart.attempts.in_place:  # as the ended launchers said it, not the last poll
+        new["inPlaceRestarts"] = restart.attempts.in_place
     if restart.kind == "suspension":
         new.update(deadlines.paused(seen.previous, now))  # activeDeadlineSeconds stops
     events = [Event("Warning", "Restarting", restart.message)]

@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from tests.builders import TrainingRunBuilder, pod
-from tests.unit.controller.world import env, gpu_node, reconcile, running, status, world
+from tests.unit.controller.world import (
+    env,
+    gpu_node,
+    node_pod,
+    reconcile,
+    running,
+    status,
+    world,
+)
 from tests.unit.controller.world import run as wrun
 from torchyard import api
 from torchyard.controller import failure_policy
@@ -184,3 +192,39 @@ def test_a_running_gang_s_restarts_in_place_reach_the_status_and_events_once_eac
     reconcile(fake, at=25)
     assert not [e for e in fake.events if e[1] == "RestartedInPlace"]
     assert status(fake)["inPlaceRestarts"] == 2
+
+
+def test_a_gang_restart_after_restarts_in_place_keeps_their_count() -> None:
+    """A node left out (a GPU Xid) after three restarts in place: the gang restarts, and
+    the status keeps the count the ended launcher said, not the last poll's."""
+    xid = {
+        "rank": 2,
+        "nodeRank": 1,
+        "exitCode": 1,
+        "reason": "Error",
+        "step": 50,
+        "evidence": [{"line": "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus"}],
+        "inPlace": said(3, 3),
+    }
+    fake = world(
+        wrun(
+            status={
+                "phase": "Running",
+                "startTime": "2026-01-01T11:59:00Z",
+                "restarts": 0,
+                "inPlaceRestarts": 1,
+                "failedAttempts": 1,
+            },
+            spec={"policy.backoffLimit": 10},
+        ),
+        env(),
+        gpu_node("gpu-0"),
+        gpu_node("gpu-1"),
+        node_pod(
+            0, phase="Failed", node_name="gpu-0", exit_code=143, message='{"reason": "Terminated"}'
+        ),
+        node_pod(1, phase="Failed", node_name="gpu-1", exit_code=1, message=json.dumps(xid)),
+    )
+    reconcile(fake, at=30)
+    got = status(fake)
+    assert (got["restarts"], got["inPlaceRestarts"], got["failedAttempts"]) == (1, 3, 4), got
