@@ -401,11 +401,16 @@ class Peer:
         except OSError:
             return False
 
-    def wait(self, *kinds: str) -> dict[str, Any] | None:
+    def wait(self, *kinds: str, stop: Callable[[], bool] = lambda: False) -> dict[str, Any] | None:
         """The next message of one of ``kinds`` (or ``end``); None once the coordinator is
-        gone."""
+        gone, or as soon as ``stop`` says so (the launcher was told to stop)."""
         while True:
-            message = self._messages.get()
+            try:
+                message = self._messages.get(timeout=0.2)
+            except queue.Empty:
+                if stop():
+                    return None
+                continue
             if message is None:
                 self._messages.put(None)
                 return None

@@ -39,6 +39,9 @@ class InPlaceRestarts:
     peer: coordination.Peer | None = None
     _restarting = False
     _checkpoints_stopped = False
+    # the coordinator answered this node's failure with a restart: it is no longer the
+    # node's to report, even when the restart does not come (a signal, the barrier's end)
+    restart_answered = False
     abandoned: str | None = None
 
     # The launcher's, as node_launcher.Launcher has them
@@ -89,6 +92,10 @@ class InPlaceRestarts:
             self.say(f"no in-place restarts: cannot reach the coordinator at {address} ({err})")
             self._leave()
 
+    def _stopped(self) -> bool:
+        """SIGTERM or SIGINT came (the Pod is being deleted): no more waiting."""
+        return self.stopping is not None
+
     def _leave(self) -> None:
         if self.peer is not None:
             self.peer.close()
@@ -107,22 +114,25 @@ class InPlaceRestarts:
                 self._checkpoints_stopped = True
             if not peer.send(failed=self._failure_info(failed, node_rank)):
                 return False
-            answer = peer.wait("restart")
+            answer = peer.wait("restart", stop=self._stopped)
         elif self._restarting:
             answer = {"restart": peer.restart_asked}
         else:  # every rank succeeded: the others may yet fail, and restart these too
             if not peer.send(done=True):
                 return False
-            answer = peer.wait("finish", "restart")
+            answer = peer.wait("finish", "restart", stop=self._stopped)
         if answer is None or "restart" not in answer:
             if answer is not None and "end" in answer and failed is not None:
                 self.say(str(answer.get("message") or "no in-place restart"))
             return False
+        self.restart_answered = True
         if self.checkpoints is not None and not self._checkpoints_stopped:
             self.checkpoint_info = self.checkpoints.stop(rank_failed=failed is not None)
             self._checkpoints_stopped = True
         peer.send(ready=True)
-        go = peer.wait("go")
+        go = peer.wait("go", stop=self._stopped)
+        if go is None and self.stopping is not None:
+            return False  # stopped by a signal: the termination message says that
         if go is None or "go" not in go:
             why = (go or {}).get("message") or "the coordinator left"
             self.abandoned = f"the ranks stopped for an in-place restart that did not come: {why}"
@@ -140,6 +150,7 @@ class InPlaceRestarts:
         self._stall_check_at = 0.0
         self._node_ranks = {}
         self._restarting = False
+        self.restart_answered = False
         self._save_until = None
         self.progress.close()
         self.progress = ProgressTracker(logs)  # the new ranks' stall clocks start afresh

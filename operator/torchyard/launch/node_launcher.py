@@ -416,6 +416,7 @@ class Launcher(InPlaceRestarts):
                 for rank in self.ranks:
                     rank.finish()
                 if not self._in_place(failed, node_rank):
+                    failed = None if self.restart_answered else failed
                     break
                 self._next_generation(launch, nproc, node_rank, logs)
         finally:

@@ -330,3 +330,39 @@ def test_hostile_peers_cannot_crash_or_steer_the_coordinator() -> None:
         peer.close()
     finally:
         coordinator.close()
+
+
+def test_a_launcher_waiting_at_the_barrier_stops_at_once_on_sigterm(tmp_path: Path) -> None:
+    """Node 1's rank fails, the coordinator (here, for a run of 2 whose node 0 never comes)
+    asks for a restart, and node 1's launcher waits at the barrier: a SIGTERM (its Pod
+    deleted) ends it at once, saying it was stopped."""
+    coordinator = coordination.Coordinator(0, 2, coordination.Budget(3, 0), 1, print, settle=0.1)
+    package = lay_out(tmp_path / "lib")
+    (tmp_path / "train.py").write_text("import sys; sys.exit(3)\n")
+    env = {
+        "PATH": os.environ["PATH"],
+        "NODE_RANK": "1",
+        "WORLD_SIZE": "2",
+        "TORCHYARD_NNODES": "2",
+        "TORCHYARD_NPROC_PER_NODE": "1",
+        "TORCHYARD_TERMINATION_LOG": str(tmp_path / "termination.json"),
+        "TORCHYARD_SHIPPED_PATH": str(tmp_path / "lib"),
+        "TORCHYARD_COORDINATOR": f"127.0.0.1:{coordinator.port}",
+        "TORCHYARD_RESTART_BUDGET": coordination.Budget(3, 0).to_json(),
+    }
+    argv = [sys.executable, "-I", str(launcher(package)), "--", sys.executable, "train.py"]
+    node = subprocess.Popen(argv, cwd=tmp_path, env=env, text=True, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not coordinator.restarts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert coordinator.restarts, "no restart was asked for"
+        time.sleep(0.5)  # node 1 stopped its ranks and waits for node 0 at the barrier
+        node.send_signal(signal.SIGTERM)
+        _, err = node.communicate(timeout=5)
+    finally:
+        node.kill()
+        coordinator.close()
+    said = json.loads((tmp_path / "termination.json").read_text())
+    assert (node.returncode, said["reason"], said["signal"]) == (143, "Terminated", 15), err
+    assert said["inPlace"]["inPlace"] == 1, said
