@@ -127,7 +127,9 @@ def test_each_failure_class_is_produced_and_named_with_advice(
     assert "rank 0 joined" in runs.logs(cluster, ns, "collective-0")
     # a deterministic error: the same error at the same step twice, then no more retries
     raised = k8s.get(k8s.TRAININGRUNS, ns, "raises")["status"]
-    assert raised["restarts"] == 1 and raised["failure"]["step"] == 7, raised
+    # (restarted once in place: the launcher ran the ranks again, in the same Pod)
+    assert (raised["restarts"], raised["inPlaceRestarts"], raised["failedAttempts"]) == (0, 1, 1)
+    assert raised["failure"]["step"] == 7, raised
     assert raised["failure"]["advice"].startswith("the same error at the same step"), raised
     assert raised["lastFailure"]["class"] == "PythonException"
     # the import error was not retried at all, despite backoffLimit 3

@@ -152,6 +152,11 @@ def decide(failure: Mapping[str, Any], budget: Budget) -> str | None:
     return None
 
 
+def last_line(failure: Mapping[str, Any]) -> str:
+    lines = str(failure.get("message") or "").strip().splitlines()
+    return lines[-1][:300] if lines else ""
+
+
 def describe(failure: Mapping[str, Any]) -> str:
     """'rank 2 failed (signal 9)': what the restart's Event says of the failure."""
     who = f"rank {failure['rank']}" if failure.get("rank") is not None else "node"
@@ -303,9 +308,13 @@ class Coordinator:
                 "failedAttempts": self.budget.failed_attempts,
                 "backoffLimit": self.budget.backoff_limit,
                 "failure": {
-                    k: failure.get(k)
-                    for k in ("rank", "nodeRank", "exitCode", "signal", "reason", "step")
-                    if failure.get(k) is not None
+                    **{
+                        k: failure.get(k)
+                        for k in ("rank", "nodeRank", "exitCode", "signal", "reason", "step")
+                        if failure.get(k) is not None
+                    },
+                    # its message's last line: what "the same error" compares (signature)
+                    "lastLine": last_line(failure),
                 },
                 "failureClass": failure.get("failureClass"),
                 "message": (

@@ -193,6 +193,22 @@ def in_place_status(said: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def in_place_failure(said: Mapping[str, Any]) -> dict[str, Any]:
+    """``status.lastFailure`` of the failure restarted in place last (its message: the last
+    line, which "the same error at the same step" compares)."""
+    failure: Mapping[str, Any] = said.get("failure") or {}
+    if not isinstance(failure, Mapping):
+        failure = {}
+    return public_failure(
+        {
+            **{k: failure.get(k) for k in ("rank", "exitCode", "signal", "reason", "step")},
+            "node": failure.get("nodeRank"),
+            "message": failure.get("lastLine"),
+            "failureClass": said.get("failureClass"),
+        }
+    )
+
+
 def in_place_event(previous: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
     """The ``RestartedInPlace`` Event's message when the count grew, None when it did not
     (restarts the operator did not see one by one are counted in it)."""
@@ -299,8 +315,9 @@ def _gather(
         status["failedAttempts"] = observed.failed_attempts
     if observed.in_place:
         status["inPlaceRestarts"] = observed.in_place
-    if observed.last_in_place is not None:
+    if observed.last_in_place is not None:  # newer than a gang restart's: this attempt's
         status["lastInPlaceRestart"] = in_place_status(observed.last_in_place)
+        status["lastFailure"] = in_place_failure(observed.last_in_place)
     ran = run_progress.final_progress(pods, now) or observed.progress or prev.get("progress")
     if ran:
         status["progress"] = dict(ran)

@@ -179,6 +179,7 @@ def test_a_running_gang_s_restarts_in_place_reach_the_status_and_events_once_eac
         2,
     )
     assert got["lastInPlaceRestart"]["rank"] == 2
+    assert got["lastFailure"] == {"rank": 2, "node": 1, "exitCode": 137, "signal": 9}
     assert "inPlace" not in got["progress"]
     restarted = [e for e in fake.events if e[1] == "RestartedInPlace"]
     assert restarted == [
