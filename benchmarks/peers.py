@@ -416,6 +416,8 @@ def in_place_restart(n: int, res: Results) -> float:
     created or deleted."""
     coordinator = coordination.Coordinator(0, n, coordination.Budget(10, 0), 1, lambda _: None)
     peers = [coordination.Peer(f"127.0.0.1:{coordinator.port}", node, 30) for node in range(n)]
+    assert all(peer.connected(30) for peer in peers), "a launcher did not reach the coordinator"
+    time.sleep(0.5)  # every hello handled: the coordinator knows all N
     failure = {"rank": n - 1, "nodeRank": n - 1, "exitCode": 1, "reason": "Error", "step": 7}
     started = time.monotonic()
 
@@ -708,7 +710,8 @@ def report_restart(args: argparse.Namespace, res: Results) -> None:
         slower = [
             name
             for name, t in res.restart.items()
-            if name != "torchyard" and statistics.median(t) <= statistics.median(base)
+            if name not in ("torchyard", IN_PLACE)
+            and statistics.median(t) <= statistics.median(base)
         ]
         verdict = "target met" if not slower else f"TARGET MISSED ({', '.join(slower)})"
         print(f"target: gang restart of {TARGET_RESTART_N} faster than the peers: {verdict}")

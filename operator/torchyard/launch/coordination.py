@@ -8,8 +8,10 @@ operator must reach). A generation is one start of every node's ranks:
 
 1. A launcher whose rank failed stops its other ranks (as without coordination) and sends
    the failure, the termination message it would write, to the coordinator.
-2. The coordinator waits ``SETTLE_SECONDS`` for the other nodes' failures of the same
-   generation (a peer that lost the failed rank fails a moment later), picks the failure
+2. When the failure may be a symptom of another (a collective timeout, a lost peer, a
+   stall: :func:`settles`), the coordinator waits ``SETTLE_SECONDS`` for the other nodes'
+   failures of the same generation (a peer that lost the failed rank fails a moment
+   later); any other failure it decides on at once. It picks the failure
    the operator would (the first to exit, a cascade only when nothing explains it:
    ``classes.prefer``) and decides with :func:`decide`, the operator's failure policy for
    a failure of the user's code: restart in place while ``backoffLimit`` allows it, the
@@ -44,7 +46,8 @@ from typing import Any
 
 from torchyard.launch import classes
 
-# How long the coordinator waits after a generation's first failure for the others.
+# How long the coordinator waits after a generation's first failure for the others, when
+# that failure may be a symptom of another's (``settles``).
 SETTLE_SECONDS = 2.0
 # How long, past the launchers' grace period, every node has to stop its ranks and say so.
 BARRIER_SECONDS = 60.0
@@ -54,6 +57,9 @@ NOT_RESTARTED = frozenset({"NoProgress"})
 # Log rule actions that hand the failure to the operator (another node, no retry).
 OPERATOR_ACTIONS = frozenset({"excludeNode", "cancelRetries"})
 LINE_LIMIT = 1 << 20  # bytes of one message at most
+# How long a launcher with something to tell waits for its line to the coordinator (node 0's
+# Pod may still be starting); past it, it goes on as without coordination.
+CONNECT_WAIT_SECONDS = 30.0
 # What each launcher's termination message and progress lines say of the last in-place
 # restart (``inPlace``): the counts so far, what failed and why it was restarted.
 REPORTED = (
@@ -131,6 +137,18 @@ def first(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     )
     chosen = classes.prefer(ordered)
     return dict(chosen) if chosen is not None else None
+
+
+def settles(report: Mapping[str, Any]) -> bool:
+    """Whether the coordinator waits for the generation's other failures before deciding
+    on ``report`` (the operator's rule, ``status.failures.settle_seconds``): when it may be
+    what a rank saw of another's failure (a cascade, a symptom), or a stall, which every
+    node's stall detector may report; any other failure is decided at once."""
+    failure = classified(report)
+    rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
+    return failure.get("reason") == "Stalled" or (
+        rule is not None and (rule.cascade or rule.symptom)
+    )
 
 
 def decide(failure: Mapping[str, Any], budget: Budget) -> str | None:
@@ -216,6 +234,7 @@ class Coordinator:
         self._done: set[int] = set()
         self._ready: set[int] = set()
         self._ended: str | None = None  # why no generation follows: the end
+        self._pending: dict[str, Any] | None = None  # the restart whose barrier is open
         self._server = socket.create_server(("", port), backlog=max(64, nodes))
         self.port = int(self._server.getsockname()[1])  # ``port``, or the one given for 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -246,11 +265,14 @@ class Coordinator:
                     old = self._peers.get(node)
                     self._peers[node] = sock
                     ended = self._ended
+                    pending = self._pending
                 if old is not None and old is not sock:
                     with contextlib.suppress(OSError):
                         old.close()
                 if ended is not None:
                     self._tell(node, {"end": self.generation, "message": ended})
+                elif pending is not None:  # a late joiner takes part in the restart too
+                    self._tell(node, pending)
             elif node is not None:
                 self._on(node, message)
         with self._lock:
@@ -274,8 +296,9 @@ class Coordinator:
                     first_one = not reports
                     reports[node] = dict(message["failed"])
                     if first_one:
+                        wait = self.settle if settles(reports[node]) else 0.0
                         threading.Thread(
-                            target=self._decide, args=(self.generation,), daemon=True
+                            target=self._decide, args=(self.generation, wait), daemon=True
                         ).start()
                 elif message.get("done"):
                     self._done.add(node)
@@ -288,8 +311,8 @@ class Coordinator:
         if stale and self._ended is not None:
             self._tell(node, {"end": self.generation, "message": self._ended})
 
-    def _decide(self, generation: int) -> None:
-        time.sleep(self.settle)
+    def _decide(self, generation: int, wait: float) -> None:
+        time.sleep(wait)
         with self._lock:
             if generation != self.generation or self._ended is not None:
                 return
@@ -328,7 +351,8 @@ class Coordinator:
             self.restarts.append(restart)
             self._ready = set()
             self._done = set()
-            self._broadcast({**restart, "restart": generation + 1})
+            self._pending = {**restart, "restart": generation + 1}
+            self._broadcast(self._pending)
         threading.Thread(target=self._deadline, args=(generation + 1,), daemon=True).start()
         self.say("restarted-in-place " + json.dumps(restart, sort_keys=True))
 
@@ -348,6 +372,7 @@ class Coordinator:
         """Every node stopped its ranks (under the lock): start the next generation."""
         self.generation += 1
         self._ready = set()
+        self._pending = None
         self._broadcast({"go": self.generation})
 
     def _end(self, why: str) -> None:
@@ -375,35 +400,68 @@ class Peer:
     """A launcher's side: its messages to the coordinator, and the coordinator's to it
     (``restart`` may come at any time; :meth:`wait` for the others)."""
 
-    def __init__(self, address: str, node: int, timeout: float) -> None:
+    def __init__(
+        self,
+        address: str,
+        node: int,
+        timeout: float,
+        say: Callable[[str], None] = lambda _: None,
+        *,
+        wait: float = CONNECT_WAIT_SECONDS,
+    ) -> None:
         host, _, port = address.rpartition(":")
         self.node = node
         self.generation = 0
         self.restart_asked: int | None = None  # a restart the coordinator asked for
         self.last_restart: dict[str, Any] | None = None  # the last one's record
+        self.say = say
+        self.connect_wait = wait
         self._messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._sock: socket.socket | None = None
+        self._connected = threading.Event()
+        # In the background: the ranks start meanwhile (node 0's Pod may start later than
+        # this one, or have ended already: a launcher never waits on it to start them).
+        threading.Thread(target=self._connect, args=(host, int(port), timeout), daemon=True).start()
+
+    def _connect(self, host: str, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self._sock = socket.create_connection((host, int(port)), timeout=5)
+                sock = socket.create_connection((host, port), timeout=5)
                 break
-            except OSError:
+            except OSError as err:
                 if time.monotonic() >= deadline:
-                    raise
+                    self.say(f"no in-place restarts: the coordinator at {host}:{port} ({err})")
+                    self._messages.put(None)
+                    return
                 time.sleep(0.2)
-        self._sock.settimeout(None)
-        _send(self._sock, {"hello": node, "generation": 0})
-        threading.Thread(target=self._read, daemon=True).start()
+        sock.settimeout(None)
+        try:
+            _send(sock, {"hello": self.node, "generation": 0})
+        except OSError:
+            self._messages.put(None)
+            return
+        self._sock = sock
+        self._connected.set()
+        self._read(sock)
 
-    def _read(self) -> None:
-        for message in _lines(self._sock):
+    def _read(self, sock: socket.socket) -> None:
+        for message in _lines(sock):
             if "restart" in message:
                 self.last_restart = message
                 self.restart_asked = int(message["restart"])
             self._messages.put(message)
         self._messages.put(None)  # the coordinator is gone
 
+    def connected(self, timeout: float) -> bool:
+        """Whether the line to the coordinator is up (waiting at most ``timeout`` seconds)."""
+        return self._connected.wait(timeout)
+
     def send(self, **message: Any) -> bool:
+        """False when the coordinator cannot be told (not reached within ``connect_wait``
+        seconds, or gone): the launcher goes on as without coordination."""
+        if not self._connected.wait(self.connect_wait) or self._sock is None:
+            return False
         try:
             _send(self._sock, {**message, "generation": self.generation})
             return True
@@ -427,5 +485,6 @@ class Peer:
                 return message
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()

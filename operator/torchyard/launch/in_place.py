@@ -86,7 +86,7 @@ class InPlaceRestarts:
                     self.say,
                 )
             self.peer = coordination.Peer(
-                address, node_rank, int_env(self.env, TORCHYARD_DNS_TIMEOUT, 300)
+                address, node_rank, int_env(self.env, TORCHYARD_DNS_TIMEOUT, 300), self.say
             )
         except (OSError, ValueError, KeyError) as err:
             self.say(f"no in-place restarts: cannot reach the coordinator at {address} ({err})")

@@ -222,7 +222,10 @@ def test_what_a_retry_cannot_mend_is_not_restarted_in_place(
     nodes = start_nodes(tmp_path, backoff_limit=3, fail=fail)
     results = ended(nodes)
     assert results[1][0] != 0, results[1]
-    assert f"not restarted in place: {why}" in results[1][1], results[1][1]
+    # (said by the node whose failure the coordinator decided on: with every rank failing
+    # at import, the one that reported first; node 0's exit then takes the coordinator)
+    said_by = results[0][1] + results[1][1]
+    assert f"not restarted in place: {why}" in said_by, said_by
     said = termination(tmp_path, 1)
     assert said.get("inPlace", {}).get("inPlace", 0) == restarts, said
 
@@ -367,3 +370,26 @@ def test_a_launcher_waiting_at_the_barrier_stops_at_once_on_sigterm(tmp_path: Pa
     said = json.loads((tmp_path / "termination.json").read_text())
     assert (node.returncode, said["reason"], said["signal"]) == (143, "Terminated", 15), err
     assert said["inPlace"]["inPlace"] == 1, said
+
+
+@pytest.mark.parametrize(
+    ("report", "waits"),
+    [
+        (KILLED, False),  # a rank that died is no one's symptom: decided at once
+        (RAISED, False),
+        ({**KILLED, "reason": "Stalled"}, True),  # every node's detector may see it
+        (
+            {
+                **RAISED,
+                "message": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                "Timed out waiting 15000ms for recv operation to complete",
+            },
+            True,  # a collective timeout: another rank may have failed first
+        ),
+        ({**RAISED, "message": "RuntimeError: Connection closed by peer"}, True),
+    ],
+)
+def test_only_a_failure_that_may_be_a_symptom_waits_for_the_others(
+    report: dict[str, Any], waits: bool
+) -> None:
+    assert coordination.settles(report) is waits
