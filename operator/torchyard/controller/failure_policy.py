@@ -71,7 +71,7 @@ class Attempts:
         """With the newest of what the launchers said of their in-place restarts
         (``launch.coordination.REPORTED``: counts that only grow, and the signature of the
         failure restarted last, for "the same error at the same step")."""
-        newest = max(said, key=lambda s: int(s.get("inPlace") or 0), default=None)
+        newest = failures.newest_in_place(said)
         if newest is None or int(newest.get("inPlace") or 0) <= self.in_place:
             return self
         return replace(

@@ -436,7 +436,7 @@ def _status_inputs(
         restarts=seen.attempts.restarts,
         failed_attempts=seen.attempts.failed_attempts,
         in_place=seen.attempts.in_place,
-        last_in_place=run_status.newest_in_place(failures.in_place_said(seen.current)),
+        last_in_place=failures.newest_in_place(failures.in_place_said(seen.current)),
         deadline_exceeded=verdict.deadline_exceeded,
         failure=verdict.failure,
         pending=applied.pending if applied is not None else None,

@@ -14,7 +14,6 @@ from typing import Any
 
 from torchyard.registry import Version
 from torchyard.status import failures, steps
-from torchyard.status import trainingruns as run_status
 from torchyard.status.failures import (
     PLATFORM_REASONS,
     Failure,
@@ -60,7 +59,7 @@ class LocalResult:
         """The last in-place restart the launchers said (``inPlace`` of their termination
         messages, the most counted), None when the ranks were never restarted."""
         said = [n.termination.get("inPlace") for n in self.nodes]
-        return run_status.newest_in_place([s for s in said if isinstance(s, Mapping)])
+        return failures.newest_in_place([s for s in said if isinstance(s, Mapping)])
 
     @property
     def progress(self) -> dict[str, Any] | None:

@@ -138,6 +138,11 @@ def in_place_said(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return found
 
 
+def newest_in_place(said: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of what launchers said of their in-place restarts, the newest (the most counted)."""
+    return max(said, key=lambda s: int(s.get("inPlace") or 0), default=None)
+
+
 def observe_failure(pod: Mapping[str, Any]) -> Failure | None:
     """The failure of one Pod, or None while it has not failed."""
     status = pod.get("status", {})

@@ -34,6 +34,7 @@ from torchyard.status.failures import (
     Failure,
     archive_failures,
     failure_message,
+    newest_in_place,
     public_failure,
 )
 
@@ -152,11 +153,6 @@ def trainingrun_status(
         return {**prev, "observedGeneration": run.generation}
     new = deadlines.with_suspensions(_trainingrun_status(run, observed, prev, now), prev, now)
     return with_kstatus(new, prev, now)
-
-
-def newest_in_place(said: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """Of what launchers said of their in-place restarts, the newest (the most counted)."""
-    return max(said, key=lambda s: int(s.get("inPlace") or 0), default=None)
 
 
 def with_in_place(observed: Observed, said: Sequence[Mapping[str, Any]]) -> Observed:
