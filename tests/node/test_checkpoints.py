@@ -306,26 +306,31 @@ def test_a_rank_killed_ten_times_restarts_in_place_and_ends_with_the_uninterrupt
     generation's where several ran it, is the uninterrupted run's."""
     ns, name = env, "in-place"
     storage_class, host = volume
-    steps, kills = 110, 10
+    steps, kills = 150, 10
     body = toy_run(name, ns, real_node, storage_class, steps, 2, 0.1, backoffLimit=kills)
     k8s.create(body)
     cluster.wait_for("a first checkpoint", lambda: checkpoint.complete_steps(str(host)), 240)
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in run_pods(ns, name)}
     runs.on_real_node(run_pods(ns, name), real_node, 2)
     killed: list[int] = []
+    pid = cluster.wait_for("rank 2 running", lambda: rank_pid(ns, name, 2), timeout=120)
     for _ in range(kills):
+        # a checkpoint this generation made (newer than any when its rank 2 started): a
+        # rank that dies twice at the step it resumed from is "the same error at the same
+        # step", which ends the restarts
         newest = checkpoint.complete_steps(str(host))[-1]
-        pid = cluster.wait_for(
-            "rank 2 running, past a checkpoint of its own generation",
-            lambda newest=newest: (
-                rank_pid(ns, name, 2) not in (None, *killed)
-                and checkpoint.complete_steps(str(host))[-1] > newest
-                and rank_pid(ns, name, 2)
-            ),
+        cluster.wait_for(
+            f"a checkpoint after step {newest}",
+            lambda newest=newest: checkpoint.complete_steps(str(host))[-1] > newest,
             timeout=120,
         )
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
+        pid = cluster.wait_for(
+            "rank 2 started again, in place",
+            lambda: rank_pid(ns, name, 2) not in (None, *killed) and rank_pid(ns, name, 2),
+            timeout=120,
+        )
     run = runs.finished(ns, name, timeout=360)
     status = run["status"]
     assert status["phase"] == "Succeeded", runs.explain(cluster, ns, name)

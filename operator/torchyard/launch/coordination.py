@@ -323,6 +323,7 @@ class Coordinator:
             if why is not None:
                 self._ended = f"not restarted in place: {why}"
                 self._broadcast({"end": generation, "message": self._ended})
+                self.say(f"{describe(failure)}: {self._ended}")
                 return
             self.budget = self.budget.after(failure)
             restart = {
@@ -381,6 +382,7 @@ class Coordinator:
                 return
             self._ended = f"no in-place restart: {why}"
             self._broadcast({"end": self.generation, "message": self._ended})
+        self.say(self._ended)
 
     def _broadcast(self, message: Mapping[str, Any]) -> None:
         """Under the lock."""
