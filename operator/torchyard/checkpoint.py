@@ -47,6 +47,7 @@ from torchyard.checkpoint_store import (
     steps,
 )
 from torchyard.launch.contract import (
+    NO_PROGRESS_REASON,
     RANK,
     TORCHYARD_CHECKPOINT_INTERVAL,
     TORCHYARD_RESUME_FROM,
@@ -370,8 +371,6 @@ def timings(directory: str | None = None) -> dict[str, float] | None:
 
 # The launcher's side: one NodeCheckpoints per node launcher, when the run has a checkpoint
 # folder. Here rather than in the launcher so that the contract has one home.
-
-NO_PROGRESS_REASON = "NoProgress"
 
 
 class NodeCheckpoints:

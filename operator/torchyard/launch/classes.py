@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from torchyard.launch.contract import FAILURE_PATTERNS
+from torchyard.launch.contract import FAILURE_PATTERNS, STALLED_REASON
 
 
 class Evidence(TypedDict, total=False):
@@ -89,7 +89,7 @@ GPU_XID = Rule(
 HANG = Rule(
     "Hang",
     retryable=True,
-    reasons=frozenset({"Stalled"}),
+    reasons=frozenset({STALLED_REASON}),
     advice="a rank stopped making progress (torchyard.progress reports) for longer than "
     "the stall timeout: the message names it and where it was; every rank's stacks are "
     "archived in logs/node-<n>/stacks/. Look for a rank that skips a collective, waits on "

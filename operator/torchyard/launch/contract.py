@@ -30,6 +30,11 @@ TERMINATION_MESSAGE_LIMIT = 4096
 # Where the container's termination message goes (its terminationMessagePath), unless
 # TORCHYARD_TERMINATION_LOG says otherwise (local mode, the tests)
 TERMINATION_LOG = "/dev/termination-log"
+# Reasons a launcher's termination message gives beyond "Error" and "OOMKilled": a rank
+# that made no progress past its stall timeout, and attempts that kept failing before
+# getting past the checkpoint they resumed from (``torchyard.checkpoint``)
+STALLED_REASON = "Stalled"
+NO_PROGRESS_REASON = "NoProgress"
 TAIL_LINES = 120  # launch: node: torchrun's 35-line summary comes after the rank's error
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard.launch import classes
+from torchyard.launch.contract import NO_PROGRESS_REASON, STALLED_REASON
 
 # How long the coordinator waits after a generation's first failure for the others, when
 # that failure may be a symptom of another's (``settles``).
@@ -53,7 +54,7 @@ SETTLE_SECONDS = 2.0
 BARRIER_SECONDS = 60.0
 # The reasons a launcher reports that another start of the ranks cannot mend: too many
 # attempts without progress from their checkpoint (``checkpoint.NodeCheckpoints.stop``).
-NOT_RESTARTED = frozenset({"NoProgress"})
+NOT_RESTARTED = frozenset({NO_PROGRESS_REASON})
 # Log rule actions that hand the failure to the operator (another node, no retry).
 OPERATOR_ACTIONS = frozenset({"excludeNode", "cancelRetries"})
 LINE_LIMIT = 1 << 20  # bytes of one message at most
@@ -146,7 +147,7 @@ def settles(report: Mapping[str, Any]) -> bool:
     node's stall detector may report; any other failure is decided at once."""
     failure = classified(report)
     rule = classes.BY_NAME.get(str(failure.get("failureClass") or ""))
-    return failure.get("reason") == "Stalled" or (
+    return failure.get("reason") == STALLED_REASON or (
         rule is not None and (rule.cascade or rule.symptom)
     )
 

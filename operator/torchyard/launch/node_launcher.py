@@ -25,6 +25,7 @@ from torchyard.launch.contract import (
     MASTER_ADDR,
     NODE_RANK,
     RANK,
+    STALLED_REASON,
     TENSORBOARD_DIR_NAME,
     TERMINATION_LOG,
     TORCHYARD_CGROUP_ROOT,
@@ -641,7 +642,7 @@ class Launcher(InPlaceRestarts):
             if now is not None and now > self._oom_kills:
                 reason, message = "OOMKilled", oom_message(failed.label, memory_limit(self.cgroup))
         if self.stall is not None and self.stall[0] is failed:
-            reason, message = "Stalled", self.stall[1]["message"]
+            reason, message = STALLED_REASON, self.stall[1]["message"]
             rank = self.stall[1]["rank"]  # launch: node: the rank torchrun started
         return rank, reason, message
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torchyard.launch.contract import culprit_rule, waiting_words
+from torchyard.launch.contract import STALLED_REASON, culprit_rule, waiting_words
 
-STALLED = "Stalled"  # failures.STALLED (failures imports this module)
+STALLED = STALLED_REASON  # failures.STALLED (failures imports this module)
 
 LAST_PROGRESS = "lastProgressAt"  # what across_nodes adds to each suspect
 

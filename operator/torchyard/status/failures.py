@@ -24,7 +24,12 @@ from typing import Any, NamedTuple, TypedDict, cast
 from torchyard.api import wire
 from torchyard.api.times import parse_time
 from torchyard.launch import classes
-from torchyard.launch.contract import LOCAL_WORLD_SIZE, PROGRESS_LINE
+from torchyard.launch.contract import (
+    LOCAL_WORLD_SIZE,
+    NO_PROGRESS_REASON,
+    PROGRESS_LINE,
+    STALLED_REASON,
+)
 from torchyard.status import culprits
 
 NODE_RANK_LABEL = wire.LABEL_NODE_RANK
@@ -59,13 +64,13 @@ STUCK_REASONS = frozenset(
 ARCHIVE_FAILED = "ArchiveFailed"
 # Attempts resumed from checkpoints kept failing before any progress
 # (torchyard.checkpoint.NO_PROGRESS_REASON, said by the launcher): restarting again would not help.
-NO_PROGRESS = "NoProgress"
+NO_PROGRESS = NO_PROGRESS_REASON
 NOT_RESTARTED = STUCK_REASONS | {ARCHIVE_FAILED, NO_PROGRESS}
 # Reasons of the launcher's termination message that say more than the kubelet's
 # generic "Error" for the same exit (OOMKilled: the OOM killer ended one rank, not the
 # container's main process, which a runtime need not report as OOMKilled).
 # Stalled: the launcher found a rank that made no progress past the stall timeout.
-STALLED = "Stalled"
+STALLED = STALLED_REASON
 # The kubelet ended the Pod at its activeDeadlineSeconds: every node Pod of the gang has
 # the same deadline and ends by it within moments, each with this reason.
 DEADLINE_EXCEEDED = "DeadlineExceeded"
